@@ -1,0 +1,49 @@
+"""The application object every subcommand receives (click `ctx.obj`)."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import click
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes shared by every subcommand (documented in the README)."""
+
+    OK = 0
+    FINDINGS = 1  # findings at/above --fail-on, pending changes, or a refused partial write
+    INVALID_INPUT = 2  # bad inventory, bad options: nothing was run
+    RUN_FAILED = 3  # Ansible failed or the run was interrupted
+    PREREQUISITE = 4  # the controller machine lacks something (ansible-playbook, root, a package)
+
+
+class DdpfixError(Exception):
+    """An error with a one-line message and the exit code it maps to."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.INVALID_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Application:
+    inventories: tuple[str, ...] = ()
+    limit: str | None = None
+    forks: int | None = None
+    verbosity: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def abort(self, text: str, code: ExitCode = ExitCode.INVALID_INPUT) -> NoReturn:
+        click.echo(f"ddpfix: error: {text}", err=True)
+        sys.exit(int(code))
+
+    def info(self, text: str) -> None:
+        click.echo(text, err=True)
+
+    def require_inventory(self) -> tuple[str, ...]:
+        if not self.inventories:
+            self.abort("no inventory given: pass -i/--inventory PATH (or set DDPFIX_INVENTORY)")
+        return self.inventories

@@ -1,0 +1,513 @@
+"""Every audit check, as pure functions over all hosts' facts (no I/O, no hosts needed to test).
+
+Per-node facts come from the ``ddpfix_node_facts`` module (readers in the role's module_utils), probe
+results from ``ddpfix_probe``. Firewall rule evaluation is the role's ``ddpfix_firewall`` module_utils,
+loaded here so the one implementation serves both sides.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
+
+from ddpfix import paths
+from ddpfix.findings import Finding, finding, sort_key
+from ddpfix.inventory import Cluster
+from ddpfix.plan import CLUSTER_KEYS, NodePlan, effective_cidr, plan_cluster
+
+# NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
+NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
+#: A synthetic source outside any private network (TEST-NET-3): only evaluated, never contacted.
+WORLD_SOURCE = "203.0.113.200"
+
+
+@dataclass
+class Thresholds:
+    max_offset_s: float = 0.1  # a node's own offset from its time source
+    max_skew_s: float = 1.0  # between nodes
+    peer_port_samples: int = 5  # points of the ephemeral range evaluated per peer source
+    max_sources: int = 8  # peer source addresses evaluated per node's firewall
+
+
+@dataclass
+class HostFacts:
+    name: str
+    reachable: bool = True
+    error: str = ""
+    node: dict[str, Any] | None = None  # ansible_facts.ddpfix_node
+    probe: dict[str, Any] | None = None  # ddpfix_probe result
+    collected_at: float | None = None  # controller clock when the facts arrived (epoch seconds)
+
+
+@dataclass
+class Context:
+    cluster: Cluster
+    hosts: dict[str, HostFacts]
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def __post_init__(self) -> None:
+        self.facts = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
+        self.cidr = effective_cidr(self.cluster, self.facts)
+        self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
+        self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
+
+    def audited(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(n.name, self.facts[n.name]) for n in self.cluster.nodes if self.facts.get(n.name)]  # type: ignore[misc]
+
+    def in_cidr(self, addr: str | None) -> bool:
+        if not addr or self.net is None:
+            return False
+        try:
+            return ipaddress.ip_address(addr.split("%")[0]) in self.net
+        except ValueError:
+            return False
+
+
+@lru_cache(maxsize=1)
+def firewall_lib() -> ModuleType:
+    path = paths.roles_dir() / "ddpfix_facts" / "module_utils" / "ddpfix_firewall.py"
+    spec = importlib.util.spec_from_file_location("ddpfix_firewall", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _iface(facts: Mapping[str, Any], name: str | None) -> dict[str, Any] | None:
+    for i in facts.get("interfaces") or []:
+        if i.get("name") == name:
+            return i
+    return None
+
+
+def _hosts_lines(facts: Mapping[str, Any], name: str) -> str:
+    lines = [e["text"] for e in facts.get("hosts_file") or [] if name in e.get("names", [])]
+    return "; ".join(f"/etc/hosts: {ln.strip()}" for ln in lines) or "no /etc/hosts line (resolved through NSS/DNS)"
+
+
+# ---------------------------------------------------------------- reachability
+
+
+def check_unreachable(ctx: Context) -> Iterable[Finding]:
+    for n in ctx.cluster.nodes:
+        h = ctx.hosts.get(n.name)
+        if h is None or not h.reachable or not h.node:
+            why = (h.error if h else "") or "no facts returned"
+            yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
+
+
+# ---------------------------------------------------------------- firewall
+
+
+def _sample_ports(lo: int, hi: int, k: int) -> list[int]:
+    if hi <= lo or k <= 1:
+        return [lo]
+    step = (hi - lo) / (k - 1)
+    return sorted({int(lo + round(i * step)) for i in range(k)})
+
+
+def check_firewall(ctx: Context) -> Iterable[Finding]:
+    fw = firewall_lib()
+    addrs = {name: ctx.plan[name].address for name, _ in ctx.audited()}
+    for name, f in ctx.audited():
+        state = f.get("firewall") or {}
+        iface = (f.get("cluster") or {}).get("ifname")
+        sources = [a for peer, a in addrs.items() if a and peer != name][: ctx.thresholds.max_sources]
+        if not sources and addrs.get(name):
+            sources = [addrs[name]]
+        lo, hi = (f.get("sysctl") or {}).get("ip_local_port_range", [32768, 60999])
+        port = ctx.cluster.master_port
+        if name == ctx.cluster.master:
+            for src in sources:
+                v = fw.evaluate(state, src, port, iface=iface)
+                if not v.get("allowed", True):
+                    yield finding(
+                        "firewall.master-port-blocked", name,
+                        f"TCP {src} -> {port} would be {v.get('verdict')}ed by {v.get('layer')}",
+                        str(v.get("evidence")), cidr=ctx.cidr, port=port,
+                    )
+                    break
+            open_ev = fw.world_open(state, port, ctx.cidr, iface=iface) if ctx.cidr else None
+            if open_ev:
+                yield finding("firewall.world-open", name, f"master port {port} is open to any source",
+                              str(open_ev), cidr=ctx.cidr)
+        blocked = None
+        for src in sources:
+            for p in _sample_ports(int(lo), int(hi), ctx.thresholds.peer_port_samples):
+                v = fw.evaluate(state, src, p, iface=iface)
+                if not v.get("allowed", True):
+                    blocked = (src, p, v)
+                    break
+            if blocked:
+                break
+        if blocked:
+            src, p, v = blocked
+            yield finding(
+                "firewall.peer-ports-blocked", name,
+                f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {v.get('verdict')}ed by {v.get('layer')}",
+                str(v.get("evidence")), cidr=ctx.cidr, range=f"{lo}-{hi}",
+            )
+        open_ev = fw.world_open(state, f"{lo}-{hi}", ctx.cidr, iface=iface) if ctx.cidr else None
+        if open_ev:
+            yield finding("firewall.world-open", name, f"ephemeral range {lo}-{hi} is open to any source",
+                          str(open_ev), cidr=ctx.cidr)
+
+
+# ---------------------------------------------------------------- probes
+
+
+def check_probes(ctx: Context) -> Iterable[Finding]:
+    master = ctx.cluster.master
+    mf = ctx.facts.get(master)
+    if mf and ctx.cluster.master_port in (mf.get("listening") or []):
+        yield finding("probe.port-in-use", master, f"port {ctx.cluster.master_port} is already in use on the master",
+                      f"a socket on {master} is in LISTEN state on TCP port {ctx.cluster.master_port} before the job starts",
+                      port=ctx.cluster.master_port)
+    for name, f in ctx.audited():
+        pr = ctx.hosts[name].probe or {}
+        for c in pr.get("connects") or []:
+            if c.get("ok"):
+                continue
+            target = f"{c.get('name')} {c.get('address')}:{c.get('port')}"
+            src = pr_src(f)
+            if c.get("kind") == "master":
+                yield finding("probe.master-port-unreachable", name, f"TCP connect to the master {target} failed",
+                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr)
+            else:
+                yield finding("probe.peer-unreachable", name, f"TCP connect to peer {target} (probe port) failed",
+                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr)
+        if (f.get("probe") or {}).get("error"):
+            yield finding("probe.peer-unreachable", name, "probe listener could not start on this node",
+                          str(f["probe"]["error"]), cidr=ctx.cidr)
+
+
+def pr_src(f: Mapping[str, Any]) -> str:
+    c = f.get("cluster") or {}
+    return f"{c.get('address')} ({c.get('ifname')})"
+
+
+# ---------------------------------------------------------------- names
+
+
+def check_hostnames(ctx: Context) -> Iterable[Finding]:
+    by_hostname: dict[str, list[str]] = {}
+    by_mid: dict[str, list[str]] = {}
+    for name, f in ctx.audited():
+        hn = f.get("hostname") or ""
+        by_hostname.setdefault(hn, []).append(name)
+        if f.get("machine_id"):
+            by_mid.setdefault(f["machine_id"], []).append(name)
+        addrs = (f.get("resolve_self") or {}).get(hn) or []
+        loop = [a for a in addrs if _is_loopback(a)]
+        if loop:
+            yield finding("hosts.hostname-loopback", name,
+                          f"hostname {hn} resolves to {', '.join(addrs)}: Gloo/c10d would advertise {loop[0]}",
+                          _hosts_lines(f, hn))
+    for hn, names in by_hostname.items():
+        if len(names) > 1:
+            yield finding("hosts.duplicate-hostname", None, f"hostname {hn!r} is used by {', '.join(names)}",
+                          "; ".join(f"{n}: hostname={hn}" for n in names))
+    for mid, names in by_mid.items():
+        if len(names) > 1:
+            yield finding("hosts.duplicate-machine-id", None, f"machine-id {mid} is shared by {', '.join(names)}",
+                          f"/etc/machine-id = {mid} on {', '.join(names)}")
+
+
+def check_resolution(ctx: Context) -> Iterable[Finding]:
+    """The resolution matrix: every node resolves every peer's hostname to that peer's cluster address."""
+    peers = {f.get("hostname"): name for name, f in ctx.audited() if f.get("hostname")}
+    dup = {hn for hn in peers if sum(1 for _, f in ctx.audited() if f.get("hostname") == hn) > 1}
+    families: dict[str, set[int]] = {}
+    for name, f in ctx.audited():
+        res = (ctx.hosts[name].probe or {}).get("resolve") or {}
+        for hn, peer in peers.items():
+            if peer == name or hn in dup or hn not in res:
+                continue
+            addrs = res.get(hn) or []
+            want = ctx.plan[peer].address
+            if not addrs:
+                yield finding("hosts.peer-unresolvable", name, f"peer {peer}'s hostname {hn} does not resolve on {name}",
+                              f"getaddrinfo({hn!r}) on {name}: no address; {_hosts_lines(f, hn)}")
+                continue
+            first = addrs[0]
+            fam = 6 if ":" in first else 4
+            families.setdefault(name, set()).add(fam)
+            if want and first != want:
+                where = "outside the cluster network " + str(ctx.cidr) if not ctx.in_cidr(first) else f"not {peer}'s cluster address {want}"
+                yield finding("hosts.peer-mismatch", name, f"{hn} resolves to {first} on {name}, {where}",
+                              f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {_hosts_lines(f, hn)}")
+    fams = {n: s for n, s in families.items()}
+    if len({frozenset(s) for s in fams.values()}) > 1:
+        yield finding("addr.family-mismatch", None, "peer names resolve to different address families on different nodes",
+                      "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(fams.items())))
+
+
+# ---------------------------------------------------------------- time
+
+
+def check_time(ctx: Context) -> Iterable[Finding]:
+    offsets: dict[str, float] = {}
+    for name, f in ctx.audited():
+        t = f.get("time") or {}
+        daemons = t.get("daemons") or []
+        tr = t.get("chrony_tracking")
+        if not daemons:
+            yield finding("time.no-daemon", name, "no time-sync daemon is running",
+                          "no chronyd/ntpd/systemd-timesyncd/ptp4l process found")
+        elif "chronyd" in daemons:
+            if not tr:
+                yield finding("time.unsynchronized", name, "chronyd runs but `chronyc tracking` gives no answer",
+                              "chronyc -c tracking failed")
+            elif not tr.get("synchronised"):
+                yield finding("time.unsynchronized", name, "chronyd is not synchronised",
+                              f"chronyc tracking: leap status {tr.get('leap_status')!r}, reference {tr.get('ref_name')!r}")
+            elif abs(float(tr.get("system_offset") or 0.0)) > ctx.thresholds.max_offset_s:
+                yield finding("time.unsynchronized", name,
+                              f"clock offset {tr['system_offset']:+.3f}s exceeds {ctx.thresholds.max_offset_s}s",
+                              f"chronyc tracking: system time offset {tr['system_offset']:+.6f}s")
+        h = ctx.hosts[name]
+        if f.get("now") is not None and h.collected_at is not None:
+            offsets[name] = float(f["now"]) - float(h.collected_at)
+    if len(offsets) > 1:
+        lo = min(offsets, key=lambda n: offsets[n])
+        hi = max(offsets, key=lambda n: offsets[n])
+        spread = offsets[hi] - offsets[lo]
+        if spread > ctx.thresholds.max_skew_s:
+            yield finding("time.skew", None, f"clocks differ by {spread:.2f}s between {hi} and {lo}",
+                          "; ".join(f"{n}: {o:+.2f}s vs controller" for n, o in sorted(offsets.items())))
+
+
+# ---------------------------------------------------------------- interfaces
+
+
+def nccl_select(spec: str | None, ifaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Interfaces NCCL would use for `NCCL_SOCKET_IFNAME=spec` (None: its default order), IPv4 ones."""
+    cands = [i for i in sorted(ifaces, key=lambda x: x.get("index") or 0)
+             if any(a.get("family") == "inet" for a in i.get("addrs") or [])]
+    if spec:
+        exclude = spec.startswith("^")
+        s = spec[1:] if exclude else spec
+        exact = s.startswith("=")
+        s = s[1:] if exact else s
+        pats = [p for p in s.split(",") if p]
+
+        def match(n: str) -> bool:
+            return any((n == p) if exact else n.startswith(p) for p in pats)
+
+        return [i for i in cands if match(i["name"]) != exclude]
+    ib = [i for i in cands if i["name"].startswith("ib")]
+    if ib:
+        return ib
+    return [i for i in cands if not any(i["name"].startswith(p) for p in NCCL_DEFAULT_EXCLUDE)]
+
+
+def _inet(i: Mapping[str, Any]) -> list[str]:
+    return [a["local"] for a in i.get("addrs") or [] if a.get("family") == "inet"]
+
+
+def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[str, str]:
+    """Socket interface settings in force on this node: inventory override and existing env file values."""
+    out: dict[str, str] = {}
+    node = ctx.cluster.node(name)
+    if node.socket_ifname:
+        out["ddp_socket_ifname"] = node.socket_ifname
+    env = (f.get("env_file") or {}).get("values") or {}
+    for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+        if env.get(k):
+            out[k] = env[k]
+    return out
+
+
+def check_interfaces(ctx: Context) -> Iterable[Finding]:
+    names: dict[str, str] = {}
+    mtus: dict[str, int] = {}
+    configured_all: dict[str, dict[str, str]] = {}
+    for name, f in ctx.audited():
+        ifaces = f.get("interfaces") or []
+        cl = f.get("cluster") or {}
+        actual = ctx.plan[name].ifname
+        if actual:
+            names[name] = actual
+            i = _iface(f, actual) or {}
+            if i.get("mtu"):
+                mtus[name] = int(i["mtu"])
+            if "UP" not in (i.get("flags") or []) or i.get("operstate") == "DOWN":
+                yield finding("netif.down", name, f"cluster interface {actual} is down",
+                              f"ip link: {actual} flags={','.join(i.get('flags') or [])} operstate={i.get('operstate')}")
+        elif not cl.get("address") and not ctx.cluster.node(name).socket_ifname:
+            yield finding("netif.missing", name, f"no interface on {name} has an address in {ctx.cidr}",
+                          "interfaces: " + "; ".join(f"{i['name']} {','.join(_inet(i)) or '-'}" for i in ifaces))
+        configured = _configured_ifnames(ctx, name, f)
+        configured_all[name] = configured
+        for key, value in configured.items():
+            if key == "NCCL_SOCKET_IFNAME":
+                chosen = nccl_select(value, ifaces)
+                ok = [i for i in chosen if any(ctx.in_cidr(a) for a in _inet(i))]
+                if not ok:
+                    yield finding("netif.missing", name,
+                                  f"{key}={value} matches no interface with an address in {ctx.cidr} on {name}",
+                                  f"matched: {', '.join(i['name'] for i in chosen) or 'nothing'}; cluster interface is {actual}")
+            else:
+                for ifn in [v for v in value.split(",") if v]:
+                    i = _iface(f, ifn)
+                    if i is None:
+                        yield finding("netif.missing", name, f"{key}={value}: interface {ifn} does not exist on {name}",
+                                      f"interfaces present: {', '.join(x['name'] for x in ifaces)}; cluster interface is {actual}")
+                    elif not any(ctx.in_cidr(a) for a in _inet(i)):
+                        yield finding("netif.missing", name, f"{key}={value}: {ifn} has no address in {ctx.cidr}",
+                                      f"{ifn} addresses: {', '.join(_inet(i)) or 'none'}")
+        if not configured.get("NCCL_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
+            chosen = nccl_select(None, ifaces)
+            if chosen and not any(ctx.in_cidr(a) for a in _inet(chosen[0])):
+                yield finding("netif.autoselect-wrong", name,
+                              f"with NCCL_SOCKET_IFNAME unset NCCL would pick {chosen[0]['name']} ({', '.join(_inet(chosen[0]))}), not the cluster interface {actual}",
+                              "NCCL default order (ib*, then not docker/lo/virbr): "
+                              + ", ".join(f"{i['name']}={','.join(_inet(i))}" for i in chosen))
+        if not configured.get("GLOO_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
+            hn = f.get("hostname") or ""
+            addrs = (f.get("resolve_self") or {}).get(hn) or []
+            if addrs and not _is_loopback(addrs[0]) and not ctx.in_cidr(addrs[0]):
+                yield finding("netif.autoselect-wrong", name,
+                              f"with GLOO_SOCKET_IFNAME unset Gloo would bind {addrs[0]} (what hostname {hn} resolves to), outside {ctx.cidr}",
+                              _hosts_lines(f, hn))
+    if len(set(names.values())) > 1:
+        single = {frozenset(c.items()) for c in configured_all.values() if c}
+        one_name = len(single) == 1 and len(configured_all) == len(names) and all(configured_all.values())
+        if one_name:
+            yield finding("netif.name-mismatch", None,
+                          "the cluster interface is named differently across nodes but one name is configured for all",
+                          "cluster interfaces: " + ", ".join(f"{n}={i}" for n, i in sorted(names.items()))
+                          + "; configured: " + ", ".join(f"{k}={v}" for k, v in sorted(next(iter(single)))))
+    if len(set(mtus.values())) > 1:
+        yield finding("netif.mtu-mismatch", None, "cluster interface MTUs differ between nodes",
+                      ", ".join(f"{n}: {names[n]} mtu {m}" for n, m in sorted(mtus.items())))
+
+
+# ---------------------------------------------------------------- addresses, routes, sysctls
+
+
+def check_routes(ctx: Context) -> Iterable[Finding]:
+    for name, f in ctx.audited():
+        routes = (ctx.hosts[name].probe or {}).get("routes") or {}
+        ifname = ctx.plan[name].ifname
+        for dst, r in sorted(routes.items()):
+            if "error" in r:
+                continue
+            peer = next((p for p, pl in ctx.plan.items() if pl.address == dst), dst)
+            if r.get("via") or (ifname and r.get("dev") != ifname):
+                yield finding("route.via-gateway", name,
+                              f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} instead of on-link on {ifname}",
+                              f"ip route get {dst}: dev {r.get('dev')}" + (f" via {r['via']}" if r.get("via") else "")
+                              + (f" src {r['src']}" if r.get("src") else ""))
+
+
+def check_master_addr(ctx: Context) -> Iterable[Finding]:
+    want = ctx.plan[ctx.cluster.master].address if ctx.cluster.master in ctx.plan else None
+    for name, f in ctx.audited():
+        env = (f.get("env_file") or {}).get("values") or {}
+        got = env.get("MASTER_ADDR")
+        if got and want and got != want:
+            kind = "outside the cluster network" if not ctx.in_cidr(got) else "not the master's cluster address"
+            yield finding("addr.master-not-private", name,
+                          f"MASTER_ADDR={got} in {(f.get('env_file') or {}).get('path')} is {kind} ({ctx.cluster.master} is {want})",
+                          f"{(f.get('env_file') or {}).get('path')}: MASTER_ADDR={got}", cidr=ctx.cidr)
+
+
+def check_sysctls(ctx: Context) -> Iterable[Finding]:
+    mf = ctx.facts.get(ctx.cluster.master)
+    if not mf:
+        return
+    sc = mf.get("sysctl") or {}
+    lo, hi = sc.get("ip_local_port_range", [32768, 60999])
+    if int(lo) <= ctx.cluster.master_port <= int(hi):
+        yield finding("net.master-port-ephemeral", ctx.cluster.master,
+                      f"MASTER_PORT {ctx.cluster.master_port} is inside the ephemeral range {lo}-{hi}",
+                      f"net.ipv4.ip_local_port_range = {lo} {hi}")
+    world = ctx.cluster.world_size
+    if sc.get("somaxconn") and int(sc["somaxconn"]) < world:
+        yield finding("net.somaxconn-low", ctx.cluster.master,
+                      f"net.core.somaxconn={sc['somaxconn']} is below the world size {world}",
+                      f"net.core.somaxconn = {sc['somaxconn']}")
+
+
+# ---------------------------------------------------------------- env files
+
+
+def check_env(ctx: Context) -> Iterable[Finding]:
+    existing: dict[str, dict[str, str]] = {}
+    for name, f in ctx.audited():
+        ef = f.get("env_file") or {}
+        if not ef.get("exists"):
+            yield finding("env.missing", name, f"{ef.get('path')} does not exist", f"stat {ef.get('path')}: no such file")
+        else:
+            existing[name] = ef.get("values") or {}
+    if not existing:
+        return
+    for key in CLUSTER_KEYS:
+        values = {n: v.get(key) for n, v in existing.items()}
+        if len(set(values.values())) > 1:
+            yield finding("env.inconsistent", None, f"{key} differs between nodes' env files",
+                          ", ".join(f"{n}: {key}={v}" for n, v in sorted(values.items())))
+    ranks: dict[str, list[str]] = {}
+    for n, v in existing.items():
+        ranks.setdefault(v.get("NODE_RANK", ""), []).append(n)
+    for r, ns in ranks.items():
+        if len(ns) > 1:
+            yield finding("env.inconsistent", None, f"NODE_RANK={r} is set on {len(ns)} nodes",
+                          ", ".join(f"{n}: NODE_RANK={r}" for n in sorted(ns)))
+    if len(existing) == len(ctx.cluster.nodes):
+        got = sorted(v.get("NODE_RANK", "") for v in existing.values())
+        if got != sorted(str(i) for i in range(len(ctx.cluster.nodes))) and all(len(v) == 1 for v in ranks.values()):
+            yield finding("env.inconsistent", None, f"NODE_RANKs are not 0..{len(ctx.cluster.nodes) - 1}",
+                          "NODE_RANK values: " + ", ".join(got))
+    for n, values in sorted(existing.items()):
+        want = ctx.plan[n].env
+        diff = [f"{k}={values.get(k, '<unset>')} (want {want[k]})" for k in want if values.get(k) != want[k] and want[k]]
+        if diff:
+            yield finding("env.inconsistent", n, f"{(ctx.facts[n] or {}).get('env_file', {}).get('path')} differs from what ddpfix would write",
+                          "; ".join(diff))
+
+
+CHECKS = (
+    check_unreachable,
+    check_firewall,
+    check_probes,
+    check_hostnames,
+    check_resolution,
+    check_time,
+    check_interfaces,
+    check_routes,
+    check_master_addr,
+    check_sysctls,
+    check_env,
+)
+
+
+def run_checks(ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    for check in CHECKS:
+        out.extend(check(ctx))
+    return sorted(dict.fromkeys(out), key=sort_key)
+
+
+def parse_event_time(created: str) -> float | None:
+    try:
+        dt = datetime.fromisoformat(created)
+    except (TypeError, ValueError):
+        return None
+    if dt.tzinfo is None:  # ansible-runner stamps events in naive UTC
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()

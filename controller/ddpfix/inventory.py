@@ -1,0 +1,204 @@
+"""The inventory contract: read an Ansible inventory into a validated `Cluster`.
+
+Only inputs are checked here, nothing that depends on host facts (kubespray's rule).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpfix.app import DdpfixError, ExitCode
+
+GROUP = "ddp_nodes"
+FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "none")
+DEFAULT_ENV_PATH = "/etc/ddpfix/ddp.env"
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # inventory name
+    address: str  # ansible_host (or the name)
+    rank: int
+    socket_ifname: str | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[Node, ...]
+    master: str
+    master_port: int = DEFAULT_PORT
+    cluster_cidr: str | None = None  # None: the subnet of the master's address (known after facts)
+    nproc_per_node: int = 1
+    env_path: str = DEFAULT_ENV_PATH
+    firewall: str = "auto"
+    ntp_servers: tuple[str, ...] = ()
+    ntp_local_master: bool = False
+    inventories: tuple[str, ...] = field(default=())
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def master_node(self) -> Node:
+        return self.node(self.master)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.nodes) * self.nproc_per_node
+
+
+def _bad(msg: str) -> DdpfixError:
+    return DdpfixError(msg, ExitCode.INVALID_INPUT)
+
+
+def _int(value: Any, what: str, lo: int, hi: int) -> int:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        v = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise _bad(f"{what} must be an integer, got {value!r}") from None
+    if not lo <= v <= hi:
+        raise _bad(f"{what} must be between {lo} and {hi}, got {v}")
+    return v
+
+
+def _bool(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise _bad(f"{what} must be a boolean, got {value!r}")
+
+
+def parse_cidr(value: Any, what: str = "ddp_cluster_cidr") -> str:
+    try:
+        net = ipaddress.ip_network(str(value).strip(), strict=False)
+    except ValueError:
+        raise _bad(f"{what} is not a valid CIDR: {value!r}") from None
+    if net.prefixlen == 0:
+        raise _bad(f"{what} {value!r} is the whole address space: name the cluster's private network")
+    return str(net)
+
+
+def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[str] = ()) -> Cluster:
+    """Build and validate the cluster from `ansible-inventory --list` output."""
+    hostvars: Mapping[str, Mapping[str, Any]] = (data.get("_meta") or {}).get("hostvars") or {}
+    if GROUP in data:
+        names = _group_hosts(data, GROUP)
+        if not names:
+            raise _bad(f"inventory group '{GROUP}' has no hosts")
+    else:
+        names = _group_hosts(data, "all")
+        if not names:
+            raise _bad(f"inventory has no hosts (expected a group '{GROUP}')")
+    first = hostvars.get(names[0], {})
+    master = str(first.get("ddp_master") or names[0])
+    if master not in names:
+        raise _bad(f"ddp_master '{master}' is not a host of group '{GROUP}' (hosts: {', '.join(names)})")
+    mv = hostvars.get(master, {})
+    port = _int(mv.get("ddp_master_port", DEFAULT_PORT), "ddp_master_port", 1, 65535)
+    cidr = mv.get("ddp_cluster_cidr")
+    cidr = parse_cidr(cidr) if cidr not in (None, "") else None
+    nproc = _int(mv.get("ddp_nproc_per_node", 1), "ddp_nproc_per_node", 1, 1024)
+    env_path = str(mv.get("ddp_env_path") or DEFAULT_ENV_PATH)
+    if not env_path.startswith("/"):
+        raise _bad(f"ddp_env_path must be an absolute path, got {env_path!r}")
+    firewall = str(mv.get("ddp_firewall") or "auto")
+    if firewall not in FIREWALL_CHOICES:
+        raise _bad(f"ddp_firewall must be one of {', '.join(FIREWALL_CHOICES)}, got {firewall!r}")
+    ntp = mv.get("ddp_ntp_servers") or []
+    if isinstance(ntp, str):
+        ntp = [ntp]
+    if not isinstance(ntp, list):
+        raise _bad(f"ddp_ntp_servers must be a list, got {ntp!r}")
+    local_master = _bool(mv.get("ddp_ntp_local_master", False), "ddp_ntp_local_master")
+
+    ranks = _assign_ranks(names, master, hostvars)
+    nodes = tuple(
+        sorted(
+            (
+                Node(
+                    name=n,
+                    address=str(hostvars.get(n, {}).get("ansible_host") or n),
+                    rank=ranks[n],
+                    socket_ifname=(str(hostvars[n]["ddp_socket_ifname"]) if hostvars.get(n, {}).get("ddp_socket_ifname") else None),
+                )
+                for n in names
+            ),
+            key=lambda node: node.rank,
+        )
+    )
+    return Cluster(
+        nodes=nodes,
+        master=master,
+        master_port=port,
+        cluster_cidr=cidr,
+        nproc_per_node=nproc,
+        env_path=env_path,
+        firewall=firewall,
+        ntp_servers=tuple(str(s) for s in ntp),
+        ntp_local_master=local_master,
+        inventories=tuple(inventories),
+    )
+
+
+def _group_hosts(data: Mapping[str, Any], group: str, seen: set[str] | None = None) -> list[str]:
+    """Hosts of a group including its children, in inventory order, without duplicates."""
+    seen = seen if seen is not None else set()
+    if group in seen:
+        return []
+    seen.add(group)
+    g = data.get(group) or {}
+    out: list[str] = list(g.get("hosts") or [])
+    for child in g.get("children") or []:
+        out.extend(_group_hosts(data, child, seen))
+    unique: list[str] = []
+    for h in out:
+        if h not in unique:
+            unique.append(h)
+    return unique
+
+
+def _assign_ranks(names: list[str], master: str, hostvars: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Explicit ddp_node_rank wins; the rest fill the free ranks in inventory order, master first."""
+    n = len(names)
+    explicit: dict[str, int] = {}
+    for h in names:
+        if "ddp_node_rank" in (hostvars.get(h) or {}):
+            explicit[h] = _int(hostvars[h]["ddp_node_rank"], f"ddp_node_rank of {h}", 0, n - 1)
+    by_rank: dict[int, str] = {}
+    for h, r in explicit.items():
+        if r in by_rank:
+            raise _bad(f"duplicate ddp_node_rank {r}: {by_rank[r]} and {h}")
+        by_rank[r] = h
+    if master in explicit and explicit[master] != 0:
+        raise _bad(f"ddp_master {master} must have rank 0, has ddp_node_rank {explicit[master]}")
+    if 0 in by_rank and by_rank[0] != master:
+        raise _bad(f"ddp_node_rank 0 is {by_rank[0]} but ddp_master is {master}: rank 0 is the master")
+    ranks = dict(explicit)
+    free = iter(r for r in range(n) if r not in by_rank)
+    for h in [master] + [x for x in names if x != master]:
+        if h not in ranks:
+            ranks[h] = next(free)
+    return ranks
+
+
+def load_cluster(inventories: Sequence[str]) -> Cluster:
+    from ddpfix.runner import list_inventory
+
+    return cluster_from_inventory_data(list_inventory(inventories), inventories)

@@ -1,0 +1,109 @@
+"""The plan: per-node values ddpfix writes (env file, hosts block), derived from inventory + facts.
+
+Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsistent check and the tests.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ddpfix.inventory import Cluster
+
+ENV_HEADER = "# Managed by ddpfix: rewritten by `ddpfix env --apply`; local edits are replaced.\n"
+#: Keys that must be identical on every node.
+CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    rank: int
+    hostname: str | None
+    address: str | None  # cluster address
+    ifname: str | None
+    env: dict[str, str]
+
+
+def effective_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> str | None:
+    """The inventory's ddp_cluster_cidr, else the on-link subnet of the master's address as the master sees it."""
+    if cluster.cluster_cidr:
+        return cluster.cluster_cidr
+    mf = facts.get(cluster.master) or {}
+    return ((mf.get("cluster") or {}).get("cidr")) or None
+
+
+def cluster_address(node_facts: Mapping[str, Any] | None, cidr: str | None) -> str | None:
+    if not node_facts:
+        return None
+    c = node_facts.get("cluster") or {}
+    addr = c.get("address")
+    if addr and cidr and ipaddress.ip_address(addr) in ipaddress.ip_network(cidr):
+        return str(addr)
+    return None
+
+
+def interface_with_address(node_facts: Mapping[str, Any], address: str) -> str | None:
+    for i in node_facts.get("interfaces") or []:
+        for a in i.get("addrs") or []:
+            if a.get("local") == address:
+                return str(i.get("name"))
+    return None
+
+
+def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> dict[str, NodePlan]:
+    """Per-node plan. Nodes without facts get a plan with address/ifname None (not writable)."""
+    cidr = effective_cidr(cluster, facts)
+    master_addr = cluster_address(facts.get(cluster.master), cidr)
+    nnodes = len(cluster.nodes)
+    plans: dict[str, NodePlan] = {}
+    for node in cluster.nodes:
+        f = facts.get(node.name)
+        addr = cluster_address(f, cidr)
+        ifname = interface_with_address(f, addr) if (f and addr) else None
+        env = {
+            "MASTER_ADDR": master_addr or "",
+            "MASTER_PORT": str(cluster.master_port),
+            "NNODES": str(nnodes),
+            "NODE_RANK": str(node.rank),
+            "NPROC_PER_NODE": str(cluster.nproc_per_node),
+            "WORLD_SIZE": str(nnodes * cluster.nproc_per_node),
+        }
+        if cluster.nproc_per_node == 1:
+            env["RANK"] = str(node.rank)
+        if ifname:
+            env["GLOO_SOCKET_IFNAME"] = ifname
+            env["NCCL_SOCKET_IFNAME"] = f"={ifname}"
+            env["TP_SOCKET_IFNAME"] = ifname
+        plans[node.name] = NodePlan(
+            name=node.name,
+            rank=node.rank,
+            hostname=(f or {}).get("hostname"),
+            address=addr,
+            ifname=ifname,
+            env=env,
+        )
+    return plans
+
+
+def render_env(plan: NodePlan) -> str:
+    lines = [ENV_HEADER.rstrip("\n"), f"# node {plan.name} (rank {plan.rank})"]
+    lines += [f"{k}={v}" for k, v in plan.env.items()]
+    return "\n".join(lines) + "\n"
+
+
+def hosts_block(plans: Mapping[str, NodePlan]) -> str:
+    """The managed /etc/hosts block body: every node's hostname (and inventory name) -> cluster address."""
+    lines = []
+    for p in sorted(plans.values(), key=lambda x: x.rank):
+        if not p.address:
+            continue
+        names = [n for n in dict.fromkeys([p.hostname, p.name]) if n]
+        lines.append(f"{p.address} {' '.join(names)}")
+    return "\n".join(lines)
+
+
+def probe_ring(cluster: Cluster) -> list[str]:
+    return [n.name for n in cluster.nodes]

@@ -1,0 +1,71 @@
+"""Reports: a readable table and a stable, versioned JSON document (`ddpfix.report/v1`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ddpfix import __version__
+from ddpfix.findings import Finding, Severity
+
+SCHEMA = "ddpfix.report/v1"
+_SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def summary(findings: Iterable[Finding], hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    fl = list(findings)
+    return {
+        "hosts": len(hosts),
+        "reachable": sum(1 for h in hosts.values() if h.get("reachable")),
+        "unreachable": sum(1 for h in hosts.values() if not h.get("reachable")),
+        "findings": {s.label: sum(1 for f in fl if f.severity == s) for s in sorted(Severity, reverse=True)},
+    }
+
+
+def document(command: str, inventory: Iterable[str], hosts: Mapping[str, Mapping[str, Any]],
+             findings: Iterable[Finding], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    fl = list(findings)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "ddpfix_version": __version__,
+        "command": command,
+        "inventory": list(inventory),
+        "hosts": {k: dict(v) for k, v in sorted(hosts.items())},
+        "findings": [f.to_json() for f in fl],
+        "summary": summary(fl, hosts),
+    }
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def to_json(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
+def render_table(doc: Mapping[str, Any], console: Console) -> None:
+    findings = doc["findings"]
+    if findings:
+        t = Table(show_lines=True, title=f"ddpfix {doc['command']}: findings", title_justify="left")
+        t.add_column("severity", no_wrap=True)
+        t.add_column("id", no_wrap=True)
+        t.add_column("host", no_wrap=True)
+        t.add_column("what is wrong / evidence / fix", overflow="fold")
+        for f in findings:
+            sev = Severity.parse(f["severity"])
+            body = f"{_esc(f['message'])}\n[dim]evidence:[/] {_esc(f['evidence'])}\n[green]fix:[/] {_esc(f['fix'])}"
+            if not f["fixable"]:
+                body += " [dim](manual)[/]"
+            t.add_row(f"[{_SEV_STYLE[sev]}]{sev.label}[/]", f["id"], f["host"] or "cluster", body)
+        console.print(t)
+    s = doc["summary"]
+    counts = ", ".join(f"{n} {k}" for k, n in s["findings"].items())
+    console.print(f"{s['hosts']} hosts audited, {s['reachable']} reachable, {s['unreachable']} unreachable; findings: {counts}")
+
+
+def _esc(text: str) -> str:
+    return str(text).replace("[", r"\[")

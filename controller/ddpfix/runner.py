@@ -1,0 +1,287 @@
+"""The runner layer: the only place that talks to Ansible (through ansible-runner).
+
+A run gets its own private data dir under ``<state dir>/runs/<timestamp>-<name>``, our own
+Ansible settings (pipelining, ControlPersist, explicit fact gathering, no ``~/.ansible``), and
+returns typed per-host results.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpfix import paths
+from ddpfix.app import DdpfixError, ExitCode
+
+#: Default upper bound on forks when the user does not pass --forks.
+MAX_DEFAULT_FORKS = 50
+
+
+@dataclass
+class TaskResult:
+    task: str
+    status: str  # ok | changed | failed | skipped | unreachable
+    res: dict[str, Any]
+    created: str = ""  # controller-side ISO timestamp of the result event
+
+
+@dataclass
+class HostResult:
+    name: str
+    unreachable: bool = False
+    failed: bool = False
+    message: str = ""
+    tasks: list[TaskResult] = field(default_factory=list)
+
+    def task(self, name: str) -> TaskResult | None:
+        """The last result of the task named `name` (or whose name starts with `name`)."""
+        for t in reversed(self.tasks):
+            if t.task == name or t.task.startswith(name):
+                return t
+        return None
+
+    def result(self, name: str) -> dict[str, Any] | None:
+        t = self.task(name)
+        return t.res if t else None
+
+    @property
+    def ok(self) -> bool:
+        return not (self.unreachable or self.failed)
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    stats: dict[str, dict[str, int]]
+    hosts: dict[str, HostResult]
+    run_dir: Path
+    seconds: float
+
+    def changed(self, host: str | None = None) -> int:
+        per_host = self.stats.get("changed", {}) or {}
+        if host is not None:
+            return int(per_host.get(host, 0))
+        return sum(int(v) for v in per_host.values())
+
+    @property
+    def unreachable(self) -> list[str]:
+        return sorted(h for h, r in self.hosts.items() if r.unreachable)
+
+
+def find_ansible_playbook() -> str:
+    """Locate ansible-playbook: next to this interpreter (venv not on PATH) or on PATH."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ansible-playbook")
+    if found:
+        return found
+    raise DdpfixError(
+        "ansible-playbook not found: install ddpfix into a venv with its dependencies "
+        "(pip install ddpfix) and run that venv's ddpfix, or put the venv's bin/ on PATH",
+        ExitCode.PREREQUISITE,
+    )
+
+
+def _ensure_ansible_on_path() -> Path:
+    """ansible-runner looks its commands up on this process's PATH: put ours first."""
+    bindir = Path(find_ansible_playbook()).parent
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    if str(bindir) not in parts:
+        os.environ["PATH"] = os.pathsep.join([str(bindir), *[p for p in parts if p]])
+    return bindir
+
+
+def default_forks(n_hosts: int, forks: int | None) -> int:
+    if forks:
+        return forks
+    return max(5, min(n_hosts, MAX_DEFAULT_FORKS))
+
+
+def ansible_env(run_dir: Path, forks: int) -> dict[str, str]:
+    """Our Ansible settings, as environment variables (they beat any ansible.cfg)."""
+    state = paths.state_dir()
+    cp_dir = state / "cp"
+    cp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ansible_bin = _ensure_ansible_on_path()
+    return {
+        "PATH": f"{ansible_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_HOME": str(state / "ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
+        "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+        "ANSIBLE_FORKS": str(forks),
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp_dir),
+        "ANSIBLE_TIMEOUT": "10",
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_INJECT_FACT_VARS": "False",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_SYSTEM_WARNINGS": "False",
+        "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(run_dir / "fact_cache"),
+    }
+
+
+def new_run_dir(name: str) -> Path:
+    base = paths.state_dir() / "runs"
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for n in range(1000):
+        d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
+        try:
+            d.mkdir(parents=True, exist_ok=False)
+            return d
+        except FileExistsError:
+            continue
+    raise DdpfixError(f"cannot create a run directory under {base}", ExitCode.RUN_FAILED)
+
+
+EventCallback = Callable[[dict[str, Any]], None]
+
+
+def run_playbook(
+    playbook: str,
+    inventories: Sequence[str],
+    *,
+    extravars: Mapping[str, Any] | None = None,
+    limit: str | None = None,
+    forks: int | None = None,
+    n_hosts: int = 5,
+    check: bool = False,
+    diff: bool = False,
+    tags: str | None = None,
+    verbosity: int = 0,
+    on_event: EventCallback | None = None,
+    name: str | None = None,
+) -> RunResult:
+    """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure."""
+    import ansible_runner  # slow import: only when a run happens
+
+    pb_path = paths.playbook(playbook)
+    if not pb_path.is_file():
+        raise DdpfixError(f"internal: playbook {pb_path} is missing from the installation", ExitCode.RUN_FAILED)
+    run_dir = new_run_dir(name or Path(playbook).stem)
+    (run_dir / "tmp").mkdir()
+    nforks = default_forks(n_hosts, forks)
+    cmdline: list[str] = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    hosts: dict[str, HostResult] = {}
+    lock = threading.Lock()
+
+    def handler(event: dict[str, Any]) -> bool:
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        kind = event.get("event", "")
+        if host and kind.startswith("runner_on_"):
+            with lock:
+                hr = hosts.setdefault(host, HostResult(name=host))
+                res = data.get("res") or {}
+                task = data.get("task", "")
+                created = str(event.get("created", ""))
+                if kind == "runner_on_unreachable":
+                    hr.unreachable = True
+                    hr.message = _one_line(res.get("msg", "unreachable"))
+                    hr.tasks.append(TaskResult(task, "unreachable", res))
+                elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                    hr.failed = True
+                    hr.message = _one_line(res.get("msg") or res.get("stderr") or "task failed")
+                    hr.tasks.append(TaskResult(task, "failed", res))
+                elif kind == "runner_on_ok":
+                    hr.tasks.append(TaskResult(task, "changed" if res.get("changed") else "ok", res, created))
+                elif kind == "runner_on_skipped":
+                    hr.tasks.append(TaskResult(task, "skipped", res))
+        if on_event is not None:
+            on_event(event)
+        return True
+
+    started = time.monotonic()
+    try:
+        r = ansible_runner.run(
+            private_data_dir=str(run_dir),
+            project_dir=str(pb_path.parent),
+            playbook=pb_path.name,
+            inventory=[str(Path(i).resolve()) for i in inventories],
+            extravars=dict(extravars or {}),
+            limit=limit,
+            forks=nforks,
+            cmdline=" ".join(cmdline) or None,
+            tags=tags,
+            verbosity=verbosity if verbosity >= 3 else None,
+            envvars=ansible_env(run_dir, nforks),
+            event_handler=handler,
+            quiet=True,
+            json_mode=False,
+            suppress_env_files=True,
+        )
+    except KeyboardInterrupt as exc:
+        raise DdpfixError("interrupted", ExitCode.RUN_FAILED) from exc
+    seconds = time.monotonic() - started
+    stats = r.stats or {}
+    for h in (stats.get("dark") or {}):
+        hosts.setdefault(h, HostResult(name=h)).unreachable = True
+    if r.status not in ("successful", "failed"):
+        tail = _stdout_tail(r)
+        raise DdpfixError(f"ansible run {r.status} (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
+    if r.status == "failed" and not stats:
+        # No stats at all: the playbook never ran (syntax error, inventory error, ...)
+        raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {_stdout_tail(r)} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
+    return RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds)
+
+
+def _one_line(text: object) -> str:
+    s = str(text).strip().replace("\r", "")
+    return " ".join(s.split())[:400]
+
+
+def _stdout_tail(r: Any) -> str:
+    try:
+        lines = [ln for ln in r.stdout.read().splitlines() if ln.strip()]
+    except Exception:  # noqa: BLE001 - best effort diagnostics
+        return "no output"
+    for ln in reversed(lines):
+        if "ERROR" in ln or "error" in ln:
+            return _one_line(ln)
+    return _one_line(lines[-1]) if lines else "no output"
+
+
+def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
+    """`ansible-inventory --list` through ansible-runner: groups and merged host vars."""
+    import json
+
+    import ansible_runner
+
+    for inv in inventories:
+        if not Path(inv).exists():
+            raise DdpfixError(f"inventory not found: {inv}", ExitCode.INVALID_INPUT)
+    run_dir = new_run_dir("inventory")
+    out, err = ansible_runner.get_inventory(
+        action="list",
+        inventories=[str(Path(i).resolve()) for i in inventories],
+        response_format="json",
+        quiet=True,
+        private_data_dir=str(run_dir),
+        envvars={
+            **ansible_env(run_dir, 1),
+            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+            "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+        },
+    )
+    if not out:
+        raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(err or 'no output')}")
+    data = out if isinstance(out, dict) else json.loads(out)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return data

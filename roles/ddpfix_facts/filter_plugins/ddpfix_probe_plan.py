@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+"""Jinja filter: what one node probes, from every node's ddpfix facts (k*N connections, not N^2)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+def _facts(hostvars, host):
+    try:
+        return hostvars[host]["ansible_facts"]["ddpfix_node"]
+    except (KeyError, TypeError):
+        return None
+
+
+def ddpfix_probe_args(hostvars, me, order, master, master_port, peers):
+    """Module arguments for ddpfix_probe on host `me`.
+
+    - resolve every other node's hostname (and fqdn), route to every other node's cluster address;
+    - connect to the master port on the master's cluster address, and to the probe listeners of the
+      next `peers` nodes of the ring (in `order`, skipping nodes without facts), so each node is dialled
+      by `peers` others and the cost is (1 + peers) * N connections.
+    """
+    mine = _facts(hostvars, me) or {}
+    alive = [h for h in order if _facts(hostvars, h) is not None]
+    names, route_to, connect = [], [], []
+    for h in alive:
+        if h == me:
+            continue
+        f = _facts(hostvars, h)
+        for n in (f.get("hostname"), f.get("fqdn")):
+            if n and n not in names:
+                names.append(n)
+        addr = (f.get("cluster") or {}).get("address")
+        if addr and addr not in route_to:
+            route_to.append(addr)
+    mf = _facts(hostvars, master)
+    if mf:
+        maddr = (mf.get("cluster") or {}).get("address")
+        if maddr:
+            connect.append({"name": master, "address": maddr, "port": int(master_port), "kind": "master"})
+    if me in alive and len(alive) > 1:
+        i = alive.index(me)
+        for step in range(1, min(int(peers), len(alive) - 1) + 1):
+            h = alive[(i + step) % len(alive)]
+            f = _facts(hostvars, h)
+            probe = f.get("probe") or {}
+            if probe.get("address") and probe.get("port"):
+                connect.append({"name": h, "address": probe["address"], "port": int(probe["port"]), "kind": "peer"})
+    cluster = mine.get("cluster") or {}
+    return {
+        "bind_address": cluster.get("address") or "",
+        "bind_ifname": cluster.get("ifname") or "",
+        "names": names,
+        "route_to": route_to,
+        "connect": connect,
+    }
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"ddpfix_probe_args": ddpfix_probe_args}

@@ -1,0 +1,186 @@
+# -*- coding: utf-8 -*-
+"""Stdlib-only readers for node facts (run on the node inside ddpfix modules; unit-tested on the controller).
+
+Each function turns one machine-readable source into plain data. No checks live here:
+the findings are computed by the controller (``ddpfix.checks``) from this data.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import ipaddress
+import os
+import shlex
+import socket
+
+__metaclass__ = type
+
+TIME_DAEMONS = ("chronyd", "ntpd", "ntpsec", "systemd-timesyn", "openntpd", "timesyncd", "ptp4l", "phc2sys")
+
+
+def _ip(s):
+    try:
+        return ipaddress.ip_address(u"%s" % s)
+    except ValueError:
+        return None
+
+
+def resolve(name):
+    """Addresses `name` resolves to through NSS (getaddrinfo, like Gloo and c10d), in order, unique."""
+    try:
+        infos = socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OSError):
+        return []
+    out = []
+    for info in infos:
+        addr = info[4][0]
+        if addr not in out:
+            out.append(addr)
+    return out
+
+
+def cluster_interface(ifaces, cidr, master_ip, override=""):
+    """Pick the node's cluster interface and address.
+
+    The cluster network is `cidr`, or else the on-link prefix that contains `master_ip`.
+    The interface is the override if given (reported even when absent), else the first
+    interface holding an IPv4 address inside the cluster network.
+    """
+    net = None
+    if cidr:
+        try:
+            net = ipaddress.ip_network(u"%s" % cidr, strict=False)
+        except ValueError:
+            net = None
+    mip = _ip(master_ip)
+    if net is None and mip is not None:
+        for i in ifaces:
+            for a in i.get("addrs", []):
+                if a.get("family") != "inet" or not a.get("local"):
+                    continue
+                cand = ipaddress.ip_network(u"%s/%s" % (a["local"], a["prefixlen"]), strict=False)
+                if mip in cand and cand.prefixlen > 0 and not ipaddress.ip_address(u"%s" % a["local"]).is_loopback:
+                    net = cand
+                    break
+            if net is not None:
+                break
+    result = {"cidr": str(net) if net else None, "ifname": None, "address": None, "source": None}
+    if net is None:
+        return result
+
+    def addr_in(i):
+        for a in i.get("addrs", []):
+            ip = _ip(a.get("local"))
+            if ip is not None and ip.version == net.version and ip in net:
+                return str(ip)
+        return None
+
+    if override:
+        result["source"] = "override"
+        result["ifname"] = override
+        for i in ifaces:
+            if i.get("name") == override:
+                result["address"] = addr_in(i)
+        return result
+    for i in sorted(ifaces, key=lambda x: x.get("index") or 0):
+        a = addr_in(i)
+        if a:
+            result.update(ifname=i.get("name"), address=a, source="cidr")
+            return result
+    return result
+
+
+def parse_hosts_file(text):
+    """/etc/hosts as a list of {line, addr, names} (comments and blanks dropped)."""
+    entries = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        entries.append({"line": n, "addr": parts[0], "names": parts[1:], "text": raw.rstrip()})
+    return entries
+
+
+def parse_env_file(text):
+    """KEY=value lines as bash, systemd EnvironmentFile= and docker --env-file read them (simple subset)."""
+    values = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key = key.strip()
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            try:
+                value = shlex.split(value)[0]
+            except ValueError:
+                value = value[1:-1]
+        values[key] = value
+    return values
+
+
+TRACKING_FIELDS = (
+    "ref_id", "ref_name", "stratum", "ref_time", "system_offset", "last_offset", "rms_offset",
+    "frequency_ppm", "residual_freq_ppm", "skew_ppm", "root_delay", "root_dispersion",
+    "update_interval", "leap_status",
+)
+
+
+def parse_chronyc_tracking(text):
+    """`chronyc -c tracking` (CSV) to a dict; None if it cannot be read."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    parts = line.split(",")
+    if len(parts) < len(TRACKING_FIELDS):
+        return None
+    out = dict(zip(TRACKING_FIELDS, parts))
+    for k in ("stratum",):
+        try:
+            out[k] = int(out[k])
+        except ValueError:
+            pass
+    for k in ("ref_time", "system_offset", "last_offset", "rms_offset", "root_delay", "root_dispersion", "update_interval"):
+        try:
+            out[k] = float(out[k])
+        except ValueError:
+            pass
+    out["synchronised"] = out["leap_status"] != "Not synchronised" and out["ref_id"] not in ("00000000", "0")
+    return out
+
+
+def listening_ports(tcp_text, tcp6_text=""):
+    """Local TCP ports in LISTEN state (from /proc/net/tcp and tcp6), sorted and unique."""
+    ports = set()
+    for text in (tcp_text or "", tcp6_text or ""):
+        for line in text.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) > 3 and parts[3] == "0A":
+                try:
+                    ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+                except (IndexError, ValueError):
+                    continue
+    return sorted(ports)
+
+
+def running_time_daemons(proc="/proc"):
+    """Names of running time-sync daemons, read from /proc/<pid>/comm."""
+    found = set()
+    try:
+        pids = [d for d in os.listdir(proc) if d.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(os.path.join(proc, pid, "comm")) as f:
+                comm = f.read().strip()
+        except (OSError, IOError):
+            continue
+        if comm in TIME_DAEMONS:
+            found.add(comm)
+    return sorted(found)

@@ -1,0 +1,103 @@
+"""The inventory contract: validation of inputs (no hosts needed; real ansible-inventory)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.cli import cli
+from ddpfix.inventory import cluster_from_inventory_data, load_cluster
+
+
+def _data(hosts: dict[str, dict], **groupvars: object) -> dict:
+    hv = {h: {**groupvars, **v} for h, v in hosts.items()}
+    return {"_meta": {"hostvars": hv}, "all": {"children": ["ddp_nodes"]}, "ddp_nodes": {"hosts": list(hosts)}}
+
+
+def test_defaults_master_first_and_ranks_in_inventory_order() -> None:
+    c = cluster_from_inventory_data(_data({"a": {"ansible_host": "10.0.0.1"}, "b": {}, "c": {}}))
+    assert c.master == "a"
+    assert [(n.name, n.rank) for n in c.nodes] == [("a", 0), ("b", 1), ("c", 2)]
+    assert c.master_port == 29500 and c.cluster_cidr is None and c.env_path == "/etc/ddpfix/ddp.env"
+    assert c.world_size == 3
+
+
+def test_master_not_first_gets_rank_zero_and_explicit_ranks_kept() -> None:
+    c = cluster_from_inventory_data(_data({"a": {"ddp_node_rank": 2}, "b": {}, "c": {}}, ddp_master="b"))
+    assert {n.name: n.rank for n in c.nodes} == {"b": 0, "a": 2, "c": 1}
+
+
+@pytest.mark.parametrize(
+    ("hosts", "gv", "message"),
+    [
+        ({"a": {}, "b": {}}, {"ddp_master": "zz"}, "ddp_master 'zz' is not a host"),
+        ({"a": {"ddp_node_rank": 1}, "b": {"ddp_node_rank": 1}}, {}, "duplicate ddp_node_rank 1"),
+        ({"a": {}, "b": {}}, {"ddp_cluster_cidr": "10.0.0.0/33"}, "not a valid CIDR"),
+        ({"a": {}, "b": {}}, {"ddp_cluster_cidr": "0.0.0.0/0"}, "whole address space"),
+        ({"a": {}, "b": {}}, {"ddp_master_port": 70000}, "between 1 and 65535"),
+        ({"a": {}, "b": {}}, {"ddp_master_port": 0}, "between 1 and 65535"),
+        ({"a": {}, "b": {}}, {"ddp_master_port": "http"}, "must be an integer"),
+        ({"a": {}, "b": {}}, {"ddp_firewall": "ufw"}, "ddp_firewall must be one of"),
+        ({"a": {"ddp_node_rank": 5}, "b": {}}, {}, "between 0 and 1"),
+        ({"a": {"ddp_node_rank": 1}, "b": {}}, {}, "must have rank 0"),
+    ],
+)
+def test_invalid_inputs(hosts: dict, gv: dict, message: str) -> None:
+    with pytest.raises(DdpfixError) as exc:
+        cluster_from_inventory_data(_data(hosts, **gv))
+    assert message in str(exc.value)
+    assert exc.value.code == ExitCode.INVALID_INPUT
+
+
+def test_empty_group() -> None:
+    with pytest.raises(DdpfixError, match="has no hosts"):
+        cluster_from_inventory_data({"_meta": {"hostvars": {}}, "ddp_nodes": {"hosts": []}})
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "hosts.yml"
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def test_real_inventory_file_group_vars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    inv = _write(tmp_path, """
+        ddp_nodes:
+          vars: {ddp_master_port: 29600, ddp_cluster_cidr: 192.168.50.0/24}
+          hosts:
+            n1: {ansible_host: 192.168.50.1}
+            n2: {ansible_host: 192.168.50.2, ddp_socket_ifname: ens5}
+        """)
+    c = load_cluster([inv])
+    assert c.master_port == 29600 and c.cluster_cidr == "192.168.50.0/24"
+    assert c.node("n2").socket_ifname == "ens5" and c.node("n1").address == "192.168.50.1"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ddp_nodes:\n  hosts: {}\n", "no hosts"),
+        ("ddp_nodes: [unclosed\n", "cannot read inventory"),
+        ("ddp_nodes:\n  hosts: {a: {ddp_node_rank: 0}, b: {ddp_node_rank: 0}}\n", "duplicate ddp_node_rank 0"),
+    ],
+)
+def test_cli_bad_inventory_exit_2_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str) -> None:
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    inv = tmp_path / "inv.yml"
+    inv.write_text(text)
+    r = CliRunner().invoke(cli, ["-i", str(inv), "audit"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], r.output
+
+
+def test_cli_missing_inventory_and_bad_option(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["-i", str(tmp_path / "nope.yml"), "audit"])
+    assert r.exit_code == 2 and "inventory not found" in r.output
+    r = CliRunner().invoke(cli, ["-i", str(tmp_path / "nope.yml"), "audit", "--fail-on", "fatal"])
+    assert r.exit_code == 2 and "fatal" in r.output
