@@ -2,6 +2,7 @@
 # Create .venv with ddpfix and its test/torch extras (torch 2.13.0 CPU, from the local wheel when present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/apt-deps.sh
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

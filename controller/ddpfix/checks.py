@@ -112,13 +112,6 @@ def check_unreachable(ctx: Context) -> Iterable[Finding]:
 # ---------------------------------------------------------------- firewall
 
 
-def _sample_ports(lo: int, hi: int, k: int) -> list[int]:
-    if hi <= lo or k <= 1:
-        return [lo]
-    step = (hi - lo) / (k - 1)
-    return sorted({int(lo + round(i * step)) for i in range(k)})
-
-
 def check_firewall(ctx: Context) -> Iterable[Finding]:
     fw = firewall_lib()
     addrs = {name: ctx.plan[name].address for name, _ in ctx.audited()}
@@ -146,7 +139,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
                               str(open_ev), cidr=ctx.cidr)
         blocked = None
         for src in sources:
-            for p in _sample_ports(int(lo), int(hi), ctx.thresholds.peer_port_samples):
+            for p in fw.sample_ports(state, int(lo), int(hi), ctx.thresholds.peer_port_samples):
                 v = fw.evaluate(state, src, p, iface=iface)
                 if not v.get("allowed", True):
                     blocked = (src, p, v)
@@ -160,7 +153,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
                 f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {v.get('verdict')}ed by {v.get('layer')}",
                 str(v.get("evidence")), cidr=ctx.cidr, range=f"{lo}-{hi}",
             )
-        open_ev = fw.world_open(state, f"{lo}-{hi}", ctx.cidr, iface=iface) if ctx.cidr else None
+        open_ev = fw.world_open(state, (int(lo), int(hi)), ctx.cidr, iface=iface) if ctx.cidr else None
         if open_ev:
             yield finding("firewall.world-open", name, f"ephemeral range {lo}-{hi} is open to any source",
                           str(open_ev), cidr=ctx.cidr)

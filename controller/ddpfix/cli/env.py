@@ -1,14 +1,73 @@
-"""`ddpfix env`."""
+"""`ddpfix env`: the per-node env file (MASTER_ADDR, ranks, socket interface) for launch scripts and torchrun."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
 import click
 
-from ddpfix.app import Application, ExitCode
+from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.audit import collect
+from ddpfix.cli.common import cluster_of
+from ddpfix.plan import render_env
+from ddpfix.progress import Progress
+from ddpfix.remediate import HostPlan, run_remediation
 
 
 @click.command("env")
+@click.option("--apply", "apply", is_flag=True, help="Write the env file on every node (default: print them).")
+@click.option("--local-dir", type=click.Path(file_okay=False), help="Also write <host>.env files here, on this machine.")
+@click.option("--allow-partial", is_flag=True, help="Proceed when some nodes are unreachable (their ranks stay reserved).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_obj
-def command(app: Application) -> None:
-    """(not implemented yet)"""
-    app.abort("'env' is not implemented yet", ExitCode.RUN_FAILED)
+def command(app: Application, apply: bool, local_dir: str | None, allow_partial: bool, fmt: str) -> None:
+    """Render each node's env file from the inventory and the nodes' facts; --apply writes it on the nodes.
+
+    Ranks: explicit ddp_node_rank, else inventory order with the master first. An unreachable node never
+    makes the others renumber: with one missing, nothing is written (exit 1) unless --allow-partial.
+    """
+    cluster = cluster_of(app)
+    with Progress(cluster.names, "ddpfix env: facts", enabled=None if fmt == "text" else False) as progress:
+        ctx, _ = collect(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, probe=False, progress=progress)
+    missing = [n.name for n in ctx.cluster.nodes if not ctx.facts.get(n.name)]
+    unusable = [n for n, p in ctx.plan.items() if n not in missing and (not p.address or not p.env.get("MASTER_ADDR"))]
+    if missing and not allow_partial:
+        click.echo(f"ddpfix: refused: {', '.join(missing)} unreachable; writing env files now would leave an incomplete "
+                   "rank set (ranks never shift). Fix the node or pass --allow-partial.", err=True)
+        raise SystemExit(int(ExitCode.FINDINGS))
+    if unusable:
+        raise DdpfixError(f"no address in the cluster network {ctx.cidr} on: {', '.join(unusable)} "
+                          "(or the master has none); run ddpfix audit", ExitCode.FINDINGS)
+    files = {n: render_env(p) for n, p in ctx.plan.items() if n not in missing}
+    if local_dir:
+        d = Path(local_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            _atomic_write(d / f"{name}.env", text)
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"schema": "ddpfix.env/v1", "files": files, "missing": missing}, indent=2) + "\n")
+    elif not apply:
+        for name, text in files.items():
+            click.echo(f"==> {name}:{cluster.env_path} <==\n{text}")
+    if apply:
+        plans = {n: HostPlan(env=t) for n, t in files.items()}
+        run, changes = run_remediation(ctx, plans, apply=True, limit=app.limit, forks=app.forks,
+                                       verbosity=app.verbosity, progress=None)
+        failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}
+        for h in sorted(files):
+            state = "failed: " + failed[h] if h in failed else ("written" if run.changed(h) else "unchanged")
+            click.echo(f"{h}: {cluster.env_path} {state}", err=True)
+        if failed:
+            raise SystemExit(int(ExitCode.FINDINGS))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)

@@ -1,14 +1,94 @@
-"""`ddpfix remediate`."""
+"""`ddpfix remediate`: show (dry run) or make (--apply) the fixes for what the audit finds."""
 
 from __future__ import annotations
 
 import click
+from rich.console import Console
 
-from ddpfix.app import Application, ExitCode
+from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.audit import run_audit
+from ddpfix.cli.common import cluster_of, emit, host_summaries, output_options
+from ddpfix.findings import RULES
+from ddpfix.progress import Progress
+from ddpfix.remediate import build_plan, remaining_fixable, run_remediation
+from ddpfix.report import document
 
 
 @click.command("remediate")
+@click.option("--apply", "apply", is_flag=True, help="Make the changes (default: dry run, nothing touched).")
+@click.option("--only", help="Comma-separated finding ids to fix (default: every fixable finding).")
+@click.option("--allow-partial", is_flag=True, help="Write env files even when some nodes are unreachable.")
+@output_options
 @click.pass_obj
-def command(app: Application) -> None:
-    """(not implemented yet)"""
-    app.abort("'remediate' is not implemented yet", ExitCode.RUN_FAILED)
+def command(app: Application, apply: bool, only: str | None, allow_partial: bool, fmt: str, output: str | None) -> None:
+    """Fix every fixable finding: firewall (cluster CIDR only), /etc/hosts block, chrony, env files.
+
+    Without --apply: a dry run (Ansible check + diff mode) listing every change per host; exit 0 when
+    nothing would change, 1 when changes are pending. With --apply: make them, re-audit, exit 0 when
+    no fixable finding remains, else 1.
+    """
+    only_ids = None
+    if only:
+        only_ids = {s.strip() for s in only.split(",") if s.strip()}
+        unknown = sorted(only_ids - set(RULES))
+        if unknown:
+            raise DdpfixError(f"--only: unknown finding id(s): {', '.join(unknown)}", ExitCode.INVALID_INPUT)
+    cluster = cluster_of(app)
+    quiet = fmt == "json"
+    err = Console(stderr=True)
+    with Progress(cluster.names, "ddpfix remediate: audit", enabled=None if not quiet else False) as progress:
+        before = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
+    ctx = before.context
+    plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial)
+    with Progress(list(plans), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
+                  enabled=None if not quiet else False) as progress:
+        run, changes = run_remediation(ctx, plans, apply=apply, limit=app.limit, forks=app.forks,
+                                       verbosity=app.verbosity, progress=progress)
+    failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}
+    after = None
+    if apply:
+        with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
+            after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
+    final = after or before
+    remaining = remaining_fixable(final)
+    doc = document(
+        "remediate", cluster.inventories, host_summaries(final.context.hosts, final.context.plan, cluster), final.findings,
+        {
+            "apply": apply,
+            "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
+            "changed": {h: run.changed(h) for h in sorted(plans)},
+            "failed_hosts": failed,
+            "refused": refusals,
+            "notes": {h: p.notes for h, p in plans.items() if p.notes},
+            "remaining_fixable": [f.to_json() for f in remaining] if apply else None,
+        },
+    )
+    if not quiet:
+        _print_changes(err, changes, apply, failed, refusals, plans)
+    emit(doc, fmt, output)
+    if apply:
+        code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
+    else:
+        code = ExitCode.FINDINGS if changes or failed or refusals else ExitCode.OK
+    raise SystemExit(int(code))
+
+
+def _print_changes(con: Console, changes: list, apply: bool, failed: dict, refusals: list, plans: dict) -> None:
+    verb = "changed" if apply else "would change"
+    if not changes:
+        con.print(f"[green]no changes[/] ({'applied' if apply else 'dry run'})")
+    host = None
+    for c in changes:
+        if c.host != host:
+            host = c.host
+            con.rule(f"{host}: {verb}")
+        con.print(f"[yellow]*[/] {c.task}", highlight=False, markup=False)
+        if c.diff:
+            con.print(c.diff, highlight=False, markup=False)
+    for h, msg in sorted(failed.items()):
+        con.print(f"[red]failed[/] {h}: {msg}", highlight=False)
+    for r in refusals:
+        con.print(f"[red]refused[/] {r}", highlight=False)
+    for h, p in sorted(plans.items()):
+        for n in p.notes:
+            con.print(f"[yellow]manual[/] {h}: {n}", highlight=False)

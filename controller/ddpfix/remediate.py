@@ -1,0 +1,191 @@
+"""Remediation: turn an audit into a per-host plan of fixes, run it (check+diff or apply), re-audit."""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.audit import AuditResult
+from ddpfix.checks import Context
+from ddpfix.findings import Finding
+from ddpfix.inventory import GROUP
+from ddpfix.plan import hosts_block, render_env
+from ddpfix.progress import Progress
+from ddpfix.runner import RunResult, run_playbook
+
+FIREWALL_IDS = {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
+PROBE_IDS = {"probe.master-port-unreachable", "probe.peer-unreachable"}
+HOSTS_IDS = {"hosts.hostname-loopback", "hosts.peer-unresolvable", "hosts.peer-mismatch"}
+TIME_IDS = {"time.no-daemon", "time.unsynchronized"}
+
+
+@dataclass
+class HostPlan:
+    firewall: str = "none"  # firewalld | iptables | none
+    hosts: bool = False
+    time: bool = False
+    env: str = ""  # env file text; empty: not written
+    notes: list[str] = field(default_factory=list)
+
+    def to_vars(self) -> dict[str, Any]:
+        return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env}
+
+
+@dataclass
+class Change:
+    host: str
+    task: str
+    diff: str
+
+
+def firewall_backend(state: dict[str, Any], configured: str) -> str:
+    if configured in ("firewalld", "iptables", "none"):
+        return configured
+    fwd = state.get("firewalld")
+    if isinstance(fwd, dict) and fwd.get("running", True):
+        return "firewalld"
+    if state.get("iptables"):
+        return "iptables"
+    return "none"
+
+
+def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | None = None,
+               env: bool = True, allow_partial: bool = False) -> tuple[dict[str, HostPlan], list[str]]:
+    """Per-host fixes for the findings. Returns (plans, refusals)."""
+    fl = [f for f in findings if only is None or f.id in only]
+    ids_by_host: dict[str | None, set[str]] = {}
+    for f in fl:
+        ids_by_host.setdefault(f.host, set()).add(f.id)
+    failed_targets = {
+        c.get("name")
+        for h in ctx.hosts.values()
+        for c in ((h.probe or {}).get("connects") or [])
+        if not c.get("ok")
+    }
+    all_ids = {f.id for f in fl}
+    refusals: list[str] = []
+    audited = dict(ctx.audited())
+    missing = [n.name for n in ctx.cluster.nodes if n.name not in audited]
+    write_env = env and (only is None or "env.inconsistent" in only or "env.missing" in only
+                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private"}))
+    if write_env and missing and not allow_partial:
+        refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
+                        "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
+        write_env = False
+    hosts_needed = bool(all_ids & HOSTS_IDS)
+    time_needed_any = bool(all_ids & TIME_IDS)
+    plans: dict[str, HostPlan] = {}
+    for name, facts in audited.items():
+        hp = HostPlan()
+        mine = ids_by_host.get(name, set())
+        blocks = bool(mine & FIREWALL_IDS) or (name in failed_targets and (only is None or bool(only & (PROBE_IDS | FIREWALL_IDS))))
+        if blocks:
+            hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall)
+            if hp.firewall == "none":
+                hp.notes.append("firewall blocks traffic but no firewalld/iptables to change: fix it by hand (nftables)")
+        hp.hosts = hosts_needed and (only is None or bool(only & HOSTS_IDS))
+        hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
+        if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
+            hp.env = render_env(ctx.plan[name])
+        plans[name] = hp
+    return plans, refusals
+
+
+def hosts_entries(ctx: Context) -> list[dict[str, Any]]:
+    counts: dict[str, int] = {}
+    for p in ctx.plan.values():
+        if p.hostname:
+            counts[p.hostname] = counts.get(p.hostname, 0) + 1
+    entries = []
+    for p in sorted(ctx.plan.values(), key=lambda x: x.rank):
+        if not p.address:
+            continue
+        names = []
+        for n in (p.hostname, p.name):
+            if not n or n in names or counts.get(n, 0) > 1 or _is_ip(n):
+                continue
+            names.append(n)
+        if names:
+            entries.append({"address": p.address, "names": names})
+    return entries
+
+
+def _is_ip(s: str) -> bool:
+    try:
+        ipaddress.ip_address(s)
+        return True
+    except ValueError:
+        return False
+
+
+def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, Any]:
+    c = ctx.cluster
+    return {
+        "ddpfix_target": GROUP,
+        "ddpfix_plan": {h: p.to_vars() for h, p in plans.items()},
+        "ddpfix_cidr": ctx.cidr or "",
+        "ddpfix_hosts": hosts_entries(ctx),
+        "ddpfix_master": c.master,
+        "ddpfix_master_address": ctx.plan[c.master].address if c.master in ctx.plan else "",
+        "ddpfix_ntp_servers": list(c.ntp_servers),
+        "ddpfix_ntp_local_master": c.ntp_local_master,
+        "ddpfix_env_path": c.env_path,
+    }
+
+
+def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, limit: str | None, forks: int | None,
+                    verbosity: int, progress: Progress | None) -> tuple[RunResult, list[Change]]:
+    if not ctx.cidr:
+        raise DdpfixError("cannot remediate: the cluster network is unknown (set ddp_cluster_cidr)", ExitCode.INVALID_INPUT)
+    hosts = ",".join(plans) or "none"
+    run = run_playbook(
+        "remediate.yml",
+        ctx.cluster.inventories,
+        extravars=remediate_extravars(ctx, plans),
+        limit=hosts if not limit else f"{limit}:&{hosts}",
+        forks=forks,
+        n_hosts=len(plans),
+        check=not apply,
+        diff=True,
+        verbosity=verbosity,
+        on_event=progress.on_event if progress else None,
+        name="remediate" if apply else "remediate-check",
+    )
+    return run, changes_of(run)
+
+
+def changes_of(run: RunResult) -> list[Change]:
+    out: list[Change] = []
+    for host, hr in sorted(run.hosts.items()):
+        for t in hr.tasks:
+            if t.status != "changed":
+                continue
+            out.append(Change(host, t.task, render_diff(t.res.get("diff"))))
+    return out
+
+
+def render_diff(diff: Any) -> str:
+    items = diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []
+    chunks = []
+    for d in items:
+        if not isinstance(d, dict):
+            continue
+        if "prepared" in d:
+            chunks.append(str(d["prepared"]).rstrip())
+            continue
+        before, after = d.get("before"), d.get("after")
+        if isinstance(before, str) and isinstance(after, str):
+            a = d.get("before_header", "before")
+            b = d.get("after_header", "after")
+            chunks.append("".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), a, b)).rstrip())
+        elif before is not None or after is not None:
+            chunks.append(f"- {before}\n+ {after}")
+    return "\n".join(c for c in chunks if c)
+
+
+def remaining_fixable(result: AuditResult) -> list[Finding]:
+    return [f for f in result.findings if f.rule.fixable and f.severity.label != "info"]

@@ -1,0 +1,149 @@
+"""Verification of the end state: testinfra checks on every node, the active probes, and optionally a real
+torch.distributed all-reduce launched with torchrun from the env files."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ddpfix.checks import Context, _is_loopback
+from ddpfix.findings import Finding
+from ddpfix.inventory import GROUP, Cluster
+from ddpfix.plan import render_env
+from ddpfix.progress import Progress
+from ddpfix.runner import run_playbook
+
+BLOCK_RE = re.compile(r"# BEGIN ddpfix managed block\n(.*?)# END ddpfix managed block", re.S)
+
+
+@dataclass
+class Check:
+    host: str
+    name: str
+    ok: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
+    """End-state checks through testinfra (over the inventory's own SSH settings)."""
+    import testinfra
+
+    inv = ctx.cluster.inventories[0]
+    out: list[Check] = []
+    blocks: dict[str, str] = {}
+    by_host: dict[str, set[str]] = {}
+    for f in findings:
+        by_host.setdefault(f.host or "", set()).add(f.id)
+    for name, facts in ctx.audited():
+        host = testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}")
+        envf = host.file(ctx.cluster.env_path)
+        want = render_env(ctx.plan[name])
+        if not envf.exists:
+            out.append(Check(name, "env file present", False, f"{ctx.cluster.env_path} missing"))
+        else:
+            content = envf.content_string
+            same = content == want
+            out.append(Check(name, "env file present and as planned", same and envf.mode == 0o644,
+                             f"mode {oct(envf.mode)}" + ("" if same else "; content differs from the plan")))
+        hn = host.check_output("hostname")
+        addrs = host.addr(hn).ipv4_addresses if hn else []
+        loop = [a for a in addrs if _is_loopback(a)]
+        out.append(Check(name, "hostname not on loopback", bool(addrs) and not loop,
+                         f"{hn} -> {', '.join(addrs) or 'nothing'}"))
+        hosts_text = host.file("/etc/hosts").content_string
+        m = BLOCK_RE.search(hosts_text)
+        blocks[name] = m.group(1) if m else ""
+        chrony = host.process.filter(comm="chronyd")
+        tracking = host.run("chronyc -c -n tracking")
+        synced = tracking.rc == 0 and "Not synchronised" not in tracking.stdout and tracking.stdout.strip() != ""
+        out.append(Check(name, "chrony running and synchronised", bool(chrony) and synced,
+                         f"{len(chrony)} chronyd; tracking: {tracking.stdout.strip()[:80] or tracking.stderr.strip()[:80]}"))
+        fw_ids = sorted(i for i in by_host.get(name, set()) if i.startswith("firewall.") and i != "firewall.world-open")
+        out.append(Check(name, "firewall admits the cluster CIDR", not fw_ids, ", ".join(fw_ids) or f"{ctx.cidr} allowed"))
+        pr = ctx.hosts[name].probe or {}
+        bad = [c for c in pr.get("connects") or [] if not c.get("ok")]
+        out.append(Check(name, "probes (master port, ring peers) connect", not bad,
+                         "; ".join(f"{c['name']} {c['address']}:{c['port']}: {c['error']}" for c in bad)
+                         or f"{len(pr.get('connects') or [])} connects ok"))
+    distinct = {b for b in blocks.values()}
+    for name, b in blocks.items():
+        out.append(Check(name, "managed /etc/hosts block identical on all nodes", bool(b) and len(distinct) == 1,
+                         "present" if b else "no managed block"))
+    return out
+
+
+CAUSES = [
+    (re.compile(r"127\.0\.[01]\.1|remote=\[127\.|loopback", re.I),
+     "an address on loopback was advertised: hostname -> 127.x (hosts.hostname-loopback)"),
+    (re.compile(r"Unable to find address for|no such device|family \d+ is neither", re.I),
+     "the socket interface name does not exist on this node (netif.missing)"),
+    (re.compile(r"waiting for clients|DistStoreError", re.I),
+     "the master's store did not hear from every node: workers cannot reach MASTER_ADDR:MASTER_PORT (firewall/route)"),
+    (re.compile(r"Connection refused|ECONNREFUSED", re.I),
+     "connection refused: nothing listening, or a REJECT rule (firewall.* / wrong MASTER_ADDR)"),
+    (re.compile(r"timed out|Timeout|DistNetworkError", re.I),
+     "connection timed out: a DROP rule, a wrong route or a non-cluster MASTER_ADDR (firewall.*, route.*, addr.*)"),
+    (re.compile(r"Connection reset by peer", re.I),
+     "connection reset by a peer: its firewall rejects the ports Gloo opens (firewall.peer-ports-blocked)"),
+    (re.compile(r"No module named .?torch", re.I), "torch is not installed for ddp_python on this node"),
+    (re.compile(r"No such file or directory.*ddp\.env|ddp\.env: No such file", re.I),
+     "no env file: run ddpfix env --apply"),
+]
+
+
+def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
+    ids = sorted(set(finding_ids))
+    for rx, cause in CAUSES:
+        if rx.search(text):
+            return cause + (f"; audit findings here: {', '.join(ids)}" if ids else "")
+    return f"audit findings here: {', '.join(ids)}" if ids else "unknown: see the error text"
+
+
+def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosity: int,
+              progress: Progress | None, findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    run = run_playbook(
+        "verify_torch.yml", cluster.inventories, extravars={"ddpfix_target": GROUP}, limit=limit, forks=forks,
+        n_hosts=len(cluster.nodes), verbosity=verbosity, on_event=progress.on_event if progress else None,
+        name="verify-torch",
+    )
+    ids: dict[str, set[str]] = {}
+    for f in findings:
+        ids.setdefault(f.host or "", set()).add(f.id)
+    out = []
+    for node in cluster.nodes:
+        hr = run.hosts.get(node.name)
+        res = (hr.result("verify | torchrun") if hr else None) or {}
+        if hr is None or hr.unreachable or not res:
+            out.append({"host": node.name, "ok": False, "error": (hr.message if hr else "did not run"),
+                        "cause": "node unreachable or the run failed before torchrun"})
+            continue
+        stdout, stderr = res.get("stdout", ""), res.get("stderr", "")
+        result = None
+        for line in stdout.splitlines():
+            if line.startswith("DDPFIX_RESULT "):
+                result = json.loads(line.split(" ", 1)[1])
+        ok = res.get("rc") == 0 and bool(result and result.get("ok"))
+        entry: dict[str, Any] = {"host": node.name, "ok": ok, "rc": res.get("rc"), "result": result}
+        if not ok:
+            text = stderr + "\n" + stdout
+            entry["error"] = _error_line(text, res.get("rc"))
+            entry["cause"] = likely_cause(text, ids.get(node.name, set()) | ids.get("", set()))
+        out.append(entry)
+    return out
+
+
+def _error_line(text: str, rc: Any) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for pat in ("Error:", "Error ", "error:", "failed", "Timed out", "timed out"):
+        for ln in reversed(lines):
+            if pat in ln and not ln.startswith("File "):
+                return ln[:400]
+    if rc == 124:
+        return "torchrun killed at the deadline (timeout)"
+    return (lines[-1][:400] if lines else f"exit code {rc}")

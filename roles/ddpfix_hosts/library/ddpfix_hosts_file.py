@@ -1,0 +1,114 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Keep a managed block in /etc/hosts and make its names appear nowhere else (e.g. on 127.0.1.1)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ddpfix_hosts_file
+short_description: Managed /etc/hosts block for a training cluster
+description:
+  - Ensures a block between C(# BEGIN ddpfix managed block) and C(# END ddpfix managed block) with exactly I(entries).
+  - Removes every name the block manages from all other lines (the Debian C(127.0.1.1 HOSTNAME) line, stale entries),
+    dropping lines left without names. C(localhost) lines are otherwise left alone.
+  - Backs the file up before changing it and writes atomically; when the file is a bind mount (containers), where a
+    rename fails with EBUSY, it falls back to rewriting the file in place.
+  - Supports check mode and diff mode.
+options:
+  path: {description: The hosts file., type: path, default: /etc/hosts}
+  entries: {description: "List of {address, names}.", type: list, elements: dict, required: true}
+  backup: {description: Keep a timestamped backup of the original., type: bool, default: true}
+"""
+
+EXAMPLES = r"""
+- ddpfix_hosts_file:
+    entries: [{address: 192.168.77.11, names: [node1]}, {address: 192.168.77.12, names: [node2]}]
+"""
+
+RETURN = r"""
+backup_file: {description: Path of the backup, returned: changed and backup, type: str}
+removed: {description: Lines changed or removed outside the block, returned: always, type: list}
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+BEGIN = "# BEGIN ddpfix managed block"
+END = "# END ddpfix managed block"
+NOTE = "# Managed by ddpfix: every cluster node's hostname -> its cluster address. Do not edit."
+
+
+def render(text, entries):
+    """Return (new_text, removed_lines)."""
+    managed = set()
+    for e in entries:
+        managed.update(e["names"])
+    out, removed, in_block = [], [], False
+    for line in text.splitlines():
+        s = line.strip()
+        if s == BEGIN:
+            in_block = True
+            continue
+        if s == END:
+            in_block = False
+            continue
+        if in_block:
+            continue
+        body, sep, comment = line.partition("#")
+        parts = body.split()
+        if len(parts) >= 2 and any(n in managed for n in parts[1:]):
+            keep = [n for n in parts[1:] if n not in managed]
+            removed.append(line)
+            if keep:
+                out.append("\t".join([parts[0]] + keep) + ((" #" + comment) if sep else ""))
+            continue
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    block = [BEGIN, NOTE] + ["%s\t%s" % (e["address"], " ".join(e["names"])) for e in entries] + [END]
+    return "\n".join(out + [""] + block) + "\n", removed
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/etc/hosts"),
+            entries=dict(type="list", elements="dict", required=True),
+            backup=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params["path"]
+    try:
+        with open(path) as f:
+            before = f.read()
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="cannot read %s: %s" % (path, exc))
+    entries = [{"address": str(e["address"]), "names": [str(n) for n in e["names"]]} for e in module.params["entries"]]
+    after, removed = render(before, entries)
+    result = dict(changed=before != after, removed=removed, diff={"before": before, "after": after,
+                                                                     "before_header": path, "after_header": path})
+    if result["changed"] and not module.check_mode:
+        if module.params["backup"]:
+            result["backup_file"] = module.backup_local(path)
+        st = os.stat(path)
+        fd, tmp = tempfile.mkstemp(prefix=".ddpfix-hosts.", dir=os.path.dirname(path) or ".")
+        with os.fdopen(fd, "w") as f:
+            f.write(after)
+        os.chmod(tmp, st.st_mode & 0o7777)
+        try:
+            os.chown(tmp, st.st_uid, st.st_gid)
+        except OSError:
+            pass
+        # atomic rename; on EBUSY (bind-mounted file) Ansible falls back to an in-place write
+        module.atomic_move(tmp, path, unsafe_writes=True)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
