@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/apt-deps.sh
+# Prefer the system interpreter: lab nodes have a private /root, so a venv built on a Python under /root
+# (pyenv) would not run inside them (verify --torch runs the venv's python on the nodes).
+if [ -z "${PYTHON:-}" ] && /usr/bin/python3 -c 'import sys, venv; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+  PYTHON=/usr/bin/python3
+fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -332,8 +332,11 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
         ifaces = f.get("interfaces") or []
         cl = f.get("cluster") or {}
         actual = ctx.plan[name].ifname
+        # the NIC holding the cluster address, even when a (wrong) override hid it from the plan
+        real = actual or next((i.get("name") for i in ifaces if any(ctx.in_cidr(a) for a in _inet(i))), None)
+        if real:
+            names[name] = real
         if actual:
-            names[name] = actual
             i = _iface(f, actual) or {}
             if i.get("mtu"):
                 mtus[name] = int(i["mtu"])
@@ -352,16 +355,16 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
                 if not ok:
                     yield finding("netif.missing", name,
                                   f"{key}={value} matches no interface with an address in {ctx.cidr} on {name}",
-                                  f"matched: {', '.join(i['name'] for i in chosen) or 'nothing'}; cluster interface is {actual}")
+                                  f"{key}={value} matched: {', '.join(i['name'] for i in chosen) or 'nothing'}; cluster interface is {actual}")
             else:
                 for ifn in [v for v in value.split(",") if v]:
                     i = _iface(f, ifn)
                     if i is None:
                         yield finding("netif.missing", name, f"{key}={value}: interface {ifn} does not exist on {name}",
-                                      f"interfaces present: {', '.join(x['name'] for x in ifaces)}; cluster interface is {actual}")
+                                      f"{key}={value}; interfaces present: {', '.join(x['name'] for x in ifaces)}; cluster interface is {actual}")
                     elif not any(ctx.in_cidr(a) for a in _inet(i)):
                         yield finding("netif.missing", name, f"{key}={value}: {ifn} has no address in {ctx.cidr}",
-                                      f"{ifn} addresses: {', '.join(_inet(i)) or 'none'}")
+                                      f"{key}={value}; {ifn} addresses: {', '.join(_inet(i)) or 'none'}")
         if not configured.get("NCCL_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
             chosen = nccl_select(None, ifaces)
             if chosen and not any(ctx.in_cidr(a) for a in _inet(chosen[0])):

@@ -79,19 +79,22 @@ def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
 
 
 CAUSES = [
+    (re.compile(r"failed to run command|No module named .?torch", re.I),
+     "ddp_python on this node cannot run torch (set ddp_python to an interpreter with torch installed)"),
     (re.compile(r"127\.0\.[01]\.1|remote=\[127\.|loopback", re.I),
      "an address on loopback was advertised: hostname -> 127.x (hosts.hostname-loopback)"),
     (re.compile(r"Unable to find address for|no such device|family \d+ is neither", re.I),
      "the socket interface name does not exist on this node (netif.missing)"),
     (re.compile(r"waiting for clients|DistStoreError", re.I),
      "the master's store did not hear from every node: workers cannot reach MASTER_ADDR:MASTER_PORT (firewall/route)"),
+    (re.compile(r"No route to host|errno: 113|EHOSTUNREACH", re.I),
+     "no route to host: an ICMP-rejecting firewall (firewalld's default) or a wrong route on the way to that address"),
     (re.compile(r"Connection refused|ECONNREFUSED", re.I),
      "connection refused: nothing listening, or a REJECT rule (firewall.* / wrong MASTER_ADDR)"),
-    (re.compile(r"timed out|Timeout|DistNetworkError", re.I),
+    (re.compile(r"timed out|DistNetworkError", re.I),
      "connection timed out: a DROP rule, a wrong route or a non-cluster MASTER_ADDR (firewall.*, route.*, addr.*)"),
     (re.compile(r"Connection reset by peer", re.I),
      "connection reset by a peer: its firewall rejects the ports Gloo opens (firewall.peer-ports-blocked)"),
-    (re.compile(r"No module named .?torch", re.I), "torch is not installed for ddp_python on this node"),
     (re.compile(r"No such file or directory.*ddp\.env|ddp\.env: No such file", re.I),
      "no env file: run ddpfix env --apply"),
 ]
@@ -138,8 +141,14 @@ def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosi
     return out
 
 
+EXC_LINE = re.compile(r"^[\w.]*(Error|Exception|Timeout)\b[^ ]*: ")
+
+
 def _error_line(text: str, rc: Any) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("frame #")]
+    for ln in reversed(lines):
+        if EXC_LINE.match(ln) and "ChildFailedError" not in ln:
+            return ln[:400]
     for pat in ("Error:", "Error ", "error:", "failed", "Timed out", "timed out"):
         for ln in reversed(lines):
             if pat in ln and not ln.startswith("File "):

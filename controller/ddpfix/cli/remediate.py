@@ -35,7 +35,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
             raise DdpfixError(f"--only: unknown finding id(s): {', '.join(unknown)}", ExitCode.INVALID_INPUT)
     cluster = cluster_of(app)
     quiet = fmt == "json"
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     with Progress(cluster.names, "ddpfix remediate: audit", enabled=None if not quiet else False) as progress:
         before = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     ctx = before.context
@@ -82,7 +82,8 @@ def _print_changes(con: Console, changes: list, apply: bool, failed: dict, refus
         if c.host != host:
             host = c.host
             con.rule(f"{host}: {verb}")
-        con.print(f"[yellow]*[/] {c.task}", highlight=False, markup=False)
+        con.print("[yellow]*[/] ", end="")
+        con.print(c.task, highlight=False, markup=False)
         if c.diff:
             con.print(c.diff, highlight=False, markup=False)
     for h, msg in sorted(failed.items()):

@@ -145,7 +145,8 @@ def parse_chronyc_tracking(text):
             out[k] = int(out[k])
         except ValueError:
             pass
-    for k in ("ref_time", "system_offset", "last_offset", "rms_offset", "root_delay", "root_dispersion", "update_interval"):
+    for k in ("ref_time", "system_offset", "last_offset", "rms_offset", "frequency_ppm", "residual_freq_ppm", "skew_ppm",
+              "root_delay", "root_dispersion", "update_interval"):
         try:
             out[k] = float(out[k])
         except ValueError:

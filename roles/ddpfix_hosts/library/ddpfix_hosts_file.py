@@ -49,10 +49,12 @@ def render(text, entries):
     for e in entries:
         managed.update(e["names"])
     out, removed, in_block = [], [], False
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for idx, line in enumerate(lines):
         s = line.strip()
         if s == BEGIN:
-            in_block = True
+            # a BEGIN without a later END (truncated block) must not swallow the rest of the file
+            in_block = any(x.strip() == END for x in lines[idx + 1:])
             continue
         if s == END:
             in_block = False

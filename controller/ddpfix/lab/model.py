@@ -1,0 +1,234 @@
+"""Typed data of the lab: what `up` plans, what it reports, what `status` sees."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from ddpfix.app import DdpfixError, ExitCode
+
+if TYPE_CHECKING:
+    from ddpfix.lab.core import Runtime
+
+STATE_ROOT = Path("/run/ddpfix-lab")
+DEFAULT_NAME = "ddpfix"
+DEFAULT_SUBNET = "192.168.77.0/24"
+DEFAULT_NODES = 3
+MASTER_PORT = 29500
+ENV_PATH = "/etc/ddpfix/ddp.env"
+NODE_TMPDIR = "/run/tmp"
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MAX_NODES = 64
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+_IFNAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
+
+
+class LabError(DdpfixError):
+    """A lab operation failed; `code` is the CLI exit code."""
+
+
+def validate_name(name: str) -> str:
+    if not _NAME_RE.match(name or "") or name.endswith("-"):
+        raise LabError(
+            f"invalid lab name {name!r}: use 1-20 characters a-z, 0-9 and '-', starting with a letter",
+            ExitCode.INVALID_INPUT,
+        )
+    return name
+
+
+def validate_ifname(name: str) -> str:
+    if not _IFNAME_RE.match(name) or name == "lo":
+        raise LabError(f"invalid interface name {name!r} (1-15 characters, not 'lo')", ExitCode.INVALID_INPUT)
+    return name
+
+
+def parse_subnet(text: str) -> ipaddress.IPv4Network:
+    """The lab subnet: a private IPv4 network (never a public, loopback or link-local one)."""
+    try:
+        net = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise LabError(f"invalid --subnet {text!r}: {exc}", ExitCode.INVALID_INPUT) from None
+    if not isinstance(net, ipaddress.IPv4Network):
+        raise LabError(f"invalid --subnet {text!r}: the lab needs an IPv4 network", ExitCode.INVALID_INPUT)
+    if net.is_loopback or net.is_link_local or net.is_multicast or not net.is_private or net.prefixlen > 26:
+        raise LabError(
+            f"invalid --subnet {text!r}: use a private IPv4 network of /26 or larger, e.g. {DEFAULT_SUBNET}",
+            ExitCode.INVALID_INPUT,
+        )
+    for reserved in ("172.17.0.0/16", "172.18.0.0/16", "198.51.100.0/24", "203.0.113.0/24"):
+        if net.overlaps(ipaddress.ip_network(reserved)):
+            raise LabError(f"invalid --subnet {text!r}: overlaps {reserved}, which scenarios use", ExitCode.INVALID_INPUT)
+    return net
+
+
+def tag(name: str) -> str:
+    """Short stable hash of the lab name, for names with Linux's 15-character limit."""
+    return hashlib.sha1(name.encode()).hexdigest()[:8]
+
+
+def netns_name(lab: str, node: str) -> str:
+    return f"ddpfix-{lab}-{node}"
+
+
+def switch_netns(lab: str) -> str:
+    return f"ddpfix-{lab}-sw"
+
+
+def host_link(lab: str) -> str:
+    """The controller's veth into the lab switch (root namespace), e.g. `ddpl1a2b3c4d`."""
+    return f"ddpl{tag(lab)}"
+
+
+def state_dir(lab: str) -> Path:
+    return STATE_ROOT / lab
+
+
+@dataclass
+class ExtraNic:
+    """A further veth from a node onto the lab switch (e.g. a data NIC)."""
+
+    ifname: str
+    address: ipaddress.IPv4Interface | None
+    up: bool = True
+
+
+@dataclass
+class NodePlan:
+    """Everything `up` needs to build one node; scenarios edit it before anything is created."""
+
+    name: str  # inventory name: node1..nodeN
+    index: int  # 1-based; node1 is the master
+    hostname: str
+    address: ipaddress.IPv4Address
+    ifname: str
+    netns: str
+    mtu: int | None = None
+    # /etc/hosts as (address, names) lines, in order
+    hosts: list[tuple[str, list[str]]] = field(default_factory=list)
+    env: dict[str, str] | None = None  # existing env file at ENV_PATH (None: none)
+    hostvars: dict[str, object] = field(default_factory=dict)
+    chrony: str | None = None  # "master", "client" or None (no chronyd)
+    pre_links: list[str] = field(default_factory=list)  # `ip -batch` lines before the cluster NIC exists
+    post_ip: list[str] = field(default_factory=list)  # `ip -batch` lines after addresses and routes
+    sysctls: dict[str, str] = field(default_factory=dict)
+    extra_nics: list[ExtraNic] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # extra files in the node's /etc copy: path -> text
+    tasks: list[Callable[["Runtime", "NodePlan"], None]] = field(default_factory=list)  # after sshd is up
+
+
+@dataclass
+class LabPlan:
+    name: str
+    subnet: ipaddress.IPv4Network
+    nodes: list[NodePlan]
+    scenarios: list[str]
+    master_port: int = MASTER_PORT
+    groupvars: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def master(self) -> NodePlan:
+        return self.nodes[0]
+
+    @property
+    def gateway(self) -> ipaddress.IPv4Address:
+        """The nodes' default gateway: an address in the subnet that nobody holds."""
+        hosts = self.subnet.num_addresses - 2
+        return self.subnet.network_address + (254 if hosts >= 254 else hosts)
+
+    @property
+    def controller_address(self) -> ipaddress.IPv4Interface:
+        return ipaddress.IPv4Interface(f"{self.subnet.network_address + 1}/{self.subnet.prefixlen}")
+
+    def spare_address(self, n: int) -> ipaddress.IPv4Address:
+        """The n-th (1-based) address after the node addresses, for extra NICs."""
+        addr = self.subnet.network_address + 10 + len(self.nodes) + n
+        if addr >= self.gateway:
+            raise LabError(f"subnet {self.subnet} is too small for this lab", ExitCode.INVALID_INPUT)
+        return addr
+
+    def node(self, name: str) -> NodePlan:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def env_for(self, node: NodePlan, **override: str) -> dict[str, str]:
+        """The env file ddpfix would write for `node`, with `override` applied."""
+        n = len(self.nodes)
+        env = {
+            "MASTER_ADDR": str(self.master.address),
+            "MASTER_PORT": str(self.master_port),
+            "NNODES": str(n),
+            "NODE_RANK": str(node.index - 1),
+            "NPROC_PER_NODE": "1",
+            "WORLD_SIZE": str(n),
+            "RANK": str(node.index - 1),
+            "GLOO_SOCKET_IFNAME": node.ifname,
+            "NCCL_SOCKET_IFNAME": f"={node.ifname}",
+        }
+        env.update(override)
+        return env
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    hostname: str
+    address: str
+    ifname: str
+    netns: str
+    pid: int  # host PID of the node's PID 1
+
+
+@dataclass
+class LabInfo:
+    name: str
+    subnet: str
+    scenarios: list[str]
+    state_dir: Path
+    inventory: Path
+    private_key: Path
+    known_hosts: Path
+    ssh_config: Path
+    nodes: list[NodeInfo]
+    master: str = "node1"
+    master_port: int = MASTER_PORT
+
+    def node(self, name: str) -> NodeInfo:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def ssh_argv(self, node: str, *command: str) -> list[str]:
+        """`ssh` argv reaching `node` with the lab's key and known_hosts (strict checking)."""
+        return ["ssh", "-F", str(self.ssh_config), node, *command]
+
+
+@dataclass
+class NodeStatus:
+    name: str
+    hostname: str
+    address: str
+    ifname: str
+    netns: str
+    pid: int
+    alive: bool
+    sshd: bool
+    processes: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class LabStatus:
+    name: str
+    exists: bool
+    subnet: str | None = None
+    scenarios: list[str] = field(default_factory=list)
+    inventory: str | None = None
+    state_dir: str | None = None
+    nodes: list[NodeStatus] = field(default_factory=list)

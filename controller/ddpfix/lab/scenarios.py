@@ -1,0 +1,482 @@
+"""Lab scenarios: a clean cluster, or one with a real fault from FAILURE-MODES.md.
+
+Each scenario edits the `LabPlan` before anything is created (interfaces, /etc files, env files,
+inventory variables, which daemons run) and may add runtime tasks that run once every node's
+sshd is up (start firewalld, load iptables rules, start a listener, ...). Scenarios combine
+(`--scenario a,b`); each one picks its victim nodes deterministically, as its docstring says.
+When two combined scenarios edit the same thing on the same node (e.g. both write env files),
+the later one in the list wins.
+
+Nodes are `node1..nodeN` with addresses `.11 .. .(10+N)`: node1 is the master (rank 0) and the
+lowest address, `nodeN` the highest address. In torch's Gloo transport, of each pair of nodes the
+one with the higher address dials the lower one, so a fault on `nodeN` that only affects incoming
+connections is not hit by an all-reduce although it is a real fault; `iptables-worker2` puts the
+same firewall on node2 for that reason.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from ddpfix.app import ExitCode
+from ddpfix.lab.model import ExtraNic, LabError, LabPlan, NodePlan
+
+if TYPE_CHECKING:
+    from ddpfix.lab.core import Runtime
+
+PUBLIC_MASTER_ADDR = "203.0.113.10"  # TEST-NET-3: configuration text only, never contacted
+WRONG_PEER_ADDR = "198.51.100.7"  # TEST-NET-2: configuration text only, never contacted
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str  # one line, for `lab up --help`
+    findings: tuple[str, ...]  # audit finding ids the scenario must produce
+    min_nodes: int
+    apply: Callable[[LabPlan], None]
+
+    @property
+    def doc(self) -> str:
+        return (self.apply.__doc__ or "").strip()
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(name: str, summary: str, findings: tuple[str, ...] = (), min_nodes: int = 1):
+    def deco(fn: Callable[[LabPlan], None]) -> Callable[[LabPlan], None]:
+        SCENARIOS[name] = Scenario(name, summary, findings, min_nodes, fn)
+        return fn
+
+    return deco
+
+
+def parse_scenarios(text: str | None, nodes: int) -> list[str]:
+    names = [s.strip() for s in (text or "clean").split(",") if s.strip()] or ["clean"]
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown:
+        raise LabError(
+            f"unknown scenario {', '.join(unknown)}; known: {', '.join(SCENARIOS)}", ExitCode.INVALID_INPUT
+        )
+    for s in names:
+        if nodes < SCENARIOS[s].min_nodes:
+            raise LabError(f"scenario {s} needs at least {SCENARIOS[s].min_nodes} nodes", ExitCode.INVALID_INPUT)
+    seen: list[str] = []
+    for s in names:
+        if s not in seen:
+            seen.append(s)
+    return seen
+
+
+def last(plan: LabPlan) -> NodePlan:
+    """The highest-address node."""
+    return plan.nodes[-1]
+
+
+def second(plan: LabPlan) -> NodePlan:
+    """node2, or node1 in a one-node lab."""
+    return plan.nodes[1] if len(plan.nodes) > 1 else plan.nodes[0]
+
+
+def unused_ifname(node: NodePlan, *candidates: str) -> str:
+    taken = {node.ifname, *(x.ifname for x in node.extra_nics)}
+    for c in candidates:
+        if c not in taken:
+            return c
+    raise LabError(f"no free interface name on {node.name}", ExitCode.INVALID_INPUT)
+
+
+def set_env_everywhere(plan: LabPlan, **override: str) -> None:
+    for n in plan.nodes:
+        n.env = plan.env_for(n, **override)
+
+
+# --------------------------------------------------------------------------- clean
+
+@scenario("clean", "no fault: every node resolves every peer, chrony syncs to node1, no firewall, no env file")
+def _clean(plan: LabPlan) -> None:
+    """No fault. Every node's /etc/hosts maps every node's hostname to its lab address (the own
+    name is not on 127.0.1.1), chronyd runs everywhere (node1 serves `local stratum 8` to the
+    subnet, the others sync to it with `iburst`), no firewall rules, no env file. An audit must
+    report nothing at warning or above (only `env.missing`, info)."""
+
+
+# --------------------------------------------------------------------------- firewall (row 1)
+
+FIREWALLD_PUBLIC_ZONE = """<?xml version="1.0" encoding="utf-8"?>
+<zone>
+  <short>Public</short>
+  <description>ddpfix lab (firewalld-master): only SSH (and NTP, so the lab's clocks stay in sync) is allowed in.</description>
+  <service name="ssh"/>
+  <service name="ntp"/>
+  <forward/>
+</zone>
+"""
+
+
+@scenario(
+    "firewalld-master",
+    "firewalld on node1, default zone public allowing only ssh (+ntp): master port and ephemeral ports blocked",
+    ("firewall.master-port-blocked", "firewall.peer-ports-blocked", "probe.master-port-unreachable"),
+)
+def _firewalld_master(plan: LabPlan) -> None:
+    """Catalogue row 1 on the master. node1 runs its own `dbus-daemon --system` and `firewalld`
+    (nftables backend, inside node1's namespaces only) with default zone `public` holding only
+    the `ssh` service (plus `ntp`, so that node1 still serves time and the scenario adds no time
+    finding) and the zone's default reject target: TCP to the master port 29500 and to the
+    ephemeral range is rejected, SSH still works, the other nodes have no rules.
+    Findings: firewall.master-port-blocked and firewall.peer-ports-blocked on node1, and the
+    probe.master-port-unreachable probes from the workers."""
+    node = plan.master
+    node.files["firewalld/zones/public.xml"] = FIREWALLD_PUBLIC_ZONE
+    node.tasks.append(_start_firewalld)
+
+
+def _start_firewalld(rt: "Runtime", node: NodePlan) -> None:
+    rt.exec(node, ["/etc/init.d/dbus", "start"])
+    rt.record_pidfile(node, "dbus-daemon", "/run/dbus/pid")
+    rt.exec(node, ["firewalld"])
+    rt.wait_for(
+        lambda: rt.exec(node, ["firewall-cmd", "--state"], check=False).stdout.strip() == "running",
+        timeout=60,
+        what=f"firewalld on {node.name}",
+    )
+    rt.record_pidfile(node, "firewalld", "/run/firewalld.pid")
+
+
+def iptables_rules(port: int, lo: int, hi: int) -> str:
+    return "\n".join(
+        [
+            "# ddpfix lab (iptables-worker): a host firewall that lets SSH in but rejects the ephemeral range",
+            "*filter",
+            ":INPUT ACCEPT [0:0]",
+            ":FORWARD ACCEPT [0:0]",
+            ":OUTPUT ACCEPT [0:0]",
+            "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            "-A INPUT -i lo -j ACCEPT",
+            "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+            f"-A INPUT -p tcp -m tcp --dport {port} -j ACCEPT",
+            f"-A INPUT -p tcp -m tcp --dport {lo}:{hi} -j REJECT --reject-with tcp-reset",
+            "COMMIT",
+            "",
+        ]
+    )
+
+
+def _iptables_on(node: NodePlan) -> None:
+    node.tasks.append(_load_iptables)
+
+
+def _load_iptables(rt: "Runtime", node: NodePlan) -> None:
+    lo, hi = rt.exec(node, ["cat", "/proc/sys/net/ipv4/ip_local_port_range"]).stdout.split()
+    rules = iptables_rules(rt.plan.master_port, int(lo), int(hi))
+    rt.write_etc(node, "iptables/rules.v4", rules)
+    rt.exec(node, ["iptables-restore", "/etc/iptables/rules.v4"])
+
+
+@scenario(
+    "iptables-worker",
+    "iptables on the highest-address node rejects TCP to its ephemeral range (persisted in rules.v4)",
+    ("firewall.peer-ports-blocked",),
+    min_nodes=2,
+)
+def _iptables_worker(plan: LabPlan) -> None:
+    """Catalogue row 1 on a worker. The highest-address node (nodeN) gets an iptables INPUT chain:
+    accept established/related, lo, tcp/22 and the master port, then REJECT (tcp-reset) TCP to
+    its `net.ipv4.ip_local_port_range` (32768:60999), also saved in its /etc/iptables/rules.v4.
+    Finding: firewall.peer-ports-blocked on nodeN (probe.peer-unreachable when a peer probes it).
+    Gloo's higher address dials the lower one, so torch alone may not trip over this one."""
+    _iptables_on(last(plan))
+
+
+@scenario(
+    "iptables-worker2",
+    "the iptables-worker rules on node2, which higher-address peers dial (breaks a Gloo all-reduce)",
+    ("firewall.peer-ports-blocked",),
+    min_nodes=3,
+)
+def _iptables_worker2(plan: LabPlan) -> None:
+    """Same rules as `iptables-worker`, on node2: in a 3+ node lab node3 dials node2's Gloo
+    listener on an ephemeral port, so `verify --torch` fails. Finding: firewall.peer-ports-blocked
+    on node2."""
+    _iptables_on(plan.nodes[1])
+
+
+# --------------------------------------------------------------------------- /etc/hosts (rows 2, 3, 10)
+
+@scenario(
+    "hostname-loopback",
+    "two nodes (incl. the highest-address one) map their own hostname to 127.0.1.1, Debian-style",
+    ("hosts.hostname-loopback",),
+    min_nodes=2,
+)
+def _hostname_loopback(plan: LabPlan) -> None:
+    """Catalogue row 2. On nodeN and node(N-1) /etc/hosts has the Debian installer's
+    `127.0.1.1 <own hostname>` line and no other line for the own name, so `getent ahosts
+    $(hostname)` gives 127.0.1.1 and Gloo would advertise loopback. Finding:
+    hosts.hostname-loopback on those two nodes."""
+    for node in plan.nodes[-2:]:
+        hosts = [(a, [x for x in names if x != node.hostname]) for a, names in node.hosts]
+        hosts = [(a, names) for a, names in hosts if names]
+        at = next((i + 1 for i, (a, _) in enumerate(hosts) if a == "127.0.0.1"), 0)
+        hosts.insert(at, ("127.0.1.1", [node.hostname]))
+        node.hosts = hosts
+
+
+@scenario(
+    "peer-unresolvable",
+    "node2's /etc/hosts lacks the other nodes (and the resolver answers nothing)",
+    ("hosts.peer-unresolvable",),
+    min_nodes=2,
+)
+def _peer_unresolvable(plan: LabPlan) -> None:
+    """Catalogue row 3. node2's /etc/hosts only knows localhost and itself; with the resolver at
+    127.0.0.1 (nothing listens) no peer name resolves there. Finding: hosts.peer-unresolvable on
+    node2 for every other node."""
+    node = plan.nodes[1]
+    peers = {n.hostname for n in plan.nodes if n is not node} | {n.name for n in plan.nodes if n is not node}
+    node.hosts = [(a, names) for a, names in node.hosts if not set(names) & peers]
+
+
+@scenario(
+    "peer-mismatch",
+    f"node1 maps node2's name to {WRONG_PEER_ADDR}, outside the subnet (never contacted)",
+    ("hosts.peer-mismatch",),
+    min_nodes=2,
+)
+def _peer_mismatch(plan: LabPlan) -> None:
+    """Catalogue row 3. node1's /etc/hosts maps node2's hostname to 198.51.100.7 (TEST-NET-2,
+    outside the cluster CIDR; the lab has no route out, and nothing is ever sent there), while
+    every other node maps it to node2's lab address. Finding: hosts.peer-mismatch on node1
+    (node2 resolves outside the CIDR / differently on different nodes)."""
+    node, peer = plan.nodes[0], plan.nodes[1]
+    node.hosts = [
+        (WRONG_PEER_ADDR if peer.hostname in names else a, names) for a, names in node.hosts
+    ]
+
+
+@scenario(
+    "duplicate-hostname",
+    "the highest-address node has the same hostname as node(N-1), like a cloned VM",
+    ("hosts.duplicate-hostname",),
+    min_nodes=2,
+)
+def _duplicate_hostname(plan: LabPlan) -> None:
+    """Catalogue row 10. nodeN's hostname (UTS and /etc/hostname) is node(N-1)'s; inventory names
+    stay unique and every /etc/hosts still maps the inventory names to the lab addresses (so the
+    clone's own name resolves to its twin's address). Finding: hosts.duplicate-hostname (cluster)."""
+    plan.nodes[-1].hostname = plan.nodes[-2].hostname
+
+
+@scenario(
+    "hosts-bindmount",
+    "node2's /etc/hosts is a single-file bind mount over its /etc (like Docker); content is correct",
+    (),
+)
+def _hosts_bindmount(plan: LabPlan) -> None:
+    """Container-style /etc/hosts: on node2 (node1 in a one-node lab) /etc/hosts is a bind mount
+    of /run/ddpfix-lab-hosts, so an atomic rename onto it fails with EBUSY (remediation must
+    write it in place). The content is the clean one: no finding by itself; combine with
+    another hosts scenario to see remediation cope with it."""
+    second(plan).tasks.append(_bind_hosts)
+
+
+def _bind_hosts(rt: "Runtime", node: NodePlan) -> None:
+    rt.write_run(node, "ddpfix-lab-hosts", rt.hosts_text(node))
+    rt.exec(node, ["mount", "--bind", "/run/ddpfix-lab-hosts", "/etc/hosts"])
+
+
+# --------------------------------------------------------------------------- interfaces (rows 4, 5, 11)
+
+@scenario(
+    "ifname-mismatch",
+    "eth0 on odd nodes, ens5 on even nodes, and env files everywhere saying GLOO/NCCL_SOCKET_IFNAME=eth0",
+    ("netif.missing", "netif.name-mismatch"),
+    min_nodes=2,
+)
+def _ifname_mismatch(plan: LabPlan) -> None:
+    """Catalogue row 5. The cluster NIC is `eth0` on node1, node3, ... and `ens5` on node2,
+    node4, ... (overrides --ifnames); every node has an existing /etc/ddpfix/ddp.env with
+    GLOO_SOCKET_IFNAME=eth0 and NCCL_SOCKET_IFNAME=eth0 and otherwise right values (MASTER_ADDR,
+    MASTER_PORT, NNODES, NODE_RANK, WORLD_SIZE). Findings: netif.missing on the ens5 nodes,
+    netif.name-mismatch (cluster)."""
+    for n in plan.nodes:
+        n.ifname = "eth0" if n.index % 2 else "ens5"
+    set_env_everywhere(plan, GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0")
+
+
+@scenario(
+    "autoselect-wrong",
+    "node2 also has docker0 (172.17.0.1/16) and br-<id> (172.18.0.1/16) + veth, indexed before the cluster NIC",
+    ("netif.autoselect-wrong",),
+)
+def _autoselect_wrong(plan: LabPlan) -> None:
+    """Catalogue row 4. node2 (node1 in a one-node lab) has Docker-like interfaces created before
+    its cluster NIC, so they come first in interface-index (getifaddrs) order: `docker0`
+    172.17.0.1/16 (excluded by NCCL's default `^docker,lo,virbr`) and a user-network bridge
+    `br-3f9a1c2b7d10` 172.18.0.1/16 with a veth `veth6c2e1f4` attached (up), which NCCL's default
+    selection does not exclude and therefore picks instead of the cluster NIC. No env file and no
+    IFNAME anywhere. Finding: netif.autoselect-wrong on that node."""
+    node = second(plan)
+    node.pre_links += [
+        "link add docker0 type bridge",
+        "addr add 172.17.0.1/16 dev docker0",
+        "link set docker0 up",
+        "link add br-3f9a1c2b7d10 type bridge",
+        "addr add 172.18.0.1/16 dev br-3f9a1c2b7d10",
+        "link add veth6c2e1f4 type veth peer name veth6c2e1f4p",
+        "link set veth6c2e1f4 master br-3f9a1c2b7d10",
+        "link set veth6c2e1f4p up",
+        "link set veth6c2e1f4 up",
+        "link set br-3f9a1c2b7d10 up",
+    ]
+
+
+@scenario(
+    "mtu-mismatch",
+    "the highest-address node's cluster NIC has MTU 1400, the others 1500",
+    ("netif.mtu-mismatch",),
+    min_nodes=2,
+)
+def _mtu_mismatch(plan: LabPlan) -> None:
+    """Catalogue row 11. nodeN's cluster NIC has MTU 1400 (its switch port stays at 1500).
+    Finding: netif.mtu-mismatch (cluster, naming nodeN)."""
+    last(plan).mtu = 1400
+
+
+@scenario(
+    "netif-down",
+    "the highest-address node's configured socket interface (ddp_socket_ifname=ens6, in the CIDR) is down",
+    ("netif.down",),
+)
+def _netif_down(plan: LabPlan) -> None:
+    """A cluster interface that is down while SSH still works. Design: nodeN gets a second veth
+    onto the lab switch, `ens6` (or `ens7` if ens6 is taken), with an address in the cluster CIDR
+    (the first address after the node addresses), and the link is down; the inventory sets
+    `ddp_socket_ifname: ens6` for nodeN, so ens6 is its configured cluster interface, while
+    Ansible keeps reaching nodeN on its management address on the primary NIC.
+    Finding: netif.down on nodeN. Bringing ens6 up would give the node two interfaces in one
+    subnet; remediation reports this finding rather than fixing it."""
+    node = last(plan)
+    name = unused_ifname(node, "ens6", "ens7", "eth9")
+    addr = ipaddress.IPv4Interface(f"{plan.spare_address(1)}/{plan.subnet.prefixlen}")
+    node.extra_nics.append(ExtraNic(name, addr, up=False))
+    node.hostvars["ddp_socket_ifname"] = name
+
+
+# --------------------------------------------------------------------------- addresses and routes (rows 7, 8)
+
+@scenario(
+    "master-addr-public",
+    f"env files everywhere with MASTER_ADDR={PUBLIC_MASTER_ADDR} (a public/NAT address), the rest right",
+    ("addr.master-not-private",),
+)
+def _master_addr_public(plan: LabPlan) -> None:
+    """Catalogue row 7. Every node has an existing /etc/ddpfix/ddp.env whose MASTER_ADDR is
+    203.0.113.10 (TEST-NET-3, configuration text only: the lab has no route out and nothing
+    connects to it), everything else right (port, ranks, sizes, own interface).
+    Finding: addr.master-not-private."""
+    set_env_everywhere(plan, MASTER_ADDR=PUBLIC_MASTER_ADDR)
+
+
+@scenario(
+    "env-wrong",
+    "env files everywhere; on the highest-address node MASTER_ADDR is not the master and the IFNAME does not exist",
+    ("env.inconsistent", "addr.master-not-private", "netif.missing"),
+    min_nodes=2,
+)
+def _env_wrong(plan: LabPlan) -> None:
+    """Every node has an existing /etc/ddpfix/ddp.env; the one on nodeN has MASTER_ADDR = node2's
+    lab address (a lab address that is not the master's) and GLOO/NCCL_SOCKET_IFNAME naming an
+    interface that does not exist there (`eth1`, or `ens4` if eth1 is taken). The files disagree
+    between nodes. Findings: env.inconsistent (cluster), addr.master-not-private and netif.missing
+    on nodeN."""
+    set_env_everywhere(plan)
+    node = last(plan)
+    bad_if = unused_ifname(node, "eth1", "ens4")
+    node.env = plan.env_for(
+        node, MASTER_ADDR=str(plan.nodes[1].address), GLOO_SOCKET_IFNAME=bad_if, NCCL_SOCKET_IFNAME=f"={bad_if}"
+    )
+
+
+@scenario(
+    "route-via-gateway",
+    "the highest-address node routes to the master through a gateway (`ip route get` shows `via`)",
+    ("route.via-gateway",),
+    min_nodes=2,
+)
+def _route_via_gateway(plan: LabPlan) -> None:
+    """Catalogue row 8. nodeN has `ip route add <master>/32 via <gw> dev <nic>`. With 3+ nodes
+    the gateway is node2, which forwards (ip_forward=1, no ICMP redirects, in node2's namespace
+    only), so traffic still arrives but goes around; with 2 nodes it is the lab's non-existent
+    gateway address (traffic to the master is then lost inside the lab). nodeN ignores ICMP
+    redirects. Finding: route.via-gateway on nodeN."""
+    node = last(plan)
+    if len(plan.nodes) >= 3:
+        router = plan.nodes[1]
+        gw = router.address
+        router.sysctls.update(
+            {
+                "net.ipv4.ip_forward": "1",
+                "net.ipv4.conf.all.send_redirects": "0",
+                f"net.ipv4.conf.{router.ifname}.send_redirects": "0",
+            }
+        )
+    else:
+        gw = plan.gateway
+    node.sysctls.update({"net.ipv4.conf.all.accept_redirects": "0", f"net.ipv4.conf.{node.ifname}.accept_redirects": "0"})
+    node.post_ip.append(f"route add {plan.master.address}/32 via {gw} dev {node.ifname}")
+
+
+# --------------------------------------------------------------------------- time (row 9)
+
+@scenario(
+    "chrony-absent",
+    "no chronyd running on any node (the chrony package and its config stay in place)",
+    ("time.no-daemon",),
+)
+def _chrony_absent(plan: LabPlan) -> None:
+    """Catalogue row 9. No node runs chronyd (nor any other NTP client). The chrony package is
+    installed (/usr is the host's) and each node's /etc/chrony keeps the lab configuration and
+    `DAEMON_OPTS="-F 1 -x"` (so that starting it never touches the real clock).
+    Finding: time.no-daemon on every node."""
+    for n in plan.nodes:
+        n.chrony = None
+
+
+# --------------------------------------------------------------------------- ports (row 12)
+
+@scenario(
+    "port-in-use",
+    "a process started by the lab already listens on the master port 29500 on node1",
+    ("probe.port-in-use",),
+)
+def _port_in_use(plan: LabPlan) -> None:
+    """Catalogue row 12. node1 runs a small Python listener on 0.0.0.0:29500 (the master port),
+    started by the lab and killed by its PID on `lab down`. Finding: probe.port-in-use on node1."""
+    plan.master.tasks.append(_listen_master_port)
+
+
+LISTENER = (
+    "import os,socket,sys,time\n"
+    "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(16)\n"
+    "open('/run/ddpfix-port-in-use.pid','w').write(str(os.getpid()))\n"
+    "while True: c,_=s.accept(); c.close()\n"
+)
+
+
+def _listen_master_port(rt: "Runtime", node: NodePlan) -> None:
+    port = str(rt.plan.master_port)
+    rt.exec(node, ["sh", "-c", f"setsid -f /usr/bin/python3 -c {shlex.quote(LISTENER)} {port} </dev/null >/dev/null 2>&1"])
+    rt.wait_for(lambda: rt.read_run(node, "ddpfix-port-in-use.pid") is not None, timeout=10, what="port-in-use listener")
+    rt.record_pidfile(node, "port-in-use", "/run/ddpfix-port-in-use.pid")
+
+
+def help_text() -> str:
+    width = max(len(s) for s in SCENARIOS)
+    return "\n".join(f"{s.name.ljust(width)}  {s.summary}" for s in SCENARIOS.values())

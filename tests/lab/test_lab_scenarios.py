@@ -1,0 +1,278 @@
+"""Each lab scenario really builds its fault (one 3-node lab per scenario, checked inside the nodes)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+import time
+from typing import Callable
+
+import pytest
+import yaml
+
+from ddpfix import lab
+from ddpfix.lab.scenarios import PUBLIC_MASTER_ADDR, SCENARIOS, WRONG_PEER_ADDR
+
+LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); time.sleep(30)"
+
+
+def sh(info, node: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return lab.node_exec(info.name, node, ["sh", "-c", cmd], check=check)
+
+
+def resolve(info, node: str, name: str) -> list[str]:
+    out = sh(info, node, f"getent ahostsv4 {name} || true").stdout
+    addrs: list[str] = []
+    for line in out.splitlines():
+        if line.split()[0] not in addrs:
+            addrs.append(line.split()[0])
+    return addrs
+
+
+def env_file(info, node: str) -> dict[str, str] | None:
+    res = sh(info, node, "cat /etc/ddpfix/ddp.env", check=False)
+    if res.returncode:
+        return None
+    return dict(ln.split("=", 1) for ln in res.stdout.splitlines() if ln and not ln.startswith("#"))
+
+
+def links(info, node: str) -> list[dict]:
+    return json.loads(sh(info, node, "ip -j addr").stdout)
+
+
+def tcp_ok(info, src: str, addr: str, port: int) -> bool:
+    return sh(info, src, f"nc -z -w 2 {addr} {port}", check=False).returncode == 0
+
+
+def with_listener(info, node: str, port: int, fn: Callable[[], None]) -> None:
+    p = lab.node_popen(info.name, node, ["python3", "-c", LISTEN, str(port)])
+    try:
+        deadline = time.monotonic() + 5
+        while str(port) not in sh(info, node, f"ss -Hltn 'sport = :{port}'").stdout:
+            assert time.monotonic() < deadline, "listener did not start"
+            time.sleep(0.05)
+        fn()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def inventory(info) -> dict:
+    return yaml.safe_load(info.inventory.read_text())["all"]["children"]["ddp_nodes"]
+
+
+def chronyd_running(info, node: str) -> bool:
+    return sh(info, node, "chronyc -c tracking", check=False).returncode == 0
+
+
+# ------------------------------------------------------------------ one check per scenario
+
+def check_clean(info) -> None:
+    for n in info.nodes:
+        for peer in info.nodes:
+            assert resolve(info, n.name, peer.hostname) == [peer.address]
+        assert env_file(info, n.name) is None
+        assert sh(info, n.name, "iptables-save").stdout.strip() == ""
+        assert lab.chrony_tracking(info.name, n.name)["leap_status"] == "Normal"
+    assert "ddp_socket_ifname" not in json.dumps(inventory(info))
+
+
+def check_firewalld_master(info) -> None:
+    m, w = info.nodes[0], info.nodes[1]
+    assert sh(info, m.name, "firewall-cmd --state").stdout.strip() == "running"
+    assert sh(info, m.name, "firewall-cmd --get-default-zone").stdout.strip() == "public"
+    assert sh(info, m.name, "firewall-cmd --list-services").stdout.split() == ["ntp", "ssh"]
+    assert sh(info, w.name, "firewall-cmd --state", check=False).returncode != 0
+    assert sh(info, w.name, "nft list ruleset").stdout.strip() == ""
+    assert tcp_ok(info, w.name, m.address, 22)  # ssh still works
+    with_listener(info, m.name, 29500, lambda: (
+        _assert(not tcp_ok(info, w.name, m.address, 29500), "master port reachable through firewalld"),
+        _assert(tcp_ok(info, m.name, "127.0.0.1", 29500), "listener not up"),
+    ))
+    with_listener(info, m.name, 40000, lambda: _assert(not tcp_ok(info, w.name, m.address, 40000), "ephemeral port open"))
+    with_listener(info, w.name, 40000, lambda: _assert(tcp_ok(info, m.name, w.address, 40000), "worker blocked too"))
+
+
+def _assert(cond: bool, msg: str) -> None:
+    assert cond, msg
+
+
+def _check_iptables(info, victim) -> None:
+    other = next(n for n in info.nodes if n is not victim)
+    saved = sh(info, victim.name, "iptables-save").stdout
+    assert "-A INPUT -p tcp -m tcp --dport 32768:60999 -j REJECT --reject-with tcp-reset" in saved
+    assert "--dport 32768:60999 -j REJECT" in sh(info, victim.name, "cat /etc/iptables/rules.v4").stdout
+    assert sh(info, other.name, "iptables-save").stdout.strip() == ""
+    with_listener(info, victim.name, 40000, lambda: (
+        _assert(not tcp_ok(info, other.name, victim.address, 40000), "ephemeral port open"),
+        _assert(tcp_ok(info, victim.name, "127.0.0.1", 40000), "lo blocked"),
+    ))
+    assert tcp_ok(info, other.name, victim.address, 22)
+
+
+def check_iptables_worker(info) -> None:
+    _check_iptables(info, info.nodes[-1])
+
+
+def check_iptables_worker2(info) -> None:
+    _check_iptables(info, info.nodes[1])
+
+
+def check_hostname_loopback(info) -> None:
+    for n in info.nodes[-2:]:
+        assert resolve(info, n.name, n.hostname) == ["127.0.1.1"]
+        assert f"127.0.1.1\t{n.hostname}" in sh(info, n.name, "cat /etc/hosts").stdout
+    assert resolve(info, "node1", "node1") == [info.nodes[0].address]
+    assert resolve(info, "node1", info.nodes[-1].hostname) == [info.nodes[-1].address]
+
+
+def check_peer_unresolvable(info) -> None:
+    assert resolve(info, "node2", "node1") == [] and resolve(info, "node2", "node3") == []
+    assert resolve(info, "node2", "node2") == [info.nodes[1].address]
+    assert resolve(info, "node1", "node3") == [info.nodes[2].address]
+
+
+def check_peer_mismatch(info) -> None:
+    assert resolve(info, "node1", "node2") == [WRONG_PEER_ADDR]
+    assert resolve(info, "node3", "node2") == [info.nodes[1].address]
+    assert not ipaddress.ip_address(WRONG_PEER_ADDR) in ipaddress.ip_network(info.subnet)
+
+
+def check_duplicate_hostname(info) -> None:
+    assert sh(info, "node3", "hostname; cat /etc/hostname").stdout.split() == ["node2", "node2"]
+    assert sh(info, "node2", "hostname").stdout.strip() == "node2"
+    assert list(inventory(info)["hosts"]) == ["node1", "node2", "node3"]
+
+
+def check_hosts_bindmount(info) -> None:
+    mounts = [ln.split()[4] for ln in sh(info, "node2", "cat /proc/self/mountinfo").stdout.splitlines()]
+    assert "/etc/hosts" in mounts and "/etc" in mounts
+    res = sh(info, "node2", "cp /etc/hosts /etc/hosts.new && mv /etc/hosts.new /etc/hosts", check=False)
+    assert res.returncode != 0 and "busy" in res.stderr
+    assert resolve(info, "node2", "node1") == [info.nodes[0].address]
+    assert "/etc/hosts" not in [ln.split()[4] for ln in sh(info, "node1", "cat /proc/self/mountinfo").stdout.splitlines()]
+
+
+def check_ifname_mismatch(info) -> None:
+    assert [n.ifname for n in info.nodes] == ["eth0", "ens5", "eth0"]
+    assert "eth0" not in [x["ifname"] for x in links(info, "node2")]
+    for i, n in enumerate(info.nodes):
+        env = env_file(info, n.name)
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["NCCL_SOCKET_IFNAME"] == "eth0"
+        assert env["MASTER_ADDR"] == info.nodes[0].address and env["MASTER_PORT"] == "29500"
+        assert env["NODE_RANK"] == str(i) and env["NNODES"] == env["WORLD_SIZE"] == "3"
+
+
+def check_autoselect_wrong(info) -> None:
+    ls = links(info, "node2")
+    index = {x["ifname"]: x["ifindex"] for x in ls}
+    addrs = {x["ifname"]: [a["local"] for a in x["addr_info"] if a["family"] == "inet"] for x in ls}
+    bridge = next(i for i in index if i.startswith("br-"))
+    assert index[bridge] < index["eth0"] and index["docker0"] < index["eth0"]
+    assert addrs[bridge] == ["172.18.0.1"] and addrs["docker0"] == ["172.17.0.1"]
+    first_v4 = [x["ifname"] for x in sorted(ls, key=lambda x: x["ifindex"])
+                if addrs[x["ifname"]] and x["ifname"] != "lo" and not x["ifname"].startswith(("docker", "virbr"))][0]
+    assert first_v4 == bridge  # NCCL's default choice is not the cluster NIC
+    assert env_file(info, "node2") is None
+    assert "docker0" not in [x["ifname"] for x in links(info, "node1")]
+
+
+def check_mtu_mismatch(info) -> None:
+    mtu = {n.name: next(x["mtu"] for x in links(info, n.name) if x["ifname"] == n.ifname) for n in info.nodes}
+    assert mtu == {"node1": 1500, "node2": 1500, "node3": 1400}
+
+
+def check_netif_down(info) -> None:
+    ens6 = next(x for x in links(info, "node3") if x["ifname"] == "ens6")
+    assert "UP" not in ens6["flags"] and ens6["operstate"] == "DOWN"
+    addr = ens6["addr_info"][0]["local"]
+    assert ipaddress.ip_address(addr) in ipaddress.ip_network(info.subnet)
+    assert inventory(info)["hosts"]["node3"]["ddp_socket_ifname"] == "ens6"
+    out = subprocess.run(info.ssh_argv("node3", "hostname"), capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "node3"  # still managed over SSH
+
+
+def check_master_addr_public(info) -> None:
+    for i, n in enumerate(info.nodes):
+        env = env_file(info, n.name)
+        assert env["MASTER_ADDR"] == PUBLIC_MASTER_ADDR
+        assert env["NODE_RANK"] == str(i) and env["GLOO_SOCKET_IFNAME"] == n.ifname
+
+
+def check_env_wrong(info) -> None:
+    good, bad = env_file(info, "node1"), env_file(info, "node3")
+    assert good["MASTER_ADDR"] == info.nodes[0].address
+    assert bad["MASTER_ADDR"] == info.nodes[1].address != info.nodes[0].address
+    assert bad["GLOO_SOCKET_IFNAME"] not in [x["ifname"] for x in links(info, "node3")]
+    assert env_file(info, "node2")["MASTER_ADDR"] == info.nodes[0].address
+
+
+def check_route_via_gateway(info) -> None:
+    route = json.loads(sh(info, "node3", f"ip -j route get {info.nodes[0].address}").stdout)[0]
+    assert route["gateway"] == info.nodes[1].address and route["dev"] == "eth0"
+    assert "gateway" not in json.loads(sh(info, "node2", f"ip -j route get {info.nodes[0].address}").stdout)[0]
+    assert tcp_ok(info, "node3", info.nodes[0].address, 22)  # goes around through node2, but arrives
+
+
+def check_chrony_absent(info) -> None:
+    for n in info.nodes:
+        assert not chronyd_running(info, n.name)
+        assert sh(info, n.name, "pgrep -x chronyd", check=False).returncode == 1
+        assert 'DAEMON_OPTS="-F 1 -x"' in sh(info, n.name, "cat /etc/default/chrony").stdout
+        assert sh(info, n.name, "test -x /usr/sbin/chronyd", check=False).returncode == 0
+
+
+def check_port_in_use(info) -> None:
+    assert ":29500" in sh(info, "node1", "ss -Hltn 'sport = :29500'").stdout
+    assert tcp_ok(info, "node2", info.nodes[0].address, 29500)
+    rec = json.loads((info.state_dir / "lab.json").read_text())["nodes"]["node1"]["pids"]["port-in-use"]
+    assert lab.pid_alive(rec)
+
+
+CHECKS: dict[str, Callable] = {
+    "clean": check_clean,
+    "firewalld-master": check_firewalld_master,
+    "iptables-worker": check_iptables_worker,
+    "iptables-worker2": check_iptables_worker2,
+    "hostname-loopback": check_hostname_loopback,
+    "peer-unresolvable": check_peer_unresolvable,
+    "peer-mismatch": check_peer_mismatch,
+    "duplicate-hostname": check_duplicate_hostname,
+    "hosts-bindmount": check_hosts_bindmount,
+    "ifname-mismatch": check_ifname_mismatch,
+    "autoselect-wrong": check_autoselect_wrong,
+    "mtu-mismatch": check_mtu_mismatch,
+    "netif-down": check_netif_down,
+    "master-addr-public": check_master_addr_public,
+    "env-wrong": check_env_wrong,
+    "route-via-gateway": check_route_via_gateway,
+    "chrony-absent": check_chrony_absent,
+    "port-in-use": check_port_in_use,
+}
+
+
+def test_every_scenario_is_checked_and_documented() -> None:
+    assert set(CHECKS) == set(SCENARIOS)
+    for s in SCENARIOS.values():
+        assert s.summary and "\n" not in s.summary and s.doc
+        assert s.name == "clean" or s.name == "hosts-bindmount" or s.findings, s.name
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("scenario", list(CHECKS))
+def test_scenario_builds_its_fault(scenario: str, temp_lab) -> None:
+    info = temp_lab(nodes=3, scenario=scenario)
+    CHECKS[scenario](info)
+    # every node stays reachable over SSH with strict host key checking
+    for n in info.nodes:
+        assert lab.ssh_banner(n.address)
+
+
+@pytest.mark.lab
+def test_port_in_use_listener_is_killed_on_down(temp_lab) -> None:
+    info = temp_lab(nodes=1, scenario="port-in-use,chrony-absent")
+    rec = json.loads((info.state_dir / "lab.json").read_text())["nodes"]["node1"]["pids"]["port-in-use"]
+    assert lab.pid_alive(rec)
+    lab.down(info.name)
+    assert not lab.pid_alive(rec)

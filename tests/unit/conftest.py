@@ -1,0 +1,132 @@
+"""Shared helpers for the host-free unit tests: role code loaded by path, and the recorded clean cluster.
+
+The clean 3-node cluster under fixtures/facts/clean3/ is derived from facts recorded on a real machine by
+fixtures/facts/record.py (see its docstring); tests mutate a fresh deep copy of it, one realistic change each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
+from ddpfix.findings import Finding, Severity
+from ddpfix.inventory import Cluster, cluster_from_inventory_data
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FACTS = HERE / "fixtures" / "facts"
+FIREWALL_FIXTURES = HERE / "fixtures" / "firewall"
+
+
+def load_role_module(relpath: str, name: str) -> ModuleType:
+    """Import a file from roles/ by path (they are not on the package path), once per session."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "roles" / relpath)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def nodeinfo() -> ModuleType:
+    return load_role_module("ddpfix_facts/module_utils/ddpfix_nodeinfo.py", "ddpfix_nodeinfo")
+
+
+def hosts_file_module() -> ModuleType:
+    return load_role_module("ddpfix_hosts/library/ddpfix_hosts_file.py", "ddpfix_hosts_file")
+
+
+def probe_plan_module() -> ModuleType:
+    return load_role_module("ddpfix_facts/filter_plugins/ddpfix_probe_plan.py", "ddpfix_probe_plan")
+
+
+def recorded(name: str) -> str:
+    return (FACTS / "recorded" / name).read_text()
+
+
+def firewall_fixture(name: str) -> str:
+    return (FIREWALL_FIXTURES / name).read_text()
+
+
+class Sim:
+    """A mutable copy of the recorded clean cluster: the facts each host returned, plus the inventory."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, dict[str, Any]] = {}
+        for p in sorted((FACTS / "clean3").glob("node*.json")):
+            doc = json.loads(p.read_text())
+            self.docs[doc["name"]] = doc
+        self.inventory: dict[str, Any] = json.loads((FACTS / "clean3" / "inventory.json").read_text())
+        self.unreachable: dict[str, str] = {}
+
+    # ---------------------------------------------------------------- mutation helpers
+    def node(self, name: str) -> dict[str, Any]:
+        return self.docs[name]["node"]
+
+    def probe(self, name: str) -> dict[str, Any]:
+        return self.docs[name]["probe"]
+
+    def iface(self, name: str, ifname: str = "eth0") -> dict[str, Any]:
+        return next(i for i in self.node(name)["interfaces"] if i["name"] == ifname)
+
+    def set_var(self, name: str | None, **kv: Any) -> None:
+        """Set an inventory host var on one host (None: on every host, like group_vars)."""
+        hv = self.inventory["_meta"]["hostvars"]
+        for h in [name] if name else list(hv):
+            hv[h].update(kv)
+
+    def set_hosts_file(self, name: str, text: str) -> None:
+        self.node(name)["hosts_file"] = nodeinfo().parse_hosts_file(text)
+
+    def set_env_file(self, name: str, text: str) -> None:
+        ef = self.node(name)["env_file"]
+        ef.update(exists=True, values=nodeinfo().parse_env_file(text))
+
+    def write_planned_env_files(self, **override: dict[str, str]) -> None:
+        """Give every node the env file ddpfix would write (plan.render_env), then apply per-node overrides."""
+        from ddpfix.plan import plan_cluster, render_env
+
+        plans = plan_cluster(self.cluster(), {n: d["node"] for n, d in self.docs.items()})
+        for n, plan in plans.items():
+            text = render_env(plan)
+            extra = override.get(n) or {}
+            if extra:
+                text += "".join(f"{k}={v}\n" for k, v in extra.items())  # a later line wins, as in bash
+            self.set_env_file(n, text)
+
+    def set_unreachable(self, name: str, error: str) -> None:
+        self.unreachable[name] = error
+
+    # ---------------------------------------------------------------- running the checks
+    def cluster(self) -> Cluster:
+        return cluster_from_inventory_data(self.inventory)
+
+    def context(self, thresholds: Thresholds | None = None) -> Context:
+        hosts = {}
+        for n, d in self.docs.items():
+            if n in self.unreachable:
+                hosts[n] = HostFacts(n, reachable=False, error=self.unreachable[n])
+            else:
+                hosts[n] = HostFacts(n, node=d["node"], probe=d["probe"], collected_at=d["collected_at"])
+        return Context(self.cluster(), hosts, thresholds or Thresholds())
+
+    def findings(self, thresholds: Thresholds | None = None) -> list[Finding]:
+        return run_checks(self.context(thresholds))
+
+
+def at_least(findings: list[Finding], severity: Severity) -> list[Finding]:
+    return [f for f in findings if f.severity >= severity]
+
+
+@pytest.fixture
+def sim() -> Sim:
+    return Sim()

@@ -1,0 +1,600 @@
+"""Every audit check on recorded facts, no host needed: a passing and a failing fixture per finding id.
+
+The passing fixture is the recorded clean 3-node cluster (fixtures/facts/clean3, see record.py). Each failing
+fixture is that cluster with one realistic change, and the test asserts the finding's id, its host (None for
+cluster-wide findings) and that its evidence contains the concrete value (the line, rule, value or probe result).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from conftest import Sim, at_least, firewall_fixture, nodeinfo, recorded
+from ddpfix.checks import Context, HostFacts, Thresholds, nccl_select, run_checks
+from ddpfix.findings import RULES, Severity
+
+Expect = tuple[str | None, list[str]]  # (host or None for cluster-wide, substrings of the evidence)
+CASES: dict[str, Callable[[Sim], Expect]] = {}  # "<id>" or "<id>:<variant>" -> mutation
+
+
+def case(fid: str, variant: str = "") -> Callable[[Callable[[Sim], Expect]], Callable[[Sim], Expect]]:
+    assert fid in RULES, fid
+
+    def deco(fn: Callable[[Sim], Expect]) -> Callable[[Sim], Expect]:
+        CASES[f"{fid}:{variant}" if variant else fid] = fn
+        return fn
+
+    return deco
+
+
+def _iptables(rules: list[str], policy: str = "ACCEPT") -> str:
+    """An iptables-save text in the recorded format (fixtures/firewall/ipt_reject.iptables-save)."""
+    head = firewall_fixture("ipt_reject.iptables-save").splitlines()
+    out = [ln for ln in head if not ln.startswith("-A ")]
+    out = [f":INPUT {policy} [0:0]" if ln.startswith(":INPUT ") else ln for ln in out]
+    i = out.index("COMMIT")
+    return "\n".join(out[:i] + rules + out[i:]) + "\n"
+
+
+def _firewall_state(sim: Sim, name: str, **kv: Any) -> None:
+    st = sim.node(name)["firewall"]
+    st.update(kv)
+
+
+def _firewalld_public_without_port() -> dict[str, Any]:
+    """The recorded firewalld 1.3.3 state reduced to a stock default zone: public on eth0 with ssh, dhcpv6-client.
+
+    The recording also holds an unrelated iptables-nft rule (DROP 40001, table ip filter): removed, so firewalld's
+    own nft table is the only ruleset, as on a stock firewalld host.
+    """
+    st = json.loads(firewall_fixture("fwd_cli.json"))
+    st["iptables"] = ""
+    st["nft"]["nftables"] = [o for o in st["nft"]["nftables"]
+                             if not any(o.get(k, {}).get("table", o.get(k, {}).get("name")) == "filter"
+                                        and o.get(k, {}).get("family") == "ip" for k in o)]
+    fw = st["firewalld"]
+    pub = fw["zones"]["public"]
+    pub.update(ports=[], rich_rules=[], services=["dhcpv6-client", "ssh"], interfaces=["eth0"], sources=[])
+    fw["zones"] = {"public": pub}
+    fw["default_zone"] = "public"
+    return st
+
+
+# ============================================================ host / firewall / probes
+
+
+@case("host.unreachable")
+def _(sim: Sim) -> Expect:
+    err = "Failed to connect to the host via ssh: ssh: connect to host 192.168.77.13 port 22: Connection refused"
+    sim.set_unreachable("node3", err)
+    return "node3", ["port 22: Connection refused"]
+
+
+@case("firewall.master-port-blocked", "iptables")
+def _(sim: Sim) -> Expect:
+    # recorded iptables-save (nf_tables) that DROPs 29500 and REJECTs the ephemeral range
+    _firewall_state(sim, "node1", iptables=firewall_fixture("ipt_reject.iptables-save"))
+    return "node1", ["-A INPUT -p tcp -m tcp --dport 29500 -j DROP"]
+
+
+@case("firewall.master-port-blocked", "firewalld")
+def _(sim: Sim) -> Expect:
+    sim.node("node1")["firewall"] = _firewalld_public_without_port()
+    return "node1", ["public"]
+
+
+@case("firewall.master-port-blocked", "nftables")
+def _(sim: Sim) -> Expect:
+    # a recorded nftables ruleset written for another network (its @cluster set lacks 192.168.77.0/24)
+    _firewall_state(sim, "node1", nft=json.loads(firewall_fixture("nft_inet.json")),
+                    nft_text=firewall_fixture("nft_inet.txt"))
+    return "node1", ["policy drop"]
+
+
+@case("firewall.peer-ports-blocked")
+def _(sim: Sim) -> Expect:
+    rule = "-A INPUT -p tcp -m tcp --dport 32768:60999 -j REJECT --reject-with icmp-port-unreachable"
+    _firewall_state(sim, "node2", iptables=_iptables([rule]))
+    return "node2", [rule]
+
+
+@case("firewall.peer-ports-blocked", "subrange")
+def _(sim: Sim) -> Expect:
+    # only part of the ephemeral range is closed: sampling must still find it
+    rule = "-A INPUT -p tcp -m tcp --dport 45001:45099 -j DROP"
+    _firewall_state(sim, "node3", iptables=_iptables([rule]))
+    return "node3", [rule]
+
+
+@case("firewall.peer-ports-blocked", "firewalld")
+def _(sim: Sim) -> Expect:
+    sim.node("node3")["firewall"] = _firewalld_public_without_port()
+    return "node3", ["public"]
+
+
+@case("firewall.world-open")
+def _(sim: Sim) -> Expect:
+    rules = ["-A INPUT -i lo -j ACCEPT",
+             "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+             "-A INPUT -s 192.168.77.0/24 -p tcp -j ACCEPT",
+             "-A INPUT -p tcp -m tcp --dport 29500 -j ACCEPT"]
+    _firewall_state(sim, "node1", iptables=_iptables(rules, policy="DROP"))
+    return "node1", ["--dport 29500 -j ACCEPT", "203.0.113.7"]
+
+
+@case("firewall.world-open", "firewalld")
+def _(sim: Sim) -> Expect:
+    st = _firewalld_public_without_port()
+    st["firewalld"]["zones"]["public"]["ports"] = [["29500", "tcp"]]  # firewall-cmd --add-port=29500/tcp
+    st["firewalld"]["zones"]["trusted"] = {**st["firewalld"]["zones"]["public"], "target": "ACCEPT", "interfaces": [],
+                                           "ports": [], "services": [], "sources": ["192.168.77.0/24"]}
+    sim.node("node1")["firewall"] = st
+    return "node1", ["29500"]
+
+
+@case("probe.master-port-unreachable")
+def _(sim: Sim) -> Expect:
+    refused = next(c for c in json.loads(recorded("probe.json"))["connects"] if not c["ok"])["error"]
+    c = next(c for c in sim.probe("node2")["connects"] if c["kind"] == "master")
+    c.update(ok=False, error=refused)
+    return "node2", ["192.168.77.11:29500", "connection refused (ECONNREFUSED)", "192.168.77.12 (eth0)"]
+
+
+@case("probe.peer-unreachable")
+def _(sim: Sim) -> Expect:
+    c = next(c for c in sim.probe("node3")["connects"] if c["kind"] == "peer")
+    c.update(ok=False, error="timed out after 2.0s", seconds=2.0)
+    return "node3", [f"{c['address']}:{c['port']}", "timed out after 2.0s"]
+
+
+@case("probe.peer-unreachable", "listener")
+def _(sim: Sim) -> Expect:
+    sim.node("node2")["probe"].update(pid=None, port=None, error="OSError: [Errno 99] Cannot assign requested address")
+    return "node2", ["Cannot assign requested address"]
+
+
+@case("probe.port-in-use")
+def _(sim: Sim) -> Expect:
+    # a real /proc/net/tcp plus one LISTEN socket on 0.0.0.0:29500 (0x733C), read by the real parser
+    text = recorded("proc-net-tcp.txt").rstrip("\n") + (
+        "\n   1: 00000000:733C 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 "
+        "0000000000000000 100 0 0 10 0\n")
+    sim.node("node1")["listening"] = nodeinfo().listening_ports(text)
+    return "node1", ["TCP port 29500"]
+
+
+# ============================================================ names
+
+
+DEBIAN_HOSTS = "127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n\n# The following lines are desirable for IPv6 capable hosts\n" \
+               "::1     localhost ip6-localhost ip6-loopback\nff02::1 ip6-allnodes\nff02::2 ip6-allrouters\n"
+
+
+@case("hosts.hostname-loopback")
+def _(sim: Sim) -> Expect:
+    text = DEBIAN_HOSTS.format(name="node2") + "192.168.77.11\tnode1\n192.168.77.13\tnode3\n"
+    sim.set_hosts_file("node2", text)
+    sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
+    return "node2", ["/etc/hosts: 127.0.1.1\tnode2"]
+
+
+@case("hosts.peer-unresolvable")
+def _(sim: Sim) -> Expect:
+    text = "127.0.0.1\tlocalhost\n192.168.77.12\tnode2\n192.168.77.13\tnode3\n"
+    sim.set_hosts_file("node3", text)
+    sim.probe("node3")["resolve"]["node1"] = []
+    return "node3", ["getaddrinfo('node1')", "no address"]
+
+
+@case("hosts.peer-mismatch")
+def _(sim: Sim) -> Expect:
+    # a stale line left from the old network
+    sim.set_hosts_file("node2", "127.0.0.1\tlocalhost\n10.0.0.13\tnode3\n192.168.77.11\tnode1\n")
+    sim.probe("node2")["resolve"]["node3"] = ["10.0.0.13"]
+    return "node2", ["10.0.0.13", "/etc/hosts: 10.0.0.13\tnode3"]
+
+
+@case("hosts.peer-mismatch", "inside-cidr")
+def _(sim: Sim) -> Expect:
+    # a typo in node1's /etc/hosts: an address inside the cluster network, but not node2's
+    text = "\n".join(e["text"].replace("192.168.77.12", "192.168.77.99") for e in sim.node("node1")["hosts_file"])
+    sim.set_hosts_file("node1", text + "\n")
+    sim.probe("node1")["resolve"]["node2"] = ["192.168.77.99"]
+    return "node1", ["= 192.168.77.99", "/etc/hosts: 192.168.77.99\tnode2"]
+
+
+@case("hosts.duplicate-hostname")
+def _(sim: Sim) -> Expect:
+    n3 = sim.node("node3")  # node3 is a clone of node2 that kept its hostname
+    n3["hostname"] = n3["fqdn"] = "node2"
+    n3["resolve_self"] = {"node2": ["192.168.77.13"]}
+    return None, ["node2: hostname=node2", "node3: hostname=node2"]
+
+
+@case("hosts.duplicate-machine-id")
+def _(sim: Sim) -> Expect:
+    mid = sim.node("node2")["machine_id"]
+    sim.node("node3")["machine_id"] = mid
+    return None, [f"/etc/machine-id = {mid}", "node2, node3"]
+
+
+# ============================================================ time
+
+
+@case("time.no-daemon")
+def _(sim: Sim) -> Expect:
+    sim.node("node3")["time"] = {"daemons": [], "chrony_tracking": None}
+    return "node3", ["no chronyd/ntpd/systemd-timesyncd"]
+
+
+@case("time.unsynchronized")
+def _(sim: Sim) -> Expect:
+    sim.node("node2")["time"]["chrony_tracking"] = nodeinfo().parse_chronyc_tracking(recorded("chronyc-unreachable.csv"))
+    return "node2", ["'Not synchronised'"]
+
+
+@case("time.unsynchronized", "offset")
+def _(sim: Sim) -> Expect:
+    sim.node("node3")["time"]["chrony_tracking"]["system_offset"] = -0.25
+    return "node3", ["-0.250000s"]
+
+
+@case("time.unsynchronized", "no-answer")
+def _(sim: Sim) -> Expect:
+    sim.node("node2")["time"]["chrony_tracking"] = None  # `chronyc -c tracking` failed: 506 Cannot talk to daemon
+    return "node2", ["chronyc -c tracking failed"]
+
+
+@case("time.skew")
+def _(sim: Sim) -> Expect:
+    sim.node("node3")["now"] += 5.0  # node3's clock is 5 s ahead of the controller's when its facts arrived
+    return None, ["node3: +5.05s", "node1: +0.05s"]
+
+
+# ============================================================ interfaces
+
+
+@case("netif.missing")
+def _(sim: Sim) -> Expect:
+    # inventory override ddp_socket_ifname=ens5 on a node whose NIC is eth0 (facts use the override, as the module does)
+    sim.set_var("node2", ddp_socket_ifname="ens5")
+    n = sim.node("node2")
+    n["cluster"] = nodeinfo().cluster_interface(n["interfaces"], "", "192.168.77.11", "ens5")
+    return "node2", ["ddp_socket_ifname=ens5", "interfaces present: lo, eth0"]
+
+
+@case("netif.missing", "nccl-spec")
+def _(sim: Sim) -> Expect:
+    sim.write_planned_env_files(node3={"NCCL_SOCKET_IFNAME": "^eth"})  # excludes the cluster NIC: only lo is left
+    return "node3", ["NCCL_SOCKET_IFNAME=^eth matched: lo;"]
+
+
+@case("netif.missing", "no-address")
+def _(sim: Sim) -> Expect:
+    # GLOO_SOCKET_IFNAME names an interface that exists but is not on the cluster network
+    sim.node("node1")["interfaces"].append({
+        "name": "docker0", "index": 5, "flags": ["NO-CARRIER", "BROADCAST", "MULTICAST", "UP"], "operstate": "DOWN",
+        "mtu": 1500, "kind": "bridge", "addrs": [{"family": "inet", "local": "172.17.0.1", "prefixlen": 16}]})
+    sim.write_planned_env_files(node1={"GLOO_SOCKET_IFNAME": "docker0"})
+    return "node1", ["GLOO_SOCKET_IFNAME=docker0", "docker0 addresses: 172.17.0.1"]
+
+
+@case("netif.missing", "no-cluster-address")
+def _(sim: Sim) -> Expect:
+    # node3's NIC came up with an address from another network (wrong DHCP scope)
+    n = sim.node("node3")
+    sim.iface("node3")["addrs"][0].update(local="10.0.0.13")
+    n["cluster"] = nodeinfo().cluster_interface(n["interfaces"], "", "192.168.77.11")
+    return "node3", ["eth0 10.0.0.13"]
+
+
+def _rename_nic(sim: Sim, name: str, new: str) -> None:
+    n = sim.node(name)
+    sim.iface(name)["name"] = new
+    n["cluster"] = nodeinfo().cluster_interface(n["interfaces"], "", "192.168.77.11")
+    for r in sim.probe(name)["routes"].values():
+        r["dev"] = new
+
+
+@case("netif.name-mismatch")
+def _(sim: Sim) -> Expect:
+    _rename_nic(sim, "node2", "ens5")
+    sim.write_planned_env_files(**{n: {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "=eth0", "TP_SOCKET_IFNAME": "eth0"}
+                                   for n in ("node1", "node2", "node3")})
+    return None, ["node1=eth0", "node2=ens5", "node3=eth0", "GLOO_SOCKET_IFNAME=eth0"]
+
+
+@case("netif.name-mismatch", "inventory")
+def _(sim: Sim) -> Expect:
+    # ddp_socket_ifname: eth0 as a group var; node2's NIC is ens5 (the facts follow the override, as the module does)
+    sim.set_var(None, ddp_socket_ifname="eth0")
+    _rename_nic(sim, "node2", "ens5")
+    for n in sim.docs:
+        f = sim.node(n)
+        f["cluster"] = nodeinfo().cluster_interface(f["interfaces"], "", "192.168.77.11", "eth0")
+    return None, ["node2=ens5", "ddp_socket_ifname=eth0"]
+
+
+def _add_iface(sim: Sim, name: str, ifname: str, index: int, addr: str, prefixlen: int, kind: str = "bridge") -> None:
+    sim.node(name)["interfaces"].append({
+        "name": ifname, "index": index, "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "operstate": "UP",
+        "mtu": 1500, "kind": kind, "addrs": [{"family": "inet", "local": addr, "prefixlen": prefixlen}]})
+
+
+@case("netif.autoselect-wrong", "nccl")
+def _(sim: Sim) -> Expect:
+    # docker0 (skipped by NCCL's default) and a docker user network bridge br-* created before eth0 got its index
+    _add_iface(sim, "node3", "docker0", 2, "172.17.0.1", 16)
+    _add_iface(sim, "node3", "br-1a2b3c4d5e6f", 3, "172.18.0.1", 16)
+    sim.node("node3")["interfaces"].sort(key=lambda i: i["index"])
+    return "node3", ["br-1a2b3c4d5e6f=172.18.0.1", "eth0=192.168.77.13"]
+
+
+@case("netif.autoselect-wrong", "gloo-hostname")
+def _(sim: Sim) -> Expect:
+    # the hostname resolves to the management NIC's address
+    _add_iface(sim, "node2", "ens3", 5, "10.20.0.12", 24, kind="ether")
+    sim.set_hosts_file("node2", "127.0.0.1\tlocalhost\n10.20.0.12\tnode2\n192.168.77.11\tnode1\n192.168.77.13\tnode3\n")
+    sim.node("node2")["resolve_self"] = {"node2": ["10.20.0.12"]}
+    return "node2", ["/etc/hosts: 10.20.0.12\tnode2"]
+
+
+@case("netif.mtu-mismatch")
+def _(sim: Sim) -> Expect:
+    sim.iface("node2")["mtu"] = 1400
+    return None, ["node2: eth0 mtu 1400", "node1: eth0 mtu 1500"]
+
+
+@case("netif.down")
+def _(sim: Sim) -> Expect:
+    i = sim.iface("node3")
+    i["flags"] = ["BROADCAST", "MULTICAST"]
+    i["operstate"] = "DOWN"
+    return "node3", ["flags=BROADCAST,MULTICAST", "operstate=DOWN"]
+
+
+# ============================================================ addresses, routes, sysctls
+
+
+@case("addr.master-not-private")
+def _(sim: Sim) -> Expect:
+    sim.write_planned_env_files(node2={"MASTER_ADDR": "203.0.113.10"})
+    return "node2", ["/etc/ddpfix/ddp.env: MASTER_ADDR=203.0.113.10"]
+
+
+@case("addr.family-mismatch")
+def _(sim: Sim) -> Expect:
+    # node3's /etc/hosts lists IPv6 entries first: getaddrinfo returns them first
+    sim.set_hosts_file("node3", "127.0.0.1\tlocalhost\nfd00:77::11\tnode1\nfd00:77::12\tnode2\n"
+                                "192.168.77.11\tnode1\n192.168.77.12\tnode2\n192.168.77.13\tnode3\n")
+    for peer, v6 in (("node1", "fd00:77::11"), ("node2", "fd00:77::12")):
+        sim.probe("node3")["resolve"][peer] = [v6, sim.probe("node3")["resolve"][peer][0]]
+    return None, ["node3: IPv6", "node1: IPv4"]
+
+
+@case("route.via-gateway")
+def _(sim: Sim) -> Expect:
+    # the recorded shape of an off-link `ip -j route get` (gateway), moved to the cluster network
+    via = next(r for r in json.loads(recorded("probe.json"))["routes"].values() if r.get("via"))
+    sim.probe("node2")["routes"]["192.168.77.13"] = dict(via, via="192.168.77.1", src="192.168.77.12")
+    return "node2", ["ip route get 192.168.77.13: dev eth0 via 192.168.77.1"]
+
+
+@case("net.master-port-ephemeral")
+def _(sim: Sim) -> Expect:
+    sim.set_var(None, ddp_master_port=40000)
+    for n in sim.docs:
+        for c in sim.probe(n)["connects"]:
+            if c["kind"] == "master":
+                c["port"] = 40000
+    return "node1", ["net.ipv4.ip_local_port_range = 32768 60999"]
+
+
+@case("net.somaxconn-low")
+def _(sim: Sim) -> Expect:
+    sim.set_var(None, ddp_nproc_per_node=8)  # world size 24
+    sim.node("node1")["sysctl"]["somaxconn"] = 16
+    return "node1", ["net.core.somaxconn = 16"]
+
+
+# ============================================================ env files
+
+
+@case("env.missing")
+def _(sim: Sim) -> Expect:
+    return "node2", ["stat /etc/ddpfix/ddp.env: no such file"]  # the clean cluster: nothing written yet
+
+
+@case("env.inconsistent", "duplicate-rank")
+def _(sim: Sim) -> Expect:
+    sim.write_planned_env_files(node3={"NODE_RANK": "1", "RANK": "1"})
+    return None, ["node2: NODE_RANK=1", "node3: NODE_RANK=1"]
+
+
+@case("env.inconsistent", "cluster-key")
+def _(sim: Sim) -> Expect:
+    sim.write_planned_env_files(node2={"MASTER_PORT": "29501"})
+    return None, ["node2: MASTER_PORT=29501", "node1: MASTER_PORT=29500"]
+
+
+@case("env.inconsistent", "differs-from-plan")
+def _(sim: Sim) -> Expect:
+    sim.write_planned_env_files(node1={"NCCL_SOCKET_IFNAME": "eth"})
+    return "node1", ["NCCL_SOCKET_IFNAME=eth (want =eth0)"]
+
+
+# ============================================================ the tests
+
+
+def test_every_finding_id_has_a_failing_fixture() -> None:
+    covered = {k.split(":")[0] for k in CASES}
+    assert covered == set(RULES), f"missing: {sorted(set(RULES) - covered)}; unknown: {sorted(covered - set(RULES))}"
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_failing_fixture_reports_the_finding(sim: Sim, key: str) -> None:
+    fid = key.split(":")[0]
+    host, evidence = CASES[key](sim)
+    found = [f for f in sim.findings() if f.id == fid]
+    assert found, f"{fid} not reported; got {[(f.id, f.host) for f in sim.findings()]}"
+    on_host = [f for f in found if f.host == host]
+    assert on_host, f"{fid} reported on {[f.host for f in found]}, expected {host}"
+    assert any(all(e in f.evidence for e in evidence) for f in on_host), \
+        f"evidence lacks {evidence}: {[f.evidence for f in on_host]}"
+    for f in on_host:
+        assert f.message and f.fix and "{" not in f.fix, f  # fix template fully rendered
+        json.dumps(f.to_json())
+
+
+@pytest.mark.parametrize("fid", sorted(RULES))
+def test_passing_fixture_does_not_report(sim: Sim, fid: str) -> None:
+    """The recorded clean cluster (for env.*: with the env files ddpfix would write) does not report the id."""
+    if fid.startswith("env."):
+        sim.write_planned_env_files()
+    assert [f for f in sim.findings() if f.id == fid] == []
+
+
+def test_clean_cluster_has_no_finding_at_warning_or_above(sim: Sim) -> None:
+    findings = sim.findings()
+    assert at_least(findings, Severity.WARNING) == []
+    assert sorted((f.id, f.host) for f in findings) == [("env.missing", "node1"), ("env.missing", "node2"),
+                                                         ("env.missing", "node3")]
+
+
+def test_clean_cluster_with_planned_env_files_has_no_findings(sim: Sim) -> None:
+    sim.write_planned_env_files()
+    assert sim.findings() == []
+
+
+def test_failing_mutations_only_touch_their_own_copy(sim: Sim) -> None:
+    before = copy.deepcopy(Sim().docs)
+    CASES["netif.down"](sim)
+    assert Sim().docs == before
+
+
+def _firewalld_trusted_cluster() -> dict[str, Any]:
+    st = _firewalld_public_without_port()
+    zones = st["firewalld"]["zones"]
+    zones["trusted"] = {**zones["public"], "target": "ACCEPT", "interfaces": [], "services": [],
+                        "sources": ["192.168.77.0/24"]}  # what remediate does: trust the cluster CIDR
+    return st
+
+
+CORRECT_FIREWALLS = {
+    "iptables-policy-drop-cluster-accept": lambda st: st.update(iptables=_iptables(
+        ["-A INPUT -i lo -j ACCEPT", "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+         "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT", "-A INPUT -s 192.168.77.0/24 -p tcp -j ACCEPT"], policy="DROP")),
+    "firewalld-trusted-source": lambda st: st.update(_firewalld_trusted_cluster()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CORRECT_FIREWALLS))
+def test_correct_firewall_on_every_node_yields_no_firewall_finding(sim: Sim, kind: str) -> None:
+    for n in sim.docs:
+        CORRECT_FIREWALLS[kind](sim.node(n)["firewall"])
+    assert at_least(sim.findings(), Severity.WARNING) == []
+
+
+def test_unreachable_node_does_not_stop_the_others(sim: Sim) -> None:
+    CASES["host.unreachable"](sim)
+    sim.iface("node2")["mtu"] = 9000  # still compared between the reachable nodes
+    sim.node("node1")["time"] = {"daemons": [], "chrony_tracking": None}
+    ids = {(f.id, f.host) for f in sim.findings()}
+    assert {("host.unreachable", "node3"), ("netif.mtu-mismatch", None), ("time.no-daemon", "node1")} <= ids
+    assert not any(h == "node3" for i, h in ids if i != "host.unreachable")
+
+
+def test_unreachable_master_is_reported_and_checks_still_run(sim: Sim) -> None:
+    sim.set_unreachable("node1", "UNREACHABLE: timed out")
+    ids = {(f.id, f.host) for f in sim.findings()}
+    assert ("host.unreachable", "node1") in ids
+
+
+def test_time_thresholds_are_configurable(sim: Sim) -> None:
+    sim.node("node3")["now"] += 0.5
+    assert not [f for f in sim.findings() if f.id == "time.skew"]
+    assert [f for f in sim.findings(Thresholds(max_skew_s=0.2)) if f.id == "time.skew"]
+
+
+def test_missing_collected_at_skips_skew(sim: Sim) -> None:
+    sim.node("node3")["now"] += 50
+    ctx = sim.context()
+    ctx.hosts["node3"] = HostFacts("node3", node=sim.node("node3"), probe=sim.probe("node3"), collected_at=None)
+    assert not [f for f in run_checks(ctx) if f.id == "time.skew"]
+
+
+def test_findings_are_sorted_by_severity_then_host(sim: Sim) -> None:
+    for key in ("time.no-daemon", "netif.mtu-mismatch", "probe.peer-unreachable"):
+        CASES[key](sim)
+    fs = sim.findings()
+    keys = [(-int(f.severity), f.host or "") for f in fs]
+    assert keys == sorted(keys)
+    assert len(fs) == len(set(fs))
+
+
+def test_context_derives_cidr_from_master_when_inventory_has_none(sim: Sim) -> None:
+    ctx: Context = sim.context()
+    assert ctx.cidr == "192.168.77.0/24"
+    sim.set_var(None, ddp_cluster_cidr="192.168.77.0/25")
+    assert sim.context().cidr == "192.168.77.0/25"
+
+
+# ============================================================ nccl_select: NCCL_SOCKET_IFNAME grammar
+
+
+def _ifaces(*spec: tuple[str, str | None]) -> list[dict[str, Any]]:
+    out = []
+    for idx, (name, addr) in enumerate(spec, 1):
+        addrs = [{"family": "inet", "local": addr, "prefixlen": 24}] if addr else []
+        out.append({"name": name, "index": idx, "addrs": addrs})
+    return out
+
+
+IFACES = _ifaces(("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("eth0", "192.168.77.11"), ("eth1", "10.0.0.1"),
+                 ("ens5", "10.1.0.1"), ("virbr0", "192.168.122.1"), ("veth12ab", None), ("br-0f1e", "172.18.0.1"))
+
+
+def _names(spec: str | None, ifaces: list[dict[str, Any]] = IFACES) -> list[str]:
+    return [i["name"] for i in nccl_select(spec, ifaces)]
+
+
+@pytest.mark.parametrize(("spec", "want"), [
+    ("eth", ["eth0", "eth1"]),  # prefix
+    ("eth,ens", ["eth0", "eth1", "ens5"]),  # prefix list
+    ("=eth0", ["eth0"]),  # exact
+    ("=eth", []),  # exact does not prefix-match
+    ("=eth0,ens5", ["eth0", "ens5"]),  # exact list
+    ("^docker,lo", ["eth0", "eth1", "ens5", "virbr0", "br-0f1e"]),  # exclude prefixes
+    ("^=eth0", ["lo", "docker0", "eth1", "ens5", "virbr0", "br-0f1e"]),  # exclude exact
+    ("^eth", ["lo", "docker0", "ens5", "virbr0", "br-0f1e"]),
+    ("ib", []),
+])
+def test_nccl_select_grammar(spec: str, want: list[str]) -> None:
+    assert _names(spec) == want
+
+
+def test_nccl_select_default_skips_docker_lo_virbr_and_keeps_index_order() -> None:
+    assert _names(None) == ["eth0", "eth1", "ens5", "br-0f1e"]
+    assert _names("") == ["eth0", "eth1", "ens5", "br-0f1e"]
+
+
+def test_nccl_select_default_prefers_ib() -> None:
+    ifaces = IFACES + [{"name": "ib0", "index": 99, "addrs": [{"family": "inet", "local": "10.9.0.1", "prefixlen": 24}]}]
+    assert _names(None, ifaces) == ["ib0"]
+
+
+def test_nccl_select_ignores_interfaces_without_ipv4() -> None:
+    ifaces = _ifaces(("eth0", None), ("eth1", "10.0.0.1"))
+    ifaces[0]["addrs"] = [{"family": "inet6", "local": "fe80::1", "prefixlen": 64}]
+    assert _names(None, ifaces) == ["eth1"]
+    assert _names("=eth0", ifaces) == []
+
+
+def test_nccl_select_orders_by_index_not_list_order() -> None:
+    ifaces = list(reversed(_ifaces(("eth0", "10.0.0.1"), ("eth1", "10.0.1.1"))))
+    assert _names("eth", ifaces) == ["eth0", "eth1"]

@@ -1,0 +1,110 @@
+"""The plan (controller/ddpfix/plan.py) on the recorded clean cluster: ranks, env values, hosts block."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from conftest import Sim, nodeinfo
+from ddpfix.plan import CLUSTER_KEYS, effective_cidr, hosts_block, plan_cluster, render_env
+
+
+def _plan(sim: Sim):
+    return plan_cluster(sim.cluster(), {n: d["node"] for n, d in sim.docs.items()})
+
+
+def test_ranks_follow_the_inventory_and_master_is_zero(sim: Sim) -> None:
+    sim.set_var(None, ddp_master="node2")
+    plans = _plan(sim)
+    assert {n: p.rank for n, p in plans.items()} == {"node2": 0, "node1": 1, "node3": 2}
+    assert {n: p.env["NODE_RANK"] for n, p in plans.items()} == {"node2": "0", "node1": "1", "node3": "2"}
+
+
+def test_env_values_single_process(sim: Sim) -> None:
+    plans = _plan(sim)
+    assert plans["node2"].env == {
+        "MASTER_ADDR": "192.168.77.11", "MASTER_PORT": "29500", "NNODES": "3", "NODE_RANK": "1",
+        "NPROC_PER_NODE": "1", "WORLD_SIZE": "3", "RANK": "1",
+        "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "=eth0", "TP_SOCKET_IFNAME": "eth0",
+    }
+    assert all(p.address == f"192.168.77.1{p.rank + 1}" and p.ifname == "eth0" for p in plans.values())
+
+
+@pytest.mark.parametrize("nproc", [2, 8])
+def test_world_size_and_no_rank_with_several_processes(sim: Sim, nproc: int) -> None:
+    sim.set_var(None, ddp_nproc_per_node=nproc)
+    for p in _plan(sim).values():
+        assert p.env["WORLD_SIZE"] == str(3 * nproc)
+        assert p.env["NPROC_PER_NODE"] == str(nproc)
+        assert "RANK" not in p.env  # torchrun sets RANK per process
+
+
+def test_nccl_uses_exact_match_and_per_node_names(sim: Sim) -> None:
+    n = sim.node("node2")
+    next(i for i in n["interfaces"] if i["name"] == "eth0")["name"] = "ens5"
+    n["cluster"] = nodeinfo().cluster_interface(n["interfaces"], "", "192.168.77.11")
+    plans = _plan(sim)
+    assert plans["node2"].env["NCCL_SOCKET_IFNAME"] == "=ens5"  # not the prefix "ens5" (would match ens50)
+    assert plans["node2"].env["GLOO_SOCKET_IFNAME"] == "ens5"
+    assert plans["node1"].env["NCCL_SOCKET_IFNAME"] == "=eth0"
+
+
+def test_master_addr_is_the_masters_cluster_address_literal(sim: Sim) -> None:
+    # even when the inventory reaches the master through a public/NAT name
+    sim.set_var("node1", ansible_host="node1.example.com")
+    addr = _plan(sim)["node3"].env["MASTER_ADDR"]
+    assert addr == "192.168.77.11"
+    ipaddress.ip_address(addr)
+
+
+def test_master_addr_with_master_not_first(sim: Sim) -> None:
+    sim.set_var(None, ddp_master="node3")
+    for d in sim.docs.values():  # facts were gathered with node3 as the master
+        d["node"]["cluster"] = nodeinfo().cluster_interface(d["node"]["interfaces"], "", "192.168.77.13")
+    assert {p.env["MASTER_ADDR"] for p in _plan(sim).values()} == {"192.168.77.13"}
+
+
+def test_cluster_keys_agree_on_every_node(sim: Sim) -> None:
+    plans = _plan(sim)
+    for k in CLUSTER_KEYS:
+        assert len({p.env[k] for p in plans.values()}) == 1, k
+
+
+def test_node_without_facts_or_outside_cidr_is_not_writable(sim: Sim) -> None:
+    facts = {n: d["node"] for n, d in sim.docs.items()}
+    facts["node3"] = None
+    plans = plan_cluster(sim.cluster(), facts)
+    assert plans["node3"].address is None and plans["node3"].ifname is None
+    assert "NCCL_SOCKET_IFNAME" not in plans["node3"].env
+    assert plans["node3"].env["NODE_RANK"] == "2" and plans["node3"].env["WORLD_SIZE"] == "3"
+    sim.set_var(None, ddp_cluster_cidr="10.0.0.0/8")
+    plans = _plan(sim)
+    assert all(p.address is None for p in plans.values())
+    assert plans["node1"].env["MASTER_ADDR"] == ""
+
+
+def test_effective_cidr(sim: Sim) -> None:
+    facts = {n: d["node"] for n, d in sim.docs.items()}
+    assert effective_cidr(sim.cluster(), facts) == "192.168.77.0/24"  # the master's on-link subnet
+    sim.set_var(None, ddp_cluster_cidr="192.168.0.0/16")
+    assert effective_cidr(sim.cluster(), facts) == "192.168.0.0/16"
+    sim.set_var(None, ddp_cluster_cidr="")
+    assert effective_cidr(sim.cluster(), {"node1": None}) is None
+
+
+def test_render_env_and_hosts_block(sim: Sim) -> None:
+    plans = _plan(sim)
+    text = render_env(plans["node1"])
+    assert text.startswith("# Managed by ddpfix")
+    assert "\nMASTER_ADDR=192.168.77.11\n" in text and "\nNCCL_SOCKET_IFNAME==eth0\n" in text
+    assert text.endswith("\n")
+    assert render_env(plans["node1"]) == text  # no timestamps: deterministic
+    assert nodeinfo().parse_env_file(text) == plans["node1"].env
+    assert hosts_block(plans) == "192.168.77.11 node1\n192.168.77.12 node2\n192.168.77.13 node3"
+
+
+def test_hosts_block_names_hostname_and_inventory_name(sim: Sim) -> None:
+    sim.node("node2")["hostname"] = "gpu-b07"
+    block = hosts_block(_plan(sim))
+    assert "192.168.77.12 gpu-b07 node2" in block.splitlines()
