@@ -230,6 +230,54 @@ def check_port_in_use(info) -> None:
     assert lab.pid_alive(rec)
 
 
+def check_world_open(info) -> None:
+    m, w = info.nodes[0], info.nodes[1]
+    saved = sh(info, m.name, "iptables-save").stdout
+    assert "-A INPUT -p tcp -m tcp --dport 29500 -j ACCEPT" in saved  # no -s: any source
+    assert f"-A INPUT -s {info.subnet} -j ACCEPT" in saved and "-A INPUT -j REJECT" in saved
+    assert "--dport 29500 -j ACCEPT" in sh(info, m.name, "cat /etc/iptables/rules.v4").stdout
+    assert sh(info, w.name, "iptables-save").stdout.strip() == ""
+    with_listener(info, m.name, 40000, lambda: _assert(tcp_ok(info, w.name, m.address, 40000), "subnet not trusted"))
+    assert lab.chrony_tracking(info.name, w.name)["leap_status"] == "Normal"  # NTP from the subnet still works
+
+
+def check_chrony_unsynced(info) -> None:
+    victim = info.nodes[-1]
+    assert lab.chrony_tracking(info.name, victim.name)["leap_status"] == "Not synchronised"
+    assert lab.chrony_tracking(info.name, "node2")["leap_status"] == "Normal"
+    conf = sh(info, victim.name, "cat /etc/chrony/conf.d/lab.conf").stdout
+    source = conf.split("server ", 1)[1].split()[0]
+    for n in info.nodes:  # nobody holds the source address
+        assert source not in sh(info, n.name, "ip -4 addr").stdout
+    assert ipaddress.ip_address(source) in ipaddress.ip_network(info.subnet)
+    rec = json.loads((info.state_dir / "lab.json").read_text())["nodes"][victim.name]["pids"]
+    assert lab.pid_alive(rec["chronyd-unsynced"]) and "chronyd" not in rec
+    assert 'DAEMON_OPTS="-F 1 -x"' in sh(info, victim.name, "cat /etc/default/chrony").stdout
+
+
+def check_machine_id_clone(info) -> None:
+    mid = {n.name: sh(info, n.name, "cat /etc/machine-id").stdout.strip() for n in info.nodes}
+    assert mid["node2"] == mid["node3"] != mid["node1"] and len(mid["node2"]) == 32
+    assert sh(info, "node3", "hostname").stdout.strip() == "node3"
+
+
+def check_somaxconn_low(info) -> None:
+    val = {n.name: int(sh(info, n.name, "cat /proc/sys/net/core/somaxconn").stdout) for n in info.nodes}
+    assert val["node1"] == 2 < len(info.nodes) and val["node2"] >= 128
+    assert int(open("/proc/sys/net/core/somaxconn").read()) >= 128  # the host's namespace is untouched
+
+
+def check_family_mismatch(info) -> None:
+    ula = {n.name: next(a["local"] for x in links(info, n.name) for a in x["addr_info"]
+                        if a["family"] == "inet6" and a["local"].startswith("fd00:dd:")) for n in info.nodes}
+    out = sh(info, "node3", "getent ahosts node1").stdout.split()
+    assert out[0] == ula["node1"] and info.nodes[0].address not in out
+    assert sh(info, "node3", "getent ahosts node2").stdout.split()[0] == ula["node2"]
+    assert resolve(info, "node1", "node2") == [info.nodes[1].address]
+    assert resolve(info, "node3", "node3") == [info.nodes[2].address]
+    assert len(set(ula.values())) == 3
+
+
 CHECKS: dict[str, Callable] = {
     "clean": check_clean,
     "firewalld-master": check_firewalld_master,
@@ -249,6 +297,11 @@ CHECKS: dict[str, Callable] = {
     "route-via-gateway": check_route_via_gateway,
     "chrony-absent": check_chrony_absent,
     "port-in-use": check_port_in_use,
+    "world-open": check_world_open,
+    "chrony-unsynced": check_chrony_unsynced,
+    "machine-id-clone": check_machine_id_clone,
+    "somaxconn-low": check_somaxconn_low,
+    "family-mismatch": check_family_mismatch,
 }
 
 

@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any, NoReturn
+
 import click
 
 from ddpfix import __version__
 from ddpfix.app import Application, DdpfixError
 
 
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _usage_error(exc: click.UsageError) -> NoReturn:
+    """Bad options (exit 2) as one line, like every other invalid input, instead of click's usage block."""
+    if isinstance(exc, _NO_ARGS_IS_HELP):  # `ddpfix` / `ddpfix lab` alone: show the help as usual
+        raise exc
+    cmd = exc.ctx.command_path if exc.ctx else "ddpfix"
+    click.echo(f"ddpfix: error: {' '.join(exc.format_message().split())} (see '{cmd} --help')", err=True)
+    sys.exit(exc.exit_code)
+
+
 class _Group(click.Group):
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            _usage_error(exc)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            _usage_error(exc)
         except DdpfixError as exc:
             click.echo(f"ddpfix: error: {exc}", err=True)
             ctx.exit(int(exc.code))

@@ -52,6 +52,18 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None) -> None:
         render_table(doc, Console(soft_wrap=False))
 
 
+def active_firewalls(fw: dict[str, Any]) -> list[str]:
+    """Firewall layers that hold rules (`nft -j` always answers, an empty ruleset is no firewall)."""
+    out = []
+    if fw.get("firewalld"):
+        out.append("firewalld")
+    if (fw.get("iptables") or "").strip() or (fw.get("iptables_legacy") or "").strip():
+        out.append("iptables")
+    if any("table" in x for x in (fw.get("nft") or {}).get("nftables") or []):
+        out.append("nft")
+    return out
+
+
 def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for node in cluster.nodes:
@@ -72,7 +84,7 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
                 "cluster_ifname": plan.ifname if plan else None,
                 "time_daemons": t.get("daemons"),
                 "chrony_synchronised": (t.get("chrony_tracking") or {}).get("synchronised"),
-                "firewall": sorted(k for k in ("firewalld", "iptables", "nft") if fw.get(k)),
+                "firewall": active_firewalls(fw),
                 "env_file": (f.get("env_file") or {}).get("exists"),
                 "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
             },

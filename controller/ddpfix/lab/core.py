@@ -93,6 +93,8 @@ _SCENARIO_REQUIRED = {
     "firewalld-master": {"firewalld": "firewalld", "firewall-cmd": "firewalld", "/usr/bin/dbus-daemon": "dbus"},
     "iptables-worker": {"iptables-restore": "iptables"},
     "iptables-worker2": {"iptables-restore": "iptables"},
+    "world-open": {"iptables-restore": "iptables"},
+    "chrony-unsynced": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
 }
 
 

@@ -16,6 +16,7 @@ same firewall on node2 for that reason.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import shlex
 from dataclasses import dataclass
@@ -475,6 +476,128 @@ def _listen_master_port(rt: "Runtime", node: NodePlan) -> None:
     rt.exec(node, ["sh", "-c", f"setsid -f /usr/bin/python3 -c {shlex.quote(LISTENER)} {port} </dev/null >/dev/null 2>&1"])
     rt.wait_for(lambda: rt.read_run(node, "ddpfix-port-in-use.pid") is not None, timeout=10, what="port-in-use listener")
     rt.record_pidfile(node, "port-in-use", "/run/ddpfix-port-in-use.pid")
+
+
+# --------------------------------------------------------------------------- audit-only scenarios (no remediation)
+
+def world_open_rules(port: int, cidr: str) -> str:
+    return "\n".join(
+        [
+            "# ddpfix lab (world-open): the master port is open to any source; the cluster CIDR is trusted",
+            "*filter",
+            ":INPUT ACCEPT [0:0]",
+            ":FORWARD ACCEPT [0:0]",
+            ":OUTPUT ACCEPT [0:0]",
+            "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            "-A INPUT -i lo -j ACCEPT",
+            "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+            f"-A INPUT -p tcp -m tcp --dport {port} -j ACCEPT",
+            f"-A INPUT -s {cidr} -j ACCEPT",
+            "-A INPUT -j REJECT --reject-with icmp-port-unreachable",
+            "COMMIT",
+            "",
+        ]
+    )
+
+
+@scenario(
+    "world-open",
+    "iptables on node1 accepts the master port from any source (no -s), trusts the subnet, rejects the rest",
+    ("firewall.world-open",),
+)
+def _world_open(plan: LabPlan) -> None:
+    """Catalogue row 1, the over-open variant. node1's iptables INPUT chain (also saved in its
+    /etc/iptables/rules.v4): accept established/related, lo, tcp/22, then `-p tcp --dport 29500
+    -j ACCEPT` with no source restriction (the master port is open to 0.0.0.0/0), then accept the
+    lab subnet, then REJECT everything else. Peers and NTP work (they are in the subnet).
+    Finding: firewall.world-open on node1 (nothing else)."""
+    plan.master.tasks.append(_load_world_open)
+
+
+def _load_world_open(rt: "Runtime", node: NodePlan) -> None:
+    rt.write_etc(node, "iptables/rules.v4", world_open_rules(rt.plan.master_port, str(rt.plan.subnet)))
+    rt.exec(node, ["iptables-restore", "/etc/iptables/rules.v4"])
+
+
+@scenario(
+    "chrony-unsynced",
+    "chronyd -x runs on the highest-address node, its only source an unused lab address: never synchronised",
+    ("time.unsynchronized",),
+)
+def _chrony_unsynced(plan: LabPlan) -> None:
+    """Catalogue row 9, the daemon-but-no-sync variant. On nodeN chronyd runs (with the lab's
+    `-F 1 -x`, so it never touches the clock) but its only source is `server <unused lab address>
+    iburst`: the third address after the node addresses, which no node holds (NTP requests stay
+    on the lab switch and are never answered). `chronyc tracking` shows leap status
+    "Not synchronised". The lab starts this chronyd itself and records it as `chronyd-unsynced`,
+    so `lab up` does not wait for it to synchronise. Finding: time.unsynchronized on nodeN."""
+    node = last(plan)
+    node.chrony = None  # not the lab's own chronyd (which `up` waits to synchronise)
+    node.files["chrony/conf.d/lab.conf"] = (
+        f"# ddpfix lab (chrony-unsynced): an address nobody holds\nserver {plan.spare_address(3)} iburst\n"
+    )
+    node.tasks.append(_start_unsynced_chrony)
+
+
+def _start_unsynced_chrony(rt: "Runtime", node: NodePlan) -> None:
+    rt.exec(node, ["/etc/init.d/chrony", "start"])
+    rt.wait_for(lambda: rt.read_run(node, "chrony/chronyd.pid") is not None, 10, f"chronyd on {node.name}")
+    rt.record_pidfile(node, "chronyd-unsynced", "/run/chrony/chronyd.pid")
+
+
+@scenario(
+    "machine-id-clone",
+    "the highest-address node has the same /etc/machine-id as node(N-1), like a cloned VM",
+    ("hosts.duplicate-machine-id",),
+    min_nodes=2,
+)
+def _machine_id_clone(plan: LabPlan) -> None:
+    """Catalogue row 10 (clone leftovers). nodeN and node(N-1) share one /etc/machine-id;
+    hostnames stay unique. Finding: hosts.duplicate-machine-id (cluster, naming both nodes)."""
+    mid = hashlib.sha256(f"ddpfix-lab-{plan.name}-clone".encode()).hexdigest()[:32]
+    for node in plan.nodes[-2:]:
+        node.files["machine-id"] = mid + "\n"
+
+
+@scenario(
+    "somaxconn-low",
+    "net.core.somaxconn on node1 (per network namespace) is below the world size",
+    ("net.somaxconn-low",),
+    min_nodes=2,
+)
+def _somaxconn_low(plan: LabPlan) -> None:
+    """Catalogue row 12 at scale, in miniature. node1's network namespace has net.core.somaxconn
+    = N-1 (N nodes, one process each, so the world size is N): the master's listen backlog is
+    smaller than the number of ranks dialling it at once. sysctl of node1's namespace only.
+    Finding: net.somaxconn-low on node1."""
+    plan.master.sysctls["net.core.somaxconn"] = str(len(plan.nodes) - 1)
+
+
+def ula_address(plan: LabPlan, node: NodePlan) -> str:
+    """The lab's IPv6 ULA address of `node` (fd00:dd:<3rd octet of the subnet>::<10+index>)."""
+    return f"fd00:dd:{plan.subnet.network_address.packed[2]:x}::{10 + node.index:x}"
+
+
+@scenario(
+    "family-mismatch",
+    "every node also has an IPv6 ULA on its NIC; the highest-address node's /etc/hosts maps its peers to IPv6 only",
+    ("addr.family-mismatch",),
+    min_nodes=2,
+)
+def _family_mismatch(plan: LabPlan) -> None:
+    """Catalogue row 6 (address family). Every node gets an IPv6 ULA address
+    (fd00:dd:<3rd octet>::<10+i>/64, see `ula_address`) on its cluster NIC besides its IPv4
+    address; on nodeN /etc/hosts maps every peer's hostname to the peer's ULA only, while the
+    other nodes map them to IPv4. So peers resolve to IPv6 on nodeN and to IPv4 elsewhere (and to
+    an address outside the IPv4 cluster CIDR on nodeN). Findings: addr.family-mismatch (cluster),
+    and hosts.peer-mismatch on nodeN."""
+    for n in plan.nodes:
+        n.post_ip.append(f"addr add {ula_address(plan, n)}/64 dev {n.ifname} nodad")
+    node = last(plan)
+    peers = {m.hostname: m for m in plan.nodes if m is not node}
+    hosts = [(a, [x for x in names if x not in peers]) for a, names in node.hosts]
+    node.hosts = [(a, names) for a, names in hosts if names]
+    node.hosts += [(ula_address(plan, m), [hn]) for hn, m in peers.items()]
 
 
 def help_text() -> str:

@@ -1,0 +1,453 @@
+"""Acceptance tests of `ddpfix audit` on lab hosts (real SSH, real firewalls, real resolvers).
+
+Every finding id of `ddpfix.findings.RULES` is produced by a lab scenario and asserted on the right
+host (or `host: null` for cluster-wide ids) with the concrete value in its evidence, through the
+real CLI (`ddpfix -i INV audit --format json`, a subprocess). To keep the run short the scenarios
+that do not interfere share a lab, so there are four 3-node labs per module run:
+
+- ``A``: firewalld on the master + iptables on node3 + broken /etc/hosts, MTU, route, port, sysctl,
+  machine-id and Docker-like interfaces (also the "audit changes nothing" lab: firewalld and iptables);
+- ``B``: iptables world-open rule on the master, missing peers in /etc/hosts, wrong env files, a down
+  socket interface, an unsynchronised chronyd, IPv6-only peer names on one node;
+- ``C``: per-node NIC names with one IFNAME everywhere, a cloned hostname, no time daemon (also the
+  unreachable-host lab);
+- the shared clean lab (no finding at warning or above; `--limit`; master port in the ephemeral range;
+  bad inputs on a copy of its inventory).
+
+`time.skew` is not produced here: every lab node shares the one kernel clock of this machine, and no
+lab process may set it (CAP_SYS_TIME is dropped), so clocks cannot differ between lab nodes. Faking it
+(e.g. by patching the facts) would not test anything the unit tests (tests/unit/test_checks.py, on
+recorded facts) do not already; it is covered there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from ddpfix import lab
+from ddpfix.findings import RULES
+from ddpfix.lab.scenarios import WRONG_PEER_ADDR
+
+pytestmark = pytest.mark.lab
+
+LAB_A = ("firewalld-master,iptables-worker,peer-mismatch,hostname-loopback,mtu-mismatch,route-via-gateway,"
+         "port-in-use,somaxconn-low,machine-id-clone,autoselect-wrong")
+LAB_B = "world-open,peer-unresolvable,env-wrong,netif-down,chrony-unsynced,family-mismatch"
+LAB_C = "ifname-mismatch,duplicate-hostname,chrony-absent"
+
+#: ids no lab can produce, with the reason (asserted to be exactly the ids missing from EXPECTED)
+NOT_IN_LAB = {
+    "time.skew": "lab nodes share one kernel clock and may not set it: covered by the unit tests on recorded facts",
+}
+
+
+# ------------------------------------------------------------------ running the CLI
+
+
+@dataclass
+class Audit:
+    rc: int
+    doc: dict[str, Any] | None
+    stdout: str
+    stderr: str
+    args: tuple[str, ...] = ()
+
+    def findings(self, id: str | None = None, host: Any = ...) -> list[dict[str, Any]]:
+        out = (self.doc or {}).get("findings", [])
+        return [f for f in out if (id is None or f["id"] == id) and (host is ... or f["host"] == host)]
+
+    def ids(self) -> set[tuple[str, str | None]]:
+        return {(f["id"], f["host"]) for f in self.findings()}
+
+    def explain(self) -> str:
+        lines = [f"ddpfix {' '.join(self.args)} -> rc {self.rc}", self.stderr.strip()[-2000:]]
+        lines += [f"  {f['severity']:7} {f['id']:30} {f['host']}: {f['evidence']}" for f in self.findings()]
+        return "\n".join(lines)
+
+
+def ddpfix(*args: str, state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DDPFIX_STATE_DIR": str(state_dir), "NO_COLOR": "1"}
+    env.pop("DDPFIX_INVENTORY", None)
+    env.pop("DDPFIX_LIMIT", None)
+    return subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def run_audit(inventory: Path | str, *extra: str, state_dir: Path, global_args: tuple[str, ...] = ()) -> Audit:
+    args = ("-i", str(inventory), *global_args, "audit", "--format", "json", *extra)
+    res = ddpfix(*args, state_dir=state_dir)
+    doc = None
+    if res.stdout.strip():
+        doc = json.loads(res.stdout)
+    return Audit(res.returncode, doc, res.stdout, res.stderr, args)
+
+
+# ------------------------------------------------------------------ node state (audit must not change it)
+
+
+def sh(info, node: str, cmd: str) -> str:
+    return lab.node_exec(info.name, node, ["sh", "-c", cmd], timeout=60).stdout
+
+
+SNAPSHOT = r"""
+find /etc -printf '%y %m %u %g %s %p -> %l\n' | LC_ALL=C sort
+find /etc -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+echo '--- iptables'
+iptables-save 2>/dev/null | grep -v '^#' | sed -E 's/\[[0-9]+:[0-9]+\]/[-]/'
+echo '--- nft'
+nft list ruleset 2>/dev/null | sed -E 's/counter packets [0-9]+ bytes [0-9]+/counter/'
+"""
+
+
+def listeners(info, node: str) -> set[str]:
+    """TCP listeners of a node as 'address:port process' (pids left out: the set must not change)."""
+    out = set()
+    for line in sh(info, node, "ss -Hltnp").splitlines():
+        cols = line.split()
+        procs = sorted(set(re.findall(r'\("([^"]+)"', line)))
+        out.add(f"{cols[3]} {','.join(procs)}")
+    return out
+
+
+def snapshot(info) -> dict[str, dict[str, Any]]:
+    return {n.name: {"state": sh(info, n.name, SNAPSHOT), "listeners": listeners(info, n.name)} for n in info.nodes}
+
+
+# ------------------------------------------------------------------ labs (module scope: built and audited once)
+
+
+@dataclass
+class Audited:
+    info: Any
+    audit: Audit
+    before: dict[str, Any] = field(default_factory=dict)
+    after: dict[str, Any] = field(default_factory=dict)
+
+    def addr(self, node: str) -> str:
+        return self.info.node(node).address
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ddpfix-state")
+
+
+@pytest.fixture(scope="module")
+def lab_a(lab_factory, state: Path) -> Audited:
+    info = lab_factory(nodes=3, scenario=LAB_A)
+    before = snapshot(info)
+    audit = run_audit(info.inventory, state_dir=state)
+    return Audited(info, audit, before, snapshot(info))
+
+
+@pytest.fixture(scope="module")
+def lab_b(lab_factory, state: Path) -> Audited:
+    info = lab_factory(nodes=3, scenario=LAB_B)
+    before = snapshot(info)
+    audit = run_audit(info.inventory, state_dir=state)
+    return Audited(info, audit, before, snapshot(info))
+
+
+@pytest.fixture(scope="module")
+def lab_c(lab_factory, state: Path) -> Audited:
+    info = lab_factory(nodes=3, scenario=LAB_C)
+    return Audited(info, run_audit(info.inventory, state_dir=state))
+
+
+@pytest.fixture(scope="module")
+def clean(clean_lab, state: Path) -> Audited:
+    return Audited(clean_lab, run_audit(clean_lab.inventory, state_dir=state))
+
+
+def edited_inventory(info, dest: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of the lab's inventory with `edit` applied to the ddp_nodes group (dict)."""
+    doc = yaml.safe_load(info.inventory.read_text())
+    edit(doc["all"]["children"]["ddp_nodes"])
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def clean_ephemeral_port(clean_lab, state: Path, tmp_path_factory: pytest.TempPathFactory) -> Audited:
+    """The clean lab audited with ddp_master_port 40000 (inside the ephemeral range 32768-60999)."""
+    inv = edited_inventory(clean_lab, tmp_path_factory.mktemp("inv") / "hosts.yml",
+                           lambda g: g["vars"].update(ddp_master_port=40000))
+    return Audited(clean_lab, run_audit(inv, state_dir=state))
+
+
+# ------------------------------------------------------------------ every finding id, on the right host, with evidence
+
+
+def machine_id(a: Audited, node: str) -> str:
+    return sh(a.info, node, "cat /etc/machine-id").strip()
+
+
+def port_range(a: Audited, node: str) -> str:
+    return " ".join(sh(a.info, node, "cat /proc/sys/net/ipv4/ip_local_port_range").split())
+
+
+# (finding id, lab fixture, host (None: cluster-wide), evidence must contain each of these: fn(Audited) -> [str])
+EXPECTED: list[tuple[str, str, str | None, Callable[[Audited], list[str]]]] = [
+    ("firewall.master-port-blocked", "lab_a", "node1", lambda a: ["firewalld zone 'public'", "29500/tcp not in ports"]),
+    ("firewall.peer-ports-blocked", "lab_a", "node1", lambda a: ["firewalld zone 'public'", "/tcp not in ports"]),
+    ("firewall.peer-ports-blocked", "lab_a", "node3",
+     lambda a: ["-A INPUT -p tcp -m tcp --dport 32768:60999 -j REJECT --reject-with tcp-reset"]),
+    ("firewall.world-open", "lab_b", "node1",
+     lambda a: ["29500/tcp from 203.0.113.", "-A INPUT -p tcp -m tcp --dport 29500 -j ACCEPT"]),
+    ("probe.master-port-unreachable", "lab_a", "node2",
+     lambda a: [f"from {a.addr('node2')} (eth0) to node1 {a.addr('node1')}:29500", "no route to host"]),
+    ("probe.master-port-unreachable", "lab_a", "node3", lambda a: [f"to node1 {a.addr('node1')}:29500"]),
+    ("probe.peer-unreachable", "lab_a", "node1", lambda a: [f"to node3 {a.addr('node3')}:", "connection refused"]),
+    ("probe.peer-unreachable", "lab_a", "node2", lambda a: [f"to node1 {a.addr('node1')}:", "no route to host"]),
+    ("probe.port-in-use", "lab_a", "node1", lambda a: ["LISTEN state on TCP port 29500"]),
+    ("hosts.hostname-loopback", "lab_a", "node2", lambda a: ["/etc/hosts: 127.0.1.1\tnode2"]),
+    ("hosts.hostname-loopback", "lab_a", "node3", lambda a: ["/etc/hosts: 127.0.1.1\tnode3"]),
+    ("hosts.peer-unresolvable", "lab_b", "node2", lambda a: ["getaddrinfo('node1') on node2: no address"]),
+    ("hosts.peer-mismatch", "lab_a", "node1",
+     lambda a: [f"getaddrinfo('node2') on node1 = {WRONG_PEER_ADDR}", f"/etc/hosts: {WRONG_PEER_ADDR}\tnode2"]),
+    ("hosts.duplicate-hostname", "lab_c", None, lambda a: ["node2: hostname=node2", "node3: hostname=node2"]),
+    ("hosts.duplicate-machine-id", "lab_a", None,
+     lambda a: [f"/etc/machine-id = {machine_id(a, 'node3')} on node2, node3"]),
+    ("time.no-daemon", "lab_c", "node1", lambda a: ["no chronyd"]),
+    ("time.no-daemon", "lab_c", "node3", lambda a: ["no chronyd"]),
+    ("time.unsynchronized", "lab_b", "node3", lambda a: ["chronyc tracking: leap status 'Not synchronised'"]),
+    ("netif.missing", "lab_b", "node3", lambda a: ["GLOO_SOCKET_IFNAME=eth1", "interfaces present: lo, eth0, ens6"]),
+    ("netif.missing", "lab_c", "node2", lambda a: ["GLOO_SOCKET_IFNAME=eth0", "interfaces present: lo, ens5"]),
+    ("netif.name-mismatch", "lab_c", None,
+     lambda a: ["node1=eth0, node2=ens5, node3=eth0", "GLOO_SOCKET_IFNAME=eth0, NCCL_SOCKET_IFNAME=eth0"]),
+    ("netif.autoselect-wrong", "lab_a", "node2", lambda a: ["br-3f9a1c2b7d10=172.18.0.1", f"eth0={a.addr('node2')}"]),
+    ("netif.mtu-mismatch", "lab_a", None, lambda a: ["node1: eth0 mtu 1500", "node3: eth0 mtu 1400"]),
+    ("netif.down", "lab_b", "node3", lambda a: ["ens6 flags=BROADCAST,MULTICAST operstate=DOWN"]),
+    ("addr.master-not-private", "lab_b", "node3", lambda a: [f"/etc/ddpfix/ddp.env: MASTER_ADDR={a.addr('node2')}"]),
+    ("addr.family-mismatch", "lab_b", None, lambda a: ["node1: IPv4", "node3: IPv6"]),
+    ("route.via-gateway", "lab_a", "node3", lambda a: [f"ip route get {a.addr('node1')}: dev eth0 via {a.addr('node2')}"]),
+    ("net.master-port-ephemeral", "clean_ephemeral_port", "node1",
+     lambda a: [f"net.ipv4.ip_local_port_range = {port_range(a, 'node1')}"]),
+    ("net.somaxconn-low", "lab_a", "node1", lambda a: ["net.core.somaxconn = 2"]),
+    ("env.missing", "clean", "node1", lambda a: ["stat /etc/ddpfix/ddp.env: no such file"]),
+    ("env.missing", "clean", "node3", lambda a: ["stat /etc/ddpfix/ddp.env: no such file"]),
+    ("env.inconsistent", "lab_b", None,
+     lambda a: [f"node1: MASTER_ADDR={a.addr('node1')}", f"node3: MASTER_ADDR={a.addr('node2')}"]),
+    ("env.inconsistent", "lab_b", "node3", lambda a: [f"MASTER_ADDR={a.addr('node2')} (want {a.addr('node1')})"]),
+]
+
+
+def test_every_finding_id_has_a_lab_test() -> None:
+    covered = {e[0] for e in EXPECTED} | {"host.unreachable"}  # test_unreachable_node_others_fully_audited
+    assert covered | set(NOT_IN_LAB) == set(RULES)
+    assert not covered & set(NOT_IN_LAB)
+
+
+@pytest.mark.parametrize(("id", "fixture", "host", "evidence"), EXPECTED,
+                         ids=[f"{e[0]}@{e[2] or 'cluster'}" for e in EXPECTED])
+def test_finding_reported_with_evidence(id: str, fixture: str, host: str | None,
+                                       evidence: Callable[[Audited], list[str]], request: pytest.FixtureRequest) -> None:
+    a: Audited = request.getfixturevalue(fixture)
+    got = a.audit.findings(id, host)
+    assert got, f"{id} not reported on {host or 'cluster'}:\n{a.audit.explain()}"
+    want = evidence(a)
+    assert any(all(w in f["evidence"] for w in want) for f in got), (
+        f"{id} on {host}: evidence lacks {want}: {[f['evidence'] for f in got]}")
+    rule = RULES[id]
+    for f in got:
+        assert f["severity"] == rule.severity.label and f["fixable"] == rule.fixable
+        assert f["message"] and f["fix"] and "{" not in f["fix"], f
+    if rule.severity.label in ("error", "warning"):
+        assert a.audit.rc == 1, a.audit.explain()
+
+
+@pytest.mark.parametrize("fixture", ["lab_a", "lab_b", "lab_c"])
+def test_broken_lab_report_is_complete(fixture: str, request: pytest.FixtureRequest) -> None:
+    """Exit 1, schema v1, every node audited with its summary facts, the summary counts the findings."""
+    a: Audited = request.getfixturevalue(fixture)
+    doc = a.audit.doc
+    assert a.audit.rc == 1 and doc, a.audit.explain()
+    assert doc["schema"] == "ddpfix.report/v1" and doc["command"] == "audit"
+    assert doc["inventory"] == [str(a.info.inventory)]
+    assert set(doc["hosts"]) == {"node1", "node2", "node3"}
+    for name, h in doc["hosts"].items():
+        assert h["reachable"] is True and h["address"] == a.addr(name), h
+        assert h["facts"]["hostname"] and h["facts"]["ephemeral_range"], h
+    counts = {s: sum(1 for f in doc["findings"] if f["severity"] == s) for s in ("error", "warning", "info")}
+    assert doc["summary"]["findings"] == counts
+    assert doc["summary"]["hosts"] == 3 and doc["summary"]["reachable"] == 3 and doc["summary"]["unreachable"] == 0
+    assert doc["cluster"]["master"] == "node1" and doc["cluster"]["cidr"] == a.info.subnet
+    for f in doc["findings"]:
+        assert f["id"] in RULES and f["host"] in (None, "node1", "node2", "node3")
+
+
+def test_firewall_layers_in_host_facts(lab_a: Audited, clean: Audited) -> None:
+    fw = {n: h["facts"]["firewall"] for n, h in lab_a.audit.doc["hosts"].items()}
+    assert "firewalld" in fw["node1"] and "iptables" in fw["node3"] and fw["node2"] == [], fw
+    assert all(h["facts"]["firewall"] == [] for h in clean.audit.doc["hosts"].values())
+
+
+def test_world_open_lab_has_no_other_firewall_finding(lab_b: Audited) -> None:
+    """The world-open master trusts the subnet: nothing is blocked, only the open rule is reported."""
+    ids = lab_b.audit.ids()
+    assert ("firewall.world-open", "node1") in ids
+    assert not {i for i, _ in ids} & {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
+    assert not lab_b.audit.findings("probe.master-port-unreachable", "node2")
+
+
+# ------------------------------------------------------------------ clean lab: no false positives
+
+
+def test_clean_lab_no_finding_at_warning_or_above(clean: Audited) -> None:
+    doc = clean.audit.doc
+    assert clean.audit.rc == 0, clean.audit.explain()
+    assert [f for f in doc["findings"] if f["severity"] != "info"] == []
+    assert clean.audit.ids() == {("env.missing", n) for n in ("node1", "node2", "node3")}
+    assert doc["summary"]["findings"] == {"error": 0, "warning": 0, "info": 3}
+    for name, h in doc["hosts"].items():
+        assert h["reachable"] and h["facts"]["chrony_synchronised"] is True and h["facts"]["firewall"] == []
+        assert h["facts"]["cluster_address"] == clean.addr(name) and h["facts"]["cluster_ifname"] == "eth0"
+
+
+def test_clean_lab_fail_on_info_is_exit_1(clean: Audited, state: Path) -> None:
+    """--fail-on info counts the info findings (env.missing); the default (warning) does not."""
+    a = run_audit(clean.info.inventory, "--fail-on", "info", "--no-probe", state_dir=state)
+    assert a.rc == 1, a.explain()
+    assert {i for i, _ in a.ids()} == {"env.missing"}
+
+
+# ------------------------------------------------------------------ the audit changes nothing
+
+
+@pytest.mark.parametrize("fixture", ["lab_a", "lab_b"])
+def test_audit_leaves_every_node_unchanged(fixture: str, request: pytest.FixtureRequest) -> None:
+    """/etc (names, modes, owners, sizes, symlinks, sha256 of every file), iptables and nft rule sets, and the
+    TCP listeners of every node are the same before and after the audit (no probe listener left)."""
+    a: Audited = request.getfixturevalue(fixture)
+    assert a.audit.rc == 1, a.audit.explain()
+    for n in a.info.nodes:
+        before, after = a.before[n.name], a.after[n.name]
+        assert before["state"] == after["state"], f"{n.name} changed by the audit"
+        assert before["listeners"] == after["listeners"], f"{n.name}: listeners {after['listeners'] - before['listeners']} left"
+    if fixture == "lab_a":  # really a lab with firewalld and iptables rule sets to compare
+        assert "table inet firewalld" in a.before["node1"]["state"]
+        assert "--dport 32768:60999 -j REJECT" in a.before["node3"]["state"]
+        assert any(":29500 python3" in x for x in a.before["node1"]["listeners"])  # port-in-use survived
+
+
+# ------------------------------------------------------------------ unreachable node, --limit, --no-probe
+
+
+def test_unreachable_node_others_fully_audited(lab_c: Audited, state: Path) -> None:
+    full = lab_c.audit  # audited with every node up first (fixture), for comparison
+    lab.stop_sshd(lab_c.info.name, "node3")
+    try:
+        a = run_audit(lab_c.info.inventory, state_dir=state)
+    finally:
+        lab.start_sshd(lab_c.info.name, "node3")
+    assert a.rc == 1, a.explain()
+    doc = a.doc
+    un = a.findings("host.unreachable")
+    assert [f["host"] for f in un] == ["node3"] and un[0]["severity"] == "error", a.explain()
+    assert lab_c.addr("node3") in un[0]["message"] and un[0]["evidence"]
+    assert doc["hosts"]["node3"]["reachable"] is False and doc["hosts"]["node3"]["facts"] == {}
+    assert doc["summary"]["reachable"] == 2 and doc["summary"]["unreachable"] == 1
+    for name in ("node1", "node2"):
+        h = doc["hosts"][name]
+        assert h["reachable"] is True and h["facts"] == full.doc["hosts"][name]["facts"]
+        # every finding of the full audit on node1/node2 is still reported
+        assert {i for i, host in full.ids() if host == name} <= {i for i, host in a.ids() if host == name}
+    assert ("netif.missing", "node2") in a.ids() and ("time.no-daemon", "node1") in a.ids()
+    assert not a.findings(host="node3") or {f["id"] for f in a.findings(host="node3")} == {"host.unreachable"}
+
+
+def test_limit_one_node(lab_a: Audited, state: Path) -> None:
+    """--limit node3: only node3 is audited (no unreachable finding for the others), its own faults reported."""
+    a = run_audit(lab_a.info.inventory, state_dir=state, global_args=("--limit", "node3"))
+    assert a.rc == 1, a.explain()
+    assert set(a.doc["hosts"]) == {"node3"} and a.doc["hosts"]["node3"]["reachable"]
+    assert a.doc["summary"]["hosts"] == 1
+    assert {h for _, h in a.ids()} <= {"node3", None}
+    assert not a.findings("host.unreachable")
+    ev = a.findings("firewall.peer-ports-blocked", "node3")
+    assert ev and "--dport 32768:60999 -j REJECT" in ev[0]["evidence"], a.explain()
+    assert a.findings("hosts.hostname-loopback", "node3")
+
+
+def test_limit_one_node_clean(clean: Audited, state: Path) -> None:
+    a = run_audit(clean.info.inventory, state_dir=state, global_args=("--limit", "node2"))
+    assert a.rc == 0, a.explain()
+    assert set(a.doc["hosts"]) == {"node2"} and a.ids() == {("env.missing", "node2")}
+    assert a.doc["hosts"]["node2"]["facts"]["cluster_address"] == clean.addr("node2")
+
+
+def test_no_probe(lab_a: Audited, state: Path) -> None:
+    """--no-probe: no connects and no listener, but every node's facts and the rule-set findings remain."""
+    before = {n.name: listeners(lab_a.info, n.name) for n in lab_a.info.nodes}
+    a = run_audit(lab_a.info.inventory, "--no-probe", state_dir=state)
+    assert a.rc == 1, a.explain()
+    assert all(h["reachable"] for h in a.doc["hosts"].values()) and len(a.doc["hosts"]) == 3
+    ids = a.ids()
+    assert not {i for i, _ in ids} & {"probe.master-port-unreachable", "probe.peer-unreachable"}
+    for want in [("firewall.master-port-blocked", "node1"), ("firewall.peer-ports-blocked", "node3"),
+                 ("probe.port-in-use", "node1"), ("hosts.hostname-loopback", "node2"),
+                 ("net.somaxconn-low", "node1"), ("netif.mtu-mismatch", None)]:
+        assert want in ids, a.explain()
+    assert {n.name: listeners(lab_a.info, n.name) for n in lab_a.info.nodes} == before
+
+
+# ------------------------------------------------------------------ bad inputs: exit 2, one line, nothing run
+
+
+def _set_master(g: dict, v: object) -> None:
+    g["vars"]["ddp_master"] = v
+
+
+BAD_INVENTORIES = {
+    "unknown-master": (lambda g: _set_master(g, "node9"), "ddp_master 'node9' is not a host of group 'ddp_nodes'"),
+    "cidr-garbage": (lambda g: g["vars"].update(ddp_cluster_cidr="192.168.1.0/33"), "ddp_cluster_cidr is not a valid CIDR"),
+    "cidr-word": (lambda g: g["vars"].update(ddp_cluster_cidr="cluster-net"), "ddp_cluster_cidr is not a valid CIDR"),
+    "port-zero": (lambda g: g["vars"].update(ddp_master_port=0), "ddp_master_port must be between 1 and 65535, got 0"),
+    "port-high": (lambda g: g["vars"].update(ddp_master_port=65536), "ddp_master_port must be between 1 and 65535, got 65536"),
+    "empty-group": (lambda g: g.update(hosts={}), "has no hosts"),
+    "duplicate-rank": (lambda g: (g["hosts"]["node2"].update(ddp_node_rank=1), g["hosts"]["node3"].update(ddp_node_rank=1)),
+                       "duplicate ddp_node_rank 1: node2 and node3"),
+}
+
+
+def assert_one_line_exit_2(res: subprocess.CompletedProcess[str], message: str, state_dir: Path) -> None:
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ddpfix: error: ") and message in lines[0], res.stderr
+    assert res.stdout.strip() == ""
+    assert not (state_dir / "runs").exists() or not any((state_dir / "runs").iterdir()), "something was run"
+
+
+@pytest.mark.parametrize("case", list(BAD_INVENTORIES))
+def test_bad_lab_inventory_is_exit_2_one_line(case: str, clean_lab, tmp_path: Path) -> None:
+    """A real lab inventory with one variable changed (the unit tests cover the parsing on synthetic data)."""
+    edit, message = BAD_INVENTORIES[case]
+    inv = edited_inventory(clean_lab, tmp_path / "inv" / "hosts.yml", edit)
+    res = ddpfix("-i", str(inv), "audit", "--format", "json", state_dir=tmp_path / "state")
+    assert_one_line_exit_2(res, message, tmp_path / "state")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("audit", "--fail-on", "critical"), "'critical' is not one of 'error', 'warning', 'info'"),
+    (("audit", "--format", "xml"), "'xml' is not one of"),
+    (("audit", "--probe-timeout", "0"), "--probe-timeout"),
+])
+def test_bad_option_is_exit_2_one_line(args: tuple[str, ...], message: str, clean_lab, tmp_path: Path) -> None:
+    res = ddpfix("-i", str(clean_lab.inventory), *args, state_dir=tmp_path / "state")
+    assert_one_line_exit_2(res, message, tmp_path / "state")
+
+
+def test_missing_inventory_is_exit_2_one_line(tmp_path: Path) -> None:
+    res = ddpfix("-i", str(tmp_path / "nope" / "hosts.yml"), "audit", state_dir=tmp_path / "state")
+    assert_one_line_exit_2(res, "inventory not found", tmp_path / "state")
