@@ -98,6 +98,18 @@ def _hosts_lines(facts: Mapping[str, Any], name: str) -> str:
     return "; ".join(f"/etc/hosts: {ln.strip()}" for ln in lines) or "no /etc/hosts line (resolved through NSS/DNS)"
 
 
+def active_firewalls(fw: dict[str, Any]) -> list[str]:
+    """Firewall layers that hold rules (`nft -j` always answers, an empty ruleset is no firewall)."""
+    out = []
+    if fw.get("firewalld"):
+        out.append("firewalld")
+    if (fw.get("iptables") or "").strip() or (fw.get("iptables_legacy") or "").strip():
+        out.append("iptables")
+    if any("table" in x for x in (fw.get("nft") or {}).get("nftables") or []):
+        out.append("nft")
+    return out
+
+
 # ---------------------------------------------------------------- reachability
 
 
@@ -130,7 +142,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
                     yield finding(
                         "firewall.master-port-blocked", name,
                         f"TCP {src} -> {port} would be {v.get('verdict')}ed by {v.get('layer')}",
-                        str(v.get("evidence")), cidr=ctx.cidr, port=port,
+                        str(v.get("evidence")), cidr=ctx.cidr, port=port, layer=v.get("layer"),
                     )
                     break
             open_ev = fw.world_open(state, port, ctx.cidr, iface=iface) if ctx.cidr else None
@@ -151,7 +163,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
             yield finding(
                 "firewall.peer-ports-blocked", name,
                 f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {v.get('verdict')}ed by {v.get('layer')}",
-                str(v.get("evidence")), cidr=ctx.cidr, range=f"{lo}-{hi}",
+                str(v.get("evidence")), cidr=ctx.cidr, range=f"{lo}-{hi}", layer=v.get("layer"),
             )
         open_ev = fw.world_open(state, (int(lo), int(hi)), ctx.cidr, iface=iface) if ctx.cidr else None
         if open_ev:

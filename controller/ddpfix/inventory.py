@@ -13,7 +13,7 @@ from typing import Any
 from ddpfix.app import DdpfixError, ExitCode
 
 GROUP = "ddp_nodes"
-FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "none")
+FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "nftables", "none")
 DEFAULT_ENV_PATH = "/etc/ddpfix/ddp.env"
 DEFAULT_PORT = 29500
 

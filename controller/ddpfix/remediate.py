@@ -10,7 +10,7 @@ from typing import Any
 
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
-from ddpfix.checks import Context
+from ddpfix.checks import Context, active_firewalls
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP
 from ddpfix.plan import hosts_block, render_env
@@ -29,10 +29,12 @@ class HostPlan:
     hosts: bool = False
     time: bool = False
     env: str = ""  # env file text; empty: not written
+    pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
     notes: list[str] = field(default_factory=list)
 
     def to_vars(self) -> dict[str, Any]:
-        return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env}
+        return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
+                "pin_ifname": self.pin_ifname}
 
 
 @dataclass
@@ -42,19 +44,27 @@ class Change:
     diff: str
 
 
-def firewall_backend(state: dict[str, Any], configured: str) -> str:
-    if configured in ("firewalld", "iptables", "none"):
+def firewall_backend(state: dict[str, Any], configured: str, blocking_layers: set[str]) -> str:
+    """Which firewall to change: the inventory's ddp_firewall, else the layer the audit found blocking,
+    else the one that holds rules (firewalld before iptables before native nftables)."""
+    if configured in ("firewalld", "iptables", "nftables", "none"):
         return configured
-    fwd = state.get("firewalld")
-    if isinstance(fwd, dict) and fwd.get("running", True):
+    for layer in ("firewalld", "iptables", "nftables"):
+        if layer in blocking_layers:
+            return layer
+    active = active_firewalls(state)
+    if "firewalld" in active:
         return "firewalld"
-    if state.get("iptables"):
+    if "iptables" in active:
         return "iptables"
+    if "nft" in active:
+        return "nftables"
     return "none"
 
 
 def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | None = None,
-               env: bool = True, allow_partial: bool = False) -> tuple[dict[str, HostPlan], list[str]]:
+               env: bool = True, allow_partial: bool = False,
+               pin_ifnames: bool = False) -> tuple[dict[str, HostPlan], list[str]]:
     """Per-host fixes for the findings. Returns (plans, refusals)."""
     fl = [f for f in findings if only is None or f.id in only]
     ids_by_host: dict[str | None, set[str]] = {}
@@ -84,13 +94,22 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         mine = ids_by_host.get(name, set())
         blocks = bool(mine & FIREWALL_IDS) or (name in failed_targets and (only is None or bool(only & (PROBE_IDS | FIREWALL_IDS))))
         if blocks:
-            hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall)
+            layers = {dict(f.fix_vars).get("layer", "") for f in fl if f.host == name and f.id in FIREWALL_IDS}
+            hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall, layers)
             if hp.firewall == "none":
-                hp.notes.append("firewall blocks traffic but no firewalld/iptables to change: fix it by hand (nftables)")
+                hp.notes.append("traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
+                                "check host-external firewalls (security groups) by hand")
         hp.hosts = hosts_needed and (only is None or bool(only & HOSTS_IDS))
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
             hp.env = render_env(ctx.plan[name])
+        if pin_ifnames and ctx.plan[name].ifname:
+            mac = next((i.get("mac") for i in facts.get("interfaces") or [] if i.get("name") == ctx.plan[name].ifname), None)
+            if mac:
+                hp.pin_ifname = {"name": str(ctx.plan[name].ifname), "mac": str(mac)}
+                hp.notes.append(f"{ctx.plan[name].ifname} pinned to {mac} by a systemd .link file: takes effect at the next boot")
+            else:
+                hp.notes.append(f"cannot pin {ctx.plan[name].ifname}: no MAC address (not an Ethernet NIC)")
         plans[name] = hp
     return plans, refusals
 

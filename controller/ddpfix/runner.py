@@ -22,6 +22,8 @@ from ddpfix.app import DdpfixError, ExitCode
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
+#: Run directories kept under the state dir (older ones are removed when a new run starts).
+KEEP_RUNS = int(os.environ.get("DDPFIX_KEEP_RUNS", "30"))
 
 
 @dataclass
@@ -134,8 +136,20 @@ def ansible_env(run_dir: Path, forks: int) -> dict[str, str]:
     }
 
 
+def prune_runs(base: Path, keep: int = KEEP_RUNS) -> None:
+    """Remove all but the newest `keep` run directories."""
+    try:
+        runs = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    except OSError:
+        return
+    for d in runs[: max(0, len(runs) - keep)]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def new_run_dir(name: str) -> Path:
     base = paths.state_dir() / "runs"
+    if base.is_dir():
+        prune_runs(base)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for n in range(1000):
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")

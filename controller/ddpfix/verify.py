@@ -146,7 +146,8 @@ EXC_LINE = re.compile(r"^[\w.]*(Error|Exception|Timeout)\b[^ ]*: ")
 
 
 def _error_line(text: str, rc: Any) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("frame #")]
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.strip().startswith(("frame #", "Exception raised from"))]
     for ln in reversed(lines):
         if EXC_LINE.match(ln) and "ChildFailedError" not in ln:
             return ln[:400]

@@ -119,6 +119,16 @@ def check_iptables_worker2(info) -> None:
     _check_iptables(info, info.nodes[1])
 
 
+def check_nftables_worker2(info) -> None:
+    w, peer = info.nodes[1], info.nodes[2]
+    ruleset = sh(info, w.name, "nft list ruleset").stdout
+    assert "policy drop" in ruleset and "tcp dport 22 accept" in ruleset
+    assert "policy drop" in sh(info, w.name, "cat /etc/nftables.conf").stdout
+    assert sh(info, w.name, "iptables-save").stdout.strip() == ""
+    with_listener(info, w.name, 40000, lambda: _assert(not tcp_ok(info, peer.name, w.address, 40000), "not dropped"))
+    assert "policy drop" not in sh(info, peer.name, "nft list ruleset").stdout
+
+
 def check_hostname_loopback(info) -> None:
     for n in info.nodes[-2:]:
         assert resolve(info, n.name, n.hostname) == ["127.0.1.1"]
@@ -283,6 +293,7 @@ CHECKS: dict[str, Callable] = {
     "firewalld-master": check_firewalld_master,
     "iptables-worker": check_iptables_worker,
     "iptables-worker2": check_iptables_worker2,
+    "nftables-worker2": check_nftables_worker2,
     "hostname-loopback": check_hostname_loopback,
     "peer-unresolvable": check_peer_unresolvable,
     "peer-mismatch": check_peer_mismatch,

@@ -75,6 +75,7 @@ SCENARIOS = [
     # (scenario, whether the fault breaks a Gloo all-reduce)
     ("firewalld-master", True),
     ("iptables-worker2", True),
+    ("nftables-worker2", True),
     ("hostname-loopback", True),
     ("chrony-absent", False),
     ("env-wrong", True),

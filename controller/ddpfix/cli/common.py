@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.checks import HostFacts
+from ddpfix.checks import HostFacts, active_firewalls
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.plan import NodePlan
 from ddpfix.report import render_table, to_json
@@ -50,18 +50,6 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None) -> None:
         sys.stdout.write(to_json(doc))
     else:
         render_table(doc, Console(soft_wrap=False))
-
-
-def active_firewalls(fw: dict[str, Any]) -> list[str]:
-    """Firewall layers that hold rules (`nft -j` always answers, an empty ruleset is no firewall)."""
-    out = []
-    if fw.get("firewalld"):
-        out.append("firewalld")
-    if (fw.get("iptables") or "").strip() or (fw.get("iptables_legacy") or "").strip():
-        out.append("iptables")
-    if any("table" in x for x in (fw.get("nft") or {}).get("nftables") or []):
-        out.append("nft")
-    return out
 
 
 def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster) -> dict[str, Any]:

@@ -18,9 +18,12 @@ from ddpfix.report import document
 @click.option("--apply", "apply", is_flag=True, help="Make the changes (default: dry run, nothing touched).")
 @click.option("--only", help="Comma-separated finding ids to fix (default: every fixable finding).")
 @click.option("--allow-partial", is_flag=True, help="Write env files even when some nodes are unreachable.")
+@click.option("--pin-ifnames", is_flag=True,
+              help="Also write a systemd .link file pinning each node's cluster NIC name to its MAC (effective at next boot).")
 @output_options
 @click.pass_obj
-def command(app: Application, apply: bool, only: str | None, allow_partial: bool, fmt: str, output: str | None) -> None:
+def command(app: Application, apply: bool, only: str | None, allow_partial: bool, pin_ifnames: bool, fmt: str,
+            output: str | None) -> None:
     """Fix every fixable finding: firewall (cluster CIDR only), /etc/hosts block, chrony, env files.
 
     Without --apply: a dry run (Ansible check + diff mode) listing every change per host; exit 0 when
@@ -39,7 +42,8 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     with Progress(cluster.names, "ddpfix remediate: audit", enabled=None if not quiet else False) as progress:
         before = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     ctx = before.context
-    plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial)
+    plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial,
+                                 pin_ifnames=pin_ifnames)
     with Progress(list(plans), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
                   enabled=None if not quiet else False) as progress:
         run, changes = run_remediation(ctx, plans, apply=apply, limit=app.limit, forks=app.forks,
@@ -92,4 +96,4 @@ def _print_changes(con: Console, changes: list, apply: bool, failed: dict, refus
         con.print(f"[red]refused[/] {r}", highlight=False)
     for h, p in sorted(plans.items()):
         for n in p.notes:
-            con.print(f"[yellow]manual[/] {h}: {n}", highlight=False)
+            con.print(f"[yellow]note[/] {h}: {n}", highlight=False)

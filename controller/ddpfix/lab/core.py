@@ -94,6 +94,7 @@ _SCENARIO_REQUIRED = {
     "iptables-worker": {"iptables-restore": "iptables"},
     "iptables-worker2": {"iptables-restore": "iptables"},
     "world-open": {"iptables-restore": "iptables"},
+    "nftables-worker2": {"nft": "nftables"},
     "chrony-unsynced": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
 }
 

@@ -194,6 +194,45 @@ def _iptables_worker(plan: LabPlan) -> None:
     _iptables_on(last(plan))
 
 
+def nftables_conf(lo: int, hi: int) -> str:
+    return "\n".join(
+        [
+            "#!/usr/sbin/nft -f",
+            "# ddpfix lab (nftables-worker2): a native nftables host firewall, Debian's /etc/nftables.conf style",
+            "flush ruleset",
+            "table inet filter {",
+            "\tchain input {",
+            "\t\ttype filter hook input priority filter; policy drop;",
+            "\t\tct state established,related accept",
+            "\t\tiifname \"lo\" accept",
+            "\t\ttcp dport 22 accept",
+            "\t\tmeta l4proto icmp accept",
+            "\t}",
+            "}",
+            "",
+        ]
+    )
+
+
+def _load_nftables(rt: "Runtime", node: NodePlan) -> None:
+    lo, hi = rt.exec(node, ["cat", "/proc/sys/net/ipv4/ip_local_port_range"]).stdout.split()
+    rt.write_etc(node, "nftables.conf", nftables_conf(int(lo), int(hi)))
+    rt.exec(node, ["nft", "-f", "/etc/nftables.conf"])
+
+
+@scenario(
+    "nftables-worker2",
+    "native nftables on node2 (inet filter input, policy drop, only ssh): drops the master port and ephemeral range",
+    ("firewall.peer-ports-blocked", "probe.peer-unreachable"),
+    min_nodes=3,
+)
+def _nftables_worker2(plan: LabPlan) -> None:
+    """Catalogue row 1 with a native nftables rule set (no iptables, no firewalld), persisted in node2's
+    /etc/nftables.conf: TCP from peers is dropped silently (timeouts, not refusals).
+    Findings: firewall.peer-ports-blocked on node2; probe.peer-unreachable on the nodes that dial it."""
+    plan.nodes[1].tasks.append(_load_nftables)
+
+
 @scenario(
     "iptables-worker2",
     "the iptables-worker rules on node2, which higher-address peers dial (breaks a Gloo all-reduce)",

@@ -168,6 +168,7 @@ def main():
             "flags": i.get("flags", []),
             "operstate": i.get("operstate"),
             "mtu": i.get("mtu"),
+            "mac": i.get("address") if i.get("link_type") == "ether" else None,
             "kind": (i.get("linkinfo") or {}).get("info_kind") or i.get("link_type"),
             "addrs": [
                 {"family": a.get("family"), "local": a.get("local"), "prefixlen": a.get("prefixlen")}
