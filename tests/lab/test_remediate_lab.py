@@ -82,6 +82,7 @@ SCENARIOS = [
 ]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize(("scenario", "breaks_torch"), SCENARIOS, ids=[s for s, _ in SCENARIOS])
 def test_scenario_fixed_end_to_end(temp_lab: Any, scenario: str, breaks_torch: bool) -> None:
     pytest.importorskip("torch")
@@ -185,6 +186,7 @@ def test_bind_mounted_hosts_file_remediated(broken: Any) -> None:
     assert got == broken.nodes[1].address
 
 
+@pytest.mark.torch
 def test_second_apply_changes_nothing_and_torch_passes(broken: Any) -> None:
     pytest.importorskip("torch")
     inv = str(broken.inventory)
@@ -224,3 +226,16 @@ def test_env_print_and_local_dir(clean_lab: Any, tmp_path: Any) -> None:
     assert f"MASTER_ADDR={m}\n" in text and "NODE_RANK=2\n" in text and "WORLD_SIZE=3\n" in text and "RANK=2\n" in text
     assert f"GLOO_SOCKET_IFNAME={clean_lab.nodes[2].ifname}\n" in text
     assert f"NCCL_SOCKET_IFNAME=={clean_lab.nodes[2].ifname}\n" in text
+
+
+def test_pin_ifnames_writes_link_files_idempotently(clean_lab: Any) -> None:
+    inv = str(clean_lab.inventory)
+    code, doc = ddpfix_json(inv, "remediate", "--apply", "--pin-ifnames")
+    assert code == 0, doc["remaining_fixable"]
+    assert all(any("next boot" in n for n in notes) for notes in doc["notes"].values()), doc["notes"]
+    for node in clean_lab.nodes:
+        link = lab.node_exec(clean_lab.name, node.name, ["cat", "/etc/systemd/network/10-ddpfix-cluster.link"]).stdout
+        mac = lab.node_exec(clean_lab.name, node.name, ["cat", f"/sys/class/net/{node.ifname}/address"]).stdout.strip()
+        assert f"MACAddress={mac}\n" in link and f"Name={node.ifname}\n" in link
+    code, again = ddpfix_json(inv, "remediate", "--apply", "--pin-ifnames")
+    assert code == 0 and sum(again["changed"].values()) == 0, again["changes"]
