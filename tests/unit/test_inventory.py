@@ -101,3 +101,15 @@ def test_cli_missing_inventory_and_bad_option(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "inventory not found" in r.output
     r = CliRunner().invoke(cli, ["-i", str(tmp_path / "nope.yml"), "audit", "--fail-on", "fatal"])
     assert r.exit_code == 2 and "fatal" in r.output
+
+
+def test_missing_ansible_playbook_is_a_prerequisite_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+
+    from ddpfix import runner
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DdpfixError) as exc:
+        runner.find_ansible_playbook()
+    assert exc.value.code == ExitCode.PREREQUISITE and "ansible-playbook not found" in str(exc.value)
