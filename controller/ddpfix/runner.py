@@ -252,7 +252,10 @@ def run_playbook(
         raise DdpfixError(f"ansible run {r.status} (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     if r.status == "failed" and not stats:
         # No stats at all: the playbook never ran (syntax error, inventory error, ...)
-        raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {_stdout_tail(r)} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
+        tail = _stdout_tail(r)
+        if "no hosts to target" in tail or "Could not match supplied host pattern" in tail:
+            raise DdpfixError(f"--limit {limit!r} matches no host of the inventory", ExitCode.INVALID_INPUT)
+        raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     return RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds)
 
 

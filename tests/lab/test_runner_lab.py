@@ -42,3 +42,20 @@ def test_unreachable_host_is_a_typed_result(temp_lab: Any, tmp_path: Path, monke
     assert run.unreachable == ["node3"]
     assert run.hosts["node3"].unreachable and run.hosts["node3"].message
     assert run.hosts["node1"].ok and run.hosts["node1"].result(FACTS_TASK)
+
+
+def test_audit_playbook_reads_facts_under_check_mode_and_unknown_limit_is_input_error(
+        clean_lab: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from ddpfix.cli import cli
+
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    cluster = load_cluster([str(clean_lab.inventory)])
+    run = run_playbook("audit.yml", cluster.inventories, extravars=audit_extravars(cluster, True, 1, 1.0),
+                       n_hosts=3, check=True)
+    for node in clean_lab.nodes:  # detection really reads the system in check mode
+        facts = run.hosts[node.name].result(FACTS_TASK)["ansible_facts"]["ddpfix_node"]
+        assert facts["hostname"] == node.hostname and facts["interfaces"]
+    r = CliRunner().invoke(cli, ["-i", str(clean_lab.inventory), "--limit", "nosuchnode", "audit"])
+    assert r.exit_code == 2 and "matches no host" in r.output
