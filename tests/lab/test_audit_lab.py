@@ -9,15 +9,14 @@ that do not interfere share a lab, so there are four 3-node labs per module run:
   machine-id and Docker-like interfaces (also the "audit changes nothing" lab: firewalld and iptables);
 - ``B``: iptables world-open rule on the master, missing peers in /etc/hosts, wrong env files, a down
   socket interface, an unsynchronised chronyd, IPv6-only peer names on one node;
-- ``C``: per-node NIC names with one IFNAME everywhere, a cloned hostname, no time daemon (also the
+- ``C``: per-node NIC names with one IFNAME everywhere, a cloned hostname, no time daemon, a skewed clock (also the
   unreachable-host lab);
 - the shared clean lab (no finding at warning or above; `--limit`; master port in the ephemeral range;
   bad inputs on a copy of its inventory).
 
-`time.skew` is not produced here: every lab node shares the one kernel clock of this machine, and no
-lab process may set it (CAP_SYS_TIME is dropped), so clocks cannot differ between lab nodes. Faking it
-(e.g. by patching the facts) would not test anything the unit tests (tests/unit/test_checks.py, on
-recorded facts) do not already; it is covered there.
+`time.skew`: every lab node shares the one kernel clock of this machine and no lab process may set it,
+so lab C's `clock-skew` scenario runs node3's Ansible interpreter under libfaketime (+5 s): its facts carry
+a wall clock 5 s ahead, as a skewed node's would, while the kernel clock stays untouched.
 """
 
 from __future__ import annotations
@@ -43,12 +42,10 @@ pytestmark = pytest.mark.lab
 LAB_A = ("firewalld-master,iptables-worker,peer-mismatch,hostname-loopback,mtu-mismatch,route-via-gateway,"
          "port-in-use,somaxconn-low,machine-id-clone,autoselect-wrong")
 LAB_B = "world-open,peer-unresolvable,env-wrong,netif-down,chrony-unsynced,family-mismatch"
-LAB_C = "ifname-mismatch,duplicate-hostname,chrony-absent"
+LAB_C = "ifname-mismatch,duplicate-hostname,chrony-absent,clock-skew"
 
 #: ids no lab can produce, with the reason (asserted to be exactly the ids missing from EXPECTED)
-NOT_IN_LAB = {
-    "time.skew": "lab nodes share one kernel clock and may not set it: covered by the unit tests on recorded facts",
-}
+NOT_IN_LAB: dict[str, str] = {}
 
 
 # ------------------------------------------------------------------ running the CLI
@@ -221,6 +218,7 @@ EXPECTED: list[tuple[str, str, str | None, Callable[[Audited], list[str]]]] = [
      lambda a: [f"/etc/machine-id = {machine_id(a, 'node3')} on node2, node3"]),
     ("time.no-daemon", "lab_c", "node1", lambda a: ["no chronyd"]),
     ("time.no-daemon", "lab_c", "node3", lambda a: ["no chronyd"]),
+    ("time.skew", "lab_c", None, lambda a: ["node3: +", "s vs controller", "node1: "]),
     ("time.unsynchronized", "lab_b", "node3", lambda a: ["chronyc tracking: leap status 'Not synchronised'"]),
     ("netif.missing", "lab_b", "node3", lambda a: ["GLOO_SOCKET_IFNAME=eth1", "interfaces present: lo, eth0, ens6"]),
     ("netif.missing", "lab_c", "node2", lambda a: ["GLOO_SOCKET_IFNAME=eth0", "interfaces present: lo, ens5"]),

@@ -129,6 +129,17 @@ def check_nftables_worker2(info) -> None:
     assert "policy drop" not in sh(info, peer.name, "nft list ruleset").stdout
 
 
+def check_clock_skew(info) -> None:
+    import time as _time
+
+    skewed = float(sh(info, info.nodes[-1].name, "/etc/ddpfix-lab/python3-skewed -c 'import time; print(time.time())'").stdout)
+    assert 4.0 < skewed - _time.time() < 6.0
+    plain = float(sh(info, info.nodes[-1].name, "python3 -c 'import time; print(time.time())'").stdout)
+    assert abs(plain - _time.time()) < 1.0  # the kernel clock itself is untouched
+    inv = info.inventory.read_text()
+    assert "ansible_python_interpreter: /etc/ddpfix-lab/python3-skewed" in inv
+
+
 def check_hostname_loopback(info) -> None:
     for n in info.nodes[-2:]:
         assert resolve(info, n.name, n.hostname) == ["127.0.1.1"]
@@ -294,6 +305,7 @@ CHECKS: dict[str, Callable] = {
     "iptables-worker": check_iptables_worker,
     "iptables-worker2": check_iptables_worker2,
     "nftables-worker2": check_nftables_worker2,
+    "clock-skew": check_clock_skew,
     "hostname-loopback": check_hostname_loopback,
     "peer-unresolvable": check_peer_unresolvable,
     "peer-mismatch": check_peer_mismatch,

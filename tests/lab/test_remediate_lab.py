@@ -21,7 +21,7 @@ from ddpfix.cli import cli
 pytestmark = pytest.mark.lab
 
 # Short torch timeouts for the lab (role defaults are overridable inventory variables).
-FAST_TORCH = {"ddpfix_verify_pg_timeout": 15, "ddpfix_verify_rdzv_timeout": 20, "ddpfix_verify_deadline": 40}
+FAST_TORCH = {"ddpfix_verify_pg_timeout": 10, "ddpfix_verify_rdzv_timeout": 15, "ddpfix_verify_deadline": 45}
 
 
 def ddpfix(inv: str, *args: str) -> tuple[int, str, str]:

@@ -95,6 +95,7 @@ _SCENARIO_REQUIRED = {
     "iptables-worker2": {"iptables-restore": "iptables"},
     "world-open": {"iptables-restore": "iptables"},
     "nftables-worker2": {"nft": "nftables"},
+    "clock-skew": {"/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1": "libfaketime"},
     "chrony-unsynced": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
 }
 
@@ -280,7 +281,8 @@ def check_prerequisites(scenarios: Sequence[str] = ()) -> None:
         need.update(_SCENARIO_REQUIRED.get(s, {}))
     missing: dict[str, list[str]] = {}
     for binary, pkg in need.items():
-        found = os.access(binary, os.X_OK) if binary.startswith("/") else shutil.which(binary, path=NODE_PATH)
+        found = (os.path.exists(binary) if binary.endswith(".so.1") else os.access(binary, os.X_OK)) \
+            if binary.startswith("/") else shutil.which(binary, path=NODE_PATH)
         if not found:
             missing.setdefault(pkg, []).append(os.path.basename(binary))
     if missing:

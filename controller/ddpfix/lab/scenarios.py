@@ -233,6 +233,33 @@ def _nftables_worker2(plan: LabPlan) -> None:
     plan.nodes[1].tasks.append(_load_nftables)
 
 
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+SKEWED_PYTHON = "/etc/ddpfix-lab/python3-skewed"
+
+
+def _install_skewed_python(rt: "Runtime", node: NodePlan) -> None:
+    rt.write_etc(node, "ddpfix-lab/python3-skewed",
+                 "#!/bin/sh\n# ddpfix lab (clock-skew): this node's userland clock reads 5 s ahead (libfaketime);\n"
+                 "# the kernel clock is untouched.\n"
+                 f"LD_PRELOAD={FAKETIME_LIB} FAKETIME=+5s exec /usr/bin/python3 \"$@\"\n",
+                 mode=0o755)
+
+
+@scenario(
+    "clock-skew",
+    "the highest-address node's clock, as its Python (Ansible's interpreter) reads it, is 5 s ahead (libfaketime)",
+    ("time.skew",),
+    min_nodes=2,
+)
+def _clock_skew(plan: LabPlan) -> None:
+    """Catalogue row 9 without touching the one kernel clock all lab nodes share: on nodeN the interpreter
+    Ansible runs (ansible_python_interpreter) is /usr/bin/python3 under libfaketime with FAKETIME=+5s, so every
+    fact that node reports carries a wall clock 5 s ahead of the others. Finding: time.skew (cluster-wide)."""
+    node = last(plan)
+    node.tasks.append(_install_skewed_python)
+    node.hostvars["ansible_python_interpreter"] = SKEWED_PYTHON
+
+
 @scenario(
     "iptables-worker2",
     "the iptables-worker rules on node2, which higher-address peers dial (breaks a Gloo all-reduce)",
