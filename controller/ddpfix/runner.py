@@ -124,6 +124,9 @@ def ansible_env(run_dir: Path, forks: int) -> dict[str, str]:
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15",
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp_dir),
         "ANSIBLE_TIMEOUT": "10",
+        # ansible-runner turns host key checking off by default; keep Ansible's own default (on) unless the
+        # user turned it off explicitly.
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
         "ANSIBLE_GATHERING": "explicit",
         "ANSIBLE_INJECT_FACT_VARS": "False",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",

@@ -113,3 +113,14 @@ def test_missing_ansible_playbook_is_a_prerequisite_error(monkeypatch: pytest.Mo
     with pytest.raises(DdpfixError) as exc:
         runner.find_ansible_playbook()
     assert exc.value.code == ExitCode.PREREQUISITE and "ansible-playbook not found" in str(exc.value)
+
+
+def test_runner_keeps_host_key_checking_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ddpfix import runner
+
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    env = runner.ansible_env(tmp_path, 5)
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"  # ansible-runner alone would turn it off
+    assert env["ANSIBLE_PIPELINING"] == "True" and "ControlPersist" in env["ANSIBLE_SSH_ARGS"]
+    assert env["ANSIBLE_HOME"].startswith(str(tmp_path))
