@@ -8,7 +8,7 @@ from ddpfix.checks import Context, HostFacts, Thresholds, parse_event_time, run_
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
 from ddpfix.progress import Progress
-from ddpfix.runner import RunResult, run_playbook
+from ddpfix.runner import RunResult, TaskResult, run_playbook
 
 FACTS_TASK = "facts | Collect node facts"
 PROBE_TASK = "probe | Resolve peers"
@@ -76,11 +76,19 @@ def collect(
             node=node_facts,
             probe=hr.result(PROBE_TASK),
             collected_at=parse_event_time(facts_task.created) if facts_task else None,
+            window=_window(facts_task),
         )
     if limit:
         cluster = _restrict(cluster, set(hosts))
     ctx = Context(cluster, hosts, thresholds or Thresholds())
     return ctx, run
+
+
+def _window(task: TaskResult | None) -> tuple[float, float] | None:
+    if task is None:
+        return None
+    lo, hi = parse_event_time(task.start), parse_event_time(task.end)
+    return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
 
 
 def _restrict(cluster: Cluster, names: set[str]) -> Cluster:

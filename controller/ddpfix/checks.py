@@ -8,7 +8,9 @@ loaded here so the one implementation serves both sides.
 from __future__ import annotations
 
 import importlib.util
+import json
 import ipaddress
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -43,6 +45,8 @@ class HostFacts:
     node: dict[str, Any] | None = None  # ansible_facts.ddpfix_node
     probe: dict[str, Any] | None = None  # ddpfix_probe result
     collected_at: float | None = None  # controller clock when the facts arrived (epoch seconds)
+    # controller clock window (epoch seconds) within which the node read its clock: task start .. result
+    window: tuple[float, float] | None = None
 
 
 @dataclass
@@ -57,8 +61,17 @@ class Context:
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
 
+        self._audited: list[tuple[str, dict[str, Any]]] = [
+            (n.name, self.facts[n.name]) for n in self.cluster.nodes if self.facts.get(n.name)  # type: ignore[misc]
+        ]
+        self.by_address: dict[str, str] = {}
+        for name, p in self.plan.items():
+            if p.address:
+                self.by_address.setdefault(p.address, name)
+
     def audited(self) -> list[tuple[str, dict[str, Any]]]:
-        return [(n.name, self.facts[n.name]) for n in self.cluster.nodes if self.facts.get(n.name)]  # type: ignore[misc]
+        """(name, facts) of every node that returned facts, in rank order (computed once)."""
+        return self._audited
 
     def in_cidr(self, addr: str | None) -> bool:
         if not addr or self.net is None:
@@ -124,20 +137,51 @@ def check_unreachable(ctx: Context) -> Iterable[Finding]:
 # ---------------------------------------------------------------- firewall
 
 
+class _FirewallMemo:
+    """The firewall evaluator, memoised per distinct rule set (clusters usually share one configuration)."""
+
+    def __init__(self) -> None:
+        self.fw = firewall_lib()
+        self.cache: dict[tuple[Any, ...], Any] = {}
+
+    def _key(self, state: Mapping[str, Any]) -> str:
+        return json.dumps(state, sort_keys=True, default=str)
+
+    def evaluate(self, skey: str, state: Mapping[str, Any], src: str, port: int, iface: str | None) -> dict[str, Any]:
+        k = ("e", skey, src, port, iface)
+        if k not in self.cache:
+            self.cache[k] = self.fw.evaluate(state, src, port, iface=iface)
+        return self.cache[k]
+
+    def sample_ports(self, skey: str, state: Mapping[str, Any], lo: int, hi: int, n: int) -> list[int]:
+        k = ("s", skey, lo, hi, n)
+        if k not in self.cache:
+            self.cache[k] = self.fw.sample_ports(state, lo, hi, n)
+        return self.cache[k]
+
+    def world_open(self, skey: str, state: Mapping[str, Any], port: Any, cidr: str, iface: str | None) -> Any:
+        k = ("w", skey, port, cidr, iface)
+        if k not in self.cache:
+            self.cache[k] = self.fw.world_open(state, port, cidr, iface=iface)
+        return self.cache[k]
+
+
 def check_firewall(ctx: Context) -> Iterable[Finding]:
-    fw = firewall_lib()
-    addrs = {name: ctx.plan[name].address for name, _ in ctx.audited()}
+    memo = _FirewallMemo()
+    # peer sources evaluated on each node: the first few cluster addresses (the node's own is skipped)
+    candidates = [ctx.plan[name].address for name, _ in ctx.audited() if ctx.plan[name].address]
+    candidates = candidates[: ctx.thresholds.max_sources + 1]
     for name, f in ctx.audited():
         state = f.get("firewall") or {}
+        skey = memo._key(state)
         iface = (f.get("cluster") or {}).get("ifname")
-        sources = [a for peer, a in addrs.items() if a and peer != name][: ctx.thresholds.max_sources]
-        if not sources and addrs.get(name):
-            sources = [addrs[name]]
+        own = ctx.plan[name].address
+        sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
         lo, hi = (f.get("sysctl") or {}).get("ip_local_port_range", [32768, 60999])
         port = ctx.cluster.master_port
         if name == ctx.cluster.master:
             for src in sources:
-                v = fw.evaluate(state, src, port, iface=iface)
+                v = memo.evaluate(skey, state, src, port, iface)
                 if not v.get("allowed", True):
                     yield finding(
                         "firewall.master-port-blocked", name,
@@ -145,14 +189,14 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
                         str(v.get("evidence")), cidr=ctx.cidr, port=port, layer=v.get("layer"),
                     )
                     break
-            open_ev = fw.world_open(state, port, ctx.cidr, iface=iface) if ctx.cidr else None
+            open_ev = memo.world_open(skey, state, port, ctx.cidr, iface) if ctx.cidr else None
             if open_ev:
                 yield finding("firewall.world-open", name, f"master port {port} is open to any source",
                               str(open_ev), cidr=ctx.cidr)
         blocked = None
         for src in sources:
-            for p in fw.sample_ports(state, int(lo), int(hi), ctx.thresholds.peer_port_samples):
-                v = fw.evaluate(state, src, p, iface=iface)
+            for p in memo.sample_ports(skey, state, int(lo), int(hi), ctx.thresholds.peer_port_samples):
+                v = memo.evaluate(skey, state, src, p, iface)
                 if not v.get("allowed", True):
                     blocked = (src, p, v)
                     break
@@ -165,7 +209,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
                 f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {v.get('verdict')}ed by {v.get('layer')}",
                 str(v.get("evidence")), cidr=ctx.cidr, range=f"{lo}-{hi}", layer=v.get("layer"),
             )
-        open_ev = fw.world_open(state, (int(lo), int(hi)), ctx.cidr, iface=iface) if ctx.cidr else None
+        open_ev = memo.world_open(skey, state, (int(lo), int(hi)), ctx.cidr, iface) if ctx.cidr else None
         if open_ev:
             yield finding("firewall.world-open", name, f"ephemeral range {lo}-{hi} is open to any source",
                           str(open_ev), cidr=ctx.cidr)
@@ -233,16 +277,18 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
 
 def check_resolution(ctx: Context) -> Iterable[Finding]:
     """The resolution matrix: every node resolves every peer's hostname to that peer's cluster address."""
+    counts = Counter(f.get("hostname") for _, f in ctx.audited() if f.get("hostname"))
     peers = {f.get("hostname"): name for name, f in ctx.audited() if f.get("hostname")}
-    dup = {hn for hn in peers if sum(1 for _, f in ctx.audited() if f.get("hostname") == hn) > 1}
+    dup = {hn for hn, c in counts.items() if c > 1}
+    want_of = {hn: ctx.plan[peer].address for hn, peer in peers.items() if hn not in dup}
     families: dict[str, set[int]] = {}
     for name, f in ctx.audited():
         res = (ctx.hosts[name].probe or {}).get("resolve") or {}
-        for hn, peer in peers.items():
-            if peer == name or hn in dup or hn not in res:
+        for hn, addrs in res.items():
+            if hn not in want_of or peers[hn] == name:
                 continue
-            addrs = res.get(hn) or []
-            want = ctx.plan[peer].address
+            peer, want = peers[hn], want_of[hn]
+            addrs = addrs or []
             if not addrs:
                 yield finding("hosts.peer-unresolvable", name, f"peer {peer}'s hostname {hn} does not resolve on {name}",
                               f"getaddrinfo({hn!r}) on {name}: no address; {_hosts_lines(f, hn)}")
@@ -284,18 +330,39 @@ def check_time(ctx: Context) -> Iterable[Finding]:
                               f"clock offset {tr['system_offset']:+.3f}s exceeds {ctx.thresholds.max_offset_s}s",
                               f"chronyc tracking: system time offset {tr['system_offset']:+.6f}s")
         h = ctx.hosts[name]
-        if f.get("now") is not None and h.collected_at is not None:
-            offsets[name] = float(f["now"]) - float(h.collected_at)
+        if f.get("now") is not None:
+            offset = clock_offset(float(f["now"]), h.window, h.collected_at)
+            if offset is not None:
+                offsets[name] = offset
     if len(offsets) > 1:
         lo = min(offsets, key=lambda n: offsets[n])
         hi = max(offsets, key=lambda n: offsets[n])
         spread = offsets[hi] - offsets[lo]
         if spread > ctx.thresholds.max_skew_s:
             yield finding("time.skew", None, f"clocks differ by {spread:.2f}s between {hi} and {lo}",
-                          "; ".join(f"{n}: {o:+.2f}s vs controller" for n, o in sorted(offsets.items())))
+                          "; ".join(f"{n}: {o:+.2f}s vs controller" for n, o in sorted(offsets.items()))
+                          + " (beyond each task's start..result window)")
 
 
 # ---------------------------------------------------------------- interfaces
+
+
+def clock_offset(node_now: float, window: tuple[float, float] | None, collected_at: float | None) -> float | None:
+    """How far a node's clock reading lies outside the controller's window for that task.
+
+    The node read its clock somewhere between the task's start and its result on the controller, so a synchronised
+    node's reading falls inside the window: offset 0. Only the part outside the window counts, so a busy controller
+    (a wide window) can hide small skews but never invents one."""
+    if window is not None:
+        lo, hi = window
+        if node_now < lo:
+            return node_now - lo
+        if node_now > hi:
+            return node_now - hi
+        return 0.0
+    if collected_at is not None:
+        return node_now - collected_at
+    return None
 
 
 def nccl_select(spec: str | None, ifaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -411,15 +478,14 @@ def check_routes(ctx: Context) -> Iterable[Finding]:
     for name, f in ctx.audited():
         routes = (ctx.hosts[name].probe or {}).get("routes") or {}
         ifname = ctx.plan[name].ifname
-        for dst, r in sorted(routes.items()):
-            if "error" in r:
+        for dst, r in routes.items():  # run_checks sorts the findings
+            if "error" in r or not (r.get("via") or (ifname and r.get("dev") != ifname)):
                 continue
-            peer = next((p for p, pl in ctx.plan.items() if pl.address == dst), dst)
-            if r.get("via") or (ifname and r.get("dev") != ifname):
-                yield finding("route.via-gateway", name,
-                              f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} instead of on-link on {ifname}",
-                              f"ip route get {dst}: dev {r.get('dev')}" + (f" via {r['via']}" if r.get("via") else "")
-                              + (f" src {r['src']}" if r.get("src") else ""))
+            peer = ctx.by_address.get(dst, dst)
+            yield finding("route.via-gateway", name,
+                          f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} instead of on-link on {ifname}",
+                          f"ip route get {dst}: dev {r.get('dev')}" + (f" via {r['via']}" if r.get("via") else "")
+                          + (f" src {r['src']}" if r.get("src") else ""))
 
 
 def check_master_addr(ctx: Context) -> Iterable[Finding]:

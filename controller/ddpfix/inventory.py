@@ -44,10 +44,15 @@ class Cluster:
         return [n.name for n in self.nodes]
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        return self._index[name]
+
+    @property
+    def _index(self) -> dict[str, Node]:
+        idx = self.__dict__.get("_node_index")
+        if idx is None:
+            idx = {n.name: n for n in self.nodes}
+            object.__setattr__(self, "_node_index", idx)
+        return idx
 
     @property
     def master_node(self) -> Node:

@@ -32,6 +32,8 @@ class TaskResult:
     status: str  # ok | changed | failed | skipped | unreachable
     res: dict[str, Any]
     created: str = ""  # controller-side ISO timestamp of the result event
+    start: str = ""  # controller-side ISO timestamps: when the task started for this host, and when it ended
+    end: str = ""
 
 
 @dataclass
@@ -218,7 +220,8 @@ def run_playbook(
                     hr.message = _one_line(res.get("msg") or res.get("stderr") or "task failed")
                     hr.tasks.append(TaskResult(task, "failed", res))
                 elif kind == "runner_on_ok":
-                    hr.tasks.append(TaskResult(task, "changed" if res.get("changed") else "ok", res, created))
+                    hr.tasks.append(TaskResult(task, "changed" if res.get("changed") else "ok", res, created,
+                                               str(data.get("start", "")), str(data.get("end", ""))))
                 elif kind == "runner_on_skipped":
                     hr.tasks.append(TaskResult(task, "skipped", res))
         if on_event is not None:

@@ -598,3 +598,13 @@ def test_nccl_select_ignores_interfaces_without_ipv4() -> None:
 def test_nccl_select_orders_by_index_not_list_order() -> None:
     ifaces = list(reversed(_ifaces(("eth0", "10.0.0.1"), ("eth1", "10.0.1.1"))))
     assert _names("eth", ifaces) == ["eth0", "eth1"]
+
+
+def test_clock_offset_counts_only_what_lies_outside_the_task_window() -> None:
+    from ddpfix.checks import clock_offset
+
+    assert clock_offset(100.5, (100.0, 101.0), None) == 0.0  # inside: synchronised as far as we can tell
+    assert clock_offset(106.0, (100.0, 101.0), None) == 5.0
+    assert clock_offset(97.0, (100.0, 101.0), None) == -3.0
+    assert clock_offset(103.0, None, 100.0) == 3.0  # no window: fall back to the result's arrival
+    assert clock_offset(103.0, None, None) is None
