@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ class HostPlan:
     env: str = ""  # env file text; empty: not written
     pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
@@ -102,7 +107,10 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         hp.hosts = hosts_needed and (only is None or bool(only & HOSTS_IDS))
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
-            hp.env = render_env(ctx.plan[name])
+            text = render_env(ctx.plan[name])
+            current = (facts.get("env_file") or {}).get("sha256")
+            if current != hashlib.sha256(text.encode()).hexdigest():  # only nodes whose file differs
+                hp.env = text
         if pin_ifnames and ctx.plan[name].ifname:
             mac = next((i.get("mac") for i in facts.get("interfaces") or [] if i.get("name") == ctx.plan[name].ifname), None)
             if mac:

@@ -44,13 +44,19 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     ctx = before.context
     plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial,
                                  pin_ifnames=pin_ifnames)
-    with Progress(list(plans), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
-                  enabled=None if not quiet else False) as progress:
-        run, changes = run_remediation(ctx, plans, apply=apply, limit=app.limit, forks=app.forks,
-                                       verbosity=app.verbosity, progress=progress)
-    failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}
+    todo = {h: p for h, p in plans.items() if not p.empty}
+    changes: list = []
+    failed: dict[str, str] = {}
+    changed: dict[str, int] = {h: 0 for h in sorted(plans)}
+    if todo:  # nothing planned anywhere: no play to run (and nothing to re-audit)
+        with Progress(list(todo), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
+                      enabled=None if not quiet else False) as progress:
+            run, changes = run_remediation(ctx, todo, apply=apply, limit=app.limit, forks=app.forks,
+                                           verbosity=app.verbosity, progress=progress)
+        failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}
+        changed.update({h: run.changed(h) for h in todo})
     after = None
-    if apply:
+    if apply and (any(changed.values()) or failed):
         with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
             after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     final = after or before
@@ -60,7 +66,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         {
             "apply": apply,
             "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
-            "changed": {h: run.changed(h) for h in sorted(plans)},
+            "changed": changed,
             "failed_hosts": failed,
             "refused": refusals,
             "notes": {h: p.notes for h, p in plans.items() if p.notes},

@@ -43,6 +43,7 @@ ansible_facts:
   type: dict
 """
 
+import hashlib
 import json
 import os
 import socket
@@ -231,7 +232,8 @@ def main():
         "listening": listening,
         "time": {"daemons": daemons, "chrony_tracking": tracking},
         "firewall": collect_firewall(),
-        "env_file": {"path": p["env_path"], "exists": env_text is not None, "values": parse_env_file(env_text or "")},
+        "env_file": {"path": p["env_path"], "exists": env_text is not None, "values": parse_env_file(env_text or ""),
+                     "sha256": hashlib.sha256(env_text.encode()).hexdigest() if env_text is not None else None},
         "probe": probe,
         "now": time.time(),
         "errors": errors,
