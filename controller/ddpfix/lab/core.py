@@ -697,8 +697,10 @@ def _start_nodes(rt: Runtime) -> None:
                 "unshare", "--mount", "--uts", "--ipc", "--pid", "--fork", "--kill-child=SIGKILL", "--propagation", "private", "--",
                 *DROP_SYS_TIME, "/usr/bin/python3", "-I", "-c", (_PKG / "_nodeinit.py").read_text(), json.dumps(cfg)]
         launches.append([argv, str(sdir / "logs" / f"{n.name}.log")])
+    launch_file = sdir / "launches.json"
+    launch_file.write_text(json.dumps(launches))
     sup = subprocess.Popen(
-        [*DROP_SYS_TIME, "/usr/bin/python3", "-I", "-c", (_PKG / "_supervisor.py").read_text(), json.dumps(launches)],
+        [*DROP_SYS_TIME, "/usr/bin/python3", "-I", "-c", (_PKG / "_supervisor.py").read_text(), str(launch_file)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(sdir / "logs" / "supervisor.log", "ab"),
         start_new_session=True, close_fds=True,
     )

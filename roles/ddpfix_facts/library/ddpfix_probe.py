@@ -137,6 +137,15 @@ def main():
                 if b"deadline" in cmd:  # only our own listener (its script mentions the deadline)
                     os.kill(pid, signal.SIGTERM)
                     stopped = True
+                    # wait (briefly) until it is gone, so its ports are free when this task returns
+                    for _ in range(40):
+                        try:
+                            with open("/proc/%d/stat" % pid) as f:
+                                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                                    break
+                        except (OSError, IOError, IndexError):
+                            break
+                        time.sleep(0.05)
             except (OSError, IOError):
                 pass
         module.exit_json(changed=False, stopped=stopped)
