@@ -1,0 +1,359 @@
+"""Render benchmarks/results.json as BENCHMARKS.md (used by run.py; `python benchmarks/report.py` re-renders)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def med(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def mmm(xs: list[float], fmt: str = "{:.2f}") -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "–"
+    return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}–{fmt.format(max(xs))}]"
+
+
+def f2(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def runs(size: dict[str, Any], kind: str, warm: bool = False) -> list[dict[str, Any]]:
+    return [r for r in size["runs"] if r["kind"] == kind and bool(r.get("warmup")) == warm]
+
+
+def pair_ratios(size: dict[str, Any]) -> list[float]:
+    a = {r["pair"]: r for r in runs(size, "audit")}
+    b = {r["pair"]: r for r in runs(size, "baseline")}
+    return [a[p]["wall_s"] / b[p]["wall_s"] for p in sorted(a) if p in b]
+
+
+def task_span(r: dict[str, Any], prefix: str, run_name: str | None = None) -> float | None:
+    for ev in r.get("events") or []:
+        if run_name and ev["name"] != run_name:
+            continue
+        for t in ev["tasks"]:
+            if t["task"].startswith(prefix):
+                return t["span_s"]
+    return None
+
+
+def run_span(r: dict[str, Any], idx: int) -> float | None:
+    evs = r.get("events") or []
+    return evs[idx].get("span_s") if len(evs) > idx else None
+
+
+TASKS = [
+    ("Validating arguments", "role argument validation (controller only)"),
+    ("facts | Collect", "facts: collect node facts, start probe listeners"),
+    ("probe | Resolve", "probe: resolve, route, connect"),
+    ("probe | Stop", "probe: stop the listener"),
+]
+
+
+def summarise(results: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for s in results.get("sizes", []):
+        a, b = runs(s, "audit"), runs(s, "baseline")
+        dry, noop = runs(s, "remediate-dry"), runs(s, "remediate-apply-noop")
+        x: dict[str, Any] = {
+            "audit_wall": [r["wall_s"] for r in a], "base_wall": [r["wall_s"] for r in b],
+            "audit_cpu": [r["cpu_s"] for r in a], "base_cpu": [r["cpu_s"] for r in b],
+            "audit_rss": [r["maxrss_mb"] for r in a], "base_rss": [r["maxrss_mb"] for r in b],
+            "audit_tree": [r["tree_rss_peak_mb"] for r in a], "base_tree": [r["tree_rss_peak_mb"] for r in b],
+            "audit_machine": [r["machine_cpu_s"] for r in a], "base_machine": [r["machine_cpu_s"] for r in b],
+            "ratios": pair_ratios(s),
+            "dry": [r["wall_s"] for r in dry], "noop": [r["wall_s"] for r in noop],
+            "dry_cpu": [r["cpu_s"] for r in dry], "noop_cpu": [r["cpu_s"] for r in noop],
+            "first": [r["wall_s"] for r in runs(s, "remediate-first-apply")],
+            "probes": [sum(e["probe_connects"] for e in r["events"]) for r in a + runs(s, "audit", True)],
+            "probes_ok": [sum(e["probe_connects_ok"] for e in r["events"]) for r in a + runs(s, "audit", True)],
+            "ok": all(r.get("ok") for r in a + b + dry + noop),
+            "pb_span": [run_span(r, 0) for r in a],
+            "tasks": {p: [task_span(r, p) for r in a] for p, _ in TASKS},
+            "noop_phases": [[ev.get("span_s") for ev in r.get("events") or []] for r in noop],
+            "dry_phases": [[ev.get("span_s") for ev in r.get("events") or []] for r in dry],
+            "noop_changes": [r.get("changed") for r in noop], "dry_changes": [r.get("changes") for r in dry],
+        }
+        out[s["n"]] = x
+    return out
+
+
+# ---------------------------------------------------------------- targets
+
+
+def targets(results: dict[str, Any], S: dict[int, dict[str, Any]]) -> str:
+    ns = sorted(S)
+    if not ns:
+        return ""
+    L = ["## Against the targets of issue 5 (this run)\n", "| target | where we stand | met |", "|---|---|---|"]
+    rat = {n: med(S[n]["ratios"]) for n in ns}
+    ok = all(r is not None and r <= 1.5 for r in rat.values())
+    L.append("| audit / baseline ≤ 1.5 at every N | " + ", ".join(f"N={n}: {f2(r)}" for n, r in rat.items()) + f" | {'yes' if ok else 'no'} |")
+    grows = [rat[b] / rat[a] for a, b in zip(ns, ns[1:]) if rat[a] and rat[b]]
+    L.append("| the ratio does not grow with N | ratio(N)/ratio(N/2): " + ", ".join(f2(g) for g in grows)
+             + f" | {'yes' if all(g <= 1.1 for g in grows) else 'no'} (≤ 1.1 counted as flat) |")
+    am = {n: med(S[n]["audit_wall"]) for n in ns}
+    gr = [am[b] / am[a] / (b / a) for a, b in zip(ns, ns[1:])]
+    L.append("| audit time grows no faster than linearly (forks = N) | growth ÷ growth of N per step: " + ", ".join(f2(g) for g in gr)
+             + f" | {'yes' if all(g <= 1.05 for g in gr) else 'no'} (≤ 1.05 counted as linear) |")
+    nr = {n: (med(S[n]["noop"]) / am[n]) if S[n]["noop"] and am[n] else None for n in ns}
+    L.append("| no-op `remediate --apply` ≤ 2× audit | " + ", ".join(f"N={n}: {f2(r)}" for n, r in nr.items())
+             + f" | {'yes' if all(r is not None and r <= 2 for r in nr.values()) else 'no'} |")
+    for r in results.get("analysis") or []:
+        if r.get("nodes") == 2000:
+            for v, x in r.get("variants", {}).items():
+                if x.get("timed_out"):
+                    L.append(f"| analysis of 2,000 nodes < 2 s and < 500 MB ({v}) | did not finish in {x['budget_s']:.0f} s | no |")
+                else:
+                    t_ok = x["total_s"] < 2
+                    m_ok = (x.get("tracemalloc_peak_mb") or 0) < 500
+                    L.append(f"| analysis of 2,000 nodes < 2 s and < 500 MB ({v}) | {x['total_s']:.2f} s; analysis allocations "
+                             f"{f2(x.get('tracemalloc_peak_mb'), '{:.0f}')} MB; process RSS with the input facts {x['rss_peak_mb']:.0f} MB | "
+                             f"time {'yes' if t_ok else 'no'}, allocations {'yes' if m_ok else 'no'}"
+                             f"{'; the input facts alone exceed 500 MB' if r['rss_after_inputs_mb'] > 500 else ''} |")
+    return "\n".join(L) + "\n"
+
+
+# ---------------------------------------------------------------- the document
+
+
+def render(results: dict[str, Any], experiments: dict[str, Any] | None = None) -> str:
+    m = results.get("machine") or (experiments or {}).get("machine", {})
+    S = summarise(results)
+    ns = sorted(S)
+    L: list[str] = []
+    w = L.append
+    w("# ddpfix benchmarks\n")
+    w("How fast `ddpfix audit` and `ddpfix remediate` are next to the floor any Ansible tool pays, how the cost grows "
+      "with the cluster, and what the controller's analysis costs on its own. Every figure below was measured by "
+      "`benchmarks/run.py` in the run described here; the raw runs are in [`benchmarks/results.json`](benchmarks/results.json). "
+      "The document is generated by the benchmark (`benchmarks/report.py`); the sections marked *analysis* are "
+      "written against the figures of this run.\n")
+    w("## How to run\n")
+    w("    sudo .venv/bin/python benchmarks/run.py                 # N = 4,8,16,32, 5 pairs: 17 min in this run, under load")
+    w("    sudo .venv/bin/python benchmarks/run.py --quick         # smoke run, 3-5 min")
+    w("    sudo .venv/bin/python benchmarks/run.py --experiments   # the settings experiments at N=16, about 9 min")
+    w("    .venv/bin/python benchmarks/analysis.py                 # the analysis benchmark alone (no root, no lab)\n")
+    w("Options: `--sizes 4,8,16,32 --pairs 5 --remediate-runs 3,2,1,1 --analysis-sizes 100,1000,2000`; "
+      "`--experiments --experiments-at 16 --experiment-rounds 2`. Needs root (the lab) and the packages "
+      "`scripts/apt-deps.sh` installs. Both write `BENCHMARKS.md` from `benchmarks/results.json` and "
+      "`benchmarks/results-experiments.json` (whichever exist); `python benchmarks/report.py` re-renders it.\n")
+    w("## This run\n")
+    w(f"- command: `{results.get('command')}`; started {results.get('started')}, finished {results.get('finished')}, "
+      f"**{results.get('duration_s', 0) / 60:.1f} min** in total")
+    w(f"- machine: {m.get('cores')} cores ({m.get('cpu_model')}), {m.get('mem_gib')} GiB RAM, kernel {m.get('kernel')}; "
+      f"controller Python {m.get('python')}, ansible-core {m.get('ansible_core')}, ansible-runner {m.get('ansible_runner')}, "
+      f"{m.get('openssh')}; nodes run {m.get('node_python')} (modules) in the lab's namespaces **on the same 2 cores**")
+    lb, la = results.get("load_before") or [0, 0, 0], results.get("load_after") or [0, 0, 0]
+    w(f"- load average (1/5/15 min) before: {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}, after: {la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}; "
+      f"other labs running on the machine before/after: {', '.join(results.get('other_labs_before') or []) or 'none'} / "
+      f"{', '.join(results.get('other_labs_after') or []) or 'none'}")
+    loads = [r.get("load1_before") for s in results.get("sizes", []) for r in s["runs"]]
+    if loads:
+        w(f"- 1-min load average sampled before each measured run: median {med(loads):.2f}, max {max(loads):.2f} "
+          "(our own runs contribute; anything well above ~2 between runs is somebody else's work)")
+    w("")
+    w("### What was measured\n")
+    w("For each N a fresh `clean` lab (`ddpfix.lab.up`, unique name, a /24 no route on the machine overlaps) and then:\n")
+    w("1. one warm-up of each command, then alternately A B A B … (`--pairs` pairs):")
+    w("   - **A** `ddpfix -i INV audit --format json` (default forks = one per host, at most 50; probes on, 2 ring peers)")
+    w("   - **B** `ansible ddp_nodes -i INV -m setup -a gather_subset=network -f F` with **the same forks F** and the environment "
+      "of `ddpfix.runner.ansible_env()` (pipelining, `ControlMaster=auto ControlPersist=60s`, timeout 10, explicit gathering, "
+      "`inject_facts_as_vars=False`, no `~/.ansible`), the same inventory (so the same SSH options and key);")
+    w("2. the env files ddpfix would write are put on every node (`plan_cluster` + `render_env`, written with `lab.node_exec`: "
+      "the only thing the clean lab lacks), then `remediate` (dry run) and `remediate --apply` (nothing to change) "
+      "alternately, `--remediate-runs` times each (default 3, 2, 1, 1 for N = 4, 8, 16, 32, chosen for the 15-minute budget; *This run* says how long it took);")
+    w("3. separately (`--experiments`), the settings experiments below, round-robin against the unchanged commands.\n")
+    w("Every run gets its own `DDPFIX_STATE_DIR` (so its own ControlPersist socket directory: **every run starts with cold "
+      "SSH connections**, as a user's single command does) and is measured by `benchmarks/_measure.py`: **wall** = spawn to "
+      "exit; **CPU** = user+sys of the command's whole controller-side process tree (`os.wait4` of the command, which includes "
+      "the ansible-playbook process, its forks and their ssh clients, plus the daemonised ControlPersist ssh masters, "
+      "which the measuring process adopts as child subreaper, stops after the run and reaps); **RSS** = `ru_maxrss`, the peak "
+      "RSS of the *largest single process* of that tree (not a sum); *tree RSS* = sum of the RSS of all processes of the tree "
+      "sampled every 0.2 s (an upper bound: forked workers' shared pages count once per process). The lab nodes' own work "
+      "(sshd, the modules' Python) is not controller CPU, but it runs on the same 2 cores, so wall times include it.\n")
+
+    # ---------------- audit vs baseline
+    w("## Audit vs the Ansible floor\n")
+    w("Medians with [min–max] over the pairs (warm-ups excluded). Ratio = median of the per-pair ratios audit/baseline.\n")
+    w("| N | forks | audit wall s | baseline wall s | ratio audit/baseline | audit CPU s | baseline CPU s | audit RSS MB | baseline RSS MB | audit tree RSS MB | baseline tree RSS MB |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in results.get("sizes", []):
+        x = S[s["n"]]
+        w(f"| {s['n']} | {s['forks']} | {mmm(x['audit_wall'])} | {mmm(x['base_wall'])} | {mmm(x['ratios'])} | "
+          f"{mmm(x['audit_cpu'])} | {mmm(x['base_cpu'])} | {mmm(x['audit_rss'], '{:.0f}')} | {mmm(x['base_rss'], '{:.0f}')} | "
+          f"{mmm(x['audit_tree'], '{:.0f}')} | {mmm(x['base_tree'], '{:.0f}')} |")
+    w("")
+    bad = [n for n in ns if not S[n]["ok"]]
+    w(f"All measured runs succeeded (every host reachable in every audit, every baseline host SUCCESS, remediate exit 0): "
+      f"**{'yes' if not bad else 'NO, sizes ' + ', '.join(map(str, bad))}**.\n")
+    if ns:
+        w("Growth with N (audit median wall; a straight line would double with N):\n")
+        w("| N | audit s | audit s per node | ×prev (N doubled) | baseline s | ×prev | machine busy CPU s per audit (all processes) |")
+        w("|---|---|---|---|---|---|---|")
+        prev = None
+        for n in ns:
+            x = S[n]
+            am, bm = med(x["audit_wall"]), med(x["base_wall"])
+            g = f"{am / prev[0]:.2f}" if prev and am else "–"
+            gb = f"{bm / prev[1]:.2f}" if prev and bm else "–"
+            w(f"| {n} | {f2(am)} | {f2(am / n if am else None, '{:.3f}')} | {g} | {f2(bm)} | {gb} | {mmm(x['audit_machine'], '{:.1f}')} |")
+            prev = (am, bm)
+        if len(ns) >= 2:
+            xs = ns
+            ys = [med(S[n]["audit_wall"]) for n in ns]
+            mx, my = statistics.mean(xs), statistics.mean(ys)
+            slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+            w(f"\nLeast-squares line through the audit medians: **{my - slope * mx:.2f} s + {slope:.3f} s × N**.\n")
+
+    # ---------------- per task
+    w("## Where the audit's time goes (per task, from the job events)\n")
+    w("Median over the measured audits of each task's span (first task start to the last host's result), and of the whole "
+      "playbook (first to last event). *Outside the playbook* = wall − playbook span: interpreter start, imports, "
+      "`ansible-inventory --list` (`load_cluster`), ansible-playbook start-up and the report.\n")
+    w("| N | " + " | ".join(lbl for _, lbl in TASKS) + " | playbook | outside the playbook | wall |")
+    w("|---|" + "---|" * (len(TASKS) + 3))
+    for n in ns:
+        x = S[n]
+        pb = med(x["pb_span"])
+        wall = med(x["audit_wall"])
+        w(f"| {n} | " + " | ".join(f2(med(x['tasks'][p])) for p, _ in TASKS) + f" | {f2(pb)} | {f2(wall - pb if pb and wall else None)} | {f2(wall)} |")
+    w("")
+    # per-host median durations for the largest N
+    if results.get("sizes"):
+        big = results["sizes"][-1]
+        a = runs(big, "audit")
+        rows = {}
+        for r in a:
+            for ev in r["events"]:
+                for t in ev["tasks"]:
+                    rows.setdefault(t["task"], []).append(t["host_median_s"])
+        w(f"Per-host task duration at N={big['n']} (Ansible's `duration` of each host's result; median over hosts, then over runs): "
+          + "; ".join(f"`{k[:40]}` {f2(med(v))} s" for k, v in rows.items()) + ".\n")
+
+    # ---------------- probes
+    w("## Probe connections per audit\n")
+    w("Counted from the `ddpfix_probe` results in each audit's job events (`connects` per host), warm-up included. Each node "
+      "connects to the master port and to the probe listeners of its next k = 2 ring peers: (1 + k) · N.\n")
+    w("| N | connections per audit (all audits) | of which succeeded | (1+k)·N, k=2 | per node |")
+    w("|---|---|---|---|---|")
+    for n in ns:
+        x = S[n]
+        k = min(2, n - 1)
+        got = sorted(set(x["probes"]))
+        w(f"| {n} | {', '.join(map(str, got))} | {', '.join(map(str, sorted(set(x['probes_ok']))))} | {(1 + k) * n} | "
+          f"{f2(med(x['probes']) / n if x['probes'] else None)} |")
+    w("")
+
+    # ---------------- remediate
+    w("## Remediate on a clean cluster\n")
+    w("`remediate` = audit + the remediation play in check+diff mode; `remediate --apply` = audit + the play + a re-audit. "
+      "Both on a clean cluster (0 changes expected, and the table shows what was reported). *audit s* is the audit median "
+      "of the pairs above.\n")
+    w("| N | runs | audit s | dry run s | dry/audit | no-op apply s | no-op apply/audit | dry CPU s | apply CPU s | changes (dry) / changed (apply) |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
+    for n in ns:
+        x = S[n]
+        am = med(x["audit_wall"])
+        dm, nm = med(x["dry"]), med(x["noop"])
+        w(f"| {n} | {len(x['noop'])} | {f2(am)} | {mmm(x['dry'])} | {f2(dm / am if dm and am else None)} | {mmm(x['noop'])} | "
+          f"{f2(nm / am if nm and am else None)} | {mmm(x['dry_cpu'])} | {mmm(x['noop_cpu'])} | "
+          f"{','.join(map(str, sorted(set(x['dry_changes']))))} / {','.join(map(str, sorted(set(x['noop_changes']))))} |")
+    w("")
+    w("Phases of the no-op `--apply` (playbook spans from the job events, median over runs): ")
+    for n in ns:
+        ph = S[n]["noop_phases"]
+        if ph and all(len(p) == 3 for p in ph):
+            w(f"- N={n}: audit {f2(med([p[0] for p in ph]))} s, remediation play {f2(med([p[1] for p in ph]))} s, "
+              f"re-audit {f2(med([p[2] for p in ph]))} s (the re-audit reuses the ControlPersist connections of the same command)")
+    w("")
+
+    # ---------------- experiments
+    for e in (experiments or {}).get("experiments") or []:
+        w(f"## Ansible scaling settings, measured (N={e['n']}, {e['rounds']} rounds, round-robin)\n")
+        lb2, la2 = experiments.get("load_before") or [0, 0, 0], experiments.get("load_after") or [0, 0, 0]
+        w(f"Run `{experiments.get('command')}` (started {experiments.get('started')}, {experiments.get('duration_s', 0) / 60:.1f} min, "
+          f"load before {lb2[0]:.2f}, after {la2[0]:.2f}). Each variant runs ddpfix through `benchmarks/_variant.py`, which only "
+          "overrides settings in memory (`ansible_env()`, `ansible_runner.run` keywords, the event handler, the Ansible "
+          "content directory, or for the remediate prototype the CLI's re-audit); `default` runs through the same wrapper "
+          "without overrides. Every run has cold SSH connections (own state dir). Ratio = median over rounds of "
+          "variant / default (`default` for audits, `remediate-apply-default` for remediate) in the same round.\n")
+        w("| variant | what | wall s | CPU s | ratio vs default | probe connections | result |")
+        w("|---|---|---|---|---|---|---|")
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in e["runs"]:
+            by.setdefault(r["variant"], []).append(r)
+        for v in e["variants"]:
+            ref = "remediate-apply-default" if v["id"].startswith("remediate-") else "default"
+            base = {r["round"]: r["wall_s"] for r in by.get(ref, [])}
+            rs = by.get(v["id"], [])
+            ratio = [r["wall_s"] / base[r["round"]] for r in rs if r["round"] in base]
+            res = []
+            for r in rs:
+                summ = r.get("summary")
+                if summ:
+                    fx = summ["findings"]
+                    txt = f"{summ['reachable']}/{summ['hosts']} hosts with facts; findings e/w/i {fx['error']}/{fx['warning']}/{fx['info']}"
+                    if r.get("finding_ids"):
+                        txt += " (" + ", ".join(r["finding_ids"]) + ")"
+                    if "changed" in r:
+                        txt += f"; changed {r['changed']}, rc {r['rc']}"
+                else:
+                    txt = "no report: " + str(r.get("error", "?"))[:60]
+                res.append(txt)
+            uniq = list(dict.fromkeys(res))
+            w(f"| `{v['id']}` | {v['label']} | {mmm([r['wall_s'] for r in rs])} | {mmm([r['cpu_s'] for r in rs])} | "
+              f"{f2(med(ratio))} | {', '.join(str(sum(ev['probe_connects'] for ev in r['events'])) for r in rs)} | "
+              f"{'; '.join(uniq)} |")
+        w("")
+
+    # ---------------- analysis
+    an = results.get("analysis") or []
+    if an:
+        w("## The controller's analysis alone (synthetic facts)\n")
+        w("`benchmarks/analysis.py`: a clean M-node cluster with the shapes of the recorded clean cluster "
+          "(`tests/unit/fixtures/facts/clean3`): every node's /etc/hosts lists every node, every node resolves every peer's "
+          "name and routes to every peer address (as `ddpfix_probe` reports them), master + 2 ring connects, the recorded "
+          "firewall state, the env file ddpfix would write. One child process per size; `current` = the code as it is, "
+          "`fixed` = the same inputs after monkeypatching the index-based rewrites proposed below (the repository is not "
+          "changed). Times are one run each (perf_counter); *analysis peak* = tracemalloc peak of the analysis' own "
+          "allocations; *RSS* = the child's peak RSS, almost all of it the input facts.\n")
+        w("| nodes | variant | Context (cidr + plan) s | run_checks s | plan_cluster s | render_env ×M s | total s | analysis peak MB | RSS MB (inputs) |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for r in an:
+            if "error" in r:
+                w(f"| {r['nodes']} | – | error: {r['error'][:80]} |||||||")
+                continue
+            for v, x in r["variants"].items():
+                if x.get("timed_out"):
+                    w(f"| {r['nodes']} | {v} | – | **did not finish in {x['budget_s']:.0f} s** | – | – | > {x['budget_s']:.0f} | – | {r['rss_after_inputs_mb']:.0f} |")
+                else:
+                    w(f"| {r['nodes']} | {v} | {x['context_s']:.3f} | {x['checks_s']:.3f} | {x['plan_s']:.3f} | {x['render_env_s']:.3f} | "
+                      f"**{x['total_s']:.2f}** | {f2(x.get('tracemalloc_peak_mb'), '{:.1f}')} | {x['rss_peak_mb']:.0f} ({r['rss_after_inputs_mb']:.0f}) |")
+        w("")
+    w(targets(results, S))
+    extra = HERE / "NOTES.md"
+    if extra.exists():
+        w(extra.read_text())
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    src = HERE / "results.json"
+    exp = HERE / "results-experiments.json"
+    out = HERE.parent / "BENCHMARKS.md"
+    out.write_text(render(json.loads(src.read_text()) if src.exists() else {},
+                          json.loads(exp.read_text()) if exp.exists() else None))
