@@ -327,9 +327,8 @@ def render(results: dict[str, Any], experiments: dict[str, Any] | None = None) -
         w("`benchmarks/analysis.py`: a clean M-node cluster with the shapes of the recorded clean cluster "
           "(`tests/unit/fixtures/facts/clean3`): every node's /etc/hosts lists every node, every node resolves every peer's "
           "name and routes to every peer address (as `ddpfix_probe` reports them), master + 2 ring connects, the recorded "
-          "firewall state, the env file ddpfix would write. One child process per size; `current` = the code as it is, "
-          "`fixed` = the same inputs after monkeypatching the index-based rewrites proposed below (the repository is not "
-          "changed). Times are one run each (perf_counter); *analysis peak* = tracemalloc peak of the analysis' own "
+          "firewall state, the env file ddpfix would write. One child process per size; `current` = the code as it is "
+          "(`fixed`, an older in-memory prototype of the index-based rewrites, is now part of `checks.py`). Times are one run each (perf_counter); *analysis peak* = tracemalloc peak of the analysis' own "
           "allocations; *RSS* = the child's peak RSS, almost all of it the input facts.\n")
         w("| nodes | variant | Context (cidr + plan) s | run_checks s | plan_cluster s | render_env ×M s | total s | analysis peak MB | RSS MB (inputs) |")
         w("|---|---|---|---|---|---|---|---|---|")
