@@ -26,7 +26,6 @@ import copy
 import gc
 import ipaddress
 import json
-import os
 import resource
 import subprocess
 import sys

@@ -30,11 +30,9 @@ import ast
 import datetime as dt
 import glob
 import importlib.metadata as md
-import ipaddress
 import json
 import os
 import platform
-import random
 import shutil
 import statistics
 import subprocess
@@ -82,21 +80,10 @@ def machine_info() -> dict[str, Any]:
 
 
 def free_subnet() -> str:
-    """A /24 in 192.168.100-249 that no route on this machine overlaps (as tests/conftest.py does)."""
-    out = subprocess.run(["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True).stdout
-    used = []
-    for r in json.loads(out or "[]"):
-        dst = r.get("dst")
-        if dst and dst != "default":
-            try:
-                used.append(ipaddress.ip_network(dst, strict=False))
-            except ValueError:
-                pass
-    for o in random.sample(range(100, 250), 150):
-        net = ipaddress.ip_network(f"192.168.{o}.0/24")
-        if not any(net.overlaps(u) for u in used):
-            return str(net)
-    raise RuntimeError("no free /24 in 192.168.100-249")
+    """A /24 that no route on this machine overlaps (the lab's own helper)."""
+    from ddpfix import lab
+
+    return lab.free_subnet()
 
 
 def lab_up(name: str, n: int, inv_dir: Path, tmp: Path) -> tuple[Any, dict[str, Any]]:

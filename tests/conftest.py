@@ -13,7 +13,6 @@ removed at the end of its scope, also when the test fails. `clean_lab` is one sh
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import random
 from pathlib import Path
@@ -106,20 +105,6 @@ def free_subnet() -> Callable[[], str]:
 
 def find_free_subnet() -> str:
     """A /24 that no route on this machine overlaps (for tests that call the CLI themselves)."""
-    import json
-    import subprocess
+    from ddpfix import lab
 
-    out = subprocess.run(["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True).stdout
-    used = []
-    for r in json.loads(out or "[]"):
-        dst = r.get("dst")
-        if dst and dst != "default":
-            try:
-                used.append(ipaddress.ip_network(dst, strict=False))
-            except ValueError:
-                pass
-    for o in random.sample(range(100, 250), 150):
-        net = ipaddress.ip_network(f"192.168.{o}.0/24")
-        if not any(net.overlaps(u) for u in used):
-            return str(net)
-    raise RuntimeError("no free /24 in 192.168.100-249")
+    return lab.free_subnet()

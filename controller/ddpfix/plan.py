@@ -94,15 +94,39 @@ def render_env(plan: NodePlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def hosts_block(plans: Mapping[str, NodePlan]) -> str:
-    """The managed /etc/hosts block body: every node's hostname (and inventory name) -> cluster address."""
-    lines = []
+def hosts_entries(plans: Mapping[str, NodePlan]) -> list[dict[str, Any]]:
+    """The managed /etc/hosts block: every node's hostname (and inventory name) -> its cluster address, in rank order.
+
+    A hostname two nodes share (cloned VMs) is left out: it cannot map to both. IP-literal inventory names too."""
+    counts: dict[str, int] = {}
+    for p in plans.values():
+        if p.hostname:
+            counts[p.hostname] = counts.get(p.hostname, 0) + 1
+    entries = []
     for p in sorted(plans.values(), key=lambda x: x.rank):
         if not p.address:
             continue
-        names = [n for n in dict.fromkeys([p.hostname, p.name]) if n]
-        lines.append(f"{p.address} {' '.join(names)}")
-    return "\n".join(lines)
+        names: list[str] = []
+        for n in (p.hostname, p.name):
+            if not n or n in names or counts.get(n, 0) > 1 or _is_ip(n):
+                continue
+            names.append(n)
+        if names:
+            entries.append({"address": p.address, "names": names})
+    return entries
+
+
+def hosts_block(plans: Mapping[str, NodePlan]) -> str:
+    """The block's body as text (address, then names), one line per node."""
+    return "\n".join(f"{e['address']} {' '.join(e['names'])}" for e in hosts_entries(plans))
+
+
+def _is_ip(s: str) -> bool:
+    try:
+        ipaddress.ip_address(s)
+        return True
+    except ValueError:
+        return False
 
 
 def probe_ring(cluster: Cluster) -> list[str]:

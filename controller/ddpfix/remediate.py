@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +13,7 @@ from ddpfix.audit import AuditResult
 from ddpfix.checks import Context, active_firewalls
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP
-from ddpfix.plan import hosts_block, render_env
+from ddpfix.plan import hosts_entries, render_env
 from ddpfix.progress import Progress
 from ddpfix.runner import RunResult, run_playbook
 
@@ -122,40 +121,13 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     return plans, refusals
 
 
-def hosts_entries(ctx: Context) -> list[dict[str, Any]]:
-    counts: dict[str, int] = {}
-    for p in ctx.plan.values():
-        if p.hostname:
-            counts[p.hostname] = counts.get(p.hostname, 0) + 1
-    entries = []
-    for p in sorted(ctx.plan.values(), key=lambda x: x.rank):
-        if not p.address:
-            continue
-        names = []
-        for n in (p.hostname, p.name):
-            if not n or n in names or counts.get(n, 0) > 1 or _is_ip(n):
-                continue
-            names.append(n)
-        if names:
-            entries.append({"address": p.address, "names": names})
-    return entries
-
-
-def _is_ip(s: str) -> bool:
-    try:
-        ipaddress.ip_address(s)
-        return True
-    except ValueError:
-        return False
-
-
 def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, Any]:
     c = ctx.cluster
     return {
         "ddpfix_target": GROUP,
         "ddpfix_plan": {h: p.to_vars() for h, p in plans.items()},
         "ddpfix_cidr": ctx.cidr or "",
-        "ddpfix_hosts": hosts_entries(ctx),
+        "ddpfix_hosts": hosts_entries(ctx.plan),
         "ddpfix_master": c.master,
         "ddpfix_master_address": ctx.plan[c.master].address if c.master in ctx.plan else "",
         "ddpfix_ntp_servers": list(c.ntp_servers),

@@ -52,7 +52,7 @@ def handmade_env(info: Any) -> None:
     for rank, node in enumerate(info.nodes):
         text = (f"MASTER_ADDR={master}\nMASTER_PORT=29500\nNNODES={n}\nNODE_RANK={rank}\n"
                 f"NPROC_PER_NODE=1\nWORLD_SIZE={n}\n")
-        lab.node_exec(info.name, node.name, ["sh", "-c", f"mkdir -p /etc/ddpfix && cat > /etc/ddpfix/ddp.env"], input=text)
+        lab.node_exec(info.name, node.name, ["sh", "-c", "mkdir -p /etc/ddpfix && cat > /etc/ddpfix/ddp.env"], input=text)
 
 
 def snapshot(info: Any) -> dict[str, str]:

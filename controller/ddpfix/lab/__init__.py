@@ -11,6 +11,7 @@ from ddpfix.lab.core import (
     chrony_tracking,
     check_prerequisites,
     down,
+    free_subnet,
     info,
     lab_mounts,
     list_labs,
@@ -43,7 +44,7 @@ from ddpfix.lab.scenarios import SCENARIOS
 
 __all__ = [
     "DEFAULT_NAME", "DEFAULT_NODES", "DEFAULT_SUBNET", "SCENARIOS", "LabError", "LabInfo", "LabStatus", "NodeInfo",
-    "NodeStatus", "check_prerequisites", "chrony_tracking", "down", "host_link", "info", "lab_mounts", "list_labs",
+    "NodeStatus", "check_prerequisites", "chrony_tracking", "down", "free_subnet", "host_link", "info", "lab_mounts", "list_labs",
     "netns_name", "node_exec", "node_popen", "pid_alive", "plan_lab", "ssh_banner", "start_sshd", "state_dir",
     "status", "stop_sshd", "switch_netns", "up", "wait_synchronised",
 ]

@@ -855,6 +855,26 @@ def _node_state(state: dict, node: str) -> dict:
         raise LabError(f"lab {state['name']!r} has no node {node!r}", ExitCode.INVALID_INPUT) from None
 
 
+def free_subnet() -> str:
+    """A /24 in 192.168.100-249 that no route on this machine overlaps (for parallel labs: tests, benchmarks)."""
+    import random
+
+    out = _run(["ip", "-j", "-4", "route", "show", "table", "all"], check=False).stdout
+    used = []
+    for r in json.loads(out or "[]"):
+        dst = r.get("dst")
+        if dst and dst != "default":
+            try:
+                used.append(ipaddress.ip_network(dst, strict=False))
+            except ValueError:
+                pass
+    for o in random.sample(range(100, 250), 150):
+        net = ipaddress.ip_network(f"192.168.{o}.0/24")
+        if not any(net.overlaps(u) for u in used):
+            return str(net)
+    raise LabError("no free /24 in 192.168.100-249", ExitCode.RUN_FAILED)
+
+
 def info(name: str = DEFAULT_NAME) -> LabInfo:
     """What `up` built (from the lab's state file)."""
     state = _require_state(name)
