@@ -44,6 +44,9 @@ class Application:
         click.echo(text, err=True)
 
     def require_inventory(self) -> tuple[str, ...]:
+        """The inventory paths for Ansible; an ad-hoc host list (`-i host1,host2,`) becomes a YAML file."""
         if not self.inventories:
             self.abort("no inventory given: pass -i/--inventory PATH (or set DDPFIX_INVENTORY)")
-        return self.inventories
+        from ddpfix.inventory import resolve_inventories
+
+        return resolve_inventories(self.inventories)

@@ -151,6 +151,19 @@ def prune_runs(base: Path, keep: int = KEEP_RUNS) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+_run_dirs: list[Path] = []
+
+
+def last_run_dir() -> Path | None:
+    """The newest run directory created since `forget_run_dirs()` that still exists (for error messages)."""
+    return next((d for d in reversed(_run_dirs) if d.is_dir()), None)
+
+
+def forget_run_dirs() -> None:
+    """A new command starts: earlier run directories are not its run log."""
+    _run_dirs.clear()
+
+
 def new_run_dir(name: str) -> Path:
     base = paths.state_dir() / "runs"
     if base.is_dir():
@@ -160,6 +173,7 @@ def new_run_dir(name: str) -> Path:
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
         try:
             d.mkdir(parents=True, exist_ok=False)
+            _run_dirs.append(d)
             return d
         except FileExistsError:
             continue

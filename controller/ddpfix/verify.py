@@ -138,8 +138,22 @@ def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosi
             text = stderr + "\n" + stdout
             entry["error"] = _error_line(text, res.get("rc"))
             entry["cause"] = likely_cause(text, ids.get(node.name, set()) | ids.get("", set()))
+            if TORCH_MISSING.search(text):
+                entry["missing"] = "torch"
         out.append(entry)
     return out
+
+
+TORCH_MISSING = re.compile(r"No module named '?torch\b")
+
+
+def torch_missing_line(results: Iterable[dict[str, Any]]) -> str | None:
+    """One line when ddp_python cannot import torch on some node (the others then fail waiting for it)."""
+    missing = [r for r in results if r.get("missing") == "torch"]
+    if not missing:
+        return None
+    return (f"verify --torch: torch is missing on {', '.join(r['host'] for r in missing)}: {missing[0]['error']}; "
+            "install torch there or set ddp_python to an interpreter that has it")
 
 
 EXC_LINE = re.compile(r"^[\w.]*(Error|Exception|Timeout)\b[^ ]*: ")

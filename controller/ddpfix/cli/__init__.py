@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from ddpfix import __version__
-from ddpfix.app import Application, DdpfixError
-
+from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.cli.common import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP, VERBOSE_HELP
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -21,6 +25,46 @@ def _usage_error(exc: click.UsageError) -> NoReturn:
     cmd = exc.ctx.command_path if exc.ctx else "ddpfix"
     click.echo(f"ddpfix: error: {' '.join(exc.format_message().split())} (see '{cmd} --help')", err=True)
     sys.exit(exc.exit_code)
+
+
+def _one_line(text: object, limit: int = 400) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost ddpfix function the exception passed through (`runner.run_playbook`), or ''."""
+    pkg = Path(__file__).resolve().parents[1]
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        try:
+            rel = Path(frame.filename).resolve().relative_to(pkg)
+        except ValueError:
+            continue
+        where = f"{'.'.join(rel.with_suffix('').parts)}.{frame.name}"
+    return where
+
+
+def _run_failed(ctx: click.Context, exc: BaseException) -> NoReturn:
+    """An internal error of ddpfix or of the run: exit 3 with one line; the traceback only with -v."""
+    from ddpfix.runner import last_run_dir
+
+    app = ctx.find_object(Application)
+    if app is not None and app.verbosity > 0:
+        traceback.print_exception(exc, file=sys.stderr)
+    sub = ctx.invoked_subcommand
+    what = f"ddpfix {sub} failed" if sub else "ddpfix failed"
+    where = _where(exc)
+    if where:
+        what += f" in {where}"
+    run_dir = last_run_dir()
+    line = f"ddpfix: error: {what} ({type(exc).__name__}: {_one_line(exc) or 'no message'})"
+    if run_dir is not None:
+        line += f"; run log: {run_dir}"
+    if app is None or app.verbosity == 0:
+        line += " (-v shows the traceback)"
+    click.echo(line, err=True)
+    sys.exit(int(ExitCode.RUN_FAILED))
 
 
 class _Group(click.Group):
@@ -41,27 +85,20 @@ class _Group(click.Group):
             ctx.exit(int(exc.code))
         except KeyboardInterrupt:
             click.echo("ddpfix: error: interrupted", err=True)
-            ctx.exit(3)
+            ctx.exit(int(ExitCode.RUN_FAILED))
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failure of ddpfix is never a finding (exit 3, one line)
+            _run_failed(ctx, exc)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ddpfix")
-@click.option(
-    "-i",
-    "--inventory",
-    "inventories",
-    multiple=True,
-    envvar="DDPFIX_INVENTORY",
-    help="Ansible inventory file or directory; repeatable [env: DDPFIX_INVENTORY].",
-)
-@click.option("--limit", envvar="DDPFIX_LIMIT", help="Ansible host pattern to restrict the run [env: DDPFIX_LIMIT].")
-@click.option(
-    "--forks",
-    type=click.IntRange(1, 500),
-    envvar="DDPFIX_FORKS",
-    help="Parallel SSH connections; default: one per host up to 50 [env: DDPFIX_FORKS].",
-)
-@click.option("-v", "--verbose", "verbosity", count=True, help="More output; -vvv passes -vvv to Ansible.")
+@click.option("-i", "--inventory", "inventories", metavar="INV", multiple=True, envvar="DDPFIX_INVENTORY",
+              help=f"{INVENTORY_HELP} [env: DDPFIX_INVENTORY, comma-separated].")
+@click.option("--limit", metavar="PATTERN", envvar="DDPFIX_LIMIT", help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")
+@click.option("--forks", type=click.IntRange(1, 500), envvar="DDPFIX_FORKS", help=f"{FORKS_HELP} [env: DDPFIX_FORKS].")
+@click.option("-v", "--verbose", "verbosity", count=True, help=VERBOSE_HELP)
 @click.pass_context
 def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, forks: int | None, verbosity: int) -> None:
     """Find and fix the host and network causes of multi-node PyTorch (DDP) failures.
@@ -72,9 +109,16 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
       ddpfix remediate -i inventories/prod        # dry run: show the diff
       ddpfix remediate -i inventories/prod --apply
       ddpfix verify -i inventories/prod --torch   # real torch.distributed all-reduce
+
+    -i, --limit, --forks and -v go before or after the subcommand; after it, they override.
     """
-    if isinstance(inventories, str):  # envvar gives a single string
-        inventories = tuple(inventories.split(","))
+    from ddpfix.runner import forget_run_dirs
+
+    forget_run_dirs()
+    if ctx.get_parameter_source("inventories") is ParameterSource.ENVIRONMENT:
+        from ddpfix.inventory import split_inventory_env
+
+        inventories = split_inventory_env(os.environ.get("DDPFIX_INVENTORY", ""))  # click splits on whitespace
     ctx.obj = Application(inventories=tuple(inventories), limit=limit, forks=forks, verbosity=verbosity)
 
 

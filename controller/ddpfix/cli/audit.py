@@ -7,13 +7,14 @@ import click
 from ddpfix.app import Application, ExitCode
 from ddpfix.audit import run_audit
 from ddpfix.checks import Thresholds
-from ddpfix.cli.common import cluster_of, emit, host_summaries, output_options, probe_options
+from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, probe_options
 from ddpfix.findings import Severity
 from ddpfix.progress import Progress
 from ddpfix.report import document
 
 
 @click.command("audit")
+@global_options
 @output_options
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="warning", show_default=True,
               help="Exit 1 when a finding of this severity or worse is reported.")

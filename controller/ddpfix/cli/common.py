@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
@@ -17,6 +18,38 @@ from ddpfix.plan import NodePlan
 from ddpfix.report import render_table, to_json
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+INVENTORY_HELP = "Ansible inventory: file, directory or ad-hoc host list 'host1,host2,'; repeatable"
+LIMIT_HELP = "Ansible host pattern: read and change only these hosts"
+FORKS_HELP = "Parallel SSH connections; default: one per host up to 50"
+VERBOSE_HELP = "More output (and tracebacks of internal errors); -vvv passes -vvv to Ansible."
+
+
+def _override(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """Callback of a global option repeated after the subcommand: a value given there replaces the group's."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if ctx.get_parameter_source(param.name or "") is ParameterSource.COMMANDLINE:
+            setattr(ctx.ensure_object(Application), attr, tuple(value) if isinstance(value, (list, tuple)) else value)
+
+    return callback
+
+
+def global_options(f: F) -> F:
+    """`-i/--limit/--forks/-v` also after the subcommand (`ddpfix audit -i INV`), overriding those before it.
+
+    The environment variables are read once, by the group's options; these only take the command line.
+    """
+    f = click.option("-v", "--verbose", "verbosity", count=True, expose_value=False, callback=_override("verbosity"),
+                     help=VERBOSE_HELP)(f)
+    f = click.option("--forks", type=click.IntRange(1, 500), expose_value=False, callback=_override("forks"),
+                     help=f"{FORKS_HELP} [env: DDPFIX_FORKS].")(f)
+    f = click.option("--limit", metavar="PATTERN", expose_value=False, callback=_override("limit"),
+                     help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")(f)
+    f = click.option("-i", "--inventory", "inventories", metavar="INV", multiple=True, expose_value=False,
+                     callback=_override("inventories"), help=f"{INVENTORY_HELP} [env: DDPFIX_INVENTORY].")(f)
+    return f
 
 
 def output_options(f: F) -> F:

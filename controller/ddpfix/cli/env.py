@@ -12,13 +12,14 @@ import click
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import collect
-from ddpfix.cli.common import cluster_of
+from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.plan import render_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, run_remediation
 
 
 @click.command("env")
+@global_options
 @click.option("--apply", "apply", is_flag=True, help="Write the env file on every node (default: print them).")
 @click.option("--local-dir", type=click.Path(file_okay=False), help="Also write <host>.env files here, on this machine.")
 @click.option("--allow-partial", is_flag=True, help="Proceed when some nodes are unreachable (their ranks stay reserved).")

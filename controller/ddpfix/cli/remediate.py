@@ -7,7 +7,7 @@ from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import run_audit
-from ddpfix.cli.common import cluster_of, emit, host_summaries, output_options
+from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options
 from ddpfix.findings import RULES
 from ddpfix.progress import Progress
 from ddpfix.remediate import build_plan, remaining_fixable, run_remediation
@@ -15,6 +15,7 @@ from ddpfix.report import document
 
 
 @click.command("remediate")
+@global_options
 @click.option("--apply", "apply", is_flag=True, help="Make the changes (default: dry run, nothing touched).")
 @click.option("--only", help="Comma-separated finding ids to fix (default: every fixable finding).")
 @click.option("--allow-partial", is_flag=True, help="Write env files even when some nodes are unreachable.")
