@@ -88,7 +88,7 @@ def _code_commands() -> list[str]:
     strip = ".,;:)'`"
     for path in sorted(PKG.rglob("*.py")):
         for text in _strings(path):
-            for m in re.finditer(r"\bddpfix (?=(?:%s)\b)" % "|".join(SUBCOMMANDS), text):
+            for m in re.finditer(rf"\bddpfix (?=(?:{'|'.join(SUBCOMMANDS)})\b)", text):
                 words = text[m.end():].split("\n", 1)[0].split()
                 cmd = [words[0].rstrip(strip)]
                 rest = words[1:]

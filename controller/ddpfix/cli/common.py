@@ -21,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 INVENTORY_HELP = "Ansible inventory: file, directory or ad-hoc host list 'host1,host2,'; repeatable"
-LIMIT_HELP = "Ansible host pattern: read and change only these hosts"
+LIMIT_HELP = "Ansible host pattern: restrict the run to matching hosts"
 FORKS_HELP = "Parallel SSH connections; default: one per host up to 50"
 VERBOSE_HELP = "More output (and tracebacks of internal errors); -vvv passes -vvv to Ansible."
 

@@ -1,0 +1,82 @@
+"""`pip install .` alone gives a complete tool: the wheel, installed WITHOUT extras into a fresh venv, runs every
+subcommand's --help, writes env files and passes `verify` (testinfra checks) on a clean lab; `verify --torch`
+with an interpreter that has no torch says so in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_PYTHON = "/work/main/.venv/bin/python" if os.path.exists("/work/main/.venv/bin/python") else None
+
+
+def _run(argv: list[str], env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd="/", env=env, check=False, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """(venv dir, environment for its ddpfix): the wheel of this checkout, plain `pip install WHEEL`, pip's cache."""
+    import sys
+
+    base = tmp_path_factory.mktemp("wheel")
+    build = BUILD_PYTHON or sys.executable
+    r = subprocess.run([build, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT)],
+                       check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    wheel = next((base / "dist").glob("ddpfix-*.whl"))
+    venv = base / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=120)
+    r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", str(wheel)],
+                       check=False, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "ANSIBLE_", "DDPFIX_"))}
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # the venv is not activated: ddpfix finds ansible beside itself
+    env["DDPFIX_STATE_DIR"] = str(base / "state")
+    no_torch = _run([str(venv / "bin/python"), "-c", "import torch"], env)
+    assert no_torch.returncode != 0, "the fresh venv must not have torch"
+    yield venv, env
+
+
+@pytest.mark.lab
+def test_wheel_without_extras_every_help(fresh_venv: tuple[Path, dict[str, str]]) -> None:
+    venv, env = fresh_venv
+    exe = str(venv / "bin/ddpfix")
+    # the installed package, not this checkout
+    r = _run([str(venv / "bin/python"), "-c", "import ddpfix, testinfra; print(ddpfix.__file__)"], env)
+    assert r.returncode == 0 and r.stdout.startswith(str(venv)), r.stdout + r.stderr
+    for args in ([], ["audit"], ["remediate"], ["env"], ["verify"], ["lab"], ["lab", "up"], ["lab", "down"],
+                 ["lab", "status"]):
+        r = _run([exe, *args, "--help"], env, timeout=120)
+        assert r.returncode == 0 and "Usage:" in r.stdout, (args, r.stdout, r.stderr)
+
+
+@pytest.mark.lab
+def test_wheel_without_extras_verifies_a_clean_lab(fresh_venv: tuple[Path, dict[str, str]], clean_lab,
+                                                   tmp_path: Path) -> None:
+    venv, env = fresh_venv
+    exe = str(venv / "bin/ddpfix")
+    inv = str(clean_lab.inventory)
+    r = _run([exe, "env", "-i", inv, "--apply"], env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run([exe, "verify", "-i", inv], env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "verify: all checks passed" in r.stdout
+
+    # the same lab, ddp_python = the fresh venv's interpreter (no torch there)
+    doc = yaml.safe_load(clean_lab.inventory.read_text())
+    doc["all"]["children"]["ddp_nodes"]["vars"]["ddp_python"] = str(venv / "bin/python")
+    no_torch_inv = tmp_path / "hosts.yml"
+    no_torch_inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = _run([exe, "verify", "--torch", "--no-checks", "-i", str(no_torch_inv)], env)
+    out = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert len(out) == 1, r.stdout + r.stderr
+    assert out[0].startswith("verify --torch: torch is missing on node1, node2, node3: ")
+    assert "No module named 'torch'" in out[0] and "ddp_python" in out[0]
