@@ -140,20 +140,25 @@ def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosi
             entry["cause"] = likely_cause(text, ids.get(node.name, set()) | ids.get("", set()))
             if TORCH_MISSING.search(text):
                 entry["missing"] = "torch"
+            elif PYTHON_MISSING.search(text):
+                entry["missing"] = "ddp_python"
         out.append(entry)
     return out
 
 
 TORCH_MISSING = re.compile(r"No module named '?torch\b")
+PYTHON_MISSING = re.compile(r"failed to run command .+: No such file or directory")
 
 
 def torch_missing_line(results: Iterable[dict[str, Any]]) -> str | None:
-    """One line when ddp_python cannot import torch on some node (the others then fail waiting for it)."""
-    missing = [r for r in results if r.get("missing") == "torch"]
-    if not missing:
-        return None
-    return (f"verify --torch: torch is missing on {', '.join(r['host'] for r in missing)}: {missing[0]['error']}; "
-            "install torch there or set ddp_python to an interpreter that has it")
+    """One line when ddp_python is not there or cannot import torch on some node (the others then fail waiting)."""
+    results = list(results)
+    for what in ("torch", "ddp_python"):
+        missing = [r for r in results if r.get("missing") == what]
+        if missing:
+            return (f"verify --torch: {what} is missing on {', '.join(r['host'] for r in missing)}: "
+                    f"{missing[0]['error']}; install torch there or set ddp_python to an interpreter that has it")
+    return None
 
 
 EXC_LINE = re.compile(r"^[\w.]*(Error|Exception|Timeout)\b[^ ]*: ")
