@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD_PYTHON = "/work/main/.venv/bin/python" if os.path.exists("/work/main/.venv/bin/python") else None
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess[str]:
@@ -23,11 +23,8 @@ def _run(argv: list[str], env: dict[str, str], timeout: int = 600) -> subprocess
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """(venv dir, environment for its ddpfix): the wheel of this checkout, plain `pip install WHEEL`, pip's cache."""
-    import sys
-
     base = tmp_path_factory.mktemp("wheel")
-    build = BUILD_PYTHON or sys.executable
-    r = subprocess.run([build, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT)],
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT)],
                        check=False, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     wheel = next((base / "dist").glob("ddpfix-*.whl"))

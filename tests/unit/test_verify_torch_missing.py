@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import ddpfix.verify as verify
+from ddpfix import verify
 from ddpfix.runner import HostResult, RunResult, TaskResult
 
 # Recorded on a lab node: `ddp_python -m torch.distributed.run ...` with a venv without torch, and with no such file.
