@@ -1,0 +1,95 @@
+"""`ddpfix explain`: which known failure an error log shows, the checks that look at its cause, and (with -i) the answer."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from typing import IO
+
+import click
+
+from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, diagnose, finding_ids
+
+MAX_LOG_BYTES = 64 * 1024 * 1024
+
+
+@click.command("explain")
+@click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"), default="-")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_obj
+def command(app: Application, log: IO[str], fmt: str) -> None:
+    """Name the known failure in an error LOG (a file, or - for stdin): torchrun, torch.distributed, Gloo, NCCL.
+
+    \b
+    For each failure: what it means, the finding ids whose checks look at its cause, and the audit to run.
+    With an inventory (-i INV) the audit runs at once and the causes it finds are printed.
+    Exit 1 when the audit (-i) found one of the causes, else 0; the JSON's `known` says whether the log
+    showed a known failure.
+    """
+    if log is sys.stdin and sys.stdin.isatty():
+        raise DdpfixError("explain: no log given: pass a file, or pipe the log into `ddpfix explain -`")
+    text = log.read(MAX_LOG_BYTES)
+    diagnoses = diagnose(text.splitlines())
+    inv = " ".join(f"-i {i}" for i in app.inventories) or "-i INV"
+    found_any = False
+    if diagnoses and app.inventories:
+        found_any = _confirm(app, diagnoses)
+    if fmt == "json":
+        doc = {"schema": "ddpfix.explain/v1", "known": bool(diagnoses), "failures": [d.to_json() for d in diagnoses],
+               "audit": f"ddpfix audit {inv}", "audited": bool(app.inventories),
+               "advice": None if diagnoses else FALLBACK_ADVICE}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        _print_text(diagnoses, inv, audited=bool(app.inventories))
+    raise SystemExit(int(ExitCode.FINDINGS if found_any else ExitCode.OK))
+
+
+def _confirm(app: Application, diagnoses: list[Diagnosis]) -> bool:
+    from ddpfix.audit import run_audit
+    from ddpfix.cli.common import cluster_of
+
+    cluster = cluster_of(app)
+    result = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity)
+    any_found = False
+    for d in diagnoses:
+        ids = set(d.pattern.finding_ids)
+        d.found = [f.to_json() for f in result.findings if f.id in ids]
+        any_found = any_found or bool(d.found)
+    return any_found
+
+
+def _wrap(text: str, indent: str) -> str:
+    width = max(60, min(120, click.get_terminal_size()[0] if hasattr(click, "get_terminal_size") else 100))
+    return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent)
+
+
+def _print_text(diagnoses: list[Diagnosis], inv: str, *, audited: bool) -> None:
+    if not diagnoses:
+        click.echo("ddpfix explain: no known failure in this log.")
+        click.echo(_wrap(FALLBACK_ADVICE.replace("-i INV", inv), "  "))
+        return
+    n = len(diagnoses)
+    click.echo(f"ddpfix explain: {n} known failure{'s' if n > 1 else ''}")
+    for d in diagnoses:
+        detail = f" ({', '.join(d.detail)})" if d.detail else ""
+        click.echo(f"\n* {d.pattern.key}: {d.pattern.title}{detail}")
+        more = f", and {d.count - 1} more line{'s' if d.count > 2 else ''}" if d.count > 1 else ""
+        click.echo(f"  line {d.line_no}{more}: {d.line}")
+        click.echo(_wrap(d.pattern.meaning, "  "))
+        if d.pattern.finding_ids:
+            click.echo(f"  checked by: {', '.join(d.pattern.finding_ids)}")
+        click.echo(_wrap("fix: " + d.pattern.advice, "  "))
+        if audited:
+            if d.found:
+                click.echo("  the audit found:")
+                for f in d.found:
+                    click.echo(f"    {f['severity']} {f['id']} on {f['host'] or 'cluster'}: {f['message']}")
+            elif d.pattern.finding_ids:
+                click.echo("  the audit found none of these causes: look outside the hosts (a cloud security group,"
+                           " a switch ACL, the job's own arguments)")
+    if not audited:
+        ids = finding_ids(diagnoses)
+        if ids:
+            click.echo(f"\nrun: ddpfix audit {inv}    (the checks above: {', '.join(ids)})")
