@@ -79,9 +79,9 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
 
 
 def _register() -> None:
-    from ddpfix.cli import audit, env, lab, remediate, verify
+    from ddpfix.cli import audit, env, inventory, lab, remediate, verify
 
-    for mod in (audit, remediate, env, verify, lab):
+    for mod in (audit, remediate, env, verify, inventory, lab):
         cli.add_command(mod.command)
 
 
