@@ -109,7 +109,9 @@ def _samples(tmp: Path) -> dict[str, str]:
     inv = tmp / "hosts.yml"
     inv.write_text("ddp_nodes:\n  hosts: {node1: {}, node2: {}}\n")
     (tmp / "dir").mkdir(exist_ok=True)
-    return {"INV": str(inv), "INVENTORY": str(inv), "FILE": str(tmp / "report.json"), "DIR": str(tmp / "dir"),
+    log = tmp / "job.log"
+    log.write_text("RuntimeError: Gloo connectFullMesh failed with ... Connect timeout [none]\n")
+    return {"LOG": str(log), "job.log": str(log), "LIST": "node[1-2]", "INV": str(inv), "INVENTORY": str(inv), "FILE": str(tmp / "report.json"), "DIR": str(tmp / "dir"),
             "ID": "firewall.master-port-blocked", "K": "2", "S": "1.5", "N": "3", "CIDR": "192.168.77.0/24",
             "NAME": "clean", "LAB": "lab1", "PATTERN": "node1", "IF": "eth0"}
 
@@ -117,6 +119,7 @@ def _samples(tmp: Path) -> dict[str, str]:
 def _expand(line: str, samples: dict[str, str]) -> Iterator[list[str]]:
     """A documented line as concrete argv lists: synopsis brackets dropped, the first of `a|b` and `--x/--no-x`,
     `lab up/down/status` as three commands, placeholders replaced by sample values."""
+    line = re.sub(r"\s+#\s.*$", "", line)  # a shell comment after the command
     line = re.sub(r"\[,[A-Z]+\.\.\.\]|,\.\.\.", "", line)
     words = shlex.split(line.replace("[", " ").replace("]", " "))
     words = words[next(i for i, w in enumerate(words) if w.endswith("ddpfix")) + 1:]

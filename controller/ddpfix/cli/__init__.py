@@ -123,9 +123,9 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
 
 
 def _register() -> None:
-    from ddpfix.cli import audit, env, explain, lab, remediate, verify
+    from ddpfix.cli import audit, env, explain, inventory, lab, remediate, verify
 
-    for mod in (audit, remediate, env, verify, explain, lab):
+    for mod in (audit, remediate, env, verify, explain, inventory, lab):
         cli.add_command(mod.command)
 
 

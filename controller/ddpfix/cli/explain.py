@@ -10,12 +10,14 @@ from typing import IO
 import click
 
 from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.cli.common import global_options
 from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, diagnose, finding_ids
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
 
 
 @click.command("explain")
+@global_options
 @click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"), default="-")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_obj

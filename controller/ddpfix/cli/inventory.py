@@ -1,0 +1,45 @@
+"""`ddpfix inventory`: write an inventory in the contract's format from where jobs are launched (Slurm)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ddpfix.app import DdpfixError, ExitCode
+
+
+@click.group("inventory")
+def command() -> None:
+    """Write a ddpfix inventory from a scheduler's allocation."""
+
+
+@command.command("slurm")
+@click.option("--nodelist", help="Slurm hostlist expression (default: $SLURM_JOB_NODELIST).")
+@click.option("--vars", "vars_file", type=click.Path(exists=True, dir_okay=False),
+              help="YAML mapping of group variables to add (ansible_user, ddp_cluster_cidr, ...).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the inventory here (default: stdout).")
+def slurm(nodelist: str | None, vars_file: str | None, output: str | None) -> None:
+    """The allocation's nodes as group ddp_nodes: master = first node, ranks = node order,
+    ddp_nproc_per_node from SLURM_GPUS_ON_NODE or SLURM_NTASKS_PER_NODE."""
+    import yaml
+
+    from ddpfix.slurm import inventory_from_allocation, inventory_yaml
+
+    extra = {}
+    if vars_file:
+        extra = yaml.safe_load(Path(vars_file).read_text()) or {}
+        if not isinstance(extra, dict):
+            raise DdpfixError(f"--vars {vars_file}: expected a YAML mapping of variables", ExitCode.INVALID_INPUT)
+    data = inventory_from_allocation(os.environ, nodelist, extra)
+    source = f"--nodelist {nodelist}" if nodelist is not None else "SLURM_JOB_NODELIST"
+    text = inventory_yaml(data, source)
+    if output:
+        tmp = Path(f"{output}.tmp")
+        tmp.write_text(text)
+        tmp.replace(output)
+        click.echo(f"ddpfix: wrote {output} ({len(data['ddp_nodes']['hosts'])} nodes)", err=True)
+    else:
+        sys.stdout.write(text)
