@@ -34,6 +34,7 @@ class Application:
     limit: str | None = None
     forks: int | None = None
     verbosity: int = 0
+    slurm: bool = False  # --slurm: the inventory is the current Slurm allocation
     extra: dict[str, object] = field(default_factory=dict)
 
     def abort(self, text: str, code: ExitCode = ExitCode.INVALID_INPUT) -> NoReturn:
@@ -45,8 +46,13 @@ class Application:
 
     def require_inventory(self) -> tuple[str, ...]:
         """The inventory paths for Ansible; an ad-hoc host list (`-i host1,host2,`) becomes a YAML file."""
-        if not self.inventories:
-            self.abort("no inventory given: pass -i/--inventory PATH (or set DDPFIX_INVENTORY)")
+        if not self.inventories and not self.slurm:
+            self.abort("no inventory given: pass -i/--inventory PATH (or set DDPFIX_INVENTORY), or --slurm")
         from ddpfix.inventory import resolve_inventories
 
-        return resolve_inventories(self.inventories)
+        paths = resolve_inventories(self.inventories)
+        if self.slurm:
+            from ddpfix.slurm import write_allocation_inventory
+
+            paths = (write_allocation_inventory(), *paths)
+        return paths

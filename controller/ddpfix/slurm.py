@@ -86,3 +86,15 @@ def inventory_yaml(data: Mapping[str, Any], source: str) -> str:
     header = (f"# Written by `ddpfix inventory slurm` from {source}.\n"
               "# Master = the first node of the allocation; ranks = the allocation's node order.\n")
     return header + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
+
+
+def write_allocation_inventory(env: Mapping[str, str] | None = None) -> str:
+    """`--slurm`: the allocation's inventory as a file in a run directory of its own (read like any -i file)."""
+    import os
+
+    from ddpfix.runner import new_run_dir
+
+    data = inventory_from_allocation(os.environ if env is None else env)
+    path = new_run_dir("slurm-inventory") / "hosts.yml"
+    path.write_text(inventory_yaml(data, "SLURM_JOB_NODELIST (--slurm)"))
+    return str(path)

@@ -13,7 +13,7 @@ from click.core import ParameterSource
 
 from ddpfix import __version__
 from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.cli.common import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP, VERBOSE_HELP
+from ddpfix.cli.common import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP, SLURM_HELP, VERBOSE_HELP
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -98,9 +98,11 @@ class _Group(click.Group):
               help=f"{INVENTORY_HELP} [env: DDPFIX_INVENTORY, comma-separated].")
 @click.option("--limit", metavar="PATTERN", envvar="DDPFIX_LIMIT", help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")
 @click.option("--forks", type=click.IntRange(1, 500), envvar="DDPFIX_FORKS", help=f"{FORKS_HELP} [env: DDPFIX_FORKS].")
+@click.option("--slurm", is_flag=True, help=SLURM_HELP)
 @click.option("-v", "--verbose", "verbosity", count=True, help=VERBOSE_HELP)
 @click.pass_context
-def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, forks: int | None, verbosity: int) -> None:
+def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, forks: int | None, slurm: bool,
+        verbosity: int) -> None:
     """Find and fix the host and network causes of multi-node PyTorch (DDP) failures.
 
     \b
@@ -119,7 +121,7 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
         from ddpfix.inventory import split_inventory_env
 
         inventories = split_inventory_env(os.environ.get("DDPFIX_INVENTORY", ""))  # click splits on whitespace
-    ctx.obj = Application(inventories=tuple(inventories), limit=limit, forks=forks, verbosity=verbosity)
+    ctx.obj = Application(inventories=tuple(inventories), limit=limit, forks=forks, verbosity=verbosity, slurm=slurm)
 
 
 def _register() -> None:

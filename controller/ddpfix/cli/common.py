@@ -23,6 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 INVENTORY_HELP = "Ansible inventory: file, directory or ad-hoc host list 'host1,host2,'; repeatable"
 LIMIT_HELP = "Ansible host pattern: restrict the run to matching hosts"
 FORKS_HELP = "Parallel SSH connections; default: one per host up to 50"
+SLURM_HELP = ("Inventory = this Slurm allocation (SLURM_JOB_NODELIST; master = first node); -i files then only "
+              "add variables.")
 VERBOSE_HELP = "More output (and tracebacks of internal errors); -vvv passes -vvv to Ansible."
 
 
@@ -47,6 +49,7 @@ def global_options(f: F) -> F:
                      help=f"{FORKS_HELP} [env: DDPFIX_FORKS].")(f)
     f = click.option("--limit", metavar="PATTERN", expose_value=False, callback=_override("limit"),
                      help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")(f)
+    f = click.option("--slurm", is_flag=True, expose_value=False, callback=_override("slurm"), help=SLURM_HELP)(f)
     f = click.option("-i", "--inventory", "inventories", metavar="INV", multiple=True, expose_value=False,
                      callback=_override("inventories"), help=f"{INVENTORY_HELP} [env: DDPFIX_INVENTORY].")(f)
     return f
