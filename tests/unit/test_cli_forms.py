@@ -111,7 +111,9 @@ def _samples(tmp: Path) -> dict[str, str]:
     (tmp / "dir").mkdir(exist_ok=True)
     log = tmp / "job.log"
     log.write_text("RuntimeError: Gloo connectFullMesh failed with ... Connect timeout [none]\n")
-    return {"LOG": str(log), "job.log": str(log), "LIST": "node[1-2]", "INV": str(inv), "INVENTORY": str(inv), "FILE": str(tmp / "report.json"), "DIR": str(tmp / "dir"),
+    varfile = tmp / "site.yml"
+    varfile.write_text("ddp_cluster_cidr: 192.168.77.0/24\n")
+    return {"VARFILE": str(varfile), "LOG": str(log), "job.log": str(log), "LIST": "node[1-2]", "INV": str(inv), "INVENTORY": str(inv), "FILE": str(tmp / "report.json"), "DIR": str(tmp / "dir"),
             "ID": "firewall.master-port-blocked", "K": "2", "S": "1.5", "N": "3", "CIDR": "192.168.77.0/24",
             "NAME": "clean", "LAB": "lab1", "PATTERN": "node1", "IF": "eth0"}
 
