@@ -92,6 +92,16 @@ def firewall_lib() -> ModuleType:
     return mod
 
 
+def _cluster_if(actual: str | None) -> str:
+    return f"cluster interface is {actual}" if actual else "no interface has an address in the cluster network"
+
+
+def _past(verdict: object) -> str:
+    """A firewall verdict as a past participle: drop -> dropped, reject -> rejected."""
+    v = str(verdict or "blocked").lower()
+    return {"drop": "dropped", "reject": "rejected", "deny": "denied", "block": "blocked"}.get(v, f"{v}ed")
+
+
 def _is_loopback(addr: str) -> bool:
     try:
         return ipaddress.ip_address(addr.split("%")[0]).is_loopback
@@ -185,7 +195,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
                 if not v.get("allowed", True):
                     yield finding(
                         "firewall.master-port-blocked", name,
-                        f"TCP {src} -> {port} would be {v.get('verdict')}ed by {v.get('layer')}",
+                        f"TCP {src} -> {port} would be {_past(v.get('verdict'))} by {v.get('layer')}",
                         str(v.get("evidence")), cidr=ctx.cidr, port=port, layer=v.get("layer"),
                     )
                     break
@@ -206,7 +216,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
             src, p, v = blocked
             yield finding(
                 "firewall.peer-ports-blocked", name,
-                f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {v.get('verdict')}ed by {v.get('layer')}",
+                f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.get('verdict'))} by {v.get('layer')}",
                 str(v.get("evidence")), cidr=ctx.cidr, range=f"{lo}-{hi}", layer=v.get("layer"),
             )
         open_ev = memo.world_open(skey, state, (int(lo), int(hi)), ctx.cidr, iface) if ctx.cidr else None
@@ -234,10 +244,12 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
             src = pr_src(f)
             if c.get("kind") == "master":
                 yield finding("probe.master-port-unreachable", name, f"TCP connect to the master {target} failed",
-                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr)
+                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr,
+                              target=c.get("name"))
             else:
                 yield finding("probe.peer-unreachable", name, f"TCP connect to peer {target} (probe port) failed",
-                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr)
+                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr,
+                              target=c.get("name"))
         if (f.get("probe") or {}).get("error"):
             yield finding("probe.peer-unreachable", name, "probe listener could not start on this node",
                           str(f["probe"]["error"]), cidr=ctx.cidr)
@@ -268,7 +280,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
     for hn, names in by_hostname.items():
         if len(names) > 1:
             yield finding("hosts.duplicate-hostname", None, f"hostname {hn!r} is used by {', '.join(names)}",
-                          "; ".join(f"{n}: hostname={hn}" for n in names))
+                          "; ".join(f"{n}: hostname={hn}" for n in names), nodes=", ".join(names))
     for mid, names in by_mid.items():
         if len(names) > 1:
             yield finding("hosts.duplicate-machine-id", None, f"machine-id {mid} is shared by {', '.join(names)}",
@@ -291,7 +303,7 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
             addrs = addrs or []
             if not addrs:
                 yield finding("hosts.peer-unresolvable", name, f"peer {peer}'s hostname {hn} does not resolve on {name}",
-                              f"getaddrinfo({hn!r}) on {name}: no address; {_hosts_lines(f, hn)}")
+                              f"getaddrinfo({hn!r}) on {name}: no address; {_hosts_lines(f, hn)}", target=peer)
                 continue
             first = addrs[0]
             fam = 6 if ":" in first else 4
@@ -299,7 +311,8 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
             if want and first != want:
                 where = "outside the cluster network " + str(ctx.cidr) if not ctx.in_cidr(first) else f"not {peer}'s cluster address {want}"
                 yield finding("hosts.peer-mismatch", name, f"{hn} resolves to {first} on {name}, {where}",
-                              f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {_hosts_lines(f, hn)}")
+                              f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {_hosts_lines(f, hn)}",
+                              target=peer)
     fams = {n: s for n, s in families.items()}
     if len({frozenset(s) for s in fams.values()}) > 1:
         yield finding("addr.family-mismatch", None, "peer names resolve to different address families on different nodes",
@@ -421,7 +434,8 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
                 mtus[name] = int(i["mtu"])
             if "UP" not in (i.get("flags") or []) or i.get("operstate") == "DOWN":
                 yield finding("netif.down", name, f"cluster interface {actual} is down",
-                              f"ip link: {actual} flags={','.join(i.get('flags') or [])} operstate={i.get('operstate')}")
+                              f"ip link: {actual} flags={','.join(i.get('flags') or [])} operstate={i.get('operstate')}",
+                              ifname=actual or '<cluster interface>')
         elif not cl.get("address") and not ctx.cluster.node(name).socket_ifname:
             yield finding("netif.missing", name, f"no interface on {name} has an address in {ctx.cidr}",
                           "interfaces: " + "; ".join(f"{i['name']} {','.join(_inet(i)) or '-'}" for i in ifaces))
@@ -434,13 +448,13 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
                 if not ok:
                     yield finding("netif.missing", name,
                                   f"{key}={value} matches no interface with an address in {ctx.cidr} on {name}",
-                                  f"{key}={value} matched: {', '.join(i['name'] for i in chosen) or 'nothing'}; cluster interface is {actual}")
+                                  f"{key}={value} matched: {', '.join(i['name'] for i in chosen) or 'nothing'}; {_cluster_if(actual)}")
             else:
                 for ifn in [v for v in value.split(",") if v]:
                     i = _iface(f, ifn)
                     if i is None:
                         yield finding("netif.missing", name, f"{key}={value}: interface {ifn} does not exist on {name}",
-                                      f"{key}={value}; interfaces present: {', '.join(x['name'] for x in ifaces)}; cluster interface is {actual}")
+                                      f"{key}={value}; interfaces present: {', '.join(x['name'] for x in ifaces)}; {_cluster_if(actual)}")
                     elif not any(ctx.in_cidr(a) for a in _inet(i)):
                         yield finding("netif.missing", name, f"{key}={value}: {ifn} has no address in {ctx.cidr}",
                                       f"{key}={value}; {ifn} addresses: {', '.join(_inet(i)) or 'none'}")
@@ -448,16 +462,16 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
             chosen = nccl_select(None, ifaces)
             if chosen and not any(ctx.in_cidr(a) for a in _inet(chosen[0])):
                 yield finding("netif.autoselect-wrong", name,
-                              f"with NCCL_SOCKET_IFNAME unset NCCL would pick {chosen[0]['name']} ({', '.join(_inet(chosen[0]))}), not the cluster interface {actual}",
+                              f"with NCCL_SOCKET_IFNAME unset NCCL would pick {chosen[0]['name']} ({', '.join(_inet(chosen[0]))}), not the cluster interface {actual or '(none found in ' + str(ctx.cidr) + ')'}",
                               "NCCL default order (ib*, then not docker/lo/virbr): "
-                              + ", ".join(f"{i['name']}={','.join(_inet(i))}" for i in chosen))
+                              + ", ".join(f"{i['name']}={','.join(_inet(i))}" for i in chosen), ifname=actual or '<cluster interface>')
         if not configured.get("GLOO_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
             hn = f.get("hostname") or ""
             addrs = (f.get("resolve_self") or {}).get(hn) or []
             if addrs and not _is_loopback(addrs[0]) and not ctx.in_cidr(addrs[0]):
                 yield finding("netif.autoselect-wrong", name,
                               f"with GLOO_SOCKET_IFNAME unset Gloo would bind {addrs[0]} (what hostname {hn} resolves to), outside {ctx.cidr}",
-                              _hosts_lines(f, hn))
+                              _hosts_lines(f, hn), ifname=actual or '<cluster interface>')
     if len(set(names.values())) > 1:
         single = {frozenset(c.items()) for c in configured_all.values() if c}
         one_name = len(single) == 1 and len(configured_all) == len(names) and all(configured_all.values())
@@ -514,7 +528,7 @@ def check_sysctls(ctx: Context) -> Iterable[Finding]:
     if sc.get("somaxconn") and int(sc["somaxconn"]) < world:
         yield finding("net.somaxconn-low", ctx.cluster.master,
                       f"net.core.somaxconn={sc['somaxconn']} is below the world size {world}",
-                      f"net.core.somaxconn = {sc['somaxconn']}")
+                      f"net.core.somaxconn = {sc['somaxconn']}", want=max(4096, 2 * world))
 
 
 # ---------------------------------------------------------------- env files

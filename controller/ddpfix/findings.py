@@ -52,7 +52,7 @@ _RULES = [
     Rule("hosts.peer-mismatch", Severity.ERROR, True, "a peer's hostname resolves to the wrong address here",
          "Use the same managed /etc/hosts block on every node (ddpfix remediate); remove stale entries."),
     Rule("hosts.duplicate-hostname", Severity.ERROR, False, "two nodes share a hostname (cloned VMs)",
-         "Give every node a unique hostname (hostnamectl set-hostname NAME) and a fresh /etc/machine-id; not changed automatically."),
+         "Give {nodes} each a unique hostname (hostnamectl set-hostname <new-name> on each) and a fresh /etc/machine-id; not changed automatically."),
     Rule("hosts.duplicate-machine-id", Severity.WARNING, False, "two nodes share /etc/machine-id (cloned VMs)",
          "Regenerate it on the clone: rm /etc/machine-id && systemd-machine-id-setup; not changed automatically."),
     Rule("time.no-daemon", Severity.WARNING, True, "no time-sync daemon running",
@@ -66,11 +66,11 @@ _RULES = [
     Rule("netif.name-mismatch", Severity.WARNING, True, "the cluster NIC has different names on different nodes",
          "Write per-node interface names (ddpfix env files) instead of one cluster-wide name; optionally pin names (--pin-ifnames)."),
     Rule("netif.autoselect-wrong", Severity.WARNING, True, "with no IFNAME set, NCCL/Gloo would pick a non-cluster interface",
-         "Set NCCL_SOCKET_IFNAME==IF and GLOO_SOCKET_IFNAME=IF explicitly (ddpfix env files)."),
+         "Set NCCL_SOCKET_IFNAME=={ifname} and GLOO_SOCKET_IFNAME={ifname} on this node (ddpfix env --apply writes them)."),
     Rule("netif.mtu-mismatch", Severity.WARNING, False, "cluster interfaces' MTUs differ",
          "Set the same MTU on every node's cluster interface (and the switch); not changed automatically."),
     Rule("netif.down", Severity.ERROR, False, "the cluster interface is down",
-         "Bring the interface up (ip link set IF up) and fix its configuration; not changed automatically."),
+         "Bring the interface up (ip link set {ifname} up) and fix its configuration; not changed automatically."),
     Rule("addr.master-not-private", Severity.ERROR, True, "MASTER_ADDR is not the master's cluster address",
          "Use the master's private address in {cidr} as MASTER_ADDR (ddpfix env --apply writes it)."),
     Rule("addr.family-mismatch", Severity.WARNING, True, "names resolve to IPv6 on some nodes and IPv4 on others",
@@ -80,7 +80,7 @@ _RULES = [
     Rule("net.master-port-ephemeral", Severity.WARNING, False, "MASTER_PORT lies inside the ephemeral port range",
          "Choose a ddp_master_port outside net.ipv4.ip_local_port_range, or an outgoing socket may take it (errno 98)."),
     Rule("net.somaxconn-low", Severity.WARNING, False, "listen backlog smaller than the world size",
-         "Raise net.core.somaxconn above the world size on the master (sysctl -w net.core.somaxconn=N and persist it)."),
+         "Raise net.core.somaxconn above the world size on the master (sysctl -w net.core.somaxconn={want} and persist it in /etc/sysctl.d/)."),
     Rule("env.missing", Severity.INFO, True, "no ddpfix env file yet",
          "Write it: ddpfix env -i INVENTORY --apply (or ddpfix remediate --apply)."),
     Rule("env.inconsistent", Severity.ERROR, True, "env files disagree between nodes or with the plan",
@@ -97,6 +97,15 @@ class Finding:
     message: str
     evidence: str
     fix_vars: tuple[tuple[str, str], ...] = ()
+    caused_by: str | None = None  # key of the finding that explains this one (see ddpfix.causes)
+
+    @property
+    def key(self) -> str:
+        """`id@host` (`id@cluster` for cluster-wide findings): how causes refer to each other."""
+        return f"{self.id}@{self.host or 'cluster'}"
+
+    def var(self, name: str) -> str | None:
+        return dict(self.fix_vars).get(name)
 
     @property
     def rule(self) -> Rule:
@@ -123,6 +132,7 @@ class Finding:
             "evidence": self.evidence,
             "fixable": self.rule.fixable,
             "fix": self.fix,
+            "caused_by": self.caused_by,
         }
 
 

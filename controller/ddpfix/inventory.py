@@ -39,6 +39,7 @@ class Cluster:
     ntp_servers: tuple[str, ...] = ()
     ntp_local_master: bool = False
     inventories: tuple[str, ...] = field(default=())
+    skip_findings: tuple[str, ...] = ()  # ddp_skip_findings: accepted findings, `ID` or `ID@HOST`
 
     @property
     def names(self) -> list[str]:
@@ -101,6 +102,25 @@ def parse_cidr(value: Any, what: str = "ddp_cluster_cidr") -> str:
     return str(net)
 
 
+def parse_skip(value: Any, what: str) -> tuple[str, ...]:
+    """Accepted findings: a list (or comma-separated text) of `ID` or `ID@HOST`; unknown ids are refused."""
+    from ddpfix.findings import RULES
+
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise _bad(f"{what} must be a list of finding ids, got {value!r}")
+    out: list[str] = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        rid = text.split("@", 1)[0]
+        if rid not in RULES:
+            raise _bad(f"{what}: unknown finding id {rid!r} (in {text!r})")
+        out.append(text)
+    return tuple(out)
+
+
 def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[str] = ()) -> Cluster:
     """Build and validate the cluster from `ansible-inventory --list` output."""
     hostvars: Mapping[str, Mapping[str, Any]] = (data.get("_meta") or {}).get("hostvars") or {}
@@ -134,6 +154,8 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         raise _bad(f"ddp_ntp_servers must be a list, got {ntp!r}")
     local_master = _bool(mv.get("ddp_ntp_local_master", False), "ddp_ntp_local_master")
 
+    skip = parse_skip(mv.get("ddp_skip_findings") or [], "ddp_skip_findings")
+
     ranks = _assign_ranks(names, master, hostvars)
     nodes = tuple(
         sorted(
@@ -160,6 +182,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         ntp_servers=tuple(str(s) for s in ntp),
         ntp_local_master=local_master,
         inventories=tuple(inventories),
+        skip_findings=skip,
     )
 
 

@@ -27,20 +27,36 @@ def summary(findings: Iterable[Finding], hosts: Mapping[str, Mapping[str, Any]])
 
 
 def document(command: str, inventory: Iterable[str], hosts: Mapping[str, Mapping[str, Any]],
-             findings: Iterable[Finding], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             findings: Iterable[Finding], extra: Mapping[str, Any] | None = None,
+             skipped: Iterable[Finding] = ()) -> dict[str, Any]:
+    import time
+
     fl = list(findings)
+    inventory = list(inventory)
+    now = time.time()
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "ddpfix_version": __version__,
         "command": command,
         "inventory": list(inventory),
         "hosts": {k: dict(v) for k, v in sorted(hosts.items())},
-        "findings": [f.to_json() for f in fl],
+        "findings": [_with_inventory(f.to_json(), inventory) for f in fl],
         "summary": summary(fl, hosts),
+        "skipped": [f.to_json() for f in skipped],
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "generated_at_unix": round(now, 3),
     }
     if extra:
         doc.update(extra)
     return doc
+
+
+def _with_inventory(f: dict[str, Any], inventory: Iterable[str]) -> dict[str, Any]:
+    """Fix texts name the inventory the user gave, not a placeholder."""
+    inv = " ".join(f"-i {i}" for i in inventory)
+    if inv and f.get("fix"):
+        f["fix"] = f["fix"].replace("-i INVENTORY", inv).replace("-i INV ", inv + " ")
+    return f
 
 
 def to_json(doc: Mapping[str, Any]) -> str:

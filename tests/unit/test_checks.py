@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -449,6 +450,9 @@ def test_failing_fixture_reports_the_finding(sim: Sim, key: str) -> None:
     for f in on_host:
         assert f.message and f.fix and "{" not in f.fix, f  # fix template fully rendered
         json.dumps(f.to_json())
+    for f in found:  # rendered strings read as a person wrote them: real values, no placeholders or None
+        text = f"{f.message} {f.evidence} {f.fix}"
+        assert not re.search(r"\bNone\b|droped|\b(IF|NAME)\b|=N\b|<unset>\)", text.replace("-i INVENTORY", "")), text
 
 
 @pytest.mark.parametrize("fid", sorted(RULES))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +15,8 @@ from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.checks import HostFacts, active_firewalls
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.plan import NodePlan
+from ddpfix.findings import Finding
+from ddpfix.render import EXTENSIONS, FORMATS, RENDERERS, render_text
 from ddpfix.report import render_table, to_json
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,11 +58,36 @@ def global_options(f: F) -> F:
 
 
 def output_options(f: F) -> F:
+    f = click.option("--skip", "skip", metavar="ID[@HOST],...",
+                     help="Accept these findings (also ddp_skip_findings): reported as skipped, not counted.")(f)
     f = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-                     help="Also write the JSON report to this file.")(f)
-    f = click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-                     help="Report format on stdout.")(f)
+                     help="Also write the report to this file: in --format's format when that is a file format, "
+                          "else by extension (.json .html .xml=junit .prom=prometheus .txt=plain; default JSON).")(f)
+    f = click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="text", show_default=True,
+                     help="text: grouped by host, root causes first; table: the wide table; json; plain: one line "
+                          "per finding; junit; prometheus (node_exporter textfile); html (one self-contained file).")(f)
     return f
+
+
+def split_skipped(findings: list[Finding], skip: str | None, cluster: Cluster) -> tuple[list[Finding], list[Finding]]:
+    """(kept, skipped): findings accepted by --skip or ddp_skip_findings (`ID` anywhere, `ID@HOST` on one host)."""
+    from ddpfix.inventory import parse_skip
+
+    rules = set(cluster.skip_findings) | set(parse_skip(skip or "", "--skip"))
+    if not rules:
+        return findings, []
+    kept, skipped = [], []
+    for f in findings:
+        (skipped if f.id in rules or f"{f.id}@{f.host or 'cluster'}" in rules else kept).append(f)
+    return kept, skipped
+
+
+def render(doc: Mapping[str, Any], fmt: str, exit_line: str | None = None) -> str:
+    if fmt == "json":
+        return to_json(doc)
+    if fmt == "text":
+        return render_text(doc, exit_line=exit_line)
+    return RENDERERS[fmt](doc)
 
 
 def probe_options(f: F) -> F:
@@ -76,16 +103,26 @@ def cluster_of(app: Application) -> Cluster:
     return load_cluster(app.require_inventory())
 
 
-def emit(doc: dict[str, Any], fmt: str, output: str | None) -> None:
+def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | None = None) -> None:
+    """The report on stdout in `fmt`; with -o also into a file (a file format: html, junit and prometheus go only
+    to the file when -o is given, and stdout gets the text report)."""
     if output:
+        ffmt = fmt if fmt not in ("text", "table") else EXTENSIONS.get(Path(output).suffix.lower(), "json")
+        path = Path(output)
+        tmp = path.with_name(f".{path.name}.tmp")
         try:
-            Path(output).write_text(to_json(doc))
+            tmp.write_text(render(doc, ffmt))
+            tmp.replace(path)
         except OSError as exc:
             raise DdpfixError(f"cannot write {output}: {exc.strerror}", ExitCode.INVALID_INPUT) from exc
-    if fmt == "json":
-        sys.stdout.write(to_json(doc))
-    else:
+        if fmt in ("html", "junit", "prometheus"):
+            fmt = "text"
+    if fmt == "table":
         render_table(doc, Console(soft_wrap=False))
+        if exit_line:
+            click.echo(exit_line)
+    else:
+        sys.stdout.write(render(doc, fmt, exit_line))
 
 
 def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import run_audit
-from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options
+from ddpfix.causes import attribute_causes
+from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, split_skipped
 from ddpfix.findings import RULES
 from ddpfix.progress import Progress
 from ddpfix.remediate import build_plan, remaining_fixable, run_remediation
@@ -24,7 +25,7 @@ from ddpfix.report import document
 @output_options
 @click.pass_obj
 def command(app: Application, apply: bool, only: str | None, allow_partial: bool, pin_ifnames: bool, fmt: str,
-            output: str | None) -> None:
+            output: str | None, skip: str | None) -> None:
     """Fix every fixable finding: firewall (cluster CIDR only), /etc/hosts block, chrony, env files.
 
     Without --apply: a dry run (Ansible check + diff mode) listing every change per host; exit 0 when
@@ -38,11 +39,12 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         if unknown:
             raise DdpfixError(f"--only: unknown finding id(s): {', '.join(unknown)}", ExitCode.INVALID_INPUT)
     cluster = cluster_of(app)
-    quiet = fmt == "json"
+    quiet = fmt not in ("text", "table")
     err = Console(stderr=True, soft_wrap=True)
     with Progress(cluster.names, "ddpfix remediate: audit", enabled=None if not quiet else False) as progress:
         before = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     ctx = before.context
+    before.findings, skipped = split_skipped(before.findings, skip, cluster)  # accepted: not fixed, not counted
     plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial,
                                  pin_ifnames=pin_ifnames)
     todo = {h: p for h, p in plans.items() if not p.empty}
@@ -61,9 +63,12 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
             after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     final = after or before
+    if after is not None:
+        after.findings, skipped = split_skipped(after.findings, skip, cluster)
     remaining = remaining_fixable(final)
     doc = document(
-        "remediate", cluster.inventories, host_summaries(final.context.hosts, final.context.plan, cluster), final.findings,
+        "remediate", cluster.inventories, host_summaries(final.context.hosts, final.context.plan, cluster),
+        attribute_causes(final.findings, cluster.master),
         {
             "apply": apply,
             "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
@@ -73,6 +78,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
             "notes": {h: p.notes for h, p in plans.items() if p.notes},
             "remaining_fixable": [f.to_json() for f in remaining] if apply else None,
         },
+        skipped=skipped,
     )
     if not quiet:
         _print_changes(err, changes, apply, failed, refusals, plans)
