@@ -6,7 +6,7 @@ import click
 
 from ddpfix.app import Application, ExitCode
 from ddpfix.audit import run_audit
-from ddpfix.checks import Thresholds
+from ddpfix.checks import Thresholds, not_evaluated
 from ddpfix.cli.common import cluster_of, emit, host_summaries, output_options, probe_options
 from ddpfix.findings import Severity
 from ddpfix.progress import Progress
@@ -34,7 +34,8 @@ def command(app: Application, fmt: str, output: str | None, fail_on: str, probe:
                            probe_peers=probe_peers, probe_timeout=probe_timeout, progress=progress,
                            thresholds=Thresholds(max_skew_s=max_skew))
     ctx = result.context
-    doc = document("audit", cluster.inventories, host_summaries(ctx.hosts, ctx.plan, ctx.cluster), result.findings,
+    doc = document("audit", cluster.inventories,
+                   host_summaries(ctx.hosts, ctx.plan, ctx.cluster, not_evaluated(ctx, result.findings)), result.findings,
                    {"cluster": {"master": cluster.master, "master_port": cluster.master_port, "cidr": ctx.cidr,
                                 "world_size": cluster.world_size}})
     emit(doc, fmt, output)

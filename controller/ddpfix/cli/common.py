@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.checks import HostFacts, active_firewalls
+from ddpfix.checks import HostFacts, active_firewalls, unread_of
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.plan import NodePlan
 from ddpfix.report import render_table, to_json
@@ -52,7 +52,10 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None) -> None:
         render_table(doc, Console(soft_wrap=False))
 
 
-def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster) -> dict[str, Any]:
+def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster,
+                   not_evaluated: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+    """Per host: reachability, the main facts, what could not be read (`facts.unread`) and the checks that were
+    therefore not evaluated (`not_evaluated: [{id, reason}]`, present on every reachable host)."""
     out: dict[str, Any] = {}
     for node in cluster.nodes:
         h = hosts.get(node.name)
@@ -75,8 +78,11 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
                 "firewall": active_firewalls(fw),
                 "env_file": (f.get("env_file") or {}).get("exists"),
                 "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
+                "unread": [{"source": k, "reason": v} for k, v in sorted(unread_of(f).items())],
             },
         }
+        if h.reachable:
+            out[node.name]["not_evaluated"] = list((not_evaluated or {}).get(node.name, []))
         if not h.reachable:
             out[node.name]["error"] = h.error
     return out

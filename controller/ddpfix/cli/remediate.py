@@ -7,6 +7,7 @@ from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import run_audit
+from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, host_summaries, output_options
 from ddpfix.findings import RULES
 from ddpfix.progress import Progress
@@ -62,7 +63,9 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     final = after or before
     remaining = remaining_fixable(final)
     doc = document(
-        "remediate", cluster.inventories, host_summaries(final.context.hosts, final.context.plan, cluster), final.findings,
+        "remediate", cluster.inventories,
+        host_summaries(final.context.hosts, final.context.plan, cluster, not_evaluated(final.context, final.findings)),
+        final.findings,
         {
             "apply": apply,
             "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
