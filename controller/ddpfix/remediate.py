@@ -186,5 +186,16 @@ def render_diff(diff: Any) -> str:
     return "\n".join(c for c in chunks if c)
 
 
+def not_effective(before: Iterable[Finding], after: Iterable[Finding], plans: dict[str, HostPlan],
+                  only: set[str] | None = None, failed: Iterable[str] = ()) -> list[Finding]:
+    """Fixable findings that a fix was planned for and that the re-audit still reports (on a host that did not fail):
+    the fix ran but did not take effect."""
+    done = {h for h, p in plans.items() if not p.empty} - set(failed)
+    planned = {(f.id, f.host) for f in before
+               if f.rule.fixable and f.severity.label != "info" and (only is None or f.id in only)
+               and (f.host is None or f.host in done)}
+    return [f for f in after if (f.id, f.host) in planned]
+
+
 def remaining_fixable(result: AuditResult) -> list[Finding]:
     return [f for f in result.findings if f.rule.fixable and f.severity.label != "info"]

@@ -1,0 +1,20 @@
+"""remediate's "the fix did not take effect" list: planned fixable findings that the re-audit still reports."""
+
+from __future__ import annotations
+
+from conftest import Sim, nodeinfo, recorded
+from ddpfix.remediate import HostPlan, build_plan, not_effective
+
+
+def test_a_finding_still_open_after_its_fix_is_not_effective(sim: Sim) -> None:
+    sim.node("node3")["time"]["chrony_tracking"] = nodeinfo().parse_chronyc_tracking(recorded("chronyc-unreachable.csv"))
+    before = sim.findings()
+    plans, _ = build_plan(sim.context(), before)
+    assert plans["node3"].time
+    stuck = not_effective(before, before, plans)  # the re-audit found the same: chronyd never read the drop-in
+    assert [(f.id, f.host) for f in stuck] == [("time.unsynchronized", "node3")]
+    assert not_effective(before, [f for f in before if f.id != "time.unsynchronized"], plans) == []
+    assert not_effective(before, before, plans, failed=["node3"]) == []  # a failed host is reported as failed
+    assert not_effective(before, before, plans, only={"env.missing"}) == []  # not asked for
+    assert not_effective(before, before, {"node3": HostPlan()}) == []  # nothing was run there
+    assert all(f.id != "env.missing" for f in not_effective(before, before, plans))  # info: not a failure
