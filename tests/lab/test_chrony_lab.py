@@ -62,3 +62,18 @@ def test_chrony_fix_reaches_the_configuration_chronyd_reads(temp_lab: Any, scena
     code, again = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
     assert sh(info, "node3", f"cat {conf}") == text
+
+
+def test_invalid_chrony_configuration_is_not_written_and_chronyd_keeps_running(temp_lab: Any) -> None:
+    info = temp_lab(nodes=3, scenario="chrony-no-confdir")
+    inv = str(info.inventory)
+    conf = "/etc/chrony/chrony.conf"
+    sh(info, "node3", f"echo 'bogusdirective 1' >> {conf}")  # the user's file no longer parses
+    original = sh(info, "node3", f"cat {conf}")
+    pid = sh(info, "node3", "pgrep -o -x chronyd").strip()
+
+    code, doc = ddpfix_json(inv, "remediate", "--apply")
+    assert code == 1 and "node3" in doc["failed_hosts"], doc["failed_hosts"]
+    assert "chronyd" in doc["failed_hosts"]["node3"] or "validat" in doc["failed_hosts"]["node3"], doc["failed_hosts"]
+    assert sh(info, "node3", f"cat {conf}") == original  # not written
+    assert sh(info, "node3", "pgrep -o -x chronyd").strip() == pid  # not restarted, still running
