@@ -77,3 +77,26 @@ def test_invalid_chrony_configuration_is_not_written_and_chronyd_keeps_running(t
     assert "chronyd" in doc["failed_hosts"]["node3"] or "validat" in doc["failed_hosts"]["node3"], doc["failed_hosts"]
     assert sh(info, "node3", f"cat {conf}") == original  # not written
     assert sh(info, "node3", "pgrep -o -x chronyd").strip() == pid  # not restarted, still running
+
+
+def test_fix_that_does_not_take_effect_is_reported(temp_lab: Any) -> None:
+    """The user points ddpfix_chrony_conf_path at a file chronyd does not read: the re-audit still finds node3
+    unsynchronised and remediate says the fix did not take effect (exit 1), instead of a silent 'remaining'."""
+    import yaml
+
+    info = temp_lab(nodes=3, scenario="chrony-rhel-layout")
+    inv = str(info.inventory)
+    sh(info, "node3", "printf '# not what chronyd reads\\nmakestep 1 3\\n' > /etc/chrony-unused.conf")
+    doc = yaml.safe_load(info.inventory.read_text())
+    doc["all"]["children"]["ddp_nodes"]["hosts"]["node3"]["ddpfix_chrony_conf_path"] = "/etc/chrony-unused.conf"
+    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    r = CliRunner().invoke(cli, ["-i", inv, "remediate", "--apply", "-o", str(info.state_dir / "report.json")],
+                           catch_exceptions=False)
+    assert r.exit_code == 1, r.output
+    report = json.loads((info.state_dir / "report.json").read_text())
+    stuck = report["not_effective"]
+    assert [(x["id"], x["host"]) for x in stuck] == [("time.unsynchronized", "node3")], stuck
+    assert "did not take effect" in stuck[0]["message"] and "ddpfix_chrony_conf_path" in stuck[0]["message"]
+    assert "not fixed" in r.stderr and "time.unsynchronized on node3 is still open" in r.stderr
+    assert "confdir /etc/chrony.d" in sh(info, "node3", "cat /etc/chrony-unused.conf")
