@@ -29,6 +29,45 @@ NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
 WORLD_SOURCE = "203.0.113.200"
 
 
+#: The firewall layers the node's collector reads (its `unread` sources, see the ddpfix_firewall module_utils).
+FIREWALL_SOURCES = frozenset({"firewalld", "iptables", "ip6tables", "iptables-legacy", "nft", "netfilter"})
+_HOSTS, _IFACES, _ENV = frozenset({"hosts_file"}), frozenset({"interfaces"}), frozenset({"env_file"})
+
+#: Which node fact sources (the `unread[].source` names of ddpfix_node_facts) each check reads. When one of them could
+#: not be read on a node, the check is "not evaluated" there: never a pass.
+DEPENDS_ON: dict[str, frozenset[str]] = {
+    "firewall.master-port-blocked": FIREWALL_SOURCES | _IFACES,
+    "firewall.peer-ports-blocked": FIREWALL_SOURCES | _IFACES,
+    "firewall.world-open": FIREWALL_SOURCES | _IFACES,
+    "probe.port-in-use": frozenset({"listening"}),
+    "hosts.hostname-loopback": _HOSTS,
+    "hosts.peer-unresolvable": _HOSTS,
+    "hosts.peer-mismatch": _HOSTS,
+    "addr.family-mismatch": _HOSTS,
+    "time.no-daemon": frozenset({"processes"}),
+    "time.unsynchronized": frozenset({"processes", "chronyc"}),
+    "netif.missing": _IFACES | _ENV,
+    "netif.name-mismatch": _IFACES | _ENV,
+    "netif.autoselect-wrong": _IFACES | _ENV,
+    "netif.mtu-mismatch": _IFACES,
+    "netif.down": _IFACES,
+    "net.master-port-ephemeral": frozenset({"sysctl"}),
+    "net.somaxconn-low": frozenset({"sysctl"}),
+    "env.missing": _ENV,
+    "env.inconsistent": _ENV,
+    "addr.master-not-private": _ENV,
+}
+#: Checks that only look at the master's facts.
+MASTER_ONLY = frozenset({"firewall.master-port-blocked", "probe.port-in-use", "net.master-port-ephemeral",
+                         "net.somaxconn-low"})
+#: Findings that stay true on partial facts, so they are still reported: a packet must pass every firewall layer, so
+#: one layer that blocks it blocks it; what getaddrinfo answered is what the training process gets. Every other
+#: finding of a check that depends on an unread source is withdrawn (its input was a placeholder) and the check is
+#: listed as not evaluated.
+SOUND_ON_PARTIAL = frozenset({"firewall.master-port-blocked", "firewall.peer-ports-blocked", "hosts.hostname-loopback",
+                              "hosts.peer-unresolvable", "hosts.peer-mismatch", "addr.family-mismatch"})
+
+
 @dataclass
 class Thresholds:
     max_offset_s: float = 0.1  # a node's own offset from its time source
@@ -73,6 +112,10 @@ class Context:
         """(name, facts) of every node that returned facts, in rank order (computed once)."""
         return self._audited
 
+    def unread(self, name: str) -> dict[str, str]:
+        """source -> reason for every fact source that could not be read on `name` (empty: everything was read)."""
+        return unread_of(self.facts.get(name))
+
     def in_cidr(self, addr: str | None) -> bool:
         if not addr or self.net is None:
             return False
@@ -80,6 +123,17 @@ class Context:
             return ipaddress.ip_address(addr.split("%")[0]) in self.net
         except ValueError:
             return False
+
+
+def unread_of(facts: Mapping[str, Any] | None) -> dict[str, str]:
+    """The node's unread fact sources (source -> reason), the firewall collector's included."""
+    out: dict[str, str] = {}
+    if not facts:
+        return out
+    for u in list(facts.get("unread") or []) + list((facts.get("firewall") or {}).get("unread") or []):
+        if isinstance(u, Mapping) and u.get("source"):
+            out.setdefault(str(u["source"]), str(u.get("reason") or "not read"))
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -142,6 +196,46 @@ def check_unreachable(ctx: Context) -> Iterable[Finding]:
         if h is None or not h.reachable or not h.node:
             why = (h.error if h else "") or "no facts returned"
             yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
+
+
+def check_incomplete(ctx: Context) -> Iterable[Finding]:
+    for name, _ in ctx.audited():
+        unread = ctx.unread(name)
+        if not unread:
+            continue
+        blind = sorted(fid for fid in _blind_ids(ctx, name, unread))
+        yield finding("facts.incomplete", name,
+                      f"could not read {', '.join(sorted(unread))} on {name}; not evaluated: {', '.join(blind) or 'nothing'}",
+                      "; ".join(f"{src}: {why}" for src, why in sorted(unread.items())))
+
+
+def _blind_ids(ctx: Context, name: str, unread: Mapping[str, str]) -> dict[str, str]:
+    """finding id -> why it cannot be evaluated on `name` (the first unread source it reads)."""
+    out: dict[str, str] = {}
+    for fid, sources in DEPENDS_ON.items():
+        if fid in MASTER_ONLY and name != ctx.cluster.master:
+            continue
+        missing = sorted(sources & set(unread))
+        if missing:
+            out[fid] = f"{missing[0]} not read: {unread[missing[0]]}"
+    return out
+
+
+def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[dict[str, str]]]:
+    """Per host, the checks that could not be evaluated there (an unread source), minus those that still reported.
+
+    `[{"id", "reason"}]`, sorted by id; hosts with nothing missing are left out."""
+    reported = {(f.id, f.host) for f in findings}
+    out: dict[str, list[dict[str, str]]] = {}
+    for name, _ in ctx.audited():
+        unread = ctx.unread(name)
+        if not unread:
+            continue
+        items = [{"id": fid, "reason": why} for fid, why in sorted(_blind_ids(ctx, name, unread).items())
+                 if (fid, name) not in reported]
+        if items:
+            out[name] = items
+    return out
 
 
 # ---------------------------------------------------------------- firewall
@@ -571,6 +665,7 @@ def check_env(ctx: Context) -> Iterable[Finding]:
 
 CHECKS = (
     check_unreachable,
+    check_incomplete,
     check_firewall,
     check_probes,
     check_hostnames,
@@ -587,8 +682,15 @@ CHECKS = (
 def run_checks(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     for check in CHECKS:
-        out.extend(check(ctx))
+        out.extend(f for f in check(ctx) if not _from_placeholder(ctx, f))
     return sorted(dict.fromkeys(out), key=sort_key)
+
+
+def _from_placeholder(ctx: Context, f: Finding) -> bool:
+    """A per-host finding computed from a source that was not read on that host (and not sound on partial facts)."""
+    if f.host is None or f.id in SOUND_ON_PARTIAL or f.id not in DEPENDS_ON:
+        return False
+    return bool(DEPENDS_ON[f.id] & set(ctx.unread(f.host)))
 
 
 def parse_event_time(created: str) -> float | None:

@@ -33,6 +33,9 @@ class Rule:
 _RULES = [
     Rule("host.unreachable", Severity.ERROR, False, "node not reachable over SSH",
          "Make the node reachable over SSH (sshd running, key, known_hosts, network) and re-run."),
+    Rule("facts.incomplete", Severity.WARNING, False, "some facts could not be read on this node (the checks using them are not evaluated)",
+         "Let the SSH user read them (root, or become: true with passwordless sudo) or install the missing tool, then re-run; "
+         "until then the checks listed as not evaluated say nothing about this node."),
     Rule("firewall.master-port-blocked", Severity.ERROR, True, "master's firewall blocks MASTER_PORT from the cluster",
          "Allow TCP from {cidr} to port {port} on the master (ddpfix remediate adds {cidr} as a trusted source / an ACCEPT rule)."),
     Rule("firewall.peer-ports-blocked", Severity.ERROR, True, "firewall blocks NCCL/Gloo's ephemeral ports from peers",

@@ -10,7 +10,7 @@ from typing import Any
 
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
-from ddpfix.checks import Context, active_firewalls
+from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP
 from ddpfix.plan import hosts_entries, render_env
@@ -100,7 +100,11 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         if blocks:
             layers = {dict(f.fix_vars).get("layer", "") for f in fl if f.host == name and f.id in FIREWALL_IDS}
             hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall, layers)
-            if hp.firewall == "none":
+            unread_fw = sorted(s for s in ctx.unread(name) if s in FIREWALL_SOURCES)
+            if hp.firewall == "none" and unread_fw:
+                hp.notes.append(f"traffic is blocked but the firewall could not be read ({', '.join(unread_fw)}, see "
+                                "facts.incomplete): nothing changed there")
+            elif hp.firewall == "none":
                 hp.notes.append("traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
                                 "check host-external firewalls (security groups) by hand")
         hp.hosts = hosts_needed and (only is None or bool(only & HOSTS_IDS))
@@ -184,6 +188,17 @@ def render_diff(diff: Any) -> str:
         elif before is not None or after is not None:
             chunks.append(f"- {before}\n+ {after}")
     return "\n".join(c for c in chunks if c)
+
+
+def not_effective(before: Iterable[Finding], after: Iterable[Finding], plans: dict[str, HostPlan],
+                  only: set[str] | None = None, failed: Iterable[str] = ()) -> list[Finding]:
+    """Fixable findings that a fix was planned for and that the re-audit still reports (on a host that did not fail):
+    the fix ran but did not take effect."""
+    done = {h for h, p in plans.items() if not p.empty} - set(failed)
+    planned = {(f.id, f.host) for f in before
+               if f.rule.fixable and f.severity.label != "info" and (only is None or f.id in only)
+               and (f.host is None or f.host in done)}
+    return [f for f in after if (f.id, f.host) in planned]
 
 
 def remaining_fixable(result: AuditResult) -> list[Finding]:

@@ -50,6 +50,8 @@ def summary_line(doc: Mapping[str, Any]) -> str:
         line += f"; {ncauses} root cause{'s' if ncauses != 1 else ''}"
     if doc.get("skipped"):
         line += f"; {len(doc['skipped'])} skipped"
+    if s.get("not_evaluated"):
+        line += f"; {s['not_evaluated']} checks NOT evaluated (facts could not be read)"
     return line
 
 
@@ -76,8 +78,9 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
     order = [""] + _host_order(doc)
     ok_hosts = []
     for h in order:
-        items = groups.get(h)
-        if not items:
+        items = groups.get(h, [])
+        blind = (hosts.get(h, {}).get("not_evaluated") or []) if h else []
+        if not items and not blind:
             if h and hosts.get(h, {}).get("reachable"):
                 ok_hosts.append(h)
             continue
@@ -103,6 +106,13 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
             if more:
                 out.append(textwrap.fill(f"explains: {_explains_text(more)}", width=width, initial_indent=ind,
                                          subsequent_indent=ind + "  "))
+        if blind:
+            reasons: dict[str, list[str]] = {}
+            for b in blind:
+                reasons.setdefault(b.get("reason", ""), []).append(b["id"])
+            for why, ids in reasons.items():
+                out.append(textwrap.fill(f"NOT EVALUATED (not a pass): {', '.join(ids)}: {why}", width=width,
+                                         initial_indent="  ", subsequent_indent="          "))
     if ok_hosts:
         out.append("")
         out.append(textwrap.fill(f"no findings: {', '.join(ok_hosts)}", width=width))

@@ -23,6 +23,7 @@ def summary(findings: Iterable[Finding], hosts: Mapping[str, Mapping[str, Any]])
         "reachable": sum(1 for h in hosts.values() if h.get("reachable")),
         "unreachable": sum(1 for h in hosts.values() if not h.get("reachable")),
         "findings": {s.label: sum(1 for f in fl if f.severity == s) for s in sorted(Severity, reverse=True)},
+        "not_evaluated": sum(len(h.get("not_evaluated") or []) for h in hosts.values()),
     }
 
 
@@ -78,9 +79,22 @@ def render_table(doc: Mapping[str, Any], console: Console) -> None:
                 body += " [dim](manual)[/]"
             t.add_row(f"[{_SEV_STYLE[sev]}]{sev.label}[/]", f["id"], f["host"] or "cluster", body)
         console.print(t)
+    blind = [(h, x) for h, v in doc["hosts"].items() for x in v.get("not_evaluated") or []]
+    if blind:
+        t = Table(show_lines=False, title=f"ddpfix {doc['command']}: NOT EVALUATED (facts could not be read; not a pass)",
+                  title_justify="left")
+        t.add_column("host", no_wrap=True)
+        t.add_column("check", no_wrap=True)
+        t.add_column("why", overflow="fold")
+        for h, x in blind:
+            t.add_row(h, f"[magenta]{x['id']}[/]", _esc(x["reason"]))
+        console.print(t)
     s = doc["summary"]
     counts = ", ".join(f"{n} {k}" for k, n in s["findings"].items())
-    console.print(f"{s['hosts']} hosts audited, {s['reachable']} reachable, {s['unreachable']} unreachable; findings: {counts}")
+    line = f"{s['hosts']} hosts audited, {s['reachable']} reachable, {s['unreachable']} unreachable; findings: {counts}"
+    if blind:
+        line += f"; [magenta]{len(blind)} check(s) not evaluated[/] on {len({h for h, _ in blind})} host(s)"
+    console.print(line)
 
 
 def _esc(text: str) -> str:

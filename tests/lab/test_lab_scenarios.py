@@ -276,6 +276,35 @@ def check_chrony_unsynced(info) -> None:
     assert 'DAEMON_OPTS="-F 1 -x"' in sh(info, victim.name, "cat /etc/default/chrony").stdout
 
 
+def _check_handwritten_chrony(info, conf_path: str) -> str:
+    victim = info.nodes[-1]
+    assert lab.chrony_tracking(info.name, victim.name)["leap_status"] == "Not synchronised"
+    assert lab.chrony_tracking(info.name, "node2")["leap_status"] == "Normal"
+    conf = sh(info, victim.name, f"cat {conf_path}").stdout
+    keys = [ln.split()[0] for ln in conf.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert keys == ["server", "driftfile", "makestep"], conf  # no confdir, no include
+    source = conf.split("\nserver ", 1)[1].split()[0]
+    for n in info.nodes:  # nobody holds the source address
+        assert source not in sh(info, n.name, "ip -4 addr").stdout
+    rec = json.loads((info.state_dir / "lab.json").read_text())["nodes"][victim.name]["pids"]
+    assert lab.pid_alive(rec["chronyd-unsynced"]) and "chronyd" not in rec
+    return sh(info, victim.name, "cat /etc/default/chrony").stdout
+
+
+def check_chrony_no_confdir(info) -> None:
+    opts = _check_handwritten_chrony(info, "/etc/chrony/chrony.conf")
+    assert 'DAEMON_OPTS="-F 1 -x"' in opts
+
+
+def check_chrony_rhel_layout(info) -> None:
+    opts = _check_handwritten_chrony(info, "/etc/chrony.conf")
+    assert 'DAEMON_OPTS="-F 1 -x -f /etc/chrony.conf"' in opts
+    victim = info.nodes[-1].name
+    assert sh(info, victim, "test -e /etc/chrony", check=False).returncode == 1
+    assert "-f\0/etc/chrony.conf" in sh(info, victim, "cat /proc/$(pgrep -o -x chronyd)/cmdline").stdout
+    assert sh(info, "node2", "test -f /etc/chrony/chrony.conf", check=False).returncode == 0  # only the victim
+
+
 def check_machine_id_clone(info) -> None:
     mid = {n.name: sh(info, n.name, "cat /etc/machine-id").stdout.strip() for n in info.nodes}
     assert mid["node2"] == mid["node3"] != mid["node1"] and len(mid["node2"]) == 32
@@ -322,6 +351,8 @@ CHECKS: dict[str, Callable] = {
     "port-in-use": check_port_in_use,
     "world-open": check_world_open,
     "chrony-unsynced": check_chrony_unsynced,
+    "chrony-no-confdir": check_chrony_no_confdir,
+    "chrony-rhel-layout": check_chrony_rhel_layout,
     "machine-id-clone": check_machine_id_clone,
     "somaxconn-low": check_somaxconn_low,
     "family-mismatch": check_family_mismatch,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from conftest import Sim, at_least, firewall_fixture, nodeinfo, recorded
-from ddpfix.checks import Context, HostFacts, Thresholds, nccl_select, run_checks
+from conftest import ROOT, Sim, at_least, firewall_fixture, nodeinfo, recorded
+from ddpfix.checks import Context, HostFacts, Thresholds, nccl_select, not_evaluated, run_checks
 from ddpfix.findings import RULES, Severity
 
 Expect = tuple[str | None, list[str]]  # (host or None for cluster-wide, substrings of the evidence)
@@ -66,7 +66,17 @@ def _firewalld_public_without_port() -> dict[str, Any]:
     return st
 
 
-# ============================================================ host / firewall / probes
+def _nonroot_firewall(sim: Sim, name: str) -> dict[str, Any]:
+    """The firewall state recorded as a non-root SSH user (fixtures/firewall/record-nonroot.sh), on `name`.
+
+    ddpfix_node_facts copies the collector's `unread` into the node's own list, as here."""
+    st = json.loads(firewall_fixture("nonroot_collect.json"))
+    sim.node(name)["firewall"] = st
+    sim.node(name)["unread"] = list(st["unread"])
+    return st
+
+
+# ============================================================ host / facts / firewall / probes
 
 
 @case("host.unreachable")
@@ -74,6 +84,21 @@ def _(sim: Sim) -> Expect:
     err = "Failed to connect to the host via ssh: ssh: connect to host 192.168.77.13 port 22: Connection refused"
     sim.set_unreachable("node3", err)
     return "node3", ["port 22: Connection refused"]
+
+
+@case("facts.incomplete")
+def _(sim: Sim) -> Expect:
+    _nonroot_firewall(sim, "node3")
+    return "node3", ["iptables: iptables-save v1.8.9 (nf_tables): Could not fetch rule set generation id: "
+                     "Permission denied (you must be root)", "nft: nft -j list ruleset: Operation not permitted"]
+
+
+@case("facts.incomplete", "interfaces")
+def _(sim: Sim) -> Expect:
+    n = sim.node("node2")
+    n["interfaces"], n["cluster"] = [], nodeinfo().cluster_interface([], "", "192.168.77.11")
+    n["unread"] = [{"source": "interfaces", "reason": "ip -j addr show: not installed ([Errno 2] No such file or directory: 'ip')"}]
+    return "node2", ["interfaces: ip -j addr show: not installed"]
 
 
 @case("firewall.master-port-blocked", "iptables")
@@ -546,6 +571,90 @@ def test_context_derives_cidr_from_master_when_inventory_has_none(sim: Sim) -> N
     assert ctx.cidr == "192.168.77.0/24"
     sim.set_var(None, ddp_cluster_cidr="192.168.77.0/25")
     assert sim.context().cidr == "192.168.77.0/25"
+
+
+# ============================================================ unread facts: "not evaluated", never a pass
+
+
+def _ne(sim: Sim) -> dict[str, dict[str, str]]:
+    ctx = sim.context()
+    return {h: {x["id"]: x["reason"] for x in v} for h, v in not_evaluated(ctx, run_checks(ctx)).items()}
+
+
+def test_unreadable_firewall_is_not_evaluated_not_passed(sim: Sim) -> None:
+    # node1 (the master) really blocks the master port, but its SSH user cannot read the firewall
+    _firewall_state(sim, "node1", iptables=firewall_fixture("ipt_reject.iptables-save"))
+    assert {f.id for f in sim.findings() if f.host == "node1"} >= {"firewall.master-port-blocked"}
+    _nonroot_firewall(sim, "node1")
+    found = {(f.id, f.host) for f in sim.findings()}
+    assert ("facts.incomplete", "node1") in found
+    assert not any(i.startswith("firewall.") for i, _ in found)
+    ne = _ne(sim)
+    assert set(ne) == {"node1"}
+    assert set(ne["node1"]) == {"firewall.master-port-blocked", "firewall.peer-ports-blocked", "firewall.world-open"}
+    assert all("not read: " in r and "you must be root" in r for r in ne["node1"].values())
+
+
+def test_unreadable_firewall_on_a_worker_lists_only_the_checks_that_apply_there(sim: Sim) -> None:
+    _nonroot_firewall(sim, "node2")
+    assert set(_ne(sim)["node2"]) == {"firewall.peer-ports-blocked", "firewall.world-open"}
+
+
+def test_a_block_found_in_a_readable_layer_is_still_reported(sim: Sim) -> None:
+    rule = "-A INPUT -p tcp -m tcp --dport 32768:60999 -j REJECT --reject-with icmp-port-unreachable"
+    _firewall_state(sim, "node2", iptables=_iptables([rule]))
+    sim.node("node2")["unread"] = [{"source": "nft", "reason": "nft -j list ruleset: timed out (timeout after 10s)"}]
+    found = {(f.id, f.host) for f in sim.findings()}
+    assert {("firewall.peer-ports-blocked", "node2"), ("facts.incomplete", "node2")} <= found
+    assert set(_ne(sim)["node2"]) == {"firewall.world-open"}  # reported findings are not "not evaluated"
+
+
+def test_unread_interfaces_withdraw_netif_findings(sim: Sim) -> None:
+    CASES["facts.incomplete:interfaces"](sim)
+    found = {(f.id, f.host) for f in sim.findings()}
+    assert not any(i.startswith("netif.") for i, h in found if h == "node2"), found
+    assert {"netif.missing", "netif.down", "firewall.peer-ports-blocked"} <= set(_ne(sim)["node2"])
+
+
+def test_hidden_processes_withdraw_time_no_daemon(sim: Sim) -> None:
+    sim.node("node3")["time"] = {"daemons": [], "chrony_tracking": None}
+    sim.node("node3")["unread"] = [{"source": "processes",
+                                    "reason": "/proc hides other users' processes from ddp (mounted with hidepid)"}]
+    ids = {(f.id, f.host) for f in sim.findings()}
+    assert ("time.no-daemon", "node3") not in ids and ("facts.incomplete", "node3") in ids
+    assert set(_ne(sim)["node3"]) == {"time.no-daemon", "time.unsynchronized"}
+
+
+def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
+    from ddpfix.checks import DEPENDS_ON, MASTER_ONLY, SOUND_ON_PARTIAL
+
+    assert set(DEPENDS_ON) | MASTER_ONLY | SOUND_ON_PARTIAL <= set(RULES)
+    doc = (ROOT / "roles" / "ddpfix_facts" / "library" / "ddpfix_node_facts.py").read_text()
+    for src in set().union(*DEPENDS_ON.values()):
+        assert f"C({src})" in doc, src
+
+
+def test_report_shows_not_evaluated_per_host(sim: Sim) -> None:
+    import io
+
+    from rich.console import Console
+
+    from ddpfix.cli.common import host_summaries
+    from ddpfix.report import document, render_table
+
+    _nonroot_firewall(sim, "node1")
+    ctx = sim.context()
+    fl = run_checks(ctx)
+    doc = document("audit", ["inv"], host_summaries(ctx.hosts, ctx.plan, ctx.cluster, not_evaluated(ctx, fl)), fl)
+    h1 = doc["hosts"]["node1"]
+    assert [u["source"] for u in h1["facts"]["unread"]] == ["ip6tables", "iptables", "nft"]
+    assert {x["id"] for x in h1["not_evaluated"]} == {"firewall.master-port-blocked", "firewall.peer-ports-blocked",
+                                                        "firewall.world-open"}
+    assert doc["hosts"]["node2"]["not_evaluated"] == [] and doc["summary"]["not_evaluated"] == 3
+    out = io.StringIO()
+    render_table(json.loads(json.dumps(doc)), Console(file=out, width=200))
+    text = out.getvalue()
+    assert "NOT EVALUATED" in text and "firewall.master-port-blocked" in text and "3 check(s) not evaluated on 1 host" in text
 
 
 # ============================================================ nccl_select: NCCL_SOCKET_IFNAME grammar

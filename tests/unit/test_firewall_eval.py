@@ -9,6 +9,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 
@@ -470,3 +471,55 @@ def test_default_run_missing_binary_and_timeout():
 def test_nft_evidence_without_text_falls_back_to_json(nft):
     r = ok(dict(nft, nft_text=None), "10.20.1.1", 40000)
     assert r["allowed"] and r["evidence"].startswith("nft inet filter input: [") and "32768" in r["evidence"]
+
+
+# ------------------------------------------------------------------ unread layers (facts.incomplete)
+
+
+def test_collect_as_non_root_records_every_unread_layer_with_the_tools_error():
+    """nonroot_collect.json: collect() run as nobody on Debian 12 (record-nonroot.sh), real error texts."""
+    st = json.loads(read("nonroot_collect.json"))
+    assert st["iptables"] is None and st["nft"] is None
+    assert {u["source"] for u in st["unread"]} == {"iptables", "ip6tables", "nft"}
+    assert all("you must be root" in u["reason"] for u in st["unread"])
+    # replaying the recorded errors through collect() gives the same shape
+    errs = {e.split(": rc=")[0]: re.sub(r"^.*?: rc=\d+ ", "", e) + "\n" for e in st["errors"]}
+    run = _fake_run({"iptables-save": (4, "", errs["iptables-save"]), "ip6tables-save": (4, "", errs["ip6tables-save"]),
+                     "nft -j list ruleset": (1, "", errs["nft -j list ruleset"])})
+    again = fw.collect(run=run, proc="/nonexistent")
+    assert again["unread"] == st["unread"]
+
+
+def test_collect_missing_tools_are_not_unread_unless_netfilter_is_unreadable():
+    st = fw.collect(run=_fake_run({"nft -j list ruleset": (0, '{"nftables": []}', "")}), proc="/nonexistent")
+    assert st["unread"] == []  # iptables-save not installed: nft sees every table
+    st = fw.collect(run=_fake_run({}), proc="/nonexistent")
+    assert st["unread"] == [{"source": "netfilter", "reason": "neither iptables-save nor nft is installed"}]
+
+
+def test_collect_timeout_is_unread():
+    st = fw.collect(run=_fake_run({"iptables-save": (124, "", "timeout after 10s"),
+                                   "nft -j list ruleset": (0, '{"nftables": []}', "")}), proc="/nonexistent")
+    assert st["unread"] == [{"source": "iptables", "reason": "iptables-save: timeout after 10s"}]
+
+
+def test_collect_running_firewalld_that_cannot_be_asked_is_unread(tmp_path):
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "comm").write_text("firewalld\n")
+    denied = "Authorization failed.\n    Make sure polkit agent is running or run the application as superuser.\n"
+    run = _fake_run({"firewall-cmd --state": (36, "", denied), "nft -j list ruleset": (0, '{"nftables": []}', "")})
+    st = fw.collect(run=run, proc=str(tmp_path))
+    assert st["firewalld"] is None
+    assert st["unread"] == [{"source": "firewalld", "reason": "firewall-cmd --state: Authorization failed."}]
+    # no firewalld process: firewall-cmd failing (no system bus) means firewalld is not running
+    st = fw.collect(run=run, proc=str(tmp_path / "none"))
+    assert st["unread"] == []
+
+
+def test_collect_firewalld_read_failure_is_unread():
+    run = _fake_run({"firewall-cmd --state": (0, "running\n", ""), "firewall-cmd --version": (0, "1.3.3\n", ""),
+                     "firewall-cmd --get-default-zone": (11, "", "Error: ACCESS_DENIED\n"),
+                     "nft -j list ruleset": (0, '{"nftables": []}', "")})
+    st = fw.collect(run=run, use_dbus=False, proc="/nonexistent")
+    assert st["firewalld"] is None
+    assert [u["source"] for u in st["unread"]] == ["firewalld"] and "ACCESS_DENIED" in st["unread"][0]["reason"]

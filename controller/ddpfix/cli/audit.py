@@ -6,8 +6,8 @@ import click
 
 from ddpfix.app import Application, ExitCode
 from ddpfix.audit import run_audit
-from ddpfix.checks import Thresholds
 from ddpfix.causes import attribute_causes
+from ddpfix.checks import Thresholds, not_evaluated
 from ddpfix.cli.common import (cluster_of, emit, global_options, host_summaries, output_options, probe_options,
                                split_skipped)
 from ddpfix.matrix import connectivity_matrix, render_matrix_text
@@ -41,7 +41,8 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     ctx = result.context
     findings, skipped = split_skipped(attribute_causes(result.findings, cluster.master), skip, cluster)
     grid = connectivity_matrix(ctx)
-    doc = document("audit", cluster.inventories, host_summaries(ctx.hosts, ctx.plan, ctx.cluster), findings,
+    doc = document("audit", cluster.inventories,
+                   host_summaries(ctx.hosts, ctx.plan, ctx.cluster, not_evaluated(ctx, result.findings)), findings,
                    {"cluster": {"master": cluster.master, "master_port": cluster.master_port, "cidr": ctx.cidr,
                                 "world_size": cluster.world_size},
                     "matrix": grid if probe else None},

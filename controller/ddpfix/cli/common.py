@@ -12,7 +12,7 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.checks import HostFacts, active_firewalls
+from ddpfix.checks import HostFacts, active_firewalls, unread_of
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.plan import NodePlan
 from ddpfix.findings import Finding
@@ -125,7 +125,10 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | Non
         sys.stdout.write(render(doc, fmt, exit_line))
 
 
-def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster) -> dict[str, Any]:
+def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster,
+                   not_evaluated: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+    """Per host: reachability, the main facts, what could not be read (`facts.unread`) and the checks that were
+    therefore not evaluated (`not_evaluated: [{id, reason}]`, present on every reachable host)."""
     out: dict[str, Any] = {}
     for node in cluster.nodes:
         h = hosts.get(node.name)
@@ -148,8 +151,11 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
                 "firewall": active_firewalls(fw),
                 "env_file": (f.get("env_file") or {}).get("exists"),
                 "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
+                "unread": [{"source": k, "reason": v} for k, v in sorted(unread_of(f).items())],
             },
         }
+        if h.reachable:
+            out[node.name]["not_evaluated"] = list((not_evaluated or {}).get(node.name, []))
         if not h.reachable:
             out[node.name]["error"] = h.error
     return out

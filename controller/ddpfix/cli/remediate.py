@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import run_audit
 from ddpfix.causes import attribute_causes
+from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, split_skipped
-from ddpfix.findings import RULES
+from ddpfix.findings import RULES, Finding
 from ddpfix.progress import Progress
-from ddpfix.remediate import build_plan, remaining_fixable, run_remediation
+from ddpfix.remediate import build_plan, not_effective, remaining_fixable, run_remediation
 from ddpfix.report import document
 
 
@@ -66,8 +68,10 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     if after is not None:
         after.findings, skipped = split_skipped(after.findings, skip, cluster)
     remaining = remaining_fixable(final)
+    stuck = not_effective(before.findings, final.findings, plans, only_ids, failed) if apply and todo else []
     doc = document(
-        "remediate", cluster.inventories, host_summaries(final.context.hosts, final.context.plan, cluster),
+        "remediate", cluster.inventories,
+        host_summaries(final.context.hosts, final.context.plan, cluster, not_evaluated(final.context, final.findings)),
         attribute_causes(final.findings, cluster.master),
         {
             "apply": apply,
@@ -77,17 +81,35 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
             "refused": refusals,
             "notes": {h: p.notes for h, p in plans.items() if p.notes},
             "remaining_fixable": [f.to_json() for f in remaining] if apply else None,
+            "not_effective": [{"id": f.id, "host": f.host, "message": _not_effective_text(f)} for f in stuck]
+            if apply else None,
         },
         skipped=skipped,
     )
     if not quiet:
         _print_changes(err, changes, apply, failed, refusals, plans)
+        for f in stuck:
+            err.print(f"[red]not fixed[/] {escape(_not_effective_text(f))}", highlight=False)
     emit(doc, fmt, output)
     if apply:
         code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
     else:
         code = ExitCode.FINDINGS if changes or failed or refusals else ExitCode.OK
     raise SystemExit(int(code))
+
+
+_WHY_NOT_EFFECTIVE = {
+    "time.unsynchronized": "chronyd runs with the ddpfix sources but has not synchronised to them: check that the "
+                           "sources answer NTP from this node and that chronyd reads the configuration ddpfix edited "
+                           "(ddpfix_chrony_conf_path)",
+    "time.no-daemon": "chronyd was started but is not running: see its log on the node",
+}
+
+
+def _not_effective_text(f: Finding) -> str:
+    why = _WHY_NOT_EFFECTIVE.get(f.id)
+    return (f"{f.id} on {f.host or 'the cluster'} is still open after the fix was applied (the fix did not take "
+            f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 
 
 def _print_changes(con: Console, changes: list, apply: bool, failed: dict, refusals: list, plans: dict) -> None:

@@ -97,6 +97,8 @@ _SCENARIO_REQUIRED = {
     "nftables-worker2": {"nft": "nftables"},
     "clock-skew": {"/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1": "libfaketime"},
     "chrony-unsynced": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
+    "chrony-no-confdir": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
+    "chrony-rhel-layout": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
 }
 
 

@@ -611,6 +611,59 @@ def _start_unsynced_chrony(rt: "Runtime", node: NodePlan) -> None:
     rt.record_pidfile(node, "chronyd-unsynced", "/run/chrony/chronyd.pid")
 
 
+HANDWRITTEN_CHRONY_CONF = """# Hand-written chrony configuration (ddpfix lab, {scenario}): no confdir, no include.
+server {source} iburst
+driftfile /var/lib/chrony/{drift}
+makestep 1 3
+"""
+
+
+@scenario(
+    "chrony-no-confdir",
+    "the highest-address node's hand-written /etc/chrony/chrony.conf has no confdir/include; chronyd -x runs unsynced",
+    ("time.unsynchronized",),
+)
+def _chrony_no_confdir(plan: LabPlan) -> None:
+    """Issue 8 item 8 (a fix must reach the file the service reads). nodeN's /etc/chrony/chrony.conf is
+    hand-written: one `server <unused lab address> iburst` (nobody answers), a driftfile and makestep, and
+    no `confdir`/`include`, so nothing in /etc/chrony/conf.d is read (the lab's own conf.d/lab.conf is
+    emptied to a comment there). chronyd runs with the lab's `-F 1 -x` (never touches the clock) and is
+    recorded as `chronyd-unsynced`. Finding: time.unsynchronized on nodeN; remediate must add a
+    managed `confdir` line to that file, or its drop-in is never read."""
+    node = last(plan)
+    node.chrony = None
+    node.files["chrony/chrony.conf"] = HANDWRITTEN_CHRONY_CONF.format(
+        scenario="chrony-no-confdir", source=plan.spare_address(3), drift="chrony.drift")
+    node.files["chrony/conf.d/lab.conf"] = "# ddpfix lab (chrony-no-confdir): not read, chrony.conf has no confdir\n"
+    node.tasks.append(_start_unsynced_chrony)
+
+
+@scenario(
+    "chrony-rhel-layout",
+    "the highest-address node has RHEL's layout: chronyd -f /etc/chrony.conf (no confdir), no /etc/chrony/; unsynced",
+    ("time.unsynchronized",),
+)
+def _chrony_rhel_layout(plan: LabPlan) -> None:
+    """Issue 8 item 8, RHEL's layout. On nodeN chronyd reads /etc/chrony.conf (`-f /etc/chrony.conf` in
+    /etc/default/chrony's DAEMON_OPTS, besides the lab's `-F 1 -x`), as RHEL's chronyd reads its
+    compiled-in /etc/chrony.conf; that file has one `server <unused lab address> iburst`, a driftfile
+    and makestep, and no confdir/include (RHEL's default reads no drop-in directory). /etc/chrony/ is
+    removed from the node's /etc. chronyd runs unsynced, recorded as `chronyd-unsynced`.
+    Finding: time.unsynchronized on nodeN; the fix must write /etc/chrony.d and make /etc/chrony.conf read it."""
+    node = last(plan)
+    node.chrony = None
+    node.files["chrony.conf"] = HANDWRITTEN_CHRONY_CONF.format(
+        scenario="chrony-rhel-layout", source=plan.spare_address(3), drift="drift")
+    node.files["default/chrony"] = ("# ddpfix lab (chrony-rhel-layout): -x = never adjust the system clock; "
+                                    "RHEL's configuration file\nDAEMON_OPTS=\"-F 1 -x -f /etc/chrony.conf\"\n")
+    node.tasks.append(_remove_debian_chrony_dir)
+    node.tasks.append(_start_unsynced_chrony)
+
+
+def _remove_debian_chrony_dir(rt: "Runtime", node: NodePlan) -> None:
+    rt.exec(node, ["rm", "-rf", "--one-file-system", "/etc/chrony"])  # the node's private /etc copy
+
+
 @scenario(
     "machine-id-clone",
     "the highest-address node has the same /etc/machine-id as node(N-1), like a cloned VM",

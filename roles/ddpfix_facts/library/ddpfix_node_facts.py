@@ -38,11 +38,16 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self, hosts_file,
-    sysctl, listening, time, firewall, env_file, probe, now.
+    sysctl, listening, time, firewall, env_file, probe, now, errors, unread.
+    C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces), C(hosts_file),
+    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), and the firewall layers C(firewalld), C(iptables),
+    C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
+    evidence of "nothing there".
   returned: always
   type: dict
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -89,7 +94,9 @@ def run(argv, timeout=5):
     try:
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
         return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired:
+        return 124, "", "timed out after %ss" % timeout
+    except OSError as exc:
         return 127, "", str(exc)
 
 
@@ -101,9 +108,40 @@ def read(path, default=None):
         return default
 
 
+def read_or_why(path):
+    """(text, None) or (None, why): a missing file is (None, None), any other failure names its reason."""
+    try:
+        with open(path) as f:
+            return f.read(), None
+    except (OSError, IOError) as exc:
+        if getattr(exc, "errno", None) == errno.ENOENT:
+            return None, None
+        return None, "%s: %s" % (path, getattr(exc, "strerror", None) or exc)
+    except UnicodeDecodeError as exc:
+        return None, "%s: not text (%s)" % (path, exc)
+
+
 def sysctl(name):
     v = read("/proc/sys/" + name.replace(".", "/"))
     return v.split() if v is not None else None
+
+
+def _why(what, rc, err):
+    line = next((ln.strip() for ln in (err or "").splitlines() if ln.strip()), "") or "rc=%s" % rc
+    if rc == 127:
+        line = "not installed (%s)" % line
+    elif rc == 124 or "timed out" in line.lower():
+        line = "timed out (%s)" % line
+    return "%s: %s" % (what, line[:200])
+
+
+def _user():
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return "uid %d" % os.geteuid()
 
 
 def free_port_in(addr, lo, hi, avoid):
@@ -155,13 +193,20 @@ def main():
     )
     p = module.params
     errors = []
+    unread = []
+
+    def not_read(source, reason):
+        errors.append(reason)
+        unread.append({"source": source, "reason": reason})
+
     rc, out, err = run(["ip", "-j", "addr", "show"])
     try:
         interfaces = json.loads(out) if rc == 0 else []
     except ValueError:
         interfaces = []
+        not_read("interfaces", "ip -j addr show: unparsable JSON")
     if rc != 0:
-        errors.append("ip -j addr: " + (err.strip() or "failed"))
+        not_read("interfaces", _why("ip -j addr show", rc, err))
     ifaces = [
         {
             "name": i.get("ifname"),
@@ -188,15 +233,33 @@ def main():
         fqdn = socket.getfqdn()
     except OSError:
         fqdn = hostname
-    port_range = sysctl("net.ipv4.ip_local_port_range") or ["32768", "60999"]
+    port_range = sysctl("net.ipv4.ip_local_port_range")
+    somaxconn = sysctl("net.core.somaxconn")
+    if not port_range or not somaxconn:
+        not_read("sysctl", "/proc/sys/net: net.ipv4.ip_local_port_range or net.core.somaxconn unreadable")
+    port_range = port_range or ["32768", "60999"]
     lo, hi = int(port_range[0]), int(port_range[1])
-    listening = listening_ports(read("/proc/net/tcp", ""), read("/proc/net/tcp6", ""))
+    tcp, why4 = read_or_why("/proc/net/tcp")
+    tcp6, _ = read_or_why("/proc/net/tcp6")
+    if tcp is None:
+        not_read("listening", why4 or "/proc/net/tcp: missing")
+    listening = listening_ports(tcp or "", tcp6 or "")
 
-    rc, out, _ = run(["chronyc", "-c", "-n", "tracking"], timeout=3)
-    tracking = parse_chronyc_tracking(out) if rc == 0 else None
     daemons = running_time_daemons("/proc")
+    if os.geteuid() != 0 and not os.path.exists("/proc/1/comm"):
+        not_read("processes", "/proc hides other users' processes from %s (mounted with hidepid)" % _user())
+    rc, out, err = run(["chronyc", "-c", "-n", "tracking"], timeout=3)
+    tracking = parse_chronyc_tracking(out) if rc == 0 else None
+    if "chronyd" in daemons and rc in (124, 127):  # other failures ("506 Cannot talk to daemon") are chrony's state
+        not_read("chronyc", _why("chronyc -c -n tracking", rc, err))
 
-    env_text = read(p["env_path"])
+    hosts_text, why = read_or_why("/etc/hosts")
+    if why:
+        not_read("hosts_file", why)
+    env_text, why = read_or_why(p["env_path"])
+    if why:
+        not_read("env_file", why)
+    firewall = collect_firewall()
     probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}
     if p["probe_listen"] and cluster.get("address"):
         addr = cluster["address"]
@@ -222,21 +285,22 @@ def main():
         "cluster": cluster,
         "master_ip": master_ip,
         "resolve_self": {hostname: resolve(hostname), fqdn: resolve(fqdn)},
-        "hosts_file": parse_hosts_file(read("/etc/hosts", "")),
+        "hosts_file": parse_hosts_file(hosts_text or ""),
         "hosts_file_is_mountpoint": os.path.ismount("/etc/hosts"),
         "sysctl": {
             "ip_local_port_range": [lo, hi],
-            "somaxconn": int((sysctl("net.core.somaxconn") or ["4096"])[0]),
+            "somaxconn": int((somaxconn or ["4096"])[0]),
             "ipv6_disabled": (sysctl("net.ipv6.conf.all.disable_ipv6") or ["0"])[0] == "1",
         },
         "listening": listening,
         "time": {"daemons": daemons, "chrony_tracking": tracking},
-        "firewall": collect_firewall(),
+        "firewall": firewall,
         "env_file": {"path": p["env_path"], "exists": env_text is not None, "values": parse_env_file(env_text or ""),
                      "sha256": hashlib.sha256(env_text.encode()).hexdigest() if env_text is not None else None},
         "probe": probe,
         "now": time.time(),
         "errors": errors,
+        "unread": unread + list(firewall.get("unread") or []),
     }
     module.exit_json(changed=False, ansible_facts={"ddpfix_node": facts})
 

@@ -28,8 +28,16 @@ State contract (``"schema": "ddpfix.firewall/v1"``)::
       "ip6tables": str | None,         # `ip6tables-save` text
       "nft": {"nftables": [...]} | None,   # `nft -j list ruleset`
       "nft_text": str | None,          # `nft -a list ruleset` (rule text for evidence)
-      "errors": ["..."]
+      "errors": ["..."],
+      "unread": [{"source": "firewalld" | "iptables" | "ip6tables" | "iptables-legacy" | "nft",
+                  "reason": "iptables-save: ... Permission denied (you must be root)"}]
     }
+
+``unread`` lists every layer that could not be read (no permission, timeout, a read
+that failed although the layer is there): its key above is then None, which must
+never be taken as "no rules". A tool that is not installed is not unread (nothing
+could have configured that layer), except when neither ``iptables-save`` nor ``nft``
+exists: then netfilter as a whole is unread.
 
 Evaluation models one NEW TCP (or UDP) packet (conntrack state NEW, a SYN,
 not DNATed, unicast to a local address) from ``src`` arriving on ``iface``
@@ -97,23 +105,31 @@ def _which(name):
     return name  # let run() report "not found"
 
 
-def collect(run=None, use_dbus=True):
+def collect(run=None, use_dbus=True, proc="/proc"):
     """Read the node's live firewall state (read-only). Returns the state dict.
 
     ``run(argv, timeout=...) -> (rc, stdout, stderr)``; default uses subprocess.
-    ``use_dbus=False`` forces the firewall-cmd text fallback.
+    ``use_dbus=False`` forces the firewall-cmd text fallback. ``proc``: where to look for a firewalld process.
     """
     run = run or _default_run
     state = {"schema": SCHEMA, "firewalld": None, "iptables": None, "iptables_legacy": None,
-             "ip6tables": None, "nft": None, "nft_text": None, "errors": []}
-    errors = state["errors"]
+             "ip6tables": None, "nft": None, "nft_text": None, "errors": [], "unread": []}
+    errors, unread = state["errors"], state["unread"]
+    missing = []
 
-    def text(argv, what):
+    def text(argv, what, source=None):
         rc, out, err = run([_which(argv[0])] + argv[1:], timeout=10)
         if rc == 0:
             return out
-        if rc != 127:
-            errors.append("%s: rc=%s %s" % (what, rc, (err or out).strip()[:200]))
+        if rc == 127:
+            if source:
+                missing.append(argv[0])
+            return None
+        line = _first_line(err or out) or "rc=%s" % rc
+        reason = line if line.startswith(argv[0]) else "%s: %s" % (what, line)
+        errors.append("%s: rc=%s %s" % (what, rc, (err or out).strip()[:200]))
+        if source:
+            unread.append({"source": source, "reason": reason})
         return None
 
     rc, out, err = run([_which("firewall-cmd"), "--state"], timeout=10)
@@ -122,19 +138,53 @@ def collect(run=None, use_dbus=True):
             state["firewalld"] = _collect_firewalld(run, use_dbus, errors)
         except Exception as exc:  # never fail the whole fact gathering
             errors.append("firewalld: %s" % exc)
-    ipt = text(["iptables-save"], "iptables-save")
+            unread.append({"source": "firewalld", "reason": "firewalld runs but its configuration could not be read: %s"
+                           % _first_line(str(exc))})
+    elif rc not in (127, 252) and _process_running("firewalld", proc):
+        # 252 = not running; a firewalld process that firewall-cmd cannot ask (D-Bus denied, timeout) is unread
+        reason = "firewall-cmd --state: %s" % (_first_line(err or out) or "rc=%s" % rc)
+        errors.append(reason)
+        unread.append({"source": "firewalld", "reason": reason})
+    ipt = text(["iptables-save"], "iptables-save", "iptables")
     state["iptables"] = ipt
     if ipt is not None and "iptables-legacy tables present" in ipt:
-        state["iptables_legacy"] = text(["iptables-legacy-save"], "iptables-legacy-save")
-    state["ip6tables"] = text(["ip6tables-save"], "ip6tables-save")
-    nj = text(["nft", "-j", "list", "ruleset"], "nft -j")
+        state["iptables_legacy"] = text(["iptables-legacy-save"], "iptables-legacy-save", "iptables-legacy")
+    state["ip6tables"] = text(["ip6tables-save"], "ip6tables-save", "ip6tables")
+    nj = text(["nft", "-j", "list", "ruleset"], "nft -j list ruleset", "nft")
     if nj is not None:
         try:
             state["nft"] = json.loads(nj) if nj.strip() else {"nftables": []}
         except ValueError as exc:
             errors.append("nft -j: unparsable JSON (%s)" % exc)
+            unread.append({"source": "nft", "reason": "nft -j list ruleset: unparsable JSON (%s)" % exc})
         state["nft_text"] = text(["nft", "-a", "list", "ruleset"], "nft -a")
+    if "iptables-save" in missing and "nft" in missing:
+        unread.append({"source": "netfilter", "reason": "neither iptables-save nor nft is installed"})
     return state
+
+
+def _first_line(text):
+    """The most telling line of a tool's error output (the first non-empty one), at most 200 characters."""
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return ""
+
+
+def _process_running(comm, proc="/proc"):
+    """Whether a process named ``comm`` (``/proc/PID/comm``) is visible."""
+    try:
+        pids = [d for d in os.listdir(proc) if d.isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            with open(os.path.join(proc, pid, "comm")) as fh:
+                if fh.read().strip() == comm:
+                    return True
+        except (IOError, OSError):
+            continue
+    return False
 
 
 def _norm_zone(d):

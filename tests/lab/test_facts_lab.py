@@ -1,0 +1,85 @@
+"""Facts that could not be read are reported, never passed (issue 8, item 4), on real lab hosts.
+
+The SSH user of one node is not root (no sudo, no become): it cannot run `iptables-save` or `nft`. The audit must
+report `facts.incomplete` on that node naming the firewall layers and the tools' own errors, and list the firewall
+checks as not evaluated there, although the node's firewall really blocks peers (as root the same audit reports
+`firewall.peer-ports-blocked`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from ddpfix import lab
+from ddpfix.cli import cli
+
+pytestmark = pytest.mark.lab
+
+USER, UID = "ddpuser", 4242
+
+
+def audit(inv: str, *args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(cli, ["-i", inv, "audit", *args], catch_exceptions=False)
+    return r.exit_code, r.stdout
+
+
+def add_ssh_user(info: Any, node: str) -> None:
+    """A non-root login on `node` with the lab's key: lines in the node's private /etc, home under its private /run."""
+    pub = info.private_key.with_name(info.private_key.name + ".pub").read_text()
+    home = f"/run/{USER}"
+    script = (
+        f"echo '{USER}:x:{UID}:{UID}:ddpfix lab non-root user:{home}:/bin/sh' >> /etc/passwd && "
+        f"echo '{USER}:x:{UID}:' >> /etc/group && "
+        f"echo '{USER}:*:20000:0:99999:7:::' >> /etc/shadow && "
+        f"mkdir -p {home}/.ssh && cat > {home}/.ssh/authorized_keys && "
+        f"chmod 700 {home} {home}/.ssh && chmod 600 {home}/.ssh/authorized_keys && chown -R {UID}:{UID} {home}"
+    )
+    lab.node_exec(info.name, node, ["sh", "-c", script], input=pub)
+    out = subprocess.run(["ssh", "-F", str(info.ssh_config), "-l", USER, node, "id -u"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == str(UID), out.stderr
+
+
+def set_host_var(info: Any, node: str, **kv: Any) -> None:
+    doc = yaml.safe_load(info.inventory.read_text())
+    doc["all"]["children"]["ddp_nodes"]["hosts"][node].update(kv)
+    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def test_unreadable_firewall_is_reported_as_incomplete_not_clean(temp_lab: Any) -> None:
+    info = temp_lab(nodes=3, scenario="iptables-worker")  # node3 rejects TCP to its ephemeral range
+    inv = str(info.inventory)
+    code, out = audit(inv, "--format", "json")
+    root = json.loads(out)
+    assert code == 1 and ("firewall.peer-ports-blocked", "node3") in {(f["id"], f["host"]) for f in root["findings"]}
+    assert root["hosts"]["node3"]["not_evaluated"] == [] and root["hosts"]["node3"]["facts"]["unread"] == []
+
+    add_ssh_user(info, "node3")
+    set_host_var(info, "node3", ansible_user=USER)
+    code, out = audit(inv, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1, doc["findings"]
+    on3 = {f["id"]: f for f in doc["findings"] if f["host"] == "node3"}
+    inc = on3["facts.incomplete"]
+    assert inc["severity"] == "warning" and not inc["fixable"]
+    assert "Permission denied (you must be root)" in inc["evidence"], inc
+    assert "Operation not permitted (you must be root)" in inc["evidence"], inc
+    assert not any(i.startswith("firewall.") for i in on3), on3
+    h3 = doc["hosts"]["node3"]
+    assert {"iptables", "nft"} <= {u["source"] for u in h3["facts"]["unread"]}
+    blind = {x["id"]: x["reason"] for x in h3["not_evaluated"]}
+    assert {"firewall.peer-ports-blocked", "firewall.world-open"} <= set(blind), blind
+    assert "you must be root" in blind["firewall.peer-ports-blocked"]
+    # the other nodes are read completely; the active probe still sees node3's block
+    assert doc["hosts"]["node1"]["not_evaluated"] == [] and doc["hosts"]["node2"]["not_evaluated"] == []
+    assert any(f["id"] == "probe.peer-unreachable" for f in doc["findings"]), doc["findings"]
+    assert doc["summary"]["not_evaluated"] == len(blind)
+
+    code, table = audit(inv)
+    assert code == 1 and "NOT EVALUATED" in table and "firewall.peer-ports-blocked" in table
