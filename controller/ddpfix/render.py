@@ -146,6 +146,7 @@ def render_junit(doc: Mapping[str, Any]) -> str:
     for f in _findings(doc):
         by.setdefault((f["id"], f.get("host") or "cluster"), []).append(f)
     skipped = {(s["id"], s.get("host") or "cluster") for s in doc.get("skipped") or []}
+    blind = {h: {b["id"]: b.get("reason", "") for b in v.get("not_evaluated") or []} for h, v in hosts.items()}
     suite = ET.Element("testsuite", name=f"ddpfix.{doc.get('command')}")
     counts = {"tests": 0, "failures": 0, "skipped": 0}
     cluster_ids = {i for (i, h) in by if h == "cluster"} | {i for (i, h) in skipped if h == "cluster"}
@@ -163,6 +164,9 @@ def render_junit(doc: Mapping[str, Any]) -> str:
                     el.text = f"evidence: {f['evidence']}\nfix: {f['fix']}" + (
                         f"\ncaused by: {f['caused_by']}" if f.get("caused_by") else "")
                 counts["failures"] += 1
+            elif h != "cluster" and rid in blind.get(h, {}):
+                ET.SubElement(tc, "skipped", message=f"not evaluated (not a pass): {blind[h][rid]}")
+                counts["skipped"] += 1
             elif h != "cluster" and not hosts.get(h, {}).get("reachable", True) and rid != "host.unreachable":
                 ET.SubElement(tc, "skipped", message=f"{h} could not be audited")
                 counts["skipped"] += 1
