@@ -18,28 +18,28 @@ step "1/7 a broken cluster" "Three real SSH hosts in network namespaces, with: $
 $DDPFIX lab up --name "$LAB" --nodes 3 --scenario "$SCENARIOS" --no-wait-sync || exit 1
 
 step "2/7 audit" "One read-only pass over every node plus TCP probes between them; each finding names the host, the evidence and the fix."
-$DDPFIX -i "$INV" audit
+$DDPFIX audit -i "$INV" --matrix
 echo "(audit exit code: $? - 1 means findings)"
 
 step "3/7 verify --torch (expected to FAIL)" "A real torch.distributed Gloo all-reduce via torchrun, from the env files the nodes have now."
-$DDPFIX -i "$INV" verify --torch --no-checks
+$DDPFIX verify -i "$INV" --torch --no-checks
 echo "(verify exit code: $?)"
 
 step "4/7 remediate (dry run)" "Every change ddpfix would make, as diffs; nothing is touched."
-$DDPFIX -i "$INV" remediate
+$DDPFIX remediate -i "$INV"
 echo "(dry-run exit code: $? - 1 means changes pending)"
 
 step "5/7 remediate --apply" "Firewall opened to the cluster CIDR only, /etc/hosts block, chrony, env files; then a re-audit."
-$DDPFIX -i "$INV" remediate --apply
+$DDPFIX remediate -i "$INV" --apply
 rc=$?
 echo "(apply exit code: $rc - 0 means no fixable finding remains)"
 
 step "6/7 audit again" "Clean at error level: what remains (if anything) is not auto-fixable and says how to fix it by hand."
-$DDPFIX -i "$INV" audit --fail-on error
+$DDPFIX audit -i "$INV" --fail-on error
 echo "(audit exit code: $?)"
 
 step "7/7 verify --torch (expected to PASS)" "The same all-reduce, now across every node."
-$DDPFIX -i "$INV" verify --torch
+$DDPFIX verify -i "$INV" --torch
 vrc=$?
 echo "(verify exit code: $vrc)"
 [ "$rc" -eq 0 ] && [ "$vrc" -eq 0 ] && echo "demo: OK" || { echo "demo: FAILED"; exit 1; }
