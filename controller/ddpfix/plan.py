@@ -126,9 +126,10 @@ def env_not_ours(env_file: Mapping[str, Any], adopt: bool) -> str | None:
     """Why ddpfix must not write this node's env file (an existing file it did not write, or one it cannot read)."""
     path = env_file.get("path")
     if env_file.get("exists") and not env_file.get("readable", True):
-        return f"ddp_env_path {path} exists but cannot be read"
-    if env_file.get("exists") and env_file.get("owner") == "foreign" and not adopt:
-        return (f"ddp_env_path {path} exists and was not written by ddpfix (no '{envfile_lib().BEGIN}'): "
+        return f"ddp_env_path {path} exists but cannot be read: {env_file.get('error') or 'not readable'}"
+    lib = envfile_lib()
+    if env_file.get("exists") and env_file.get("owner") == "foreign" and not lib.may_adopt(path, env_file.get("target"), adopt):
+        return (f"ddp_env_path {path} exists and was not written by ddpfix (no '{lib.BEGIN}'): "
                 "set ddp_env_adopt: true to add ddpfix's block to it (its other lines are kept), or choose another ddp_env_path")
     return None
 

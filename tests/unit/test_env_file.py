@@ -175,10 +175,10 @@ def test_write_needed_compares_the_managed_part_only(sim: Sim) -> None:
 
 def test_foreign_file_refuses_env_writes_on_every_node(sim: Sim) -> None:
     sim.set_var(None, ddp_env_path="/etc/environment")
-    sim.set_env_file("node2", 'PATH="/usr/local/sbin:/usr/bin"\n')
-    for n in ("node1", "node3"):
+    for n in ("node1", "node2", "node3"):
         sim.node(n)["env_file"]["path"] = "/etc/environment"
-    why = env_not_ours(sim.node("node2")["env_file"] | {"path": "/etc/environment"}, adopt=False)
+    sim.set_env_file("node2", 'PATH="/usr/local/sbin:/usr/bin"\n')
+    why = env_not_ours(sim.node("node2")["env_file"], adopt=False)
     assert why and "/etc/environment" in why and "ddp_env_adopt" in why
     assert env_not_ours(sim.node("node2")["env_file"], adopt=True) is None
     ctx = sim.context()
@@ -195,3 +195,13 @@ def test_foreign_file_refuses_env_writes_on_every_node(sim: Sim) -> None:
 def test_readme_names_the_block_markers() -> None:
     text = (Path(ROOT) / "README.md").read_text()
     assert lib.BEGIN in text and lib.END in text and "ddp_env_adopt" in text
+
+
+def test_file_in_ddpfix_own_directory_adopted_without_the_variable() -> None:
+    ef = {"path": "/etc/ddpfix/ddp.env", "target": None, "exists": True, "readable": True, "owner": "foreign"}
+    assert env_not_ours(ef, adopt=False) is None
+    # ... but not through a symlink that leads elsewhere
+    assert "not written by ddpfix" in env_not_ours(ef | {"target": "/etc/environment"}, adopt=False)
+    assert lib.may_adopt("/etc/ddpfix/ddp.env", "/etc/ddpfix/ddp.env", False)
+    assert not lib.may_adopt("/etc/ddpfix-x/ddp.env", None, False) and not lib.may_adopt("/etc/environment", None, False)
+    assert "exists but cannot be read" in env_not_ours(ef | {"readable": False}, adopt=True)

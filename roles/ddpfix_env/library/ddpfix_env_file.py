@@ -16,7 +16,8 @@ description:
     commented out (C(# ddpfix: superseded: ...)) because bash, systemd C(EnvironmentFile=) and C(docker --env-file)
     all let the last assignment win.
   - A file written by an older ddpfix (first line C(# Managed by ddpfix:)) is converted to the block.
-    Any other existing file is refused unless I(adopt) is true.
+    Any other existing file is refused unless I(adopt) is true or the file (and a symlink's target) lies in
+    C(/etc/ddpfix/), ddpfix's own directory; an adopted file keeps all its lines.
   - A symlink is followed; the target is written atomically in its own directory and the link stays. A dangling
     link, a target that is a directory or lies under C(/tmp), C(/var/tmp), C(/dev), C(/proc), C(/sys) or
     C(/run/user) is refused. An immutable or append-only file (C(chattr +i)/C(+a)) is refused with a message naming
@@ -62,6 +63,7 @@ from ansible.module_utils.ddpfix_envfile import (
     NotOurs,
     check_values,
     forbidden_dir,
+    may_adopt,
     merge,
     ownership,
     redact,
@@ -161,7 +163,7 @@ def main():
             module.fail_json(msg="cannot read %s: %s" % (target, exc))
     owner = ownership(before) if exists else "new"
     try:
-        after, superseded = merge(before, values, p["comment"], adopt=p["adopt"])
+        after, superseded = merge(before, values, p["comment"], adopt=may_adopt(path, target, p["adopt"]))
     except NotOurs:
         module.fail_json(msg="ddp_env_path %s exists and was not written by ddpfix (no '%s'): ddpfix does not "
                              "overwrite it; set ddp_env_adopt: true to add ddpfix's block to it (its other lines are "

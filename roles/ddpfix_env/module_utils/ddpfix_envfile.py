@@ -9,7 +9,8 @@ systemd ``EnvironmentFile=`` and ``docker --env-file`` all let the last assignme
 into a comment (``# ddpfix: superseded: <line>``) rather than left to shadow (or be shadowed by) the block.
 A file written by ddpfix before the block existed starts with ``# Managed by ddpfix:``; it is converted (its
 ddpfix keys move into the block, other lines are kept). Any other existing file is the user's: it is only changed
-with ``adopt`` (``ddp_env_adopt: true``), and then only by adding the block and neutralising duplicates.
+with ``adopt`` (``ddp_env_adopt: true``) or when it lies in ddpfix's own directory ``/etc/ddpfix/`` (a file
+written there by hand before ddpfix ran), and then only by adding the block and neutralising duplicates.
 
 Values of keys that look secret (KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL in the name, any case) never
 leave the node: diffs and facts carry ``***`` instead.
@@ -31,6 +32,9 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 #: Keys the whole-file format held; dropped when such a file is converted to the block.
 OLD_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
             "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+#: ddpfix's own directory: an existing file there (e.g. written by hand following the README) is adopted without
+#: ddp_env_adopt, since no other program owns it. Adopting keeps every line (duplicates of ddpfix's keys commented).
+OWN_DIR = "/etc/ddpfix"
 #: Directories the env file (or a symlink's target) may not live in.
 FORBIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run/user")
 
@@ -54,6 +58,15 @@ def forbidden_dir(path):
         if path == d or path.startswith(d + "/"):
             return d
     return None
+
+
+def in_own_dir(path):
+    return bool(path) and path.startswith(OWN_DIR + "/")
+
+
+def may_adopt(path, target, adopt):
+    """Whether a foreign file at `path` (resolving to `target`) may get the block."""
+    return bool(adopt) or (in_own_dir(path) and in_own_dir(target or path))
 
 
 def _open_quote(value, quote=None):

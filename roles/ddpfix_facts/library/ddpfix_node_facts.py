@@ -142,11 +142,20 @@ def start_listener(specs, seconds):
 def env_file_facts(path, text):
     """The env file as the audit needs it, secret values redacted (its content never leaves the node)."""
     target = os.path.realpath(path)
+    error = None
+    if text is None and os.path.lexists(path):
+        if os.path.islink(path) and not os.path.exists(target):
+            error = "a symlink to %s, which does not exist" % target
+        elif os.path.isdir(target):
+            error = "a directory"
+        else:
+            error = "not readable"
     return {
         "path": path,
         "target": target if target != path else None,
         "exists": text is not None or os.path.lexists(path),
         "readable": text is not None,
+        "error": error,
         # every key as bash `set -a; . FILE` leaves it (the last assignment wins)
         "values": redact_values(parse_env_file(text or "")),
         # ddpfix's part: block (or older whole-file format), foreign (a file ddpfix did not write)
