@@ -134,6 +134,14 @@ def env_not_ours(env_file: Mapping[str, Any], adopt: bool) -> str | None:
     return None
 
 
+def env_refusal(not_ours: Mapping[str, str]) -> str:
+    """One line for the nodes whose env file ddpfix must not write ({node: reason}), nodes grouped by reason."""
+    by_why: dict[str, list[str]] = {}
+    for n, why in sorted(not_ours.items()):
+        by_why.setdefault(why, []).append(n)
+    return "; ".join(f"{', '.join(ns)}: {why}" for why, ns in by_why.items())
+
+
 def hosts_entries(plans: Mapping[str, NodePlan]) -> list[dict[str, Any]]:
     """The managed /etc/hosts block: every node's hostname (and inventory name) -> its cluster address, in rank order.
 

@@ -12,7 +12,7 @@ from ddpfix.audit import AuditResult
 from ddpfix.checks import Context, active_firewalls
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP
-from ddpfix.plan import env_comment, env_not_ours, env_write_needed, hosts_entries
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, env_write_needed, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.runner import RunResult, run_playbook
 
@@ -92,8 +92,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         write_env = False
     not_ours = {n: why for n, f in audited.items() if (why := env_not_ours(f.get("env_file") or {}, ctx.cluster.env_adopt))}
     if write_env and not_ours:
-        refusals.append("env files not written (on no node, so ranks stay consistent): "
-                        + "; ".join(f"{n}: {why}" for n, why in sorted(not_ours.items())))
+        refusals.append("env files not written (on no node, so ranks stay consistent): " + env_refusal(not_ours))
         write_env = False
     hosts_needed = bool(all_ids & HOSTS_IDS)
     time_needed_any = bool(all_ids & TIME_IDS)

@@ -12,7 +12,7 @@ from typing import Any
 from ddpfix.checks import Context, _is_loopback
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
-from ddpfix.plan import env_comment, envfile_lib
+from ddpfix.plan import env_write_needed
 from ddpfix.progress import Progress
 from ddpfix.runner import run_playbook
 
@@ -46,12 +46,12 @@ def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
         if not envf.exists:
             out.append(Check(name, "env file present", False, f"{ctx.cluster.env_path} missing"))
         else:
-            # ddpfix's part only: the managed block, and none of its keys assigned again outside it
-            content = envf.content_string
-            lib = envfile_lib()
-            same = lib.managed_text(content) == "\n".join(lib.render_block(ctx.plan[name].env, env_comment(ctx.plan[name]))[1:-1]) + "\n"
-            shadowed = sorted(set(lib.outside_keys(content)) & set(ctx.plan[name].env))
-            out.append(Check(name, "env file present and as planned", same and not shadowed,
+            # ddpfix's part only (the managed block, none of its keys set again outside it), from the node's facts:
+            # the file's content (the user's secrets) is not read back to the controller
+            ef = facts.get("env_file") or {}
+            same = not env_write_needed(ef, ctx.plan[name])
+            shadowed = sorted(set(ef.get("outside_keys") or ()) & set(ctx.plan[name].env))
+            out.append(Check(name, "env file present and as planned", same,
                              f"mode {oct(envf.mode)}" + ("" if same else "; managed block differs from the plan")
                              + (f"; also set outside the block: {', '.join(shadowed)}" if shadowed else "")))
         hn = host.check_output("hostname")

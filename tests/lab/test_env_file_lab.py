@@ -134,6 +134,12 @@ def test_user_keys_and_secrets_kept_never_shown_and_second_apply_changes_nothing
     doc = json.loads(out)
     assert doc["changed"] == {n.name: 0 for n in info.nodes}, doc["changes"]
 
+    # verify's end-state check agrees (from the facts: the file is not read back)
+    code, out, err = ddpfix(inv, "verify", "--format", "json")
+    outputs += [out, err]
+    checks = [c for c in json.loads(out)["checks"] if c["check"].startswith("env file")]
+    assert len(checks) == len(info.nodes) and all(c["ok"] for c in checks), checks
+
     # a user line that shadows a managed key again: the dry run shows it redacted-safe, --apply neutralises it
     sh(info, "node2", f"printf 'NODE_RANK=5\\nDB_PASSWORD={SECRET}\\n' >> /etc/ddpfix/ddp.env")
     code, out, err = ddpfix(inv, "remediate", *ONLY_ENV, "--format", "json")

@@ -13,7 +13,7 @@ import click
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import collect
 from ddpfix.cli.common import cluster_of
-from ddpfix.plan import env_comment, env_not_ours, render_env
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, render_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, run_remediation
 
@@ -50,10 +50,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         not_ours = {n: why for n in files if (why := env_not_ours((ctx.facts.get(n) or {}).get("env_file") or {},
                                                                   cluster.env_adopt))}
         if not_ours:  # refused before any node is touched, so no node gets a new file
-            by_why: dict[str, list[str]] = {}
-            for n, why in sorted(not_ours.items()):
-                by_why.setdefault(why, []).append(n)
-            raise DdpfixError("; ".join(f"{', '.join(ns)}: {why}" for why, ns in by_why.items()), ExitCode.INVALID_INPUT)
+            raise DdpfixError(env_refusal(not_ours), ExitCode.INVALID_INPUT)
     if local_dir:
         d = Path(local_dir)
         d.mkdir(parents=True, exist_ok=True)
