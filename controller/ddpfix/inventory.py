@@ -35,6 +35,7 @@ class Cluster:
     cluster_cidr: str | None = None  # None: the subnet of the master's address (known after facts)
     nproc_per_node: int = 1
     env_path: str = DEFAULT_ENV_PATH
+    env_adopt: bool = False  # add ddpfix's block to an existing env file ddpfix did not write
     firewall: str = "auto"
     ntp_servers: tuple[str, ...] = ()
     ntp_local_master: bool = False
@@ -144,6 +145,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
     env_path = str(mv.get("ddp_env_path") or DEFAULT_ENV_PATH)
     if not env_path.startswith("/"):
         raise _bad(f"ddp_env_path must be an absolute path, got {env_path!r}")
+    env_adopt = _bool(mv.get("ddp_env_adopt", False), "ddp_env_adopt")
     firewall = str(mv.get("ddp_firewall") or "auto")
     if firewall not in FIREWALL_CHOICES:
         raise _bad(f"ddp_firewall must be one of {', '.join(FIREWALL_CHOICES)}, got {firewall!r}")
@@ -178,6 +180,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         cluster_cidr=cidr,
         nproc_per_node=nproc,
         env_path=env_path,
+        env_adopt=env_adopt,
         firewall=firewall,
         ntp_servers=tuple(str(s) for s in ntp),
         ntp_local_master=local_master,

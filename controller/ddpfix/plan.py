@@ -5,14 +5,17 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsi
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
 from typing import Any
 
+from ddpfix import paths
 from ddpfix.inventory import Cluster
 
-ENV_HEADER = "# Managed by ddpfix: rewritten by `ddpfix env --apply`; local edits are replaced.\n"
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE")
 
@@ -88,10 +91,55 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
     return plans
 
 
+@lru_cache(maxsize=1)
+def envfile_lib() -> ModuleType:
+    """The env file's managed-block functions (roles/ddpfix_env/module_utils/ddpfix_envfile.py), shared with the
+    node modules that write and read the block."""
+    path = paths.roles_dir() / "ddpfix_env" / "module_utils" / "ddpfix_envfile.py"
+    spec = importlib.util.spec_from_file_location("ddpfix_envfile", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def env_comment(plan: NodePlan) -> str:
+    return f"node {plan.name} (rank {plan.rank})"
+
+
 def render_env(plan: NodePlan) -> str:
-    lines = [ENV_HEADER.rstrip("\n"), f"# node {plan.name} (rank {plan.rank})"]
-    lines += [f"{k}={v}" for k, v in plan.env.items()]
-    return "\n".join(lines) + "\n"
+    """The env file ddpfix writes where none exists: its managed block alone (an existing file keeps its other lines)."""
+    return "\n".join(envfile_lib().render_block(plan.env, env_comment(plan))) + "\n"
+
+
+def env_write_needed(env_file: Mapping[str, Any], plan: NodePlan) -> bool:
+    """Whether the node's env file (its facts) differs from the plan in ddpfix's part: the block's values, or a
+    managed key also assigned outside the block (it would shadow or be shadowed by the block)."""
+    if not env_file.get("exists") or env_file.get("owner") != "block":
+        return True
+    if dict(env_file.get("managed") or {}) != dict(plan.env):
+        return True
+    return bool(set(env_file.get("outside_keys") or ()) & set(plan.env))
+
+
+def env_not_ours(env_file: Mapping[str, Any], adopt: bool) -> str | None:
+    """Why ddpfix must not write this node's env file (an existing file it did not write, or one it cannot read)."""
+    path = env_file.get("path")
+    if env_file.get("exists") and not env_file.get("readable", True):
+        return f"ddp_env_path {path} exists but cannot be read: {env_file.get('error') or 'not readable'}"
+    lib = envfile_lib()
+    if env_file.get("exists") and env_file.get("owner") == "foreign" and not lib.may_adopt(path, env_file.get("target"), adopt):
+        return (f"ddp_env_path {path} exists and was not written by ddpfix (no '{lib.BEGIN}'): "
+                "set ddp_env_adopt: true to add ddpfix's block to it (its other lines are kept), or choose another ddp_env_path")
+    return None
+
+
+def env_refusal(not_ours: Mapping[str, str]) -> str:
+    """One line for the nodes whose env file ddpfix must not write ({node: reason}), nodes grouped by reason."""
+    by_why: dict[str, list[str]] = {}
+    for n, why in sorted(not_ours.items()):
+        by_why.setdefault(why, []).append(n)
+    return "; ".join(f"{', '.join(ns)}: {why}" for why, ns in by_why.items())
 
 
 def hosts_entries(plans: Mapping[str, NodePlan]) -> list[dict[str, Any]]:

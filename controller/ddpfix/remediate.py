@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +12,7 @@ from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP
-from ddpfix.plan import hosts_entries, render_env
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, env_write_needed, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.runner import RunResult, run_playbook
 
@@ -28,7 +27,8 @@ class HostPlan:
     firewall: str = "none"  # firewalld | iptables | none
     hosts: bool = False
     time: bool = False
-    env: str = ""  # env file text; empty: not written
+    env: dict[str, str] = field(default_factory=dict)  # the env file's managed block; empty: not written
+    env_comment: str = ""
     pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
     notes: list[str] = field(default_factory=list)
 
@@ -38,7 +38,7 @@ class HostPlan:
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
-                "pin_ifname": self.pin_ifname}
+                "env_comment": self.env_comment, "pin_ifname": self.pin_ifname}
 
 
 @dataclass
@@ -90,6 +90,10 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
         write_env = False
+    not_ours = {n: why for n, f in audited.items() if (why := env_not_ours(f.get("env_file") or {}, ctx.cluster.env_adopt))}
+    if write_env and not_ours:
+        refusals.append("env files not written (on no node, so ranks stay consistent): " + env_refusal(not_ours))
+        write_env = False
     hosts_needed = bool(all_ids & HOSTS_IDS)
     time_needed_any = bool(all_ids & TIME_IDS)
     plans: dict[str, HostPlan] = {}
@@ -110,10 +114,9 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         hp.hosts = hosts_needed and (only is None or bool(only & HOSTS_IDS))
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
-            text = render_env(ctx.plan[name])
-            current = (facts.get("env_file") or {}).get("sha256")
-            if current != hashlib.sha256(text.encode()).hexdigest():  # only nodes whose file differs
-                hp.env = text
+            if env_write_needed(facts.get("env_file") or {}, ctx.plan[name]):  # only nodes whose block differs
+                hp.env = dict(ctx.plan[name].env)
+                hp.env_comment = env_comment(ctx.plan[name])
         if pin_ifnames and ctx.plan[name].ifname:
             mac = next((i.get("mac") for i in facts.get("interfaces") or [] if i.get("name") == ctx.plan[name].ifname), None)
             if mac:
@@ -137,6 +140,7 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
         "ddpfix_ntp_servers": list(c.ntp_servers),
         "ddpfix_ntp_local_master": c.ntp_local_master,
         "ddpfix_env_path": c.env_path,
+        "ddpfix_env_adopt": c.env_adopt,
     }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from ddpfix.checks import Context, _is_loopback
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
-from ddpfix.plan import render_env
+from ddpfix.plan import env_write_needed
 from ddpfix.progress import Progress
 from ddpfix.runner import run_playbook
 
@@ -43,14 +43,17 @@ def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
     for name, facts in ctx.audited():
         host = testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}")
         envf = host.file(ctx.cluster.env_path)
-        want = render_env(ctx.plan[name])
         if not envf.exists:
             out.append(Check(name, "env file present", False, f"{ctx.cluster.env_path} missing"))
         else:
-            content = envf.content_string
-            same = content == want
-            out.append(Check(name, "env file present and as planned", same and envf.mode == 0o644,
-                             f"mode {oct(envf.mode)}" + ("" if same else "; content differs from the plan")))
+            # ddpfix's part only (the managed block, none of its keys set again outside it), from the node's facts:
+            # the file's content (the user's secrets) is not read back to the controller
+            ef = facts.get("env_file") or {}
+            same = not env_write_needed(ef, ctx.plan[name])
+            shadowed = sorted(set(ef.get("outside_keys") or ()) & set(ctx.plan[name].env))
+            out.append(Check(name, "env file present and as planned", same,
+                             f"mode {oct(envf.mode)}" + ("" if same else "; managed block differs from the plan")
+                             + (f"; also set outside the block: {', '.join(shadowed)}" if shadowed else "")))
         hn = host.check_output("hostname")
         addrs = host.addr(hn).ipv4_addresses if hn else []
         loop = [a for a in addrs if _is_loopback(a)]

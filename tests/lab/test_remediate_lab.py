@@ -170,10 +170,11 @@ def test_apply_keeps_ssh_never_opens_to_world_and_backs_up(broken: Any) -> None:
     for node in ("node2", "node3"):
         ls = lab.node_exec(broken.name, node, ["sh", "-c", "ls /etc/hosts.*~ 2>/dev/null || true"]).stdout
         assert ls.strip(), f"no /etc/hosts backup on {node}"
-    # env file: managed header, mode 0644, interface name
+    # env file: the hand-written lines kept (ddpfix's keys among them commented out), the managed block, mode 0644
     st = lab.node_exec(broken.name, "node2", ["stat", "-c", "%a", "/etc/ddpfix/ddp.env"]).stdout.strip()
     env = lab.node_exec(broken.name, "node2", ["cat", "/etc/ddpfix/ddp.env"]).stdout
-    assert st == "644" and env.startswith("# Managed by ddpfix") and "NCCL_SOCKET_IFNAME==" in env
+    assert st == "644" and "# BEGIN ddpfix managed block" in env and "NCCL_SOCKET_IFNAME==" in env
+    assert f"# ddpfix: superseded: MASTER_ADDR={broken.nodes[0].address}" in env
 
 
 def test_bind_mounted_hosts_file_remediated(broken: Any) -> None:

@@ -41,6 +41,10 @@ def nodeinfo() -> ModuleType:
     return load_role_module("ddpfix_facts/module_utils/ddpfix_nodeinfo.py", "ddpfix_nodeinfo")
 
 
+def envfile() -> ModuleType:
+    return load_role_module("ddpfix_env/module_utils/ddpfix_envfile.py", "ddpfix_envfile")
+
+
 def hosts_file_module() -> ModuleType:
     return load_role_module("ddpfix_hosts/library/ddpfix_hosts_file.py", "ddpfix_hosts_file")
 
@@ -88,8 +92,11 @@ class Sim:
         self.node(name)["hosts_file"] = nodeinfo().parse_hosts_file(text)
 
     def set_env_file(self, name: str, text: str) -> None:
+        """The env_file facts ddpfix_node_facts returns for a file with this text."""
         ef = self.node(name)["env_file"]
-        ef.update(exists=True, values=nodeinfo().parse_env_file(text))
+        lib, parse = envfile(), nodeinfo().parse_env_file
+        ef.update(exists=True, readable=True, values=lib.redact_values(parse(text)), owner=lib.ownership(text),
+                  managed=lib.redact_values(parse(lib.managed_text(text))), outside_keys=lib.outside_keys(text))
 
     def write_planned_env_files(self, **override: dict[str, str]) -> None:
         """Give every node the env file ddpfix would write (plan.render_env), then apply per-node overrides."""

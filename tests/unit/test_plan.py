@@ -96,7 +96,7 @@ def test_effective_cidr(sim: Sim) -> None:
 def test_render_env_and_hosts_block(sim: Sim) -> None:
     plans = _plan(sim)
     text = render_env(plans["node1"])
-    assert text.startswith("# Managed by ddpfix")
+    assert text.startswith("# BEGIN ddpfix managed block\n") and text.endswith("# END ddpfix managed block\n")
     assert "\nMASTER_ADDR=192.168.77.11\n" in text and "\nNCCL_SOCKET_IFNAME==eth0\n" in text
     assert text.endswith("\n")
     assert render_env(plans["node1"]) == text  # no timestamps: deterministic

@@ -13,7 +13,7 @@ import click
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import collect
 from ddpfix.cli.common import cluster_of, global_options
-from ddpfix.plan import render_env
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, render_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, run_remediation
 
@@ -27,6 +27,9 @@ from ddpfix.remediate import HostPlan, run_remediation
 @click.pass_obj
 def command(app: Application, apply: bool, local_dir: str | None, allow_partial: bool, fmt: str) -> None:
     """Render each node's env file from the inventory and the nodes' facts; --apply writes it on the nodes.
+
+    ddpfix's keys live in a managed block; the file's other lines are kept. An existing file ddpfix did not
+    write is refused (exit 2) unless ddp_env_adopt is true.
 
     Ranks: explicit ddp_node_rank, else inventory order with the master first. An unreachable node never
     makes the others renumber: with one missing, nothing is written (exit 1) unless --allow-partial.
@@ -44,6 +47,11 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         raise DdpfixError(f"no address in the cluster network {ctx.cidr} on: {', '.join(unusable)} "
                           "(or the master has none); run ddpfix audit", ExitCode.FINDINGS)
     files = {n: render_env(p) for n, p in ctx.plan.items() if n not in missing}
+    if apply:
+        not_ours = {n: why for n in files if (why := env_not_ours((ctx.facts.get(n) or {}).get("env_file") or {},
+                                                                  cluster.env_adopt))}
+        if not_ours:  # refused before any node is touched, so no node gets a new file
+            raise DdpfixError(env_refusal(not_ours), ExitCode.INVALID_INPUT)
     if local_dir:
         d = Path(local_dir)
         d.mkdir(parents=True, exist_ok=True)
@@ -55,7 +63,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         for name, text in files.items():
             click.echo(f"==> {name}:{cluster.env_path} <==\n{text}")
     if apply:
-        plans = {n: HostPlan(env=t) for n, t in files.items()}
+        plans = {n: HostPlan(env=dict(ctx.plan[n].env), env_comment=env_comment(ctx.plan[n])) for n in files}
         run, changes = run_remediation(ctx, plans, apply=True, limit=app.limit, forks=app.forks,
                                        verbosity=app.verbosity, progress=None)
         failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}

@@ -48,7 +48,6 @@ ansible_facts:
 """
 
 import errno
-import hashlib
 import json
 import os
 import socket
@@ -57,6 +56,7 @@ import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ddpfix_envfile import managed_text, outside_keys, ownership, redact_values
 from ansible.module_utils.ddpfix_firewall import collect as collect_firewall
 from ansible.module_utils.ddpfix_nodeinfo import (
     cluster_interface,
@@ -177,6 +177,32 @@ def start_listener(specs, seconds):
     return p.pid, None
 
 
+def env_file_facts(path, text):
+    """The env file as the audit needs it, secret values redacted (its content never leaves the node)."""
+    target = os.path.realpath(path)
+    error = None
+    if text is None and os.path.lexists(path):
+        if os.path.islink(path) and not os.path.exists(target):
+            error = "a symlink to %s, which does not exist" % target
+        elif os.path.isdir(target):
+            error = "a directory"
+        else:
+            error = "not readable"
+    return {
+        "path": path,
+        "target": target if target != path else None,
+        "exists": text is not None or os.path.lexists(path),
+        "readable": text is not None,
+        "error": error,
+        # every key as bash `set -a; . FILE` leaves it (the last assignment wins)
+        "values": redact_values(parse_env_file(text or "")),
+        # ddpfix's part: block (or older whole-file format), foreign (a file ddpfix did not write)
+        "owner": ownership(text) if text is not None else None,
+        "managed": redact_values(parse_env_file(managed_text(text or ""))),
+        "outside_keys": outside_keys(text or ""),
+    }
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -295,8 +321,7 @@ def main():
         "listening": listening,
         "time": {"daemons": daemons, "chrony_tracking": tracking},
         "firewall": firewall,
-        "env_file": {"path": p["env_path"], "exists": env_text is not None, "values": parse_env_file(env_text or ""),
-                     "sha256": hashlib.sha256(env_text.encode()).hexdigest() if env_text is not None else None},
+        "env_file": env_file_facts(p["env_path"], env_text),
         "probe": probe,
         "now": time.time(),
         "errors": errors,

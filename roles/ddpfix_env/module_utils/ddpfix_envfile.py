@@ -1,0 +1,246 @@
+# -*- coding: utf-8 -*-
+"""The env file's managed block: stdlib-only, pure functions shared by the ``ddpfix_env_file`` module (writes the
+block), the ``ddpfix_node_facts`` module (reads it; ``roles/ddpfix_facts/module_utils`` holds a symlink to this
+file) and the controller (renders the block, loaded by path).
+
+Design: ddpfix's keys live between ``# BEGIN ddpfix managed block`` and ``# END ddpfix managed block``. Everything
+outside the block is the user's and kept verbatim, except assignments of a key the block sets: bash ``set -a; .``,
+systemd ``EnvironmentFile=`` and ``docker --env-file`` all let the last assignment win, so such a line is turned
+into a comment (``# ddpfix: superseded: <line>``) rather than left to shadow (or be shadowed by) the block.
+A file written by ddpfix before the block existed starts with ``# Managed by ddpfix:``; it is converted (its
+ddpfix keys move into the block, other lines are kept). Any other existing file is the user's: it is only changed
+with ``adopt`` (``ddp_env_adopt: true``) or when it lies in ddpfix's own directory ``/etc/ddpfix/`` (a file
+written there by hand before ddpfix ran), and then only by adding the block and neutralising duplicates.
+
+Values of keys that look secret (KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL in the name, any case) never
+leave the node: diffs and facts carry ``***`` instead.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import re
+
+__metaclass__ = type
+
+BEGIN = "# BEGIN ddpfix managed block"
+END = "# END ddpfix managed block"
+NOTE = "# Written by ddpfix (ddpfix env --apply): lines up to the END marker are replaced; keep your own keys outside."
+OLD_HEADER = "# Managed by ddpfix:"  # first line of the whole-file format ddpfix wrote before the block
+SUPERSEDED = "# ddpfix: superseded: "
+REDACTED = "***"
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+#: Keys the whole-file format held; dropped when such a file is converted to the block.
+OLD_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
+            "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+#: ddpfix's own directory: an existing file there (e.g. written by hand following the README) is adopted without
+#: ddp_env_adopt, since no other program owns it. Adopting keeps every line (duplicates of ddpfix's keys commented).
+OWN_DIR = "/etc/ddpfix"
+#: Directories the env file (or a symlink's target) may not live in.
+FORBIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run/user")
+
+KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=@%+^-]*$")
+_ASSIGN_RE = re.compile(r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+class NotOurs(Exception):
+    """The file exists and was not written by ddpfix."""
+
+
+def is_secret(key):
+    k = key.upper()
+    return any(w in k for w in SECRET_WORDS)
+
+
+def forbidden_dir(path):
+    """The forbidden directory `path` lies in, or None."""
+    for d in FORBIDDEN_DIRS:
+        if path == d or path.startswith(d + "/"):
+            return d
+    return None
+
+
+def in_own_dir(path):
+    return bool(path) and path.startswith(OWN_DIR + "/")
+
+
+def may_adopt(path, target, adopt):
+    """Whether a foreign file at `path` (resolving to `target`) may get the block."""
+    return bool(adopt) or (in_own_dir(path) and in_own_dir(target or path))
+
+
+def _open_quote(value, quote=None):
+    """The quote still open at the end of `value` (None: closed), starting inside `quote`."""
+    i = 0
+    while i < len(value):
+        c = value[i]
+        if quote is None:
+            if c in "\"'":
+                quote = c
+            elif c == "\\":
+                i += 1
+            elif c == "#" and (i == 0 or value[i - 1].isspace()):
+                break
+        elif c == quote:
+            quote = None
+        elif c == "\\" and quote == '"':
+            i += 1
+        i += 1
+    return quote
+
+
+def statements(lines):
+    """Group physical lines into statements: [(first, last, key or None, commented)].
+
+    An assignment (``KEY=value``, ``export KEY=value``, also behind ``#``) spans the lines its quotes or a
+    trailing backslash continue over. `key` is None for other lines."""
+    out = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        body = line.lstrip()
+        commented = body.startswith("#")
+        if commented:
+            body = body.lstrip("#").lstrip()
+        m = _ASSIGN_RE.match(body)
+        if not m:
+            out.append((i, i, None, commented))
+            i += 1
+            continue
+        value, last = m.group(3), i
+        quote = _open_quote(value)
+        while last + 1 < len(lines) and (quote is not None or lines[last].endswith("\\")):
+            last += 1
+            quote = _open_quote(lines[last], quote)
+        out.append((i, last, m.group(2), commented))
+        i = last + 1
+    return out
+
+
+def _blocks(lines):
+    """[(begin, end)] line indexes of the managed blocks (a BEGIN without a later END is not a block)."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == BEGIN:
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == END), None)
+            if end is not None:
+                out.append((i, end))
+                i = end + 1
+                continue
+        i += 1
+    return out
+
+
+def ownership(text):
+    """'block' (has ddpfix's block), 'header' (whole file written by an older ddpfix), 'empty' or 'foreign'."""
+    if not text.strip():
+        return "empty"
+    lines = text.splitlines()
+    if _blocks(lines):
+        return "block"
+    first = next((ln for ln in lines if ln.strip()), "")
+    if first.startswith(OLD_HEADER):
+        return "header"
+    return "foreign"
+
+
+def managed_text(text):
+    """The text ddpfix manages in `text`: the block's lines, or the whole old-format file; '' if foreign."""
+    lines = text.splitlines()
+    blocks = _blocks(lines)
+    if blocks:
+        b, e = blocks[0]
+        return "\n".join(lines[b + 1:e]) + "\n"
+    return text if ownership(text) == "header" else ""
+
+
+def outside_keys(text):
+    """Keys assigned (not commented) outside the managed block, in order, unique."""
+    lines = text.splitlines()
+    inside = set()
+    for b, e in _blocks(lines):
+        inside.update(range(b, e + 1))
+    keys = []
+    for first, _last, key, commented in statements(lines):
+        if key and not commented and first not in inside and key not in keys:
+            keys.append(key)
+    return keys
+
+
+def check_values(values):
+    """Error message for a key or value the block cannot hold unquoted (same meaning for bash, systemd, docker)."""
+    for k, v in values.items():
+        if not KEY_RE.match(str(k)):
+            return "env key %r is not a valid variable name" % (k,)
+        if not SAFE_VALUE_RE.match(str(v)):
+            return "env value %s=%r holds characters that would need quoting" % (k, v)
+    return None
+
+
+def render_block(values, comment=""):
+    """The managed block's lines."""
+    lines = [BEGIN, NOTE]
+    if comment:
+        lines.append("# " + " ".join(str(comment).split()))
+    lines += ["%s=%s" % (k, v) for k, v in values.items()]
+    return lines + [END]
+
+
+def merge(text, values, comment="", adopt=False):
+    """`text` with the block set to `values`. Returns (new_text, superseded_keys).
+
+    Raises NotOurs for a foreign file unless `adopt`. Lines outside the block are kept; an assignment of a
+    managed key outside the block is commented out with the SUPERSEDED marker. An existing block stays where
+    it is; a new block goes at the end."""
+    owner = ownership(text)
+    if owner == "foreign" and not adopt:
+        raise NotOurs()
+    lines = text.splitlines()
+    blocks = _blocks(lines)
+    drop = set()
+    for b, e in blocks:
+        drop.update(range(b, e + 1))
+    at = blocks[0][0] if blocks else None
+    if owner == "header":
+        first = next(i for i, ln in enumerate(lines) if ln.strip())
+        drop.add(first)
+        if first + 1 < len(lines) and lines[first + 1].startswith("# node "):
+            drop.add(first + 1)
+    out, superseded = [], []
+    block = render_block(values, comment)
+    for first, last, key, commented in statements(lines):
+        if first in drop:
+            if first == at:
+                out.extend(block)
+            continue
+        chunk = lines[first:last + 1]
+        if key and not commented and owner == "header" and key in OLD_KEYS:
+            continue
+        if key and not commented and key in values:
+            chunk = [SUPERSEDED + ln for ln in chunk]
+            if key not in superseded:
+                superseded.append(key)
+        out.extend(chunk)
+    if at is None:
+        while out and not out[-1].strip():
+            out.pop()
+        out = out + ([""] if out else []) + block
+    return "\n".join(out) + "\n", superseded
+
+
+def redact(text):
+    """`text` with the value of every assignment of a secret-looking key (commented ones too) replaced by ***."""
+    lines = text.splitlines()
+    out = []
+    for first, last, key, _commented in statements(lines):
+        if key and is_secret(key):
+            line = lines[first]
+            idx = line.index(key + "=") + len(key) + 1
+            out.append(line[:idx] + REDACTED)
+        else:
+            out.extend(lines[first:last + 1])
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def redact_values(values):
+    return dict((k, REDACTED if is_secret(k) else v) for k, v in values.items())

@@ -1,0 +1,1 @@
+../../ddpfix_env/module_utils/ddpfix_envfile.py
