@@ -2,7 +2,7 @@
 # Install the Debian packages the lab and the tests need, without starting any daemon in the root namespace.
 set -euo pipefail
 PKGS=(iproute2 openssh-server openssh-client iptables nftables firewalld python3-firewall dbus chrony
-      netcat-openbsd procps util-linux python3 python3-venv libfaketime)
+      netcat-openbsd procps util-linux python3 python3-venv libfaketime sudo)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
