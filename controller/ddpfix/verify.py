@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpfix import ansiblecfg
+from ddpfix import ansiblecfg, paths
 from ddpfix.checks import Context, _is_loopback
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
@@ -66,9 +66,25 @@ def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
         return _testinfra_checks(ctx, findings, kwargs)
 
 
-def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: dict[str, Any]) -> list[Check]:
+def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
+    """testinfra's host for `name` as its ansible backend builds it (ssh with the inventory's and ansible.cfg's
+    settings, sudo for become), with SSH connection reuse: without a ControlPath testinfra's ControlMaster option
+    does nothing and every command pays a full SSH handshake (two behind a bastion)."""
     import testinfra
+    from testinfra.utils.ansible_runner import AnsibleRunner
 
+    host = AnsibleRunner.get_runner(inv).get_host(name, **host_kwargs)
+    if host is None:  # a connection type testinfra runs through Ansible itself
+        return testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}", **host_kwargs)
+    backend = host.backend
+    if getattr(backend, "controlpersist", 0) and getattr(backend, "controlpath", "") is None:
+        cp = paths.state_dir() / "cp"
+        cp.mkdir(parents=True, exist_ok=True, mode=0o700)
+        backend.controlpath = f"{cp}/ti-%%C"  # testinfra %-formats the command line: %% is ssh's %
+    return host
+
+
+def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: dict[str, Any]) -> list[Check]:
     inv = ctx.cluster.inventories[0]
     out: list[Check] = []
     blocks: dict[str, str] = {}
@@ -76,7 +92,7 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
     for f in findings:
         by_host.setdefault(f.host or "", set()).add(f.id)
     for name, facts in ctx.audited():
-        host = testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}", **host_kwargs)
+        host = _testinfra_host(name, inv, host_kwargs)
         envf = host.file(ctx.cluster.env_path)
         want = render_env(ctx.plan[name])
         if not envf.exists:
