@@ -248,7 +248,7 @@ def run_playbook(
             private_data_dir=str(run_dir),
             # ansible-playbook runs in the user's directory, as if they had typed it there: relative paths in
             # their config, inventory variables and ssh arguments mean what they mean to them.
-            project_dir=os.getcwd(),
+            project_dir=_working_dir(pb_path.parent),
             playbook=str(pb_path),
             inventory=[str(Path(i).resolve()) for i in inventories],
             extravars=dict(extravars or {}),
@@ -279,6 +279,14 @@ def run_playbook(
             raise DdpfixError(f"--limit {limit!r} matches no host of the inventory", ExitCode.INVALID_INPUT)
         raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     return RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds)
+
+
+def _working_dir(fallback: Path) -> str:
+    """The directory ddpfix was started in (where the user would have typed ansible-playbook), if it still exists."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return str(fallback)
 
 
 def _one_line(text: object) -> str:
