@@ -128,3 +128,17 @@ def test_unreadable_config_is_invalid_input(home: Path, tmp_path: Path, monkeypa
     with pytest.raises(DdpfixError) as exc:
         ansiblecfg.load([])
     assert exc.value.code == ExitCode.INVALID_INPUT and "ansible.cfg" in str(exc.value)
+
+
+def test_inventory_listing_reads_the_same_config(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ansible-inventory` (ddpfix's inventory read) uses the ansible.cfg next to the inventory too."""
+    from ddpfix.app import DdpfixError
+
+    inv = tmp_path / "inv" / "hosts.yml"
+    inv.parent.mkdir()
+    inv.write_text("ddp_nodes:\n  hosts:\n    n1: {ansible_host: 10.0.0.1}\n")
+    monkeypatch.chdir(tmp_path)
+    assert "n1" in runner.list_inventory([str(inv)])["_meta"]["hostvars"]
+    (inv.parent / "ansible.cfg").write_text("[inventory]\nenable_plugins = ini\n")  # no yaml plugin: unparsable
+    with pytest.raises(DdpfixError):
+        runner.list_inventory([str(inv)])
