@@ -2,7 +2,7 @@
 # Install the Debian packages the lab and the tests need, without starting any daemon in the root namespace.
 set -euo pipefail
 PKGS=(iproute2 openssh-server openssh-client iptables nftables firewalld python3-firewall dbus chrony
-      netcat-openbsd procps util-linux python3 python3-venv libfaketime
+      netcat-openbsd procps util-linux python3 python3-venv libfaketime sudo
       chromium fonts-dejavu-core)  # chromium: the HTML report is tested in a real headless browser
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,8 +1,9 @@
 """The runner layer: the only place that talks to Ansible (through ansible-runner).
 
-A run gets its own private data dir under ``<state dir>/runs/<timestamp>-<name>``, our own
-Ansible settings (pipelining, ControlPersist, explicit fact gathering, no ``~/.ansible``), and
-returns typed per-host results.
+A run gets its own private data dir under ``<state dir>/runs/<timestamp>-<name>``, runs in the
+user's working directory with the user's Ansible configuration (`ansiblecfg`), our own settings
+(pipelining, ControlPersist, explicit fact gathering, no ``~/.ansible``) only where the user set
+none, and returns typed per-host results.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpfix import paths
+from ddpfix import ansiblecfg, paths
 from ddpfix.app import DdpfixError, ExitCode
 
 #: Default upper bound on forks when the user does not pass --forks.
@@ -104,14 +105,26 @@ def _ensure_ansible_on_path() -> Path:
     return bindir
 
 
-def default_forks(n_hosts: int, forks: int | None) -> int:
+def default_forks(n_hosts: int, forks: int | None, user_forks: int | None = None) -> int:
+    """--forks, else the user's Ansible `forks` (config or ANSIBLE_FORKS), else one per host (5-50)."""
     if forks:
         return forks
+    if user_forks:
+        return user_forks
     return max(5, min(n_hosts, MAX_DEFAULT_FORKS))
 
 
-def ansible_env(run_dir: Path, forks: int) -> dict[str, str]:
-    """Our Ansible settings, as environment variables (they beat any ansible.cfg)."""
+def ansible_env(run_dir: Path, forks: int, inventories: Sequence[str] = (),
+                cfg: ansiblecfg.UserConfig | None = None) -> dict[str, str]:
+    """The environment of an Ansible run: the user's config file (ANSIBLE_CONFIG), and our settings where
+    neither that file nor the user's environment sets them (environment variables beat any ansible.cfg)."""
+    if cfg is None:
+        cfg = ansiblecfg.load(inventories)
+    return ansiblecfg.overlay(ddpfix_defaults(run_dir, forks), cfg)
+
+
+def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
+    """ddpfix's own Ansible settings, before the user's configuration is applied."""
     state = paths.state_dir()
     cp_dir = state / "cp"
     cp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -127,8 +140,8 @@ def ansible_env(run_dir: Path, forks: int) -> dict[str, str]:
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp_dir),
         "ANSIBLE_TIMEOUT": "10",
         # ansible-runner turns host key checking off by default; keep Ansible's own default (on) unless the
-        # user turned it off explicitly.
-        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+        # user turned it off explicitly (ansiblecfg.overlay keeps the user's value).
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_GATHERING": "explicit",
         "ANSIBLE_INJECT_FACT_VARS": "False",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
@@ -206,7 +219,8 @@ def run_playbook(
         raise DdpfixError(f"internal: playbook {pb_path} is missing from the installation", ExitCode.RUN_FAILED)
     run_dir = new_run_dir(name or Path(playbook).stem)
     (run_dir / "tmp").mkdir()
-    nforks = default_forks(n_hosts, forks)
+    cfg = ansiblecfg.load(inventories)
+    nforks = default_forks(n_hosts, forks, ansiblecfg.user_forks(cfg))
     cmdline: list[str] = []
     if check:
         cmdline.append("--check")
@@ -246,8 +260,10 @@ def run_playbook(
     try:
         r = ansible_runner.run(
             private_data_dir=str(run_dir),
-            project_dir=str(pb_path.parent),
-            playbook=pb_path.name,
+            # ansible-playbook runs in the user's directory, as if they had typed it there: relative paths in
+            # their config, inventory variables and ssh arguments mean what they mean to them.
+            project_dir=_working_dir(pb_path.parent),
+            playbook=str(pb_path),
             inventory=[str(Path(i).resolve()) for i in inventories],
             extravars=dict(extravars or {}),
             limit=limit,
@@ -255,7 +271,7 @@ def run_playbook(
             cmdline=" ".join(cmdline) or None,
             tags=tags,
             verbosity=verbosity if verbosity >= 3 else None,
-            envvars=ansible_env(run_dir, nforks),
+            envvars=ansible_env(run_dir, nforks, inventories, cfg),
             event_handler=handler,
             quiet=True,
             json_mode=False,
@@ -277,6 +293,14 @@ def run_playbook(
             raise DdpfixError(f"--limit {limit!r} matches no host of the inventory", ExitCode.INVALID_INPUT)
         raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     return RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds)
+
+
+def _working_dir(fallback: Path) -> str:
+    """The directory ddpfix was started in (where the user would have typed ansible-playbook), if it still exists."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return str(fallback)
 
 
 def _one_line(text: object) -> str:
@@ -312,7 +336,7 @@ def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
         quiet=True,
         private_data_dir=str(run_dir),
         envvars={
-            **ansible_env(run_dir, 1),
+            **ansible_env(run_dir, 1, inventories),
             "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
             "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
         },

@@ -3,12 +3,16 @@ torch.distributed all-reduce launched with torchrun from the env files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ddpfix import ansiblecfg, paths
 from ddpfix.checks import Context, _is_loopback
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
@@ -30,10 +34,57 @@ class Check:
         return {"host": self.host, "check": self.name, "ok": self.ok, "detail": self.detail}
 
 
-def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
-    """End-state checks through testinfra (over the inventory's own SSH settings)."""
-    import testinfra
+@contextlib.contextmanager
+def _user_ansible_config(inventories: list[str]) -> Iterator[dict[str, Any]]:
+    """testinfra's ansible backend with the user's Ansible configuration (the file ddpfix runs Ansible with).
 
+    testinfra reads ANSIBLE_CONFIG (ssh_args, remote_user, remote_port, become, ssh_common_args) and the
+    inventory's connection variables itself; `private_key_file` from the config is passed on explicitly
+    (testinfra reads only the inventory variable). Yields the extra get_host() keyword arguments."""
+    cfg = ansiblecfg.load(inventories)
+    kwargs: dict[str, Any] = {}
+    key = os.environ.get("ANSIBLE_PRIVATE_KEY_FILE") or cfg.parser.get("defaults", "private_key_file", raw=True,
+                                                                       fallback=None)
+    if key:
+        p = Path(key).expanduser()
+        kwargs["ssh_identity_file"] = str(p if p.is_absolute() or cfg.path is None else cfg.path.parent / p)
+    saved = os.environ.get("ANSIBLE_CONFIG")
+    if cfg.path is not None:
+        os.environ["ANSIBLE_CONFIG"] = str(cfg.path)
+    try:
+        yield kwargs
+    finally:
+        if saved is None:
+            os.environ.pop("ANSIBLE_CONFIG", None)
+        else:
+            os.environ["ANSIBLE_CONFIG"] = saved
+
+
+def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
+    """End-state checks through testinfra (over the inventory's own SSH settings and the user's ansible.cfg)."""
+    with _user_ansible_config(list(ctx.cluster.inventories)) as kwargs:
+        return _testinfra_checks(ctx, findings, kwargs)
+
+
+def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
+    """testinfra's host for `name` as its ansible backend builds it (ssh with the inventory's and ansible.cfg's
+    settings, sudo for become), with SSH connection reuse: without a ControlPath testinfra's ControlMaster option
+    does nothing and every command pays a full SSH handshake (two behind a bastion)."""
+    import testinfra
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    host = AnsibleRunner.get_runner(inv).get_host(name, **host_kwargs)
+    if host is None:  # a connection type testinfra runs through Ansible itself
+        return testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}", **host_kwargs)
+    backend = host.backend
+    if getattr(backend, "controlpersist", 0) and getattr(backend, "controlpath", "") is None:
+        cp = paths.state_dir() / "cp"
+        cp.mkdir(parents=True, exist_ok=True, mode=0o700)
+        backend.controlpath = f"{cp}/ti-%%C"  # testinfra %-formats the command line: %% is ssh's %
+    return host
+
+
+def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: dict[str, Any]) -> list[Check]:
     inv = ctx.cluster.inventories[0]
     out: list[Check] = []
     blocks: dict[str, str] = {}
@@ -41,7 +92,7 @@ def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
     for f in findings:
         by_host.setdefault(f.host or "", set()).add(f.id)
     for name, facts in ctx.audited():
-        host = testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}")
+        host = _testinfra_host(name, inv, host_kwargs)
         envf = host.file(ctx.cluster.env_path)
         if not envf.exists:
             out.append(Check(name, "env file present", False, f"{ctx.cluster.env_path} missing"))

@@ -99,7 +99,11 @@ _SCENARIO_REQUIRED = {
     "chrony-unsynced": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
     "chrony-no-confdir": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
     "chrony-rhel-layout": {"/usr/sbin/chronyd": "chrony", "chronyc": "chrony"},
+    "bastion": {"nft": "nftables", "nc": "netcat-openbsd"},
+    "nonroot-become": {"/usr/bin/sudo": "sudo"},
 }
+#: Lab node user of the non-root scenarios: the first uid/gid from here that the host does not use.
+LAB_FIRST_UID = 1500
 
 
 # ============================================================================ small helpers
@@ -466,7 +470,8 @@ def up(name: str = DEFAULT_NAME, nodes: int = DEFAULT_NODES, scenario: str | Seq
     with _locked(name):
         if state_dir(name).exists() or _lab_netns(name) or _link_exists(host_link(name)):
             raise LabError(f"lab {name!r} already exists: run 'ddpfix lab down --name {name}' first", ExitCode.INVALID_INPUT)
-        _check_inventory_free(inv_dir / "hosts.yml", name)
+        for f in ["hosts.yml", *_inventory_side_files(plan)]:
+            _check_inventory_free(inv_dir / f, name)
         _check_subnet_free(plan)
         try:
             return _build(plan, inv_dir, wait_sync=wait_sync, sync_timeout=sync_timeout)
@@ -534,6 +539,10 @@ def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float
         "host_link": host_link(name),
         "switch_netns": switch_netns(name),
         "inventory": str(inv_dir / "hosts.yml"),
+        "inventory_files": [str(inv_dir / f) for f in _inventory_side_files(plan)],
+        "ssh_user": plan.ssh_user,
+        "ssh_port": plan.ssh_port,
+        "bastion": plan.bastion,
         "inventory_dirs_created": [str(p) for p in [inv_dir, *inv_dir.parents] if not p.exists()],
         "supervisor": None,
         "nodes": {
@@ -556,6 +565,10 @@ def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float
     pub = (sdir / "id_ed25519.pub").read_text()
     for n in plan.nodes:
         _write(rt.node_dir(n) / "root" / ".ssh" / "authorized_keys", pub, 0o600)
+        if plan.ssh_user != "root":
+            keys = rt.node_dir(n) / "home" / plan.ssh_user / ".ssh" / "authorized_keys"
+            _write(keys, pub, 0o600)
+            os.chown(keys, lab_uid(), lab_uid())
 
     _start_nodes(rt)
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -567,7 +580,9 @@ def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float
             task(rt, n)
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda n: _start_chrony(rt, n), [n for n in plan.nodes if n.chrony]))
-    _wait(lambda: all(ssh_banner(str(n.address)) for n in plan.nodes), 10, "sshd on every node")
+    _wait(lambda: all(ssh_banner(str(n.address), plan.ssh_port) for n in plan.nodes), 10, "sshd on every node")
+    if plan.bastion:
+        _block_direct_ssh(plan)
     inv = _write_inventory(rt, inv_dir)
     state["inventory"] = str(inv)
     state["up_seconds"] = round(time.monotonic() - t0, 3)
@@ -589,7 +604,7 @@ def _prepare_node_files(rt: Runtime, n: NodePlan) -> None:
     etc = d / "etc"
     for sub, mode in (("run", 0o755), ("run/sshd", 0o755), ("run/tmp", 0o1777), ("run/lock", 0o1777),
                       ("run/dbus", 0o755), ("run/user", 0o755), ("root", 0o700), ("root/.ssh", 0o700),
-                      ("log", 0o755), ("chrony", 0o750)):
+                      ("log", 0o755), ("chrony", 0o750), ("home", 0o755)):
         p = d / sub
         p.mkdir(exist_ok=True)
         p.chmod(mode)
@@ -610,10 +625,10 @@ def _prepare_node_files(rt: Runtime, n: NodePlan) -> None:
         key.unlink()
     _keygen(etc / "ssh" / "ssh_host_ed25519_key", f"root@{n.hostname}")
     _write(etc / "ssh" / "sshd_config.d" / "00-ddpfix-lab.conf", "\n".join([
-        "# ddpfix lab node: key-only root login on the lab address",
-        f"ListenAddress {n.address}",
+        f"# ddpfix lab node: key-only {plan.ssh_user} login on the lab address",
+        f"ListenAddress {n.address}" if plan.ssh_port == SSH_PORT else f"ListenAddress {n.address}:{plan.ssh_port}",
         "HostKey /etc/ssh/ssh_host_ed25519_key",
-        "PermitRootLogin prohibit-password",
+        "PermitRootLogin prohibit-password" if plan.ssh_user == "root" else "PermitRootLogin no",
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
         "UsePAM no",
@@ -637,10 +652,46 @@ def _prepare_node_files(rt: Runtime, n: NodePlan) -> None:
     else:
         lab_conf = f"# ddpfix lab: sync to node1\nserver {plan.master.address} iburst minpoll -2 maxpoll 2\n"
     _write(etc / "chrony" / "conf.d" / "lab.conf", lab_conf)
+    if plan.ssh_user != "root":
+        _add_user(d, plan)
     if n.env is not None:
         _write(etc / ENV_PATH.removeprefix("/etc/"), env_text(n.env))
     for rel, text in n.files.items():
         _write(etc / rel, text)
+
+
+def lab_uid() -> int:
+    """The uid (= gid) of the lab's non-root user: the first from LAB_FIRST_UID that the host does not use."""
+    used: set[int] = set()
+    for db in ("/etc/passwd", "/etc/group"):
+        with contextlib.suppress(OSError):
+            for line in Path(db).read_text().splitlines():
+                parts = line.split(":")
+                if len(parts) > 2 and parts[2].isdigit():
+                    used.add(int(parts[2]))
+    uid = LAB_FIRST_UID
+    while uid in used:
+        uid += 1
+    return uid
+
+
+def _add_user(d: Path, plan: LabPlan) -> None:
+    """The non-root SSH user in the node's own /etc (passwd, group, shadow; sudoers.d when `plan.sudo`) with a
+    home under the node's /home."""
+    user, uid, etc = plan.ssh_user, lab_uid(), d / "etc"
+    if any(line.split(":")[0] == user for line in (etc / "passwd").read_text().splitlines()):
+        raise LabError(f"user {user!r} already exists in this machine's /etc/passwd", ExitCode.RUN_FAILED)
+    for db, line in (("passwd", f"{user}:x:{uid}:{uid}:ddpfix lab user:/home/{user}:/bin/bash"),
+                     ("group", f"{user}:x:{uid}:"), ("shadow", f"{user}:*:20000:0:99999:7:::")):
+        with open(etc / db, "a") as fh:  # appending keeps the file's mode and owner (shadow: 0640 root:shadow)
+            fh.write(line + "\n")
+    home = d / "home" / user
+    for p in (home, home / ".ssh"):
+        p.mkdir(mode=0o700)
+        os.chown(p, uid, uid)
+    if plan.sudo:
+        _write(etc / "sudoers.d" / f"ddpfix-lab-{user}", f"# ddpfix lab: passwordless sudo\n{user} ALL=(ALL:ALL) NOPASSWD: ALL\n",
+               0o440)
 
 
 def _create_network(plan: LabPlan) -> None:
@@ -692,7 +743,8 @@ def _start_nodes(rt: Runtime) -> None:
             "lab_dir": str(sdir),
             "run": str(d / "run"),
             "hostname": n.hostname,
-            "binds": [[str(d / "etc"), "/etc"], [str(d / "root"), "/root"], [str(d / "log"), "/var/log"],
+            "binds": [[str(d / "etc"), "/etc"], [str(d / "root"), "/root"], [str(d / "home"), "/home"],
+                      [str(d / "log"), "/var/log"],
                       [str(d / "chrony"), "/var/lib/chrony"], [str(d / "machine-id"), "/var/lib/dbus/machine-id"]],
         }
         argv = ["nsenter", f"--net=/run/netns/{n.netns}", "--",
@@ -758,15 +810,47 @@ def _write_client_files(rt: Runtime) -> None:
     lines = []
     for n in plan.nodes:
         pub = (rt.node_dir(n) / "etc" / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
-        lines.append(f"{n.address} {pub[0]} {pub[1]}")
+        where = str(n.address) if plan.ssh_port == SSH_PORT else f"[{n.address}]:{plan.ssh_port}"
+        lines.append(f"{where} {pub[0]} {pub[1]}")
     _write(sdir / "known_hosts", "\n".join(lines) + "\n", 0o644)
-    cfg = [f"# ssh -F {sdir / 'ssh_config'} node1"]
+    _write(sdir / "ssh_config", f"# ssh -F {sdir / 'ssh_config'} node1\n" + ssh_config_text(plan, sdir), 0o644)
+
+
+def ssh_config_text(plan: LabPlan, sdir: Path) -> str:
+    """An ssh_config reaching every node as the lab's SSH user on its port (through the bastion, if any)."""
+    cfg = []
     for n in plan.nodes:
         cfg += [f"Host {n.name}", f"  HostName {n.address}"]
-    cfg += ["Host *", "  User root", f"  IdentityFile {sdir / 'id_ed25519'}", "  IdentitiesOnly yes",
-            f"  UserKnownHostsFile {sdir / 'known_hosts'}", "  GlobalKnownHostsFile /dev/null",
+    if plan.bastion:
+        jump = plan.node(plan.bastion)
+        hidden = [n for n in plan.nodes if n is not jump]
+        cfg += [f"Host {' '.join([*(n.name for n in hidden), *(str(n.address) for n in hidden)])}",
+                f"  ProxyJump {jump.address}"]
+    cfg += ["Host *", f"  User {plan.ssh_user}", f"  Port {plan.ssh_port}", f"  IdentityFile {sdir / 'id_ed25519'}",
+            "  IdentitiesOnly yes", f"  UserKnownHostsFile {sdir / 'known_hosts'}", "  GlobalKnownHostsFile /dev/null",
             "  StrictHostKeyChecking yes", "  BatchMode yes", "  ConnectTimeout 5", "  LogLevel ERROR", ""]
-    _write(sdir / "ssh_config", "\n".join(cfg), 0o644)
+    return "\n".join(cfg)
+
+
+def _inventory_side_files(plan: LabPlan) -> list[str]:
+    """Files `up` writes next to hosts.yml: with a bastion, the ansible.cfg and ssh_config a user would write."""
+    return ["ansible.cfg", "ssh_config"] if plan.bastion else []
+
+
+def _block_direct_ssh(plan: LabPlan) -> None:
+    """The lab switch drops the controller's SSH to every node but the bastion (a network ACL, outside the nodes:
+    their own firewalls stay as the scenarios made them)."""
+    jump = plan.node(plan.bastion or "")
+    ruleset = "\n".join([
+        "table bridge ddpfix_lab_bastion {",
+        "  chain forward {",
+        "    type filter hook forward priority 0; policy accept;",
+        f'    iifname "uplink" ip daddr != {jump.address} tcp dport {plan.ssh_port} drop',
+        "  }",
+        "}",
+        "",
+    ])
+    _run(["ip", "netns", "exec", switch_netns(plan.name), "nft", "-f", "-"], input=ruleset)
 
 
 def _write_inventory(rt: Runtime, inv_dir: Path) -> Path:
@@ -780,7 +864,9 @@ def _write_inventory(rt: Runtime, inv_dir: Path) -> Path:
                 "ddp_nodes": {
                     "hosts": hosts,
                     "vars": {
-                        "ansible_user": "root",
+                        "ansible_user": plan.ssh_user,
+                        **({"ansible_port": plan.ssh_port} if plan.ssh_port != SSH_PORT else {}),
+                        **({"ansible_become": True} if plan.become else {}),
                         "ansible_ssh_private_key_file": str(sdir / "id_ed25519"),
                         "ansible_ssh_common_args": f"-o UserKnownHostsFile={sdir / 'known_hosts'} "
                                                    "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
@@ -801,6 +887,11 @@ def _write_inventory(rt: Runtime, inv_dir: Path) -> Path:
     header = (f"{INVENTORY_MARKER} {plan.name}\n# written by 'ddpfix lab up' (scenarios: {', '.join(plan.scenarios)});"
               f" removed by 'ddpfix lab down --name {plan.name}'\n")
     inv_dir.mkdir(parents=True, exist_ok=True)
+    if plan.bastion:
+        # What a user with a bastion writes: an ansible.cfg next to the inventory whose ssh_args name an ssh_config
+        # with ProxyJump (ddpfix reads that ansible.cfg and only adds its ControlPersist options).
+        _write(inv_dir / "ssh_config", header + ssh_config_text(plan, sdir))
+        _write(inv_dir / "ansible.cfg", header + f"[ssh_connection]\nssh_args = -F {inv_dir / 'ssh_config'}\n")
     tmp = path.with_suffix(".yml.tmp")
     tmp.write_text(header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
     tmp.replace(path)
@@ -892,6 +983,9 @@ def info(name: str = DEFAULT_NAME) -> LabInfo:
         ssh_config=sdir / "ssh_config",
         master=state["master"],
         master_port=state["master_port"],
+        ssh_user=state.get("ssh_user", "root"),
+        ssh_port=state.get("ssh_port", SSH_PORT),
+        bastion=state.get("bastion"),
         nodes=[
             NodeInfo(name=n, hostname=s["hostname"], address=s["address"], ifname=s["ifname"], netns=s["netns"],
                      pid=s["pids"].get("init", {}).get("pid", 0))
@@ -931,8 +1025,8 @@ def stop_sshd(name: str, node: str) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _wait(lambda: not pid_alive(rec), 5, f"sshd on {node} to stop")
-    addr = state["nodes"][node]["address"]
-    _wait(lambda: not ssh_banner(addr, timeout=0.3), 5, f"port 22 on {node} to close")
+    addr, port = state["nodes"][node]["address"], state.get("ssh_port", SSH_PORT)
+    _wait(lambda: not _sshd_answers(state, node, timeout=0.3), 5, f"port {port} on {node} to close")
 
 
 def start_sshd(name: str, node: str) -> None:
@@ -953,7 +1047,7 @@ def start_sshd(name: str, node: str) -> None:
         raise LabError(f"sshd on {node} did not stay up", ExitCode.RUN_FAILED)
     ns["pids"]["sshd"] = {"pid": hp, "start": _proc_start(hp), "nspid": nspid}
     _save_state(state_dir(name), state)
-    _wait(lambda: ssh_banner(ns["address"]), 5, f"sshd on {node}")
+    _wait(lambda: _sshd_answers(state, node), 5, f"sshd on {node}")
 
 
 # ============================================================================ status
@@ -967,7 +1061,7 @@ def status(name: str = DEFAULT_NAME) -> LabStatus:
     out = LabStatus(name=name, exists=True, subnet=state["subnet"], scenarios=list(state["scenarios"]),
                     inventory=state.get("inventory"), state_dir=str(state_dir(name)))
     with ThreadPoolExecutor(max_workers=8) as pool:
-        reach = dict(zip(state["nodes"], pool.map(lambda s: ssh_banner(s["address"]), state["nodes"].values())))
+        reach = dict(zip(state["nodes"], pool.map(lambda n: _sshd_answers(state, n), state["nodes"])))
     for n, s in state["nodes"].items():
         procs = {k: pid_alive(v) for k, v in s["pids"].items() if k not in ("init", "launcher")}
         out.nodes.append(NodeStatus(
@@ -976,6 +1070,17 @@ def status(name: str = DEFAULT_NAME) -> LabStatus:
             sshd=reach[n], processes=procs,
         ))
     return out
+
+
+def _sshd_answers(state: dict, node: str, timeout: float = 0.5) -> bool:
+    """Does the node's sshd answer on the lab's SSH port - from the controller, or from the bastion for the nodes
+    the controller may not reach directly?"""
+    addr, port, bastion = state["nodes"][node]["address"], state.get("ssh_port", SSH_PORT), state.get("bastion")
+    if not bastion or bastion == node:
+        return ssh_banner(addr, port, timeout)
+    res = _run(["ip", "netns", "exec", state["nodes"][bastion]["netns"], "nc", "-z", "-w", str(max(1, round(timeout))),
+                addr, str(port)], check=False, timeout=10)
+    return res.returncode == 0
 
 
 def list_labs() -> list[str]:
@@ -1056,6 +1161,10 @@ def _teardown(name: str) -> bool:
         with contextlib.suppress(OSError):
             if inv.read_text(errors="replace").startswith(f"{INVENTORY_MARKER} {name}\n"):
                 inv.unlink()
+                for side in state.get("inventory_files", []):
+                    with contextlib.suppress(OSError):
+                        if Path(side).read_text(errors="replace").startswith(f"{INVENTORY_MARKER} {name}\n"):
+                            Path(side).unlink()
                 for d in state.get("inventory_dirs_created", []):  # innermost first; only if empty
                     with contextlib.suppress(OSError):
                         Path(d).rmdir()

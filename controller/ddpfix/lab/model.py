@@ -129,6 +129,13 @@ class LabPlan:
     scenarios: list[str]
     master_port: int = MASTER_PORT
     groupvars: dict[str, object] = field(default_factory=dict)
+    # How the controller logs in (SSH setup scenarios): user, sshd port, passwordless sudo for that user,
+    # `ansible_become` in the inventory, and the node every other node is reached through (ProxyJump).
+    ssh_user: str = "root"
+    ssh_port: int = 22
+    sudo: bool = False
+    become: bool = False
+    bastion: str | None = None
 
     @property
     def master(self) -> NodePlan:
@@ -198,6 +205,9 @@ class LabInfo:
     nodes: list[NodeInfo]
     master: str = "node1"
     master_port: int = MASTER_PORT
+    ssh_user: str = "root"
+    ssh_port: int = 22
+    bastion: str | None = None
 
     def node(self, name: str) -> NodeInfo:
         for n in self.nodes:
@@ -206,7 +216,7 @@ class LabInfo:
         raise KeyError(name)
 
     def ssh_argv(self, node: str, *command: str) -> list[str]:
-        """`ssh` argv reaching `node` with the lab's key and known_hosts (strict checking)."""
+        """`ssh` argv reaching `node` with the lab's key, known_hosts (strict checking), user, port and bastion."""
         return ["ssh", "-F", str(self.ssh_config), node, *command]
 
 

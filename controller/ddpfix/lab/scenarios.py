@@ -719,6 +719,61 @@ def _family_mismatch(plan: LabPlan) -> None:
     node.hosts += [(ula_address(plan, m), [hn]) for hn, m in peers.items()]
 
 
+# --------------------------------------------------------------------------- SSH setups (no fault: how the controller logs in)
+
+LAB_USER = "ddpuser"
+LAB_SSH_PORT = 2222
+#: Scenarios that change how the controller reaches the nodes rather than adding a fault; combine them with a fault.
+SSH_SETUPS = ("bastion", "nonroot-become", "nonroot-nobecome", "ssh-port")
+
+
+@scenario(
+    "bastion",
+    "the controller reaches node1 only; the others through it (ProxyJump in an ssh_config the inventory's ansible.cfg names)",
+    min_nodes=2,
+)
+def _bastion(plan: LabPlan) -> None:
+    """A cluster behind a bastion (jump host), set up the way an Ansible user does it. node1 is the bastion: the lab
+    switch drops the controller's SSH connections to every other node (a network ACL outside the nodes, so their
+    own firewalls are untouched and node-to-node traffic is free). `lab up` writes, next to hosts.yml, an
+    `ansible.cfg` with `[ssh_connection] ssh_args = -F <inventory dir>/ssh_config` and that `ssh_config`, whose
+    `ProxyJump node1-address` covers the other nodes. ddpfix must read that ansible.cfg (it is not in the
+    directory ddpfix runs in) and keep its ssh_args. No finding by itself: combine it with a fault."""
+    plan.bastion = plan.master.name
+
+
+@scenario(
+    "nonroot-become",
+    f"SSH as '{LAB_USER}' (root login refused) with passwordless sudo; the inventory sets ansible_become: true",
+)
+def _nonroot_become(plan: LabPlan) -> None:
+    """Every node has a user `ddpuser` (in the node's own /etc/passwd, home under the node's /home, the lab key in
+    its authorized_keys) with passwordless sudo (/etc/sudoers.d/ddpfix-lab-ddpuser); sshd refuses root logins
+    (`PermitRootLogin no`). The inventory sets `ansible_user: ddpuser` and `ansible_become: true`.
+    No finding by itself: combine it with a fault."""
+    plan.ssh_user, plan.sudo, plan.become = LAB_USER, True, True
+
+
+@scenario(
+    "nonroot-nobecome",
+    f"SSH as '{LAB_USER}' (root login refused), no sudo and no become: ddpfix reads as an unprivileged user",
+)
+def _nonroot_nobecome(plan: LabPlan) -> None:
+    """Like `nonroot-become`, but `ddpuser` has no sudo rights and the inventory sets no become: every fact is
+    read as an unprivileged user (e.g. the firewall rule sets cannot be read), and nothing can be fixed."""
+    plan.ssh_user, plan.sudo, plan.become = LAB_USER, False, False
+
+
+@scenario(
+    "ssh-port",
+    f"sshd on port {LAB_SSH_PORT} (nothing on 22) on every node; the inventory sets ansible_port: {LAB_SSH_PORT}",
+)
+def _ssh_port(plan: LabPlan) -> None:
+    """sshd listens on port 2222 only (ListenAddress <address>:2222) on every node; known_hosts entries are
+    `[address]:2222`, the inventory sets `ansible_port: 2222`. No finding by itself: combine it with a fault."""
+    plan.ssh_port = LAB_SSH_PORT
+
+
 def help_text() -> str:
     width = max(len(s) for s in SCENARIOS)
     return "\n".join(f"{s.name.ljust(width)}  {s.summary}" for s in SCENARIOS.values())

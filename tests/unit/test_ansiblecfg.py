@@ -1,0 +1,144 @@
+"""The user's Ansible configuration: which file is used, and which of ddpfix's settings it overrides."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ddpfix import ansiblecfg, runner
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean environment: no ANSIBLE_* variables, HOME and the state dir in tmp."""
+    for k in list(os.environ):
+        if k.startswith("ANSIBLE_"):
+            monkeypatch.delenv(k)
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    return h
+
+
+def cfg_file(d: Path, text: str) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / "ansible.cfg"
+    p.write_text(text)
+    return p
+
+
+def test_config_search_order(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cwd, invdir, envdir = tmp_path / "work", tmp_path / "inv", tmp_path / "envcfg"
+    cwd.mkdir()
+    (invdir).mkdir()
+    inv = invdir / "hosts.yml"
+    inv.write_text("all: {}\n")
+    monkeypatch.chdir(cwd)
+    assert ansiblecfg.find_config([str(inv)]) in (None, Path("/etc/ansible/ansible.cfg"))
+    h = cfg_file(home, "")
+    (home / "ansible.cfg").rename(home / ".ansible.cfg")
+    assert ansiblecfg.find_config([str(inv)]) == (home / ".ansible.cfg").resolve()
+    nxt = cfg_file(invdir, "")
+    assert ansiblecfg.find_config([str(inv)]) == nxt.resolve()  # next to an -i file
+    assert ansiblecfg.find_config([str(invdir)]) == nxt.resolve()  # in an -i directory
+    here = cfg_file(cwd, "")
+    assert ansiblecfg.find_config([str(inv)]) == here.resolve()
+    env = cfg_file(envdir, "")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(envdir))  # a directory: its ansible.cfg
+    assert ansiblecfg.find_config([str(inv)]) == env.resolve()
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(env))
+    assert ansiblecfg.find_config([str(inv)]) == env.resolve()
+    assert h is not None
+
+
+def test_world_writable_cwd_is_skipped_like_ansible(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cwd = tmp_path / "public"
+    cfg_file(cwd, "[defaults]\nremote_user = eve\n")
+    cwd.chmod(0o777)
+    monkeypatch.chdir(cwd)
+    assert ansiblecfg.find_config([]) != (cwd / "ansible.cfg").resolve()
+
+
+def test_ddpfix_defaults_only_where_the_user_set_nothing(home: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    cwd = tmp_path / "work"
+    path = cfg_file(cwd, "[defaults]\nremote_user = ops\ntimeout = 42 ; inline comment\nhost_key_checking = False\n"
+                         "interpreter_python = /opt/py/bin/python3\nforks = 7\nroles_path = /srv/roles\n"
+                         "[ssh_connection]\nssh_args = -F /etc/ssh/cluster_config -o ProxyCommand=\"ssh -W %h:%p jump\"\n"
+                         "pipelining = False\n")
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("ANSIBLE_REMOTE_PORT", "2200")
+    monkeypatch.setenv("ANSIBLE_GATHERING", "smart")
+    env = runner.ansible_env(tmp_path / "run", 5, [])
+    assert env["ANSIBLE_CONFIG"] == str(path.resolve())
+    # the user's file sets these: ddpfix does not override them
+    for k in ("ANSIBLE_TIMEOUT", "ANSIBLE_PYTHON_INTERPRETER", "ANSIBLE_PIPELINING", "ANSIBLE_FORKS"):
+        assert k not in env, k
+    # the user's environment sets these: left alone (ansible-runner passes the environment on)
+    assert "ANSIBLE_GATHERING" not in env and "ANSIBLE_REMOTE_PORT" not in env and "ANSIBLE_REMOTE_USER" not in env
+    # ansible-runner would turn host key checking off: the user's choice is passed explicitly
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "False"
+    # the user's ssh_args are kept verbatim (ProxyCommand with %h), ddpfix's connection reuse appended
+    assert env["ANSIBLE_SSH_ARGS"].startswith('-F /etc/ssh/cluster_config -o ProxyCommand="ssh -W %h:%p jump"')
+    assert "ControlPersist=60s" in env["ANSIBLE_SSH_ARGS"]
+    # ddpfix's roles first, then the user's
+    assert env["ANSIBLE_ROLES_PATH"].endswith(":/srv/roles")
+    # set by nobody: ddpfix's defaults
+    assert env["ANSIBLE_INJECT_FACT_VARS"] == "False" and env["ANSIBLE_HOME"].startswith(str(tmp_path / "state"))
+    assert runner.default_forks(100, None, ansiblecfg.user_forks(ansiblecfg.load([]))) == 7
+    assert runner.default_forks(100, 3, 7) == 3  # --forks wins
+
+
+def test_no_user_config_gives_ddpfix_defaults(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ansiblecfg, "find_config", lambda *a, **k: None)
+    env = runner.ansible_env(tmp_path / "run", 5, [])
+    assert "ANSIBLE_CONFIG" not in env
+    assert env["ANSIBLE_SSH_ARGS"] == "-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"
+    assert env["ANSIBLE_TIMEOUT"] == "10" and env["ANSIBLE_PIPELINING"] == "True"
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+
+
+@pytest.mark.parametrize(("user", "want"), [
+    ("-F ssh_config", "-F ssh_config -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"),
+    ("-o ControlMaster=no", "-o ControlMaster=no -o ServerAliveInterval=15"),
+    ("-C -oControlPersist=5m -o ServerAliveInterval=30", "-C -oControlPersist=5m -o ServerAliveInterval=30"),
+    ("", "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"),
+])
+def test_user_ssh_args_are_extended_never_dropped(user: str, want: str) -> None:
+    assert ansiblecfg.extend_ssh_args(user) == want
+
+
+def test_user_ssh_args_from_the_environment_are_kept(home: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ProxyJump=bastion")
+    env = runner.ansible_env(tmp_path / "run", 5, [])
+    assert env["ANSIBLE_SSH_ARGS"].startswith("-o ProxyJump=bastion -o ControlMaster=auto")
+
+
+def test_unreadable_config_is_invalid_input(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpfix.app import DdpfixError, ExitCode
+
+    cfg_file(tmp_path / "w", "no section header\n")
+    monkeypatch.chdir(tmp_path / "w")
+    with pytest.raises(DdpfixError) as exc:
+        ansiblecfg.load([])
+    assert exc.value.code == ExitCode.INVALID_INPUT and "ansible.cfg" in str(exc.value)
+
+
+def test_inventory_listing_reads_the_same_config(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ansible-inventory` (ddpfix's inventory read) uses the ansible.cfg next to the inventory too."""
+    from ddpfix.app import DdpfixError
+
+    inv = tmp_path / "inv" / "hosts.yml"
+    inv.parent.mkdir()
+    inv.write_text("ddp_nodes:\n  hosts:\n    n1: {ansible_host: 10.0.0.1}\n")
+    monkeypatch.chdir(tmp_path)
+    assert "n1" in runner.list_inventory([str(inv)])["_meta"]["hostvars"]
+    (inv.parent / "ansible.cfg").write_text("[inventory]\nenable_plugins = ini\n")  # no yaml plugin: unparsable
+    with pytest.raises(DdpfixError):
+        runner.list_inventory([str(inv)])
