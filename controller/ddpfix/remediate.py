@@ -177,12 +177,13 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
 def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, limit: str | None, forks: int | None,
                     verbosity: int, progress: Progress | None) -> tuple[RunResult, list[Change]]:
     preflight(ctx, plans, apply=apply)
-    hosts = ",".join(plans) or "none"
     run = run_playbook(
         "remediate.yml",
         ctx.cluster.inventories,
-        extravars=remediate_extravars(ctx, plans),
-        limit=hosts if not limit else f"{limit}:&{hosts}",
+        # the planned hosts are the play's target (in the extravars file), the user's --limit stays the limit:
+        # no host list on the command line, whatever the cluster's size
+        extravars={**remediate_extravars(ctx, plans), "ddpfix_target": ",".join(plans) or "none"},
+        limit=limit,
         forks=forks,
         n_hosts=len(plans),
         check=not apply,

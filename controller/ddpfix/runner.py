@@ -198,6 +198,7 @@ def run_playbook(
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
+    write_extravars(run_dir, extravars or {})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
 
@@ -235,7 +236,8 @@ def run_playbook(
             project_dir=str(pb_path.parent),
             playbook=pb_path.name,
             inventory=[str(Path(i).resolve()) for i in inventories],
-            extravars=dict(extravars or {}),
+            # extravars go in env/extravars (ansible-runner passes `-e @file`), never inline on the command line:
+            # a plan for thousands of hosts would exceed the kernel's per-argument limit (E2BIG).
             limit=limit,
             forks=nforks,
             cmdline=" ".join(cmdline) or None,
@@ -263,6 +265,19 @@ def run_playbook(
             raise DdpfixError(f"--limit {limit!r} matches no host of the inventory", ExitCode.INVALID_INPUT)
         raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     return RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds)
+
+
+def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
+    """The run's extra vars as JSON in `<run dir>/env/extravars`, which ansible-runner passes as `-e @path`."""
+    import json
+
+    env = run_dir / "env"
+    env.mkdir(exist_ok=True)
+    path = env / "extravars"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(dict(extravars), f)
+    return path
 
 
 def _one_line(text: object) -> str:
