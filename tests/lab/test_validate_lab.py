@@ -84,12 +84,8 @@ def _set_hostname(info: Any, node: str, hostname: str) -> None:
     lab.node_exec(info.name, node, ["python3", "-c", "import socket, sys; socket.sethostname(sys.argv[1])", hostname])
 
 
-@pytest.mark.parametrize(("hostname", "shown"), [
-    ("evil {{ lookup('pipe', 'id') }}", "'evil {{ lookup(\\'pipe\\', \\'id\\') }}'"),
-    ("evil\n10.9.9.9 node1", "'evil\\n10.9.9.9 node1'"),
-    ("localhost", "'localhost'"),
-])
-def test_hostile_hostname_fact_reaches_no_node(temp_lab, hostname: str, shown: str) -> None:
+@pytest.mark.parametrize("hostname", ["evil {{ lookup('pipe', 'id') }}", "evil\n10.9.9.9 node1", "localhost"])
+def test_hostile_hostname_fact_reaches_no_node(temp_lab, hostname: str) -> None:
     info = temp_lab(nodes=3, scenario="hostname-loopback")  # a hosts fix is due on node2 and node3
     _set_hostname(info, "node2", hostname)
     inv = str(info.inventory)
@@ -99,7 +95,7 @@ def test_hostile_hostname_fact_reaches_no_node(temp_lab, hostname: str, shown: s
     before = snapshot(info)
     code, out, err = ddpfix(inv, "remediate", "--apply")
     assert code == 2, (code, err[-2000:])
-    assert f"node2 returned hostname {shown}" in err, err
+    assert f"node2 returned hostname {hostname!r}" in err and len(err.strip().splitlines()) == 1, err
     assert snapshot(info) == before
     code, out, err = ddpfix(inv, "env", "--apply")  # env files neither
     assert code == 2 and "node2 returned hostname" in err, err
