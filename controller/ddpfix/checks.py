@@ -59,7 +59,7 @@ class Context:
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
         self.invalid: dict[str, list[tuple[str, str, str]]] = {n: p for n, f in raw.items() if f and (p := validate_facts(f))}
-        self.facts = {n: (sanitize_facts(f) if n in self.invalid else f) for n, f in raw.items()}  # type: ignore[arg-type]
+        self.facts = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
         self.cidr = effective_cidr(self.cluster, self.facts)
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)

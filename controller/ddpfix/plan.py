@@ -76,12 +76,9 @@ def validate_facts(node_facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     pr = node_facts.get("probe") or {}
     if pr.get("address") and not _valid_ip(pr.get("address")):
         out.append(("probe.address", str(pr.get("address")), "not an IP address"))
-    for i in node_facts.get("interfaces") or []:
-        if not _valid_ifname(i.get("name")):
-            out.append(("interfaces.name", str(i.get("name")), "not an interface name"))
-        for a in i.get("addrs") or []:
-            if a.get("local") is not None and not _valid_ip(a.get("local")):
-                out.append(("interfaces.addrs", str(a.get("local")), "not an IP address"))
+    port = pr.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+        out.append(("probe.port", str(port), "not a TCP port"))
     return out
 
 
@@ -99,13 +96,14 @@ def sanitize_facts(node_facts: Mapping[str, Any]) -> dict[str, Any]:
     if "cluster.ifname" in bad:
         c["ifname"] = None
     f["cluster"] = c
-    if "probe.address" in bad:
-        f["probe"] = {**(f.get("probe") or {}), "address": None}
-    if "interfaces.name" in bad or "interfaces.addrs" in bad:
-        f["interfaces"] = [
-            {**i, "addrs": [a for a in i.get("addrs") or [] if _valid_ip(a.get("local"))]}
-            for i in f.get("interfaces") or [] if _valid_ifname(i.get("name"))
-        ]
+    if "probe.address" in bad or "probe.port" in bad:
+        f["probe"] = {**(f.get("probe") or {}), "address": None, "port": None}
+    # interfaces other than the cluster one are not written anywhere: an odd name or address there is dropped
+    # silently (it is no reason to refuse a fix); an env file only ever names the cluster interface
+    f["interfaces"] = [
+        {**i, "addrs": [a for a in i.get("addrs") or [] if _valid_ip(a.get("local"))]}
+        for i in f.get("interfaces") or [] if _valid_ifname(i.get("name"))
+    ]
     return f
 
 

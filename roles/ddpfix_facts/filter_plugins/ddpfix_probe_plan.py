@@ -66,7 +66,8 @@ def ddpfix_probe_args(hostvars, me, order, master, master_port, peers):
             h = alive[(i + step) % len(alive)]
             f = _facts(hostvars, h)
             probe = f.get("probe") or {}
-            if probe.get("address") and _addr_ok(probe["address"]) and probe.get("port"):
+            port = probe.get("port")
+            if probe.get("address") and _addr_ok(probe["address"]) and isinstance(port, int) and 0 < port < 65536:
                 connect.append({"name": h, "address": probe["address"], "port": int(probe["port"]), "kind": "peer"})
     cluster = mine.get("cluster") or {}
     return {
