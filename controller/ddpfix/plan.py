@@ -6,6 +6,7 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsi
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ class NodePlan:
 #: Names the hosts block never manages (and a node's hostname must not be): the loopback and IPv6 well-known names.
 RESERVED_NAMES = ("localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
                   "localhost6.localdomain6")
+_MAC = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5,19}$")
 _IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-")
 
 
@@ -101,7 +103,8 @@ def sanitize_facts(node_facts: Mapping[str, Any]) -> dict[str, Any]:
     # interfaces other than the cluster one are not written anywhere: an odd name or address there is dropped
     # silently (it is no reason to refuse a fix); an env file only ever names the cluster interface
     f["interfaces"] = [
-        {**i, "addrs": [a for a in i.get("addrs") or [] if _valid_ip(a.get("local"))]}
+        {**i, "addrs": [a for a in i.get("addrs") or [] if _valid_ip(a.get("local"))],
+         "mac": i.get("mac") if isinstance(i.get("mac"), str) and _MAC.match(i["mac"]) else None}
         for i in f.get("interfaces") or [] if _valid_ifname(i.get("name"))
     ]
     return f

@@ -162,3 +162,14 @@ def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
     assert "node2" not in block
     assert validate_facts(dict(sim.node("node3"), hostname="localhost"))[0][:2] == ("hostname", "localhost")
     assert validate_facts(sim.node("node1")) == []
+
+
+def test_sanitize_drops_odd_interfaces_and_macs_without_a_finding(sim: Sim) -> None:
+    from ddpfix.plan import sanitize_facts, validate_facts
+
+    f = dict(sim.node("node1"))
+    f["interfaces"] = [dict(i) for i in f["interfaces"]] + [{"name": "bad if\n", "addrs": [], "mac": None}]
+    f["interfaces"][0]["mac"] = "aa:bb\nx"
+    assert validate_facts(f) == []  # not the cluster interface: no reason to refuse a fix
+    clean = sanitize_facts(f)
+    assert all(i["name"] != "bad if\n" for i in clean["interfaces"]) and clean["interfaces"][0]["mac"] is None
