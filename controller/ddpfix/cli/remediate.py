@@ -10,7 +10,7 @@ from ddpfix.audit import run_audit
 from ddpfix.cli.common import cluster_of, emit, host_summaries, output_options
 from ddpfix.findings import RULES
 from ddpfix.progress import Progress
-from ddpfix.remediate import build_plan, remaining_fixable, run_remediation
+from ddpfix.remediate import build_plan, preflight, remaining_fixable, run_remediation
 from ddpfix.report import document
 
 
@@ -45,6 +45,8 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial,
                                  pin_ifnames=pin_ifnames)
     todo = {h: p for h, p in plans.items() if not p.empty}
+    if ctx.invalid:  # a node returned values ddpfix will not write: refused even when nothing else is planned
+        preflight(ctx, todo, apply=apply)
     changes: list = []
     failed: dict[str, str] = {}
     changed: dict[str, int] = {h: 0 for h in sorted(plans)}
