@@ -78,8 +78,8 @@ def collect(
             collected_at=parse_event_time(facts_task.created) if facts_task else None,
             window=_window(facts_task),
         )
-    if limit:
-        cluster = _restrict(cluster, set(hosts))
+    # The cluster stays whole under --limit: ranks, NNODES, WORLD_SIZE, MASTER_ADDR and the hosts block come from
+    # the whole inventory; nodes outside the limit are simply not in `hosts` (not read, not a finding).
     ctx = Context(cluster, hosts, thresholds or Thresholds())
     return ctx, run
 
@@ -89,12 +89,6 @@ def _window(task: TaskResult | None) -> tuple[float, float] | None:
         return None
     lo, hi = parse_event_time(task.start), parse_event_time(task.end)
     return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
-
-
-def _restrict(cluster: Cluster, names: set[str]) -> Cluster:
-    from dataclasses import replace
-
-    return replace(cluster, nodes=tuple(n for n in cluster.nodes if n.name in names))
 
 
 def run_audit(cluster: Cluster, **kwargs: object) -> AuditResult:

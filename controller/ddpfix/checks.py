@@ -21,7 +21,7 @@ from typing import Any
 from ddpfix import paths
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
-from ddpfix.plan import CLUSTER_KEYS, NodePlan, effective_cidr, plan_cluster
+from ddpfix.plan import CLUSTER_KEYS, NodePlan, effective_cidr, plan_cluster, sanitize_facts, validate_facts
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
 NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
@@ -95,7 +95,10 @@ class Context:
     thresholds: Thresholds = field(default_factory=Thresholds)
 
     def __post_init__(self) -> None:
-        self.facts = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
+        raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
+        #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
+        self.invalid: dict[str, list[tuple[str, str, str]]] = {n: p for n, f in raw.items() if f and (p := validate_facts(f))}
+        self.facts = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
         self.cidr = effective_cidr(self.cluster, self.facts)
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
@@ -193,7 +196,9 @@ def active_firewalls(fw: dict[str, Any]) -> list[str]:
 def check_unreachable(ctx: Context) -> Iterable[Finding]:
     for n in ctx.cluster.nodes:
         h = ctx.hosts.get(n.name)
-        if h is None or not h.reachable or not h.node:
+        if h is None:
+            continue  # outside --limit: not read, not a finding
+        if not h.reachable or not h.node:
             why = (h.error if h else "") or "no facts returned"
             yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
 
@@ -236,6 +241,13 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
         if items:
             out[name] = items
     return out
+
+
+def check_facts(ctx: Context) -> Iterable[Finding]:
+    for name, problems in ctx.invalid.items():
+        for fact, value, why in problems:
+            yield finding("facts.invalid", name, f"{name} returned {fact} {value!r}: {why}",
+                          f"{fact} = {value!r}", fact=fact)
 
 
 # ---------------------------------------------------------------- firewall
@@ -666,6 +678,7 @@ def check_env(ctx: Context) -> Iterable[Finding]:
 CHECKS = (
     check_unreachable,
     check_incomplete,
+    check_facts,
     check_firewall,
     check_probes,
     check_hostnames,

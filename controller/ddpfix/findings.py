@@ -36,6 +36,9 @@ _RULES = [
     Rule("facts.incomplete", Severity.WARNING, False, "some facts could not be read on this node (the checks using them are not evaluated)",
          "Let the SSH user read them (root, or become: true with passwordless sudo) or install the missing tool, then re-run; "
          "until then the checks listed as not evaluated say nothing about this node."),
+    Rule("facts.invalid", Severity.ERROR, False, "the node returned a value ddpfix will not write anywhere (bad hostname/address)",
+         "Fix {fact} on the node (e.g. hostnamectl set-hostname with an RFC 1123 name); ddpfix leaves it out of every "
+         "peer's files and refuses to remediate or write env files until it is fixed."),
     Rule("firewall.master-port-blocked", Severity.ERROR, True, "master's firewall blocks MASTER_PORT from the cluster",
          "Allow TCP from {cidr} to port {port} on the master (ddpfix remediate adds {cidr} as a trusted source / an ACCEPT rule)."),
     Rule("firewall.peer-ports-blocked", Severity.ERROR, True, "firewall blocks NCCL/Gloo's ephemeral ports from peers",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,7 @@ class Cluster:
     firewall: str = "auto"
     ntp_servers: tuple[str, ...] = ()
     ntp_local_master: bool = False
+    cidr_ack_broad: bool = False  # ddp_cluster_cidr_ack_broad: a public or broader-than-/16 CIDR is intended
     inventories: tuple[str, ...] = field(default=())
     skip_findings: tuple[str, ...] = ()  # ddp_skip_findings: accepted findings, `ID` or `ID@HOST`
 
@@ -93,13 +96,32 @@ def _bool(value: Any, what: str) -> bool:
     raise _bad(f"{what} must be a boolean, got {value!r}")
 
 
+#: Private networks: RFC 1918, CGNAT (RFC 6598), IPv6 ULA. A cluster CIDR outside them needs the ack variable.
+PRIVATE_NETS = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                                         "100.64.0.0/10", "fc00::/7"))
+#: The broadest cluster CIDR accepted without the ack variable.
+MAX_PREFIX_WITHOUT_ACK = 16
+ACK_BROAD = "ddp_cluster_cidr_ack_broad"
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:@+-]{1,15}$")
+_COMMAND = re.compile(r"^[A-Za-z0-9._+-]+$")
+_ABS_PATH = re.compile(r"^(/[A-Za-z0-9._+@:-]+)+$")
+#: ddp_env_path must not lie under these (tmpfs, per-user, kernel trees).
+ENV_PATH_FORBIDDEN = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run/user")
+
+
 def parse_cidr(value: Any, what: str = "ddp_cluster_cidr") -> str:
+    text = str(value).strip()
     try:
-        net = ipaddress.ip_network(str(value).strip(), strict=False)
+        net = ipaddress.ip_network(text, strict=False)
     except ValueError:
         raise _bad(f"{what} is not a valid CIDR: {value!r}") from None
     if net.prefixlen == 0:
         raise _bad(f"{what} {value!r} is the whole address space: name the cluster's private network")
+    if str(net) != text and "/" in text and ipaddress.ip_interface(text).ip != net.network_address:
+        raise _bad(f"{what} {text!r} has host bits set: did you mean {net}?")
+    if net.version == 6:
+        raise _bad(f"{what} {text!r} is IPv6: ddpfix's firewall fixes are IPv4 (iptables) only; "
+                   "use the cluster's IPv4 network")
     return str(net)
 
 
@@ -122,6 +144,76 @@ def parse_skip(value: Any, what: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def cidr_needs_ack(cidr: str) -> str | None:
+    """Why opening firewalls to `cidr` needs ddp_cluster_cidr_ack_broad (None: it does not)."""
+    net = ipaddress.ip_network(cidr)
+    if not any(net.subnet_of(p) for p in PRIVATE_NETS if p.version == net.version):  # type: ignore[arg-type]
+        return "is not a private network (RFC 1918, CGNAT 100.64.0.0/10 or ULA)"
+    if net.prefixlen < MAX_PREFIX_WITHOUT_ACK:
+        return f"is broader than /{MAX_PREFIX_WITHOUT_ACK}"
+    return None
+
+
+def _check_env_path(value: Any) -> str:
+    p = str(value)
+    what = f"ddp_env_path {p!r}"
+    if not p.startswith("/"):
+        raise _bad(f"{what} must be an absolute path")
+    if p.endswith("/"):
+        raise _bad(f"{what} names a directory: give the file's path")
+    if not _ABS_PATH.match(p):
+        raise _bad(f"{what} contains whitespace or shell characters")
+    if posixpath.normpath(p) != p or "/../" in p + "/" or "/./" in p + "/":
+        raise _bad(f"{what} is not normalized (no '.', '..' or '//' components): did you mean {posixpath.normpath(p)!r}?")
+    for root in ENV_PATH_FORBIDDEN:
+        if p == root or p.startswith(root + "/"):
+            raise _bad(f"{what} lies under {root}: choose a persistent system path such as {DEFAULT_ENV_PATH}")
+    return p
+
+
+def _check_ntp_server(value: Any) -> str:
+    s = str(value).strip() if isinstance(value, str) else value
+    if not isinstance(s, str) or not s or not (is_hostname(s) or _is_address(s)):
+        raise _bad(f"ddp_ntp_servers entry {value!r} is not a hostname or an IP address")
+    return s
+
+
+def _check_ifname(value: Any, host: str) -> str:
+    s = str(value)
+    prefix = next((p for p in ("^=", "^", "=") if s.startswith(p)), "")
+    names = s[len(prefix):].split(",") if prefix else [s]  # a list only in NCCL's explicit grammar
+    if not all(_IFNAME.match(n) for n in names) or any(n in (".", "..") for n in names):
+        raise _bad(f"ddp_socket_ifname of {host} {s!r} is not an interface name (at most 15 characters, no '/', "
+                   "whitespace or shell characters) or an NCCL spec written with an explicit ^ or = prefix")
+    return s
+
+
+def _check_python(value: Any, host: str) -> str:
+    s = str(value)
+    if not (_ABS_PATH.match(s) or _COMMAND.match(s)) or (s.startswith("/") and posixpath.normpath(s) != s):
+        raise _bad(f"ddp_python of {host} {s!r} must be an absolute path or a command name, "
+                   "without whitespace or shell characters")
+    return s
+
+
+def is_hostname(s: str) -> bool:
+    """An RFC 1123 host name (labels of letters, digits and inner hyphens; at most 253 characters)."""
+    if not s or len(s) > 253 or s.endswith("."):
+        return False
+    labels = s.split(".")
+    if all(lbl.isdigit() for lbl in labels):
+        return False
+    return all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", lbl) for lbl in labels)
+
+
+def _is_address(s: str) -> bool:
+    try:
+        ipaddress.ip_address(s)
+        return True
+    except ValueError:
+        return False
+
+
 def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[str] = ()) -> Cluster:
     """Build and validate the cluster from `ansible-inventory --list` output."""
     hostvars: Mapping[str, Mapping[str, Any]] = (data.get("_meta") or {}).get("hostvars") or {}
@@ -141,10 +233,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
     port = _int(mv.get("ddp_master_port", DEFAULT_PORT), "ddp_master_port", 1, 65535)
     cidr = mv.get("ddp_cluster_cidr")
     cidr = parse_cidr(cidr) if cidr not in (None, "") else None
+    ack_broad = _bool(mv.get(ACK_BROAD, False), ACK_BROAD)
     nproc = _int(mv.get("ddp_nproc_per_node", 1), "ddp_nproc_per_node", 1, 1024)
-    env_path = str(mv.get("ddp_env_path") or DEFAULT_ENV_PATH)
-    if not env_path.startswith("/"):
-        raise _bad(f"ddp_env_path must be an absolute path, got {env_path!r}")
+    env_path = _check_env_path(mv.get("ddp_env_path") or DEFAULT_ENV_PATH)
     env_adopt = _bool(mv.get("ddp_env_adopt", False), "ddp_env_adopt")
     firewall = str(mv.get("ddp_firewall") or "auto")
     if firewall not in FIREWALL_CHOICES:
@@ -154,10 +245,17 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         ntp = [ntp]
     if not isinstance(ntp, list):
         raise _bad(f"ddp_ntp_servers must be a list, got {ntp!r}")
+    ntp = [_check_ntp_server(x) for x in ntp]
     local_master = _bool(mv.get("ddp_ntp_local_master", False), "ddp_ntp_local_master")
 
     skip = parse_skip(mv.get("ddp_skip_findings") or [], "ddp_skip_findings")
 
+    for n in names:
+        hv = hostvars.get(n) or {}
+        if hv.get("ddp_socket_ifname"):
+            _check_ifname(hv["ddp_socket_ifname"], n)
+        if "ddp_python" in hv:
+            _check_python(hv["ddp_python"], n)
     ranks = _assign_ranks(names, master, hostvars)
     nodes = tuple(
         sorted(
@@ -184,6 +282,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         firewall=firewall,
         ntp_servers=tuple(str(s) for s in ntp),
         ntp_local_master=local_master,
+        cidr_ack_broad=ack_broad,
         inventories=tuple(inventories),
         skip_findings=skip,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -14,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from ddpfix import paths
-from ddpfix.inventory import Cluster
+from ddpfix.inventory import Cluster, is_hostname
 
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE")
@@ -28,6 +29,88 @@ class NodePlan:
     address: str | None  # cluster address
     ifname: str | None
     env: dict[str, str]
+    #: where `address` comes from: "facts" (the node was read) or "inventory" (not read: its ansible_host, in the CIDR)
+    source: str | None = None
+    #: names other nodes' /etc/hosts already map to `address` (only for nodes not read, kept in the block)
+    known_names: tuple[str, ...] = ()
+
+
+#: Names the hosts block never manages (and a node's hostname must not be): the loopback and IPv6 well-known names.
+RESERVED_NAMES = ("localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
+                  "localhost6.localdomain6")
+_MAC = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5,19}$")
+_IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-")
+
+
+def is_reserved_name(name: str) -> bool:
+    n = name.lower()
+    return n in RESERVED_NAMES or n.startswith("ip6-")
+
+
+def _valid_ifname(s: object) -> bool:
+    return isinstance(s, str) and 0 < len(s) <= 15 and set(s) <= _IFNAME_OK and s not in (".", "..")
+
+
+def _valid_ip(s: object) -> bool:
+    if not isinstance(s, str):
+        return False
+    try:
+        ipaddress.ip_address(s.split("%")[0])
+        return True
+    except ValueError:
+        return False
+
+
+def validate_facts(node_facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Problems with the values a node returned that ddpfix would write elsewhere: [(fact, value, why)]."""
+    out: list[tuple[str, str, str]] = []
+    hn = node_facts.get("hostname")
+    if hn is not None:
+        if not isinstance(hn, str) or not is_hostname(hn):
+            out.append(("hostname", str(hn), "not an RFC 1123 host name"))
+        elif is_reserved_name(hn):
+            out.append(("hostname", hn, "a reserved loopback name: give the node a unique hostname"))
+    fq = node_facts.get("fqdn")
+    if fq is not None and (not isinstance(fq, str) or not is_hostname(fq)):
+        out.append(("fqdn", str(fq), "not an RFC 1123 host name"))
+    c = node_facts.get("cluster") or {}
+    if c.get("address") is not None and not _valid_ip(c.get("address")):
+        out.append(("cluster.address", str(c.get("address")), "not an IP address"))
+    if c.get("ifname") is not None and not _valid_ifname(c.get("ifname")):
+        out.append(("cluster.ifname", str(c.get("ifname")), "not an interface name"))
+    pr = node_facts.get("probe") or {}
+    if pr.get("address") and not _valid_ip(pr.get("address")):
+        out.append(("probe.address", str(pr.get("address")), "not an IP address"))
+    port = pr.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+        out.append(("probe.port", str(port), "not a TCP port"))
+    return out
+
+
+def sanitize_facts(node_facts: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy with every invalid value that could reach another node's file or a probe removed."""
+    f = dict(node_facts)
+    bad = {fact for fact, _, _ in validate_facts(node_facts)}
+    if "hostname" in bad:
+        f["hostname"] = None
+    if "fqdn" in bad or (isinstance(f.get("fqdn"), str) and is_reserved_name(f["fqdn"])):
+        f["fqdn"] = None
+    c = dict(f.get("cluster") or {})
+    if "cluster.address" in bad:
+        c["address"] = None
+    if "cluster.ifname" in bad:
+        c["ifname"] = None
+    f["cluster"] = c
+    if "probe.address" in bad or "probe.port" in bad:
+        f["probe"] = {**(f.get("probe") or {}), "address": None, "port": None}
+    # interfaces other than the cluster one are not written anywhere: an odd name or address there is dropped
+    # silently (it is no reason to refuse a fix); an env file only ever names the cluster interface
+    f["interfaces"] = [
+        {**i, "addrs": [a for a in i.get("addrs") or [] if _valid_ip(a.get("local"))],
+         "mac": i.get("mac") if isinstance(i.get("mac"), str) and _MAC.match(i["mac"]) else None}
+        for i in f.get("interfaces") or [] if _valid_ifname(i.get("name"))
+    ]
+    return f
 
 
 def effective_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> str | None:
@@ -42,10 +125,34 @@ def cluster_address(node_facts: Mapping[str, Any] | None, cidr: str | None) -> s
     if not node_facts:
         return None
     c = node_facts.get("cluster") or {}
-    addr = c.get("address")
-    if addr and cidr and ipaddress.ip_address(addr) in ipaddress.ip_network(cidr):
-        return str(addr)
-    return None
+    return _in_cidr(c.get("address"), cidr)
+
+
+def _in_cidr(addr: Any, cidr: str | None) -> str | None:
+    if not addr or not cidr or not _valid_ip(addr):
+        return None
+    try:
+        return str(addr) if ipaddress.ip_address(addr) in ipaddress.ip_network(cidr) else None
+    except (ValueError, TypeError):
+        return None
+
+
+def inventory_address(cluster: Cluster, name: str, cidr: str | None) -> str | None:
+    """A node's address from the inventory alone: its ansible_host, when that is an IP inside the cluster CIDR."""
+    return _in_cidr(cluster.node(name).address, cidr)
+
+
+def _names_for(address: str, facts: Mapping[str, Mapping[str, Any] | None]) -> tuple[str, ...]:
+    """Valid, non-reserved names that the read nodes' /etc/hosts map to `address`, in order of appearance."""
+    out: list[str] = []
+    for f in facts.values():
+        for e in (f or {}).get("hosts_file") or []:
+            if e.get("addr") != address:
+                continue
+            for n in e.get("names") or []:
+                if isinstance(n, str) and is_hostname(n) and not is_reserved_name(n) and n not in out:
+                    out.append(n)
+    return tuple(out)
 
 
 def interface_with_address(node_facts: Mapping[str, Any], address: str) -> str | None:
@@ -57,14 +164,21 @@ def interface_with_address(node_facts: Mapping[str, Any], address: str) -> str |
 
 
 def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> dict[str, NodePlan]:
-    """Per-node plan. Nodes without facts get a plan with address/ifname None (not writable)."""
+    """Per-node plan for the WHOLE inventory, whatever subset was read (--limit, unreachable nodes).
+
+    Ranks, NNODES and WORLD_SIZE come from the inventory alone. A node that was read gives its address
+    (and interface) from its facts; a node that was not read falls back to its inventory ansible_host when that
+    is an IP inside the cluster CIDR (`source="inventory"`), else its address is None (not writable, and the
+    writes that need it are refused). `facts` must be sanitized (`sanitize_facts`)."""
     cidr = effective_cidr(cluster, facts)
-    master_addr = cluster_address(facts.get(cluster.master), cidr)
+    mf = facts.get(cluster.master)
+    master_addr = cluster_address(mf, cidr) if mf else inventory_address(cluster, cluster.master, cidr)
     nnodes = len(cluster.nodes)
     plans: dict[str, NodePlan] = {}
     for node in cluster.nodes:
         f = facts.get(node.name)
-        addr = cluster_address(f, cidr)
+        addr = cluster_address(f, cidr) if f else inventory_address(cluster, node.name, cidr)
+        source = ("facts" if f else "inventory") if addr else None
         ifname = interface_with_address(f, addr) if (f and addr) else None
         env = {
             "MASTER_ADDR": master_addr or "",
@@ -87,6 +201,8 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
             address=addr,
             ifname=ifname,
             env=env,
+            source=source,
+            known_names=_names_for(addr, facts) if (addr and not f) else (),
         )
     return plans
 
@@ -145,18 +261,22 @@ def env_refusal(not_ours: Mapping[str, str]) -> str:
 def hosts_entries(plans: Mapping[str, NodePlan]) -> list[dict[str, Any]]:
     """The managed /etc/hosts block: every node's hostname (and inventory name) -> its cluster address, in rank order.
 
-    A hostname two nodes share (cloned VMs) is left out: it cannot map to both. IP-literal inventory names too."""
+    A node that was not read keeps its line: its inventory name and the names the read nodes' /etc/hosts already
+    map to its address (`known_names`). A hostname two nodes share (cloned VMs) is left out: it cannot map to both.
+    So are IP-literal inventory names, invalid names and the reserved loopback names (localhost, ip6-*)."""
     counts: dict[str, int] = {}
     for p in plans.values():
         if p.hostname:
             counts[p.hostname] = counts.get(p.hostname, 0) + 1
+    read_names = {n for p in plans.values() if p.source != "inventory" for n in (p.hostname, p.name) if n}
     entries = []
     for p in sorted(plans.values(), key=lambda x: x.rank):
         if not p.address:
             continue
         names: list[str] = []
-        for n in (p.hostname, p.name):
-            if not n or n in names or counts.get(n, 0) > 1 or _is_ip(n):
+        kept = [k for k in p.known_names if k not in read_names]
+        for n in (p.hostname, *kept, p.name):
+            if not n or n in names or counts.get(n, 0) > 1 or _is_ip(n) or not is_hostname(n) or is_reserved_name(n):
                 continue
             names.append(n)
         if names:

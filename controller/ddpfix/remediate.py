@@ -11,7 +11,7 @@ from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls
 from ddpfix.findings import Finding
-from ddpfix.inventory import GROUP
+from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, env_write_needed, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.runner import RunResult, run_playbook
@@ -83,7 +83,8 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     all_ids = {f.id for f in fl}
     refusals: list[str] = []
     audited = dict(ctx.audited())
-    missing = [n.name for n in ctx.cluster.nodes if n.name not in audited]
+    # unreachable nodes (read but no facts); nodes outside --limit are not written, and need not be read
+    missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and n.name not in audited]
     write_env = env and (only is None or "env.inconsistent" in only or "env.missing" in only
                          or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private"}))
     if write_env and missing and not allow_partial:
@@ -94,7 +95,16 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     if write_env and not_ours:
         refusals.append("env files not written (on no node, so ranks stay consistent): " + env_refusal(not_ours))
         write_env = False
-    hosts_needed = bool(all_ids & HOSTS_IDS)
+    if write_env and not ctx.plan[ctx.cluster.master].env.get("MASTER_ADDR"):
+        refusals.append(f"env files not written: {master_unknown(ctx)}")
+        write_env = False
+    hosts_needed = bool(all_ids & HOSTS_IDS) and (only is None or bool(only & HOSTS_IDS))
+    unknown = [p.name for p in ctx.plan.values() if p.name not in audited and not p.address]
+    if hosts_needed and unknown:
+        refusals.append(f"/etc/hosts block not written: {', '.join(unknown)} not read and no ansible_host inside "
+                        f"{ctx.cidr or 'the cluster network'} to take its address from; its line would vanish from "
+                        "its peers' blocks (run without --limit, or set ansible_host to its cluster address)")
+        hosts_needed = False
     time_needed_any = bool(all_ids & TIME_IDS)
     plans: dict[str, HostPlan] = {}
     for name, facts in audited.items():
@@ -111,7 +121,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
             elif hp.firewall == "none":
                 hp.notes.append("traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
                                 "check host-external firewalls (security groups) by hand")
-        hp.hosts = hosts_needed and (only is None or bool(only & HOSTS_IDS))
+        hp.hosts = hosts_needed
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
             if env_write_needed(facts.get("env_file") or {}, ctx.plan[name]):  # only nodes whose block differs
@@ -126,6 +136,34 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 hp.notes.append(f"cannot pin {ctx.plan[name].ifname}: no MAC address (not an Ethernet NIC)")
         plans[name] = hp
     return plans, refusals
+
+
+def master_unknown(ctx: Context) -> str:
+    m = ctx.cluster.master_node
+    why = "was not read" if m.name not in dict(ctx.audited()) else "has no address in the cluster network"
+    return (f"MASTER_ADDR unknown: the master {m.name} {why} and its ansible_host {m.address!r} is not an address "
+            f"inside {ctx.cidr or 'the cluster network (set ddp_cluster_cidr)'}")
+
+
+def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
+    """Refuse (exit 2, nothing touched) what must never reach a node: bad facts, an unknown, IPv6 or unacknowledged
+    broad cluster CIDR. Runs after the read-only audit, before the remediation play."""
+    c = ctx.cluster
+    for host, problems in ctx.invalid.items():
+        fact, value, why = problems[0]
+        raise DdpfixError(f"{host} returned {fact} {value!r}: {why} (facts.invalid); nothing was changed on any node",
+                          ExitCode.INVALID_INPUT)
+    if not ctx.cidr:
+        extra = f": the master {c.master} was not read" if c.master not in dict(ctx.audited()) else ""
+        raise DdpfixError(f"cannot remediate: the cluster network is unknown{extra} (set ddp_cluster_cidr)",
+                          ExitCode.INVALID_INPUT)
+    if ctx.net is not None and ctx.net.version == 6:
+        raise DdpfixError(f"cannot remediate: the cluster network {ctx.cidr} is IPv6; ddpfix's firewall fixes are "
+                          "IPv4 only (set ddp_cluster_cidr to the cluster's IPv4 network)", ExitCode.INVALID_INPUT)
+    why = cidr_needs_ack(ctx.cidr)
+    if apply and why and not c.cidr_ack_broad and any(p.firewall != "none" for p in plans.values()):
+        raise DdpfixError(f"ddp_cluster_cidr {ctx.cidr!r} {why}: opening the firewall to it needs "
+                          f"{ACK_BROAD}: true in the inventory", ExitCode.INVALID_INPUT)
 
 
 def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, Any]:
@@ -146,14 +184,14 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
 
 def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, limit: str | None, forks: int | None,
                     verbosity: int, progress: Progress | None) -> tuple[RunResult, list[Change]]:
-    if not ctx.cidr:
-        raise DdpfixError("cannot remediate: the cluster network is unknown (set ddp_cluster_cidr)", ExitCode.INVALID_INPUT)
-    hosts = ",".join(plans) or "none"
+    preflight(ctx, plans, apply=apply)
     run = run_playbook(
         "remediate.yml",
         ctx.cluster.inventories,
-        extravars=remediate_extravars(ctx, plans),
-        limit=hosts if not limit else f"{limit}:&{hosts}",
+        # the planned hosts are the play's target (in the extravars file), the user's --limit stays the limit:
+        # no host list on the command line, whatever the cluster's size
+        extravars={**remediate_extravars(ctx, plans), "ddpfix_target": ",".join(plans) or "none"},
+        limit=limit,
         forks=forks,
         n_hosts=len(plans),
         check=not apply,

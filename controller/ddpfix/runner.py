@@ -226,6 +226,7 @@ def run_playbook(
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
+    write_extravars(run_dir, extravars or {})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
 
@@ -265,7 +266,8 @@ def run_playbook(
             project_dir=_working_dir(pb_path.parent),
             playbook=str(pb_path),
             inventory=[str(Path(i).resolve()) for i in inventories],
-            extravars=dict(extravars or {}),
+            # extravars go in env/extravars (ansible-runner passes `-e @file`), never inline on the command line:
+            # a plan for thousands of hosts would exceed the kernel's per-argument limit (E2BIG).
             limit=limit,
             forks=nforks,
             cmdline=" ".join(cmdline) or None,
@@ -301,6 +303,19 @@ def _working_dir(fallback: Path) -> str:
         return os.getcwd()
     except OSError:
         return str(fallback)
+
+
+def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
+    """The run's extra vars as JSON in `<run dir>/env/extravars`, which ansible-runner passes as `-e @path`."""
+    import json
+
+    env = run_dir / "env"
+    env.mkdir(exist_ok=True)
+    path = env / "extravars"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(dict(extravars), f)
+    return path
 
 
 def _one_line(text: object) -> str:

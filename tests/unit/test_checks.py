@@ -101,6 +101,24 @@ def _(sim: Sim) -> Expect:
     return "node2", ["interfaces: ip -j addr show: not installed"]
 
 
+@case("facts.invalid", "hostile-hostname")
+def _(sim: Sim) -> Expect:
+    sim.node("node2")["hostname"] = "evil\n{{ lookup('pipe', 'id') }}"
+    return "node2", ["hostname = \"evil\\n{{ lookup('pipe', 'id') }}\""]
+
+
+@case("facts.invalid", "localhost")
+def _(sim: Sim) -> Expect:
+    sim.node("node3")["hostname"] = "localhost"
+    return "node3", ["hostname = 'localhost'"]
+
+
+@case("facts.invalid", "address")
+def _(sim: Sim) -> Expect:
+    sim.node("node2")["cluster"]["address"] = "192.168.77.12 evil"
+    return "node2", ["cluster.address = '192.168.77.12 evil'"]
+
+
 @case("firewall.master-port-blocked", "iptables")
 def _(sim: Sim) -> Expect:
     # recorded iptables-save (nf_tables) that DROPs 29500 and REJECTs the ephemeral range

@@ -118,3 +118,22 @@ def test_changed_entries_rewrite_the_block() -> None:
     moved[2] = {"address": "192.168.77.23", "names": ["node3"]}
     text, _ = hf.render(once, moved)
     assert "192.168.77.23\tnode3" in text and "192.168.77.13" not in text
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"address": "127.0.0.1", "names": ["localhost"]}, "reserved"),
+        ({"address": "192.168.77.11", "names": ["localhost.localdomain"]}, "reserved"),
+        ({"address": "::1", "names": ["ip6-localhost"]}, "reserved"),
+        ({"address": "192.168.77.11", "names": ["evil\n10.0.0.1 x"]}, "RFC 1123"),
+        ({"address": "192.168.77.11", "names": ["a b"]}, "RFC 1123"),
+        ({"address": "192.168.77.11 x", "names": ["node1"]}, "not an IP address"),
+    ],
+)
+def test_reserved_or_invalid_entries_are_refused(entry: dict, message: str) -> None:
+    assert message in hf.entry_problem(entry)
+
+
+def test_valid_entry_is_accepted() -> None:
+    assert hf.entry_problem({"address": "192.168.77.11", "names": ["node1", "gpu-a.example.org"]}) is None

@@ -44,6 +44,34 @@ def test_master_not_first_gets_rank_zero_and_explicit_ranks_kept() -> None:
         ({"a": {}, "b": {}}, {"ddp_firewall": "ufw"}, "ddp_firewall must be one of"),
         ({"a": {"ddp_node_rank": 5}, "b": {}}, {}, "between 0 and 1"),
         ({"a": {"ddp_node_rank": 1}, "b": {}}, {}, "must have rank 0"),
+        ({"a": {}, "b": {}}, {"ddp_cluster_cidr": "10.0.0.5/24"}, "has host bits set: did you mean 10.0.0.0/24?"),
+        ({"a": {}, "b": {}}, {"ddp_cluster_cidr": "::/0"}, "whole address space"),
+        ({"a": {}, "b": {}}, {"ddp_cluster_cidr": "fd00:1::/64"}, "'fd00:1::/64' is IPv6"),
+        ({"a": {}, "b": {}}, {"ddp_cluster_cidr_ack_broad": "maybe"}, "ddp_cluster_cidr_ack_broad must be a boolean"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "etc/ddp.env"}, "must be an absolute path"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/tmp/ddp.env"}, "'/tmp/ddp.env' lies under /tmp"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/var/tmp/x/ddp.env"}, "lies under /var/tmp"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/dev/shm/ddp.env"}, "lies under /dev"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/proc/ddp.env"}, "lies under /proc"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/sys/ddp.env"}, "lies under /sys"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/run/user/0/ddp.env"}, "lies under /run/user"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/etc/ddpfix/"}, "names a directory"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/etc/../tmp/ddp.env"}, "not normalized"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/etc/ddp env"}, "whitespace or shell characters"),
+        ({"a": {}, "b": {}}, {"ddp_env_path": "/etc/$(id).env"}, "whitespace or shell characters"),
+        ({"a": {}, "b": {}}, {"ddp_ntp_servers": ["pool.ntp.org iburst"]}, "'pool.ntp.org iburst' is not a hostname"),
+        ({"a": {}, "b": {}}, {"ddp_ntp_servers": "a.example,b.example"}, "is not a hostname"),
+        ({"a": {}, "b": {}}, {"ddp_ntp_servers": ["ntp1\nallow all"]}, "is not a hostname"),
+        ({"a": {}, "b": {}}, {"ddp_ntp_servers": ['"ntp1"']}, "is not a hostname"),
+        ({"a": {"ddp_socket_ifname": "eth0; reboot"}, "b": {}}, {}, "ddp_socket_ifname of a 'eth0; reboot'"),
+        ({"a": {"ddp_socket_ifname": "averyveryverylongname0"}, "b": {}}, {}, "at most 15 characters"),
+        ({"a": {"ddp_socket_ifname": "eth0/1"}, "b": {}}, {}, "ddp_socket_ifname of a"),
+        ({"a": {"ddp_socket_ifname": "eth0,eth1"}, "b": {}}, {}, "explicit ^ or = prefix"),
+        ({"a": {"ddp_python": "/opt/my env/python"}, "b": {}}, {}, "ddp_python of a '/opt/my env/python'"),
+        ({"a": {"ddp_python": "python3; id"}, "b": {}}, {}, "ddp_python of a"),
+        ({"a": {}, "b": {}}, {"ddp_nproc_per_node": 0}, "between 1 and 1024"),
+        ({"a": {}, "b": {}}, {"ddp_nproc_per_node": True}, "must be an integer"),
+        ({"a": {}, "b": {}}, {"ddp_ntp_local_master": "sure"}, "ddp_ntp_local_master must be a boolean"),
     ],
 )
 def test_invalid_inputs(hosts: dict, gv: dict, message: str) -> None:
@@ -51,6 +79,23 @@ def test_invalid_inputs(hosts: dict, gv: dict, message: str) -> None:
         cluster_from_inventory_data(_data(hosts, **gv))
     assert message in str(exc.value)
     assert exc.value.code == ExitCode.INVALID_INPUT
+
+
+@pytest.mark.parametrize("ifname", ["eth0", "ens5f0np0", "^docker,lo", "=eth0", "^=eth0,eth1", "ib0"])
+def test_valid_ifnames_and_python(ifname: str) -> None:
+    c = cluster_from_inventory_data(_data({"a": {"ddp_socket_ifname": ifname, "ddp_python": "/opt/venv/bin/python"},
+                                           "b": {"ddp_python": "python3"}}))
+    assert c.node("a").socket_ifname == ifname
+
+
+def test_cidr_ack_needed_for_public_or_broad_networks() -> None:
+    from ddpfix.inventory import cidr_needs_ack
+
+    assert cidr_needs_ack("10.1.0.0/16") is None and cidr_needs_ack("100.64.0.0/16") is None
+    assert "broader than /16" in (cidr_needs_ack("10.0.0.0/8") or "")
+    assert "not a private network" in (cidr_needs_ack("8.8.8.0/24") or "")
+    c = cluster_from_inventory_data(_data({"a": {}, "b": {}}, ddp_cluster_cidr="10.0.0.0/8", ddp_cluster_cidr_ack_broad=True))
+    assert c.cidr_ack_broad
 
 
 def test_empty_group() -> None:

@@ -74,6 +74,7 @@ def test_cluster_keys_agree_on_every_node(sim: Sim) -> None:
 def test_node_without_facts_or_outside_cidr_is_not_writable(sim: Sim) -> None:
     facts = {n: d["node"] for n, d in sim.docs.items()}
     facts["node3"] = None
+    sim.set_var("node3", ansible_host="node3.example")  # not an address: nothing to fall back on
     plans = plan_cluster(sim.cluster(), facts)
     assert plans["node3"].address is None and plans["node3"].ifname is None
     assert "NCCL_SOCKET_IFNAME" not in plans["node3"].env
@@ -108,3 +109,67 @@ def test_hosts_block_names_hostname_and_inventory_name(sim: Sim) -> None:
     sim.node("node2")["hostname"] = "gpu-b07"
     block = hosts_block(_plan(sim))
     assert "192.168.77.12 gpu-b07 node2" in block.splitlines()
+
+
+# ---------------------------------------------------------------- partial runs (--limit, unreachable nodes)
+
+
+def test_limited_out_nodes_keep_ranks_world_size_and_master_addr(sim: Sim) -> None:
+    """Only node2 was read (--limit node2): the plan is still the whole cluster's, the master from the inventory."""
+    sim.set_var(None, ddp_cluster_cidr="192.168.77.0/24")
+    facts = {"node2": sim.node("node2")}
+    plans = plan_cluster(sim.cluster(), facts)
+    assert set(plans) == {"node1", "node2", "node3"}
+    env = plans["node2"].env
+    assert (env["NNODES"], env["WORLD_SIZE"], env["NODE_RANK"], env["MASTER_ADDR"]) == ("3", "3", "1", "192.168.77.11")
+    assert plans["node2"].source == "facts" and plans["node1"].source == "inventory"
+    assert plans["node2"].env["NCCL_SOCKET_IFNAME"] == "=eth0"
+
+
+def test_master_outside_cidr_in_inventory_gives_no_master_addr(sim: Sim) -> None:
+    sim.set_var(None, ddp_cluster_cidr="192.168.77.0/24")
+    sim.set_var("node1", ansible_host="203.0.113.5")  # reached over a public address: not the cluster address
+    plans = plan_cluster(sim.cluster(), {"node2": sim.node("node2")})
+    assert plans["node2"].env["MASTER_ADDR"] == "" and plans["node1"].address is None
+
+
+def test_unread_node_keeps_its_hosts_line_with_known_names(sim: Sim) -> None:
+    """node3 is down: its line stays in the block, with the names the read nodes already map to its address."""
+    sim.node("node3")["hostname"] = "gpu-c"
+    sim.set_hosts_file("node1", "127.0.0.1 localhost\n192.168.77.13 gpu-c node3 ip6-bogus\n")
+    full = hosts_block(_plan(sim))
+    facts = {n: d["node"] for n, d in sim.docs.items()}
+    facts["node3"] = None
+    partial = hosts_block(plan_cluster(sim.cluster(), facts))
+    assert "192.168.77.13 gpu-c node3" in full.splitlines()
+    assert "192.168.77.13 gpu-c node3" in partial.splitlines()
+    assert "localhost" not in partial and "ip6-" not in partial
+
+
+def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
+    from ddpfix.plan import sanitize_facts, validate_facts
+
+    bad = dict(sim.node("node2"), hostname="a b\n{{ x }}")
+    bad["cluster"] = dict(bad["cluster"], address="192.168.77.12\n10.0.0.1 evil")
+    problems = {fact for fact, _, _ in validate_facts(bad)}
+    assert problems == {"hostname", "cluster.address"}
+    facts = {n: d["node"] for n, d in sim.docs.items()}
+    facts["node2"] = sanitize_facts(bad)
+    sim.set_var(None, ddp_cluster_cidr="192.168.77.0/24")
+    block = hosts_block(plan_cluster(sim.cluster(), facts))
+    assert "evil" not in block and "{{" not in block and "a b" not in block
+    # node2 was read but its address is unusable: it is not in the block (its inventory address is not used)
+    assert "node2" not in block
+    assert validate_facts(dict(sim.node("node3"), hostname="localhost"))[0][:2] == ("hostname", "localhost")
+    assert validate_facts(sim.node("node1")) == []
+
+
+def test_sanitize_drops_odd_interfaces_and_macs_without_a_finding(sim: Sim) -> None:
+    from ddpfix.plan import sanitize_facts, validate_facts
+
+    f = dict(sim.node("node1"))
+    f["interfaces"] = [dict(i) for i in f["interfaces"]] + [{"name": "bad if\n", "addrs": [], "mac": None}]
+    f["interfaces"][0]["mac"] = "aa:bb\nx"
+    assert validate_facts(f) == []  # not the cluster interface: no reason to refuse a fix
+    clean = sanitize_facts(f)
+    assert all(i["name"] != "bad if\n" for i in clean["interfaces"]) and clean["interfaces"][0]["mac"] is None

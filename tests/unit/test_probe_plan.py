@@ -107,3 +107,17 @@ def test_recorded_clean_cluster_probes_match_the_plan(sim: Sim) -> None:
         assert [(c["name"], c["port"], c["kind"]) for c in d["probe"]["connects"]] == \
             [(c["name"], c["port"], c["kind"]) for c in a["connect"]]
         assert sorted(d["probe"]["routes"]) == sorted(a["route_to"])
+
+
+def test_hostile_peer_values_are_no_probe_targets() -> None:
+    """A peer's hostname/address that is not a valid name/IP never reaches the probe (getaddrinfo, ip -batch)."""
+    hv, order = _hostvars(3)
+    f = hv["node2"]["ansible_facts"]["ddpfix_node"]
+    f["hostname"] = "evil\nroute flush"
+    f["fqdn"] = "a b {{ x }}"
+    f["cluster"]["address"] = "192.168.77.12\nroute flush table main"
+    f["probe"]["address"] = "192.168.77.12 x"
+    args = pp.ddpfix_probe_args(hv, "node1", order, "node1", 29500, 2)
+    assert args["names"] == ["node3"]
+    assert args["route_to"] == ["192.168.77.13"]
+    assert [c["name"] for c in args["connect"] if c["kind"] == "peer"] == ["node3"]

@@ -15,7 +15,7 @@ from ddpfix.audit import collect
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, render_env
 from ddpfix.progress import Progress
-from ddpfix.remediate import HostPlan, run_remediation
+from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 
 
 @click.command("env")
@@ -37,8 +37,19 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     cluster = cluster_of(app)
     with Progress(cluster.names, "ddpfix env: facts", enabled=None if fmt == "text" else False) as progress:
         ctx, _ = collect(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, probe=False, progress=progress)
-    missing = [n.name for n in ctx.cluster.nodes if not ctx.facts.get(n.name)]
-    unusable = [n for n, p in ctx.plan.items() if n not in missing and (not p.address or not p.env.get("MASTER_ADDR"))]
+    # written: the nodes read (--limit chooses them); the plan itself is the whole inventory's
+    missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and not ctx.facts.get(n.name)]
+    for host, problems in ctx.invalid.items():
+        fact, value, why = problems[0]
+        raise DdpfixError(f"{host} returned {fact} {value!r}: {why} (facts.invalid); no env file written",
+                          ExitCode.INVALID_INPUT)
+    if not ctx.cidr:
+        why = f": the master {cluster.master} was not read" if not ctx.facts.get(cluster.master) else ""
+        raise DdpfixError(f"the cluster network is unknown{why} (set ddp_cluster_cidr)", ExitCode.INVALID_INPUT)
+    if not ctx.plan[cluster.master].env.get("MASTER_ADDR"):
+        click.echo(f"ddpfix: refused: {master_unknown(ctx)}", err=True)
+        raise SystemExit(int(ExitCode.FINDINGS))
+    unusable = [n for n, p in ctx.plan.items() if n in ctx.hosts and n not in missing and not p.address]
     if missing and not allow_partial:
         click.echo(f"ddpfix: refused: {', '.join(missing)} unreachable; writing env files now would leave an incomplete "
                    "rank set (ranks never shift). Fix the node or pass --allow-partial.", err=True)
@@ -46,7 +57,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     if unusable:
         raise DdpfixError(f"no address in the cluster network {ctx.cidr} on: {', '.join(unusable)} "
                           "(or the master has none); run ddpfix audit", ExitCode.FINDINGS)
-    files = {n: render_env(p) for n, p in ctx.plan.items() if n not in missing}
+    files = {n: render_env(p) for n, p in ctx.plan.items() if n in ctx.hosts and n not in missing}
     if apply:
         not_ours = {n: why for n in files if (why := env_not_ours((ctx.facts.get(n) or {}).get("env_file") or {},
                                                                   cluster.env_adopt))}

@@ -13,7 +13,7 @@ from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, split_skipped
 from ddpfix.findings import RULES, Finding
 from ddpfix.progress import Progress
-from ddpfix.remediate import build_plan, not_effective, remaining_fixable, run_remediation
+from ddpfix.remediate import build_plan, not_effective, preflight, remaining_fixable, run_remediation
 from ddpfix.report import document
 
 
@@ -50,6 +50,8 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial,
                                  pin_ifnames=pin_ifnames)
     todo = {h: p for h, p in plans.items() if not p.empty}
+    if ctx.invalid:  # a node returned values ddpfix will not write: refused even when nothing else is planned
+        preflight(ctx, todo, apply=apply)
     changes: list = []
     failed: dict[str, str] = {}
     changed: dict[str, int] = {h: 0 for h in sorted(plans)}

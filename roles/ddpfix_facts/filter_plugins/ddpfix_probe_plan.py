@@ -5,6 +5,27 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
+import re
+
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def _name_ok(n):
+    """An RFC 1123 host name: only such names of a peer are resolved (a hostile hostname is no probe target)."""
+    if not isinstance(n, str) or not n or len(n) > 253:
+        return False
+    labels = n.split(".")
+    return all(_LABEL.match(lbl) for lbl in labels) and not all(lbl.isdigit() for lbl in labels)
+
+
+def _addr_ok(a):
+    try:
+        ipaddress.ip_address(u"%s" % a)
+        return isinstance(a, str)
+    except ValueError:
+        return False
+
 
 def _facts(hostvars, host):
     try:
@@ -29,15 +50,15 @@ def ddpfix_probe_args(hostvars, me, order, master, master_port, peers):
             continue
         f = _facts(hostvars, h)
         for n in (f.get("hostname"), f.get("fqdn")):
-            if n and n not in names:
+            if n and _name_ok(n) and n not in names:
                 names.append(n)
         addr = (f.get("cluster") or {}).get("address")
-        if addr and addr not in route_to:
+        if addr and _addr_ok(addr) and addr not in route_to:
             route_to.append(addr)
     mf = _facts(hostvars, master)
     if mf:
         maddr = (mf.get("cluster") or {}).get("address")
-        if maddr:
+        if maddr and _addr_ok(maddr):
             connect.append({"name": master, "address": maddr, "port": int(master_port), "kind": "master"})
     if me in alive and len(alive) > 1:
         i = alive.index(me)
@@ -45,7 +66,8 @@ def ddpfix_probe_args(hostvars, me, order, master, master_port, peers):
             h = alive[(i + step) % len(alive)]
             f = _facts(hostvars, h)
             probe = f.get("probe") or {}
-            if probe.get("address") and probe.get("port"):
+            port = probe.get("port")
+            if probe.get("address") and _addr_ok(probe["address"]) and isinstance(port, int) and 0 < port < 65536:
                 connect.append({"name": h, "address": probe["address"], "port": int(probe["port"]), "kind": "peer"})
     cluster = mine.get("cluster") or {}
     return {

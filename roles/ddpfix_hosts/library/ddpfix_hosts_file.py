@@ -14,6 +14,9 @@ description:
   - Ensures a block between C(# BEGIN ddpfix managed block) and C(# END ddpfix managed block) with exactly I(entries).
   - Removes every name the block manages from all other lines (the Debian C(127.0.1.1 HOSTNAME) line, stale entries),
     dropping lines left without names. C(localhost) lines are otherwise left alone.
+  - Never manages the reserved names (C(localhost), C(localhost.localdomain), C(localhost4*), C(localhost6*), C(ip6-*)):
+    an entry naming one, or with a name that is not an RFC 1123 host name or an address that is not an IP address,
+    fails the task before anything is written. Lines carrying reserved names keep them.
   - Backs the file up before changing it and writes atomically; when the file is a bind mount (containers), where a
     rename fails with EBUSY, it falls back to rewriting the file in place.
   - Supports check mode and diff mode.
@@ -33,7 +36,9 @@ backup_file: {description: Path of the backup, returned: changed and backup, typ
 removed: {description: Lines changed or removed outside the block, returned: always, type: list}
 """
 
+import ipaddress
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -41,6 +46,33 @@ from ansible.module_utils.basic import AnsibleModule
 BEGIN = "# BEGIN ddpfix managed block"
 END = "# END ddpfix managed block"
 NOTE = "# Managed by ddpfix: every cluster node's hostname -> its cluster address. Do not edit."
+
+
+RESERVED = ("localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
+            "localhost6.localdomain6")
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def is_reserved(name):
+    n = name.lower()
+    return n in RESERVED or n.startswith("ip6-")
+
+
+def entry_problem(entry):
+    """Why an entry must not be written (None: it may)."""
+    try:
+        ipaddress.ip_address(u"%s" % entry["address"])
+    except ValueError:
+        return "address %r is not an IP address" % (entry["address"],)
+    if not entry["names"]:
+        return "entry for %s has no names" % entry["address"]
+    for n in entry["names"]:
+        labels = n.split(".")
+        if len(n) > 253 or not all(_LABEL.match(lbl) for lbl in labels) or all(lbl.isdigit() for lbl in labels):
+            return "name %r is not an RFC 1123 host name" % (n,)
+        if is_reserved(n):
+            return "name %r is reserved (loopback/IPv6 well-known names are never managed)" % (n,)
+    return None
 
 
 def render(text, entries):
@@ -92,6 +124,10 @@ def main():
     except (IOError, OSError) as exc:
         module.fail_json(msg="cannot read %s: %s" % (path, exc))
     entries = [{"address": str(e["address"]), "names": [str(n) for n in e["names"]]} for e in module.params["entries"]]
+    for e in entries:
+        problem = entry_problem(e)
+        if problem:
+            module.fail_json(msg="refused: %s; %s not changed" % (problem, path))
     after, removed = render(before, entries)
     result = dict(changed=before != after, removed=removed, diff={"before": before, "after": after,
                                                                      "before_header": path, "after_header": path})

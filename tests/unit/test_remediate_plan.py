@@ -1,0 +1,83 @@
+"""build_plan and the pre-flight refusals on recorded facts with partial reads (--limit, a node down)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import Sim
+from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.checks import Context, HostFacts, run_checks
+from ddpfix.remediate import build_plan, preflight, remediate_extravars
+
+
+def _ctx(sim: Sim, read: list[str], down: tuple[str, ...] = ()) -> Context:
+    hosts = {}
+    for n in read:
+        d = sim.docs[n]
+        hosts[n] = (HostFacts(n, reachable=False, error="ssh: connection refused") if n in down
+                    else HostFacts(n, node=d["node"], probe=d["probe"], collected_at=d["collected_at"]))
+    return Context(sim.cluster(), hosts)
+
+
+def test_limit_plans_env_for_read_nodes_with_whole_cluster_values(sim: Sim) -> None:
+    ctx = _ctx(sim, ["node2"])
+    _, refusals = build_plan(ctx, run_checks(ctx))
+    assert any("the master node1 was not read" in r and "set ddp_cluster_cidr" in r for r in refusals), refusals
+    sim.set_var(None, ddp_cluster_cidr="192.168.77.0/24")
+    ctx = _ctx(sim, ["node2"])
+    findings = run_checks(ctx)
+    assert not [f for f in findings if f.id in ("host.unreachable", "env.inconsistent")]
+    plans, refusals = build_plan(ctx, findings)
+    assert refusals == [] and set(plans) == {"node2"}
+    env = plans["node2"].env
+    assert env["NNODES"] == "3" and env["WORLD_SIZE"] == "3" and env["NODE_RANK"] == "1"
+    assert env["MASTER_ADDR"] == "192.168.77.11"
+
+
+def test_master_limited_out_and_not_in_cidr_refuses_env(sim: Sim) -> None:
+    sim.set_var("node1", ansible_host="node1.example")
+    ctx = _ctx(sim, ["node2", "node3"])
+    plans, refusals = build_plan(ctx, run_checks(ctx))
+    assert not any(p.env for p in plans.values())
+    assert any("MASTER_ADDR unknown: the master node1 was not read" in r for r in refusals), refusals
+
+
+def test_down_node_keeps_its_hosts_line(sim: Sim) -> None:
+    ctx = _ctx(sim, ["node1", "node2", "node3"], down=("node3",))
+    sim_findings = run_checks(ctx)
+    entries = remediate_extravars(ctx, {})["ddpfix_hosts"]
+    assert {"address": "192.168.77.13", "names": ["node3"]} in entries
+    assert [f.host for f in sim_findings if f.id == "host.unreachable"] == ["node3"]
+
+
+def test_hosts_fix_refused_when_an_unread_node_has_no_address(sim: Sim) -> None:
+    sim.set_hosts_file("node1", "127.0.0.1 localhost\n198.51.100.7 node2\n")  # hosts.peer-mismatch on node1
+    sim.probe("node1")["resolve"]["node2"] = ["198.51.100.7"]
+    sim.set_var("node3", ansible_host="node3.example")
+    ctx = _ctx(sim, ["node1", "node2"])
+    findings = run_checks(ctx)
+    assert any(f.id == "hosts.peer-mismatch" for f in findings)
+    plans, refusals = build_plan(ctx, findings)
+    assert not any(p.hosts for p in plans.values())
+    assert any("/etc/hosts block not written: node3 not read" in r for r in refusals), refusals
+
+
+def test_preflight_refuses_bad_facts_and_unacknowledged_broad_cidr(sim: Sim) -> None:
+    from ddpfix.remediate import HostPlan
+
+    sim.node("node2")["hostname"] = "bad name"
+    with pytest.raises(DdpfixError) as exc:
+        preflight(_ctx(sim, ["node1", "node2", "node3"]), {}, apply=True)
+    assert exc.value.code == ExitCode.INVALID_INPUT and "node2 returned hostname 'bad name'" in str(exc.value)
+    sim.node("node2")["hostname"] = "node2"
+    sim.set_var(None, ddp_cluster_cidr="192.168.0.0/15")
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    with pytest.raises(DdpfixError, match="ddp_cluster_cidr_ack_broad: true"):
+        preflight(ctx, {"node1": HostPlan(firewall="iptables")}, apply=True)
+    preflight(ctx, {"node1": HostPlan(firewall="iptables")}, apply=False)  # a dry run changes nothing: allowed
+    preflight(ctx, {"node1": HostPlan(hosts=True)}, apply=True)  # no firewall opened: allowed
+    sim.set_var(None, ddp_cluster_cidr_ack_broad=True)
+    preflight(_ctx(sim, ["node1", "node2", "node3"]), {"node1": HostPlan(firewall="iptables")}, apply=True)
+    sim.set_var(None, ddp_cluster_cidr="")
+    with pytest.raises(DdpfixError, match="the master node1 was not read .set ddp_cluster_cidr"):
+        preflight(_ctx(sim, ["node2"]), {}, apply=True)
