@@ -66,6 +66,19 @@ def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
         return _testinfra_checks(ctx, findings, kwargs)
 
 
+def _control_dir() -> Path:
+    """A directory for ssh control sockets whose paths fit a Unix socket address (108 bytes, with ssh's 40-character
+    %C and its temporary suffix): the state dir's cp/, else a private directory under /tmp."""
+    cp = paths.state_dir() / "cp"
+    if len(str(cp)) > 40:
+        cp = Path("/tmp") / f"ddpfix-cp-{os.getuid()}"
+    cp.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = cp.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{cp} is not a private directory of this user: remove it or set DDPFIX_STATE_DIR")
+    return cp
+
+
 def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
     """testinfra's host for `name` as its ansible backend builds it (ssh with the inventory's and ansible.cfg's
     settings, sudo for become), with SSH connection reuse: without a ControlPath testinfra's ControlMaster option
@@ -78,9 +91,7 @@ def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
         return testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}", **host_kwargs)
     backend = host.backend
     if getattr(backend, "controlpersist", 0) and getattr(backend, "controlpath", "") is None:
-        cp = paths.state_dir() / "cp"
-        cp.mkdir(parents=True, exist_ok=True, mode=0o700)
-        backend.controlpath = f"{cp}/ti-%%C"  # testinfra %-formats the command line: %% is ssh's %
+        backend.controlpath = f"{_control_dir()}/ti-%%C"  # testinfra %-formats the command line: %% is ssh's %
     return host
 
 

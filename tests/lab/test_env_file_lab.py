@@ -137,6 +137,7 @@ def test_user_keys_and_secrets_kept_never_shown_and_second_apply_changes_nothing
     # verify's end-state check agrees (from the facts: the file is not read back)
     code, out, err = ddpfix(inv, "verify", "--format", "json")
     outputs += [out, err]
+    assert out, (code, err)
     checks = [c for c in json.loads(out)["checks"] if c["check"].startswith("env file")]
     assert len(checks) == len(info.nodes) and all(c["ok"] for c in checks), checks
 
