@@ -5,7 +5,8 @@
   --test`, Docker's chains stay in the running rule set and never reach a file, the audit is clean.
 - A persisted config ddpfix's rule cannot be added to: the host fails with nft's error, the old file stays.
 - SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes ddpfix's
-  rule by itself within the revert timeout, becomes reachable again, other rules intact.
+  rule by itself within the revert timeout, becomes reachable again, other rules intact; a rerun converges (with no
+  nftables config file: noted "runtime only").
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> Non
     assert "nft -c -f /etc/nftables.conf" in msg and "old file stays" in msg and "Error" in msg, doc["failed_hosts"]
     assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
     assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert "ddpfix-cluster" in live(info, "node2")  # the confirmed runtime rule stays
 
 
 def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any) -> None:
@@ -166,3 +168,10 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any) -> None:
     # the other nodes were not touched by the fault
     for node in ("node1", "node3"):
         assert subprocess.run(info.ssh_argv(node, "true"), capture_output=True, timeout=30).returncode == 0
+    # a rerun without the fault converges; with no nftables config file on node2 the report says "runtime only"
+    host_vars(info, "node2", {"__ddpfix_firewall_test_break_ssh": False})
+    sh(info, "node2", "rm /etc/nftables.conf")
+    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
+    assert any(n.startswith("runtime only: no nftables config file") for n in doc["notes"].get("node2", [])), doc["notes"]
+    assert "ddpfix-cluster" in live(info, "node2")
