@@ -3,7 +3,8 @@
 - Docker-like tables (iptables-nft chains with `xt match` lines, a native nft table) next to the blocking rules:
   `remediate --apply` persists only ddpfix's rule, every persisted file passes `nft -c -f` / `iptables-restore
   --test`, Docker's chains stay in the running rule set and never reach a file, the audit is clean.
-- A persisted config ddpfix's rule cannot be added to: the host fails with nft's error, the old file stays.
+- A persisted config ddpfix's rule cannot be added to: the host fails with nft's error, the old file stays
+  (another host, with RHEL's /etc/sysconfig/iptables, is fixed and persisted).
 - SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes ddpfix's
   rule by itself within the revert timeout, becomes reachable again, other rules intact; a rerun converges (with no
   nftables config file: noted "runtime only").
@@ -125,9 +126,11 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
 
 def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> None:
     # node2's config names its table differently from the running one: ddpfix's include cannot load after it.
-    info = temp_lab(nodes=3, scenario="nftables-worker2", wait_sync=False)
+    # node3 keeps its iptables rules where RHEL does (/etc/sysconfig/iptables): that host is fixed and persisted.
+    info = temp_lab(nodes=3, scenario="nftables-worker2,iptables-worker", wait_sync=False)
     sh(info, "node2", "sed -i 's/^table inet filter/table inet hostfw/' /etc/nftables.conf")
     conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
+    sh(info, "node3", "mkdir -p /etc/sysconfig && mv /etc/iptables/rules.v4 /etc/sysconfig/iptables")
     code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
     assert code == 1
     msg = doc["failed_hosts"].get("node2", "")
@@ -135,6 +138,11 @@ def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> Non
     assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
     assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
     assert "ddpfix-cluster" in live(info, "node2")  # the confirmed runtime rule stays
+    assert "node3" not in doc["failed_hosts"]
+    saved = sh(info, "node3", "cat /etc/sysconfig/iptables").stdout
+    assert f"-A INPUT -s {info.subnet} -m comment --comment ddpfix-cluster -j ACCEPT" in saved
+    assert sh(info, "node3", "iptables-restore --test /etc/sysconfig/iptables", check=False).returncode == 0
+    assert sh(info, "node3", "test -e /etc/iptables/rules.v4", check=False).returncode == 1
 
 
 def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any) -> None:
