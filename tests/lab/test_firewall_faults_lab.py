@@ -183,3 +183,18 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any) -> None:
     assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
     assert any(n.startswith("runtime only: no nftables config file") for n in doc["notes"].get("node2", [])), doc["notes"]
     assert "ddpfix-cluster" in live(info, "node2")
+
+
+def test_legacy_iptables_rules_get_the_legacy_rule(temp_lab: Any) -> None:
+    # node3's blocking rules are in the legacy tables while `iptables` is the nft variant (both in use at once)
+    info = temp_lab(nodes=3, scenario="iptables-worker", wait_sync=False)
+    if "nf_tables" not in sh(info, "node3", "iptables -V").stdout:
+        pytest.skip("iptables is not the nft variant here")
+    sh(info, "node3", "iptables-nft -F INPUT && iptables-legacy-restore /etc/iptables/rules.v4")
+    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
+    rule = f"-A INPUT -s {info.subnet} -m comment --comment ddpfix-cluster -j ACCEPT"
+    assert rule in sh(info, "node3", "iptables-legacy-save").stdout
+    assert "ddpfix" not in sh(info, "node3", "iptables-nft-save").stdout
+    assert rule in sh(info, "node3", "cat /etc/iptables/rules.v4").stdout
+    assert sh(info, "node3", "iptables-legacy-restore --test /etc/iptables/rules.v4", check=False).returncode == 0

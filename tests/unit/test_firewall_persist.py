@@ -59,6 +59,14 @@ def test_iptables_tagged_finds_only_ddpfix_rules() -> None:
     assert fw.iptables_tagged("*nat\nCOMMIT\n") == []
 
 
+def test_iptables_blocks_tells_which_variant_holds_the_blocking_rules() -> None:
+    assert fw.iptables_blocks(RULES_V4)  # policy DROP
+    reject = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 1:2 -j REJECT --reject-with tcp-reset\nCOMMIT\n"
+    assert fw.iptables_blocks(reject)
+    assert not fw.iptables_blocks("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n-A FORWARD -j DROP\nCOMMIT\n")
+    assert not fw.iptables_blocks("")
+
+
 def test_iptables_variant_binaries() -> None:
     assert fw.iptables_bins("legacy") == ("iptables-legacy", "iptables-legacy-save", "iptables-legacy-restore")
     assert fw.iptables_bins("nft")[2] == "iptables-nft-restore"

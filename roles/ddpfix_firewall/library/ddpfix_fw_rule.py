@@ -21,7 +21,7 @@ options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
   cidr: {description: Cluster network (IPv4)., type: str, required: true}
   comment: {description: Tag of the rule., type: str, default: ddpfix-cluster}
-  iptables_variant: {description: iptables flavour whose rules block., type: str, default: auto, choices: [auto, legacy, nft]}
+  iptables_variant: {description: iptables flavour whose rules block (auto - the default iptables, or the other variant when only that one's INPUT chain drops)., type: str, default: auto, choices: [auto, legacy, nft]}
   plan_only: {description: Change nothing and report C(pending) (changed stays false)., type: bool, default: false}
   test_break_ssh: {description: Lab fault injection only - also add a ddpfix-tagged drop of TCP port 22., type: bool, default: false}
 """
@@ -41,8 +41,8 @@ pending: {description: Whether the rule is missing (what changed would be)., ret
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddpfix_fw import (iptables_bins, iptables_rule, iptables_tagged, nft_blocking_input_chains,
-                                           nft_rule_args, nft_tagged)
+from ansible.module_utils.ddpfix_fw import (iptables_bins, iptables_blocks, iptables_rule, iptables_tagged,
+                                           nft_blocking_input_chains, nft_rule_args, nft_tagged)
 
 
 def main():
@@ -70,6 +70,18 @@ def main():
         rc, out, err = module.run_command([save, "-t", "filter"])
         if rc != 0:
             module.fail_json(msg="%s -t filter failed: %s" % (ipt_save, err.strip()))
+        if p["iptables_variant"] == "auto" and not iptables_blocks(out):
+            # legacy and nft iptables both in use: the rule goes to the variant whose INPUT chain blocks
+            for alt in ("legacy", "nft"):
+                a_ipt, a_save, _ = iptables_bins(alt)
+                a_exe, a_save_path = module.get_bin_path(a_ipt), module.get_bin_path(a_save)
+                if not (a_exe and a_save_path):
+                    continue
+                rc, a_out, _ = module.run_command([a_save_path, "-t", "filter"])
+                if rc == 0 and iptables_blocks(a_out):
+                    ipt, exe, out = a_ipt, a_exe, a_out
+                    result["iptables"] = ipt
+                    break
         rule = iptables_rule(cidr, comment)
         if rule not in iptables_tagged(out, comment):
             cmds.append([exe, "-I", "INPUT", "1"] + rule)

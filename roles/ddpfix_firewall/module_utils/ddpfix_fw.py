@@ -71,6 +71,18 @@ def iptables_tagged(save_text, comment=COMMENT):
     return out
 
 
+def iptables_blocks(save_text):
+    """Whether the filter table's INPUT chain can drop: policy DROP or a DROP/REJECT rule of its own."""
+    lines = save_text.splitlines()
+    sec = _filter_section(lines)
+    if sec is None:
+        return False
+    for ln in lines[sec[0]:sec[1]]:
+        if ln.startswith(":INPUT DROP") or (ln.startswith("-A INPUT ") and re.search(r"-j (DROP|REJECT)\b", ln)):
+            return True
+    return False
+
+
 def iptables_persisted(text, cidr, comment=COMMENT):
     """The rules file text with ddpfix's line at the top of the filter table's INPUT rules.
 
