@@ -24,7 +24,7 @@ TIME_IDS = {"time.no-daemon", "time.unsynchronized"}
 
 @dataclass
 class HostPlan:
-    firewall: str = "none"  # firewalld | iptables | none
+    firewall: str = "none"  # firewalld | iptables | iptables-legacy | nftables | none
     hosts: bool = False
     time: bool = False
     env: dict[str, str] = field(default_factory=dict)  # the env file's managed block; empty: not written
@@ -50,10 +50,13 @@ class Change:
 
 def firewall_backend(state: dict[str, Any], configured: str, blocking_layers: set[str]) -> str:
     """Which firewall to change: the inventory's ddp_firewall, else the layer the audit found blocking,
-    else the one that holds rules (firewalld before iptables before native nftables)."""
+    else the one that holds rules (firewalld before iptables before native nftables). `iptables-legacy`: the legacy
+    tables block while `iptables` is the nft variant (the rule must go where the blocking rules are)."""
     if configured in ("firewalld", "iptables", "nftables", "none"):
+        if configured == "iptables" and "iptables-legacy" in blocking_layers and "iptables" not in blocking_layers:
+            return "iptables-legacy"
         return configured
-    for layer in ("firewalld", "iptables", "nftables"):
+    for layer in ("firewalld", "iptables", "iptables-legacy", "nftables"):
         if layer in blocking_layers:
             return layer
     active = active_firewalls(state)
@@ -200,6 +203,11 @@ def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, li
         on_event=progress.on_event if progress else None,
         name="remediate" if apply else "remediate-check",
     )
+    for host, hr in run.hosts.items():  # e.g. "runtime only: ..." from the firewall role
+        for t in hr.tasks:
+            note = t.res.get("ddpfix_note") if isinstance(t.res, dict) else None
+            if note and host in plans and str(note) not in plans[host].notes:
+                plans[host].notes.append(str(note))
     return run, changes_of(run)
 
 

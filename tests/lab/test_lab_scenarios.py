@@ -328,6 +328,18 @@ def check_family_mismatch(info) -> None:
     assert len(set(ula.values())) == 3
 
 
+def check_docker_tables(info) -> None:
+    for node in ("node2", "node3"):
+        ruleset = sh(info, node, "nft list ruleset").stdout
+        assert "xt match physdev" in ruleset and "xt match recent" in ruleset
+        assert "table inet ddpfix-lab-docker" in ruleset
+        saved = sh(info, node, "iptables-save").stdout
+        assert ":DOCKER-USER" in saved and "-j DOCKER-USER" in saved
+        # never in a config file, and the node still answers on SSH and from peers
+        assert "DOCKER" not in sh(info, node, "cat /etc/nftables.conf /etc/iptables/rules.v4 2>/dev/null || true").stdout
+    assert "DOCKER" not in sh(info, "node1", "iptables-save 2>/dev/null || true").stdout
+
+
 CHECKS: dict[str, Callable] = {
     "clean": check_clean,
     "firewalld-master": check_firewalld_master,
@@ -356,6 +368,7 @@ CHECKS: dict[str, Callable] = {
     "machine-id-clone": check_machine_id_clone,
     "somaxconn-low": check_somaxconn_low,
     "family-mismatch": check_family_mismatch,
+    "docker-tables": check_docker_tables,
 }
 
 
@@ -363,7 +376,7 @@ def test_every_scenario_is_checked_and_documented() -> None:
     assert set(CHECKS) == set(SCENARIOS) - set(SSH_SETUPS)  # SSH setups: tests/lab/test_ssh_setups_lab.py
     for s in SCENARIOS.values():
         assert s.summary and "\n" not in s.summary and s.doc
-        assert s.name in ("clean", "hosts-bindmount", *SSH_SETUPS) or s.findings, s.name
+        assert s.name in ("clean", "hosts-bindmount", "docker-tables", *SSH_SETUPS) or s.findings, s.name
 
 
 @pytest.mark.lab

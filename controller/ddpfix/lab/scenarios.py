@@ -233,6 +233,63 @@ def _nftables_worker2(plan: LabPlan) -> None:
     plan.nodes[1].tasks.append(_load_nftables)
 
 
+# What Docker (iptables-nft) and a native nftables tool leave in the running rule set, but never in the host's
+# firewall config. `physdev` and `recent` have no native nft translation: `nft list ruleset` shows them as
+# `xt match`, which `nft -f` cannot load (a whole-ruleset dump saved to /etc/nftables.conf breaks the next boot).
+DOCKER_IPTABLES = [
+    ["-N", "DOCKER"], ["-N", "DOCKER-USER"], ["-N", "DOCKER-ISOLATION-STAGE-1"],
+    ["-P", "FORWARD", "DROP"],
+    ["-A", "FORWARD", "-j", "DOCKER-USER"],
+    ["-A", "FORWARD", "-j", "DOCKER-ISOLATION-STAGE-1"],
+    ["-A", "FORWARD", "-o", "docker0", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"],
+    ["-A", "FORWARD", "-o", "docker0", "-j", "DOCKER"],
+    ["-A", "DOCKER", "-d", "172.17.0.2/32", "!", "-i", "docker0", "-o", "docker0", "-p", "tcp", "-m", "tcp",
+     "--dport", "80", "-j", "ACCEPT"],
+    ["-A", "DOCKER-ISOLATION-STAGE-1", "-m", "physdev", "--physdev-is-bridged", "-j", "RETURN"],
+    ["-A", "DOCKER-USER", "-m", "recent", "--name", "ddpfix-lab", "--rcheck", "-j", "RETURN"],
+    ["-A", "DOCKER-USER", "-j", "RETURN"],
+    ["-t", "nat", "-N", "DOCKER"],
+    ["-t", "nat", "-A", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "DOCKER"],
+    ["-t", "nat", "-A", "POSTROUTING", "-s", "172.17.0.0/16", "!", "-o", "docker0", "-j", "MASQUERADE"],
+]
+DOCKER_NATIVE_NFT = "\n".join([
+    "table inet ddpfix-lab-docker {",
+    "\tchain input {",
+    "\t\ttype filter hook input priority filter - 5; policy accept;",
+    "\t\tiifname \"docker0\" counter",
+    "\t}",
+    "\tchain forward {",
+    "\t\ttype filter hook forward priority filter; policy accept;",
+    "\t}",
+    "}",
+    "",
+])
+
+
+def _load_docker_tables(rt: "Runtime", node: NodePlan) -> None:
+    for args in DOCKER_IPTABLES:
+        rt.exec(node, ["iptables-nft", *args])
+    rt.exec(node, ["nft", "-f", "-"], input=DOCKER_NATIVE_NFT)
+
+
+@scenario(
+    "docker-tables",
+    "Docker-like iptables-nft chains (DOCKER, DOCKER-USER, xt matches) and a native nft table on node2 and nodeN, "
+    "runtime only",
+    (),
+    min_nodes=2,
+)
+def _docker_tables(plan: LabPlan) -> None:
+    """Not a fault on its own: what Docker and a native nftables tool leave in the running rule set of node2 and
+    the highest-address node, loaded after the rules of the scenarios listed before it (as a Docker daemon starts
+    after the firewall; list it last): iptables-nft chains DOCKER, DOCKER-USER, DOCKER-ISOLATION-STAGE-1 and nat DOCKER, FORWARD policy drop,
+    `physdev`/`recent` matches that `nft list ruleset` shows as `xt match` (not loadable by `nft -f`), and a native
+    table `inet ddpfix-lab-docker` with accept-only input/forward chains. None of it is in a config file. Combine
+    with `nftables-worker2` / `iptables-worker` to check that remediation persists only its own rule."""
+    for node in {id(n): n for n in (plan.nodes[1], last(plan))}.values():
+        node.tasks.append(_load_docker_tables)
+
+
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 SKEWED_PYTHON = "/etc/ddpfix-lab/python3-skewed"
 
