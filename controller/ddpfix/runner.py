@@ -7,8 +7,10 @@ returns typed per-host results.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -68,6 +70,7 @@ class RunResult:
     hosts: dict[str, HostResult]
     run_dir: Path
     seconds: float
+    interrupted: bool = False  # Ctrl-C/SIGTERM: the run stopped starting tasks (see run_playbook)
 
     def changed(self, host: str | None = None) -> int:
         per_host = self.stats.get("changed", {}) or {}
@@ -141,14 +144,57 @@ def ansible_env(run_dir: Path, forks: int) -> dict[str, str]:
     }
 
 
+#: Name of the lock file in each run directory: flock-ed by the process using the directory while it lives.
+LIVE_LOCK = ".ddpfix-live.lock"
+_live: dict[Path, int] = {}  # run dir -> descriptor holding its live lock (for this process's lifetime)
+
+
+def in_use(run_dir: Path) -> bool:
+    """Whether a live process holds `run_dir`'s live lock (a directory without one, or unreadable, counts as in use
+    only while it is younger than a minute: it may be a run that is just being created)."""
+    lock = run_dir / LIVE_LOCK
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        try:
+            return time.time() - run_dir.stat().st_mtime < 60
+        except OSError:
+            return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def prune_runs(base: Path, keep: int = KEEP_RUNS) -> None:
-    """Remove all but the newest `keep` run directories."""
+    """Remove all but the newest `keep` run directories; never one that a live run (any process) uses."""
     try:
         runs = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
     except OSError:
         return
     for d in runs[: max(0, len(runs) - keep)]:
+        if d in _live or in_use(d):
+            continue
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _hold(run_dir: Path) -> None:
+    fd = os.open(run_dir / LIVE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _live[run_dir] = fd
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Drop this process's live lock on `run_dir` (it becomes prunable)."""
+    fd = _live.pop(run_dir, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def new_run_dir(name: str) -> Path:
@@ -160,10 +206,48 @@ def new_run_dir(name: str) -> Path:
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
         try:
             d.mkdir(parents=True, exist_ok=False)
-            return d
         except FileExistsError:
             continue
+        _hold(d)
+        return d
     raise DdpfixError(f"cannot create a run directory under {base}", ExitCode.RUN_FAILED)
+
+
+#: The first task of every play takes the node lock (role ddpfix_run); a failure there means another run holds it.
+NODE_LOCK_TASK = "lock | Take the ddpfix node lock"
+
+
+class _Interrupt:
+    """Ctrl-C/SIGTERM during a run: the first one asks the play to start no new task (a stop file that the
+    `ddpfix_linear` strategy checks before each task); running tasks finish. A second one kills the run."""
+
+    def __init__(self, stop_file: Path) -> None:
+        self.stop_file = stop_file
+        self.signals = 0
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            try:
+                self.stop_file.write_text(f"{signal.Signals(signum).name}\n")
+            except OSError:
+                pass
+            print("ddpfix: interrupted: finishing the running tasks, starting no new one "
+                  "(interrupt again to kill the run now)", file=sys.stderr, flush=True)
+
+    def cancel(self) -> bool:
+        return self.signals > 1
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 EventCallback = Callable[[dict[str, Any]], None]
@@ -183,8 +267,12 @@ def run_playbook(
     verbosity: int = 0,
     on_event: EventCallback | None = None,
     name: str | None = None,
+    interruptible: bool = False,
 ) -> RunResult:
-    """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure."""
+    """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure, on a node lock
+    held by another run (LOCKED) and, unless `interruptible` (the caller reports what changed), on Ctrl-C or
+    SIGTERM (INTERRUPTED)."""
+    from ddpfix.lock import holder_info
     import ansible_runner  # slow import: only when a run happens
 
     pb_path = paths.playbook(playbook)
@@ -229,30 +317,47 @@ def run_playbook(
         return True
 
     started = time.monotonic()
+    stop_file = run_dir / "stop"
+    lock_vars = {"ddpfix_run_holder": holder_info()}
     try:
-        r = ansible_runner.run(
-            private_data_dir=str(run_dir),
-            project_dir=str(pb_path.parent),
-            playbook=pb_path.name,
-            inventory=[str(Path(i).resolve()) for i in inventories],
-            extravars=dict(extravars or {}),
-            limit=limit,
-            forks=nforks,
-            cmdline=" ".join(cmdline) or None,
-            tags=tags,
-            verbosity=verbosity if verbosity >= 3 else None,
-            envvars=ansible_env(run_dir, nforks),
-            event_handler=handler,
-            quiet=True,
-            json_mode=False,
-            suppress_env_files=True,
-        )
+        with _Interrupt(stop_file) as interrupt:
+            r = ansible_runner.run(
+                private_data_dir=str(run_dir),
+                project_dir=str(pb_path.parent),
+                playbook=pb_path.name,
+                inventory=[str(Path(i).resolve()) for i in inventories],
+                extravars={**lock_vars, **dict(extravars or {})},
+                limit=limit,
+                forks=nforks,
+                cmdline=" ".join(cmdline) or None,
+                tags=tags,
+                verbosity=verbosity if verbosity >= 3 else None,
+                envvars={**ansible_env(run_dir, nforks), "DDPFIX_STOP_FILE": str(stop_file)},
+                event_handler=handler,
+                cancel_callback=interrupt.cancel,
+                quiet=True,
+                json_mode=False,
+                suppress_env_files=True,
+            )
     except KeyboardInterrupt as exc:
-        raise DdpfixError("interrupted", ExitCode.RUN_FAILED) from exc
+        raise DdpfixError("interrupted", ExitCode.INTERRUPTED) from exc
     seconds = time.monotonic() - started
     stats = r.stats or {}
     for h in (stats.get("dark") or {}):
         hosts.setdefault(h, HostResult(name=h)).unreachable = True
+    locked: dict[str, list[str]] = {}  # message -> nodes
+    for h, hr in sorted(hosts.items()):
+        if any(t.status == "failed" and t.task.startswith(NODE_LOCK_TASK) for t in hr.tasks):
+            locked.setdefault(hr.message, []).append(h)
+    if locked:
+        what = "; ".join(f"{', '.join(nodes)}: {msg}" for msg, nodes in locked.items())
+        raise DdpfixError(f"another ddpfix run holds the node lock: {what} [run dir: {run_dir}]", ExitCode.LOCKED)
+    if interrupt.signals:
+        result = RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds,
+                           interrupted=True)
+        if interruptible:
+            return result
+        raise DdpfixError(f"interrupted: the run stopped before its end [run dir: {run_dir}]", ExitCode.INTERRUPTED)
     if r.status not in ("successful", "failed"):
         tail = _stdout_tail(r)
         raise DdpfixError(f"ansible run {r.status} (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
@@ -306,5 +411,6 @@ def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
     if not out:
         raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(err or 'no output')}")
     data = out if isinstance(out, dict) else json.loads(out)
+    release_run_dir(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     return data

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import click
 
 from ddpfix import __version__
-from ddpfix.app import Application, DdpfixError
+from ddpfix.app import Application, DdpfixError, ExitCode
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -41,7 +41,7 @@ class _Group(click.Group):
             ctx.exit(int(exc.code))
         except KeyboardInterrupt:
             click.echo("ddpfix: error: interrupted", err=True)
-            ctx.exit(3)
+            ctx.exit(int(ExitCode.INTERRUPTED))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

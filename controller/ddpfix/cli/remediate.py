@@ -10,7 +10,7 @@ from ddpfix.audit import run_audit
 from ddpfix.cli.common import cluster_of, emit, host_summaries, output_options
 from ddpfix.findings import RULES
 from ddpfix.progress import Progress
-from ddpfix.remediate import build_plan, remaining_fixable, run_remediation
+from ddpfix.remediate import build_plan, cluster_files_refusal, failures_of, remaining_fixable, run_remediation
 from ddpfix.report import document
 
 
@@ -52,11 +52,17 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         with Progress(list(todo), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
                       enabled=None if not quiet else False) as progress:
             run, changes = run_remediation(ctx, todo, apply=apply, limit=app.limit, forks=app.forks,
-                                           verbosity=app.verbosity, progress=progress)
-        failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}
+                                           verbosity=app.verbosity, progress=progress, interruptible=True)
+        failed = failures_of(run)
         changed.update({h: run.changed(h) for h in todo})
+        interrupted = run.interrupted
+        refusal = cluster_files_refusal(todo, failed)
+        if refusal:
+            refusals.append(refusal)
+    else:
+        interrupted = False
     after = None
-    if apply and (any(changed.values()) or failed):
+    if apply and not interrupted and (any(changed.values()) or failed):
         with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
             after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     final = after or before
@@ -65,6 +71,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         "remediate", cluster.inventories, host_summaries(final.context.hosts, final.context.plan, cluster), final.findings,
         {
             "apply": apply,
+            "interrupted": interrupted,
             "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
             "changed": changed,
             "failed_hosts": failed,
@@ -76,6 +83,10 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     if not quiet:
         _print_changes(err, changes, apply, failed, refusals, plans)
     emit(doc, fmt, output)
+    if interrupted:
+        err.print(f"[red]interrupted[/]: no new task was started after the signal; the changes above were made "
+                  f"(run dir: {run.run_dir}); run the same command again to finish", highlight=False)
+        raise SystemExit(int(ExitCode.INTERRUPTED))
     if apply:
         code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
     else:
