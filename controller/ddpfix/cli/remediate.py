@@ -84,6 +84,9 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         _print_changes(err, changes, apply, failed, refusals, plans)
     emit(doc, fmt, output)
     if interrupted:
+        if quiet:  # the JSON report on stdout has the diffs; stderr still says what changed where
+            for c in changes:
+                err.print(f"changed {c.host}: {c.task}", highlight=False, markup=False)
         err.print(f"[red]interrupted[/]: no new task was started after the signal; the changes above were made "
                   f"(run dir: {run.run_dir}); run the same command again to finish", highlight=False)
         raise SystemExit(int(ExitCode.INTERRUPTED))
