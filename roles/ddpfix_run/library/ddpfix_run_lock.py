@@ -73,7 +73,8 @@ def write_lock(path, holder):
 
 
 def present(module, path, holder, stale_s):
-    guard = os.open(path + ".guard", os.O_RDWR | os.O_CREAT, 0o600)  # serialises read-decide-write on this node
+    # serialises read-decide-write on this node: a flock on the lock's directory (no extra file left behind)
+    guard = os.open(os.path.dirname(path) or "/", os.O_RDONLY)
     try:
         fcntl.flock(guard, fcntl.LOCK_EX)
         current, mtime = read_lock(path)
