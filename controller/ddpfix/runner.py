@@ -21,6 +21,7 @@ from typing import Any
 
 from ddpfix import paths
 from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.lock import holder_info
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
@@ -235,6 +236,9 @@ class _Interrupt:
                 pass
             print("ddpfix: interrupted: finishing the running tasks, starting no new one "
                   "(interrupt again to kill the run now)", file=sys.stderr, flush=True)
+        elif self.signals == 2:
+            print("ddpfix: killing the run now: node locks (/run/ddpfix.lock) stay until a run takes them over "
+                  "(ddpfix_run_stale_minutes) or you remove them", file=sys.stderr, flush=True)
 
     def cancel(self) -> bool:
         return self.signals > 1
@@ -272,7 +276,6 @@ def run_playbook(
     """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure, on a node lock
     held by another run (LOCKED) and, unless `interruptible` (the caller reports what changed), on Ctrl-C or
     SIGTERM (INTERRUPTED)."""
-    from ddpfix.lock import holder_info
     import ansible_runner  # slow import: only when a run happens
 
     pb_path = paths.playbook(playbook)

@@ -63,8 +63,13 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         interrupted = False
     after = None
     if apply and not interrupted and (any(changed.values()) or failed):
-        with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
-            after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
+        try:
+            with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
+                after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
+        except DdpfixError as exc:
+            if exc.code != ExitCode.INTERRUPTED:
+                raise
+            interrupted = True  # during the re-audit: still report what the apply changed
     final = after or before
     remaining = remaining_fixable(final)
     doc = document(
