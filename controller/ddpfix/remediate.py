@@ -131,12 +131,13 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 hp.env = dict(ctx.plan[name].env)
                 hp.env_comment = env_comment(ctx.plan[name])
         if pin_ifnames and ctx.plan[name].ifname:
-            mac = next((i.get("mac") for i in facts.get("interfaces") or [] if i.get("name") == ctx.plan[name].ifname), None)
+            ifname = str(ctx.plan[name].ifname)
+            mac, why_not = pin_target(facts.get("interfaces") or [], ifname)
             if mac:
-                hp.pin_ifname = {"name": str(ctx.plan[name].ifname), "mac": str(mac)}
-                hp.notes.append(f"{ctx.plan[name].ifname} pinned to {mac} by a systemd .link file: takes effect at the next boot")
+                hp.pin_ifname = {"name": ifname, "mac": mac}
+                hp.notes.append(f"{ifname} pinned to {mac} by a systemd .link file: takes effect at the next boot")
             else:
-                hp.notes.append(f"cannot pin {ctx.plan[name].ifname}: no MAC address (not an Ethernet NIC)")
+                hp.notes.append(f"{ifname} not pinned: {why_not}")
         plans[name] = hp
     return plans, refusals
 
@@ -169,6 +170,31 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
                           f"{ACK_BROAD}: true in the inventory", ExitCode.INVALID_INPUT)
 
 
+def pin_target(interfaces: list[dict[str, Any]], ifname: str) -> tuple[str | None, str]:
+    """The permanent MAC to pin `ifname` to, or (None, why not).
+
+    Only a physical NIC (a bus device, no virtual kind) with a permanent MAC that no other interface of the node
+    carries: a bridge, bond or VLAN takes its port's MAC, so a MAC-matched .link file would rename it instead.
+    """
+    iface = next((i for i in interfaces if i.get("name") == ifname), None)
+    if iface is None:
+        return None, "not found among the node's interfaces"
+    if "physical" not in iface:
+        return None, "the facts do not say whether it is a physical NIC (audit again with this ddpfix version)"
+    if not iface.get("physical"):
+        return None, (f"it is a {iface.get('kind') or 'virtual'} interface, not a physical NIC; only physical NICs are "
+                      "pinned (bridges, bonds, VLANs and veths share or get their MAC from another device)")
+    mac = str(iface.get("permaddr") or "").lower()
+    if not mac or mac == "00:00:00:00:00:00":
+        return None, "it has no permanent MAC address"
+    others = sorted(str(i.get("name")) for i in interfaces if i is not iface
+                    and mac in {str(i.get("mac") or "").lower(), str(i.get("permaddr") or "").lower()})
+    if others:
+        return None, (f"its permanent MAC {mac} is also on {', '.join(others)} (a bridge, bond or VLAN on top of it): "
+                      "a MAC-matched .link file could rename that device instead")
+    return mac, ""
+
+
 def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, Any]:
     c = ctx.cluster
     return {
@@ -186,7 +212,8 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
 
 
 def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, limit: str | None, forks: int | None,
-                    verbosity: int, progress: Progress | None) -> tuple[RunResult, list[Change]]:
+                    verbosity: int, progress: Progress | None,
+                    interruptible: bool = False) -> tuple[RunResult, list[Change]]:
     preflight(ctx, plans, apply=apply)
     run = run_playbook(
         "remediate.yml",
@@ -202,6 +229,7 @@ def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, li
         verbosity=verbosity,
         on_event=progress.on_event if progress else None,
         name="remediate" if apply else "remediate-check",
+        interruptible=interruptible,
     )
     for host, hr in run.hosts.items():  # e.g. "runtime only: ..." from the firewall role
         for t in hr.tasks:
@@ -209,6 +237,26 @@ def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, li
             if note and host in plans and str(note) not in plans[host].notes:
                 plans[host].notes.append(str(note))
     return run, changes_of(run)
+
+
+def failures_of(run: RunResult) -> dict[str, str]:
+    """host -> 'STEP: message' for every host that failed or was unreachable (STEP: the task it failed at)."""
+    out: dict[str, str] = {}
+    for h, r in sorted(run.hosts.items()):
+        if not (r.failed or r.unreachable):
+            continue
+        bad = next((t for t in reversed(r.tasks) if t.status in ("failed", "unreachable")), None)
+        out[h] = f"{bad.task}: {r.message}" if bad else r.message
+    return out
+
+
+def cluster_files_refusal(plans: dict[str, HostPlan], failed: dict[str, str]) -> str | None:
+    """The all-or-none rule of remediate.yml, in words: when any node failed, no node got the hosts block or env file."""
+    if not failed or not any(p.hosts or p.env for p in plans.values()):
+        return None
+    who = ", ".join(f"{h} (at {msg.split(': ', 1)[0]})" for h, msg in sorted(failed.items()))
+    return (f"hosts block and env files written on no node (all nodes or none): {who} failed before them; "
+            "fix that and run the same command again")
 
 
 def changes_of(run: RunResult) -> list[Change]:
