@@ -105,7 +105,13 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         _print_changes(err, changes, apply, failed, refusals, plans)
         for f in stuck:
             err.print(f"[red]not fixed[/] {escape(_not_effective_text(f))}", highlight=False)
-    emit(doc, fmt, output)
+    if interrupted:
+        code = ExitCode.INTERRUPTED
+    elif apply:
+        code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
+    else:
+        code = ExitCode.FINDINGS if changes or failed or refusals else ExitCode.OK
+    emit(doc, fmt, output, _exit_line(code, apply, remaining, failed, refusals, changes))
     if interrupted:
         if quiet:  # the JSON report on stdout has the diffs; stderr still says what changed where
             for c in changes:
@@ -113,11 +119,21 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         err.print(f"[red]interrupted[/]: no new task was started after the signal; the changes above were made "
                   f"(run dir: {run.run_dir}); run the same command again to finish", highlight=False)
         raise SystemExit(int(ExitCode.INTERRUPTED))
-    if apply:
-        code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
-    else:
-        code = ExitCode.FINDINGS if changes or failed or refusals else ExitCode.OK
     raise SystemExit(int(code))
+
+
+def _exit_line(code: ExitCode, apply: bool, remaining: list, failed: dict, refusals: list, changes: list) -> str:
+    if code == ExitCode.INTERRUPTED:
+        return "exit 6: interrupted; run the same command again to finish"
+    if not apply:
+        return (f"exit 1: {len(changes)} change{'s' if len(changes) != 1 else ''} pending (dry run; --apply makes them)"
+                if code else "exit 0: nothing to change")
+    if code == ExitCode.OK:
+        return "exit 0: no fixable finding remains"
+    parts = [f"{len(remaining)} fixable finding{'s' if len(remaining) != 1 else ''} remain"] if remaining else []
+    parts += [f"{len(failed)} host{'s' if len(failed) != 1 else ''} failed"] if failed else []
+    parts += ["a write was refused"] if refusals else []
+    return f"exit 1: {', '.join(parts) or 'see above'}"
 
 
 _WHY_NOT_EFFECTIVE = {
