@@ -26,6 +26,9 @@ options:
   env_path: {description: Path of the ddpfix env file., type: str, default: /etc/ddpfix/ddp.env}
   probe_listen: {description: Start the probe listeners., type: bool, default: true}
   listen_seconds: {description: Upper bound on the listeners' life., type: int, default: 60}
+  sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic tree)., type: str, default: /sys}
+  dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str, default: /dev}
+  python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist., type: str, default: ''}
 """
 
 EXAMPLES = r"""
@@ -38,9 +41,11 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self, hosts_file,
-    sysctl, listening, time, firewall, env_file, probe, now, errors, unread.
+    sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
+    C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
+    uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
     C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces), C(hosts_file),
-    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), and the firewall layers C(firewalld), C(iptables),
+    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), and the firewall layers C(firewalld), C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -57,6 +62,7 @@ import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ddpfix_fabric import collect as collect_fabric
 from ansible.module_utils.ddpfix_firewall import collect as collect_firewall
 from ansible.module_utils.ddpfix_nodeinfo import (
     cluster_interface,
@@ -188,6 +194,9 @@ def main():
             env_path=dict(type="str", default="/etc/ddpfix/ddp.env"),
             probe_listen=dict(type="bool", default=True),
             listen_seconds=dict(type="int", default=60),
+            sysfs_root=dict(type="str", default="/sys"),
+            dev_root=dict(type="str", default="/dev"),
+            python=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -260,6 +269,9 @@ def main():
     if why:
         not_read("env_file", why)
     firewall = collect_firewall()
+    fabric, fabric_unread = collect_fabric(p["sysfs_root"], p["dev_root"], python=p["python"] or None)
+    for u in fabric_unread:
+        not_read(u["source"], u["reason"])
     probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}
     if p["probe_listen"] and cluster.get("address"):
         addr = cluster["address"]
@@ -297,6 +309,7 @@ def main():
         "firewall": firewall,
         "env_file": {"path": p["env_path"], "exists": env_text is not None, "values": parse_env_file(env_text or ""),
                      "sha256": hashlib.sha256(env_text.encode()).hexdigest() if env_text is not None else None},
+        "fabric": fabric,
         "probe": probe,
         "now": time.time(),
         "errors": errors,
