@@ -96,9 +96,9 @@ _RULES = [
     Rule("fabric.roce-no-v2-gid", Severity.ERROR, False, "a RoCE port has no RoCE v2 GID with an IPv4 address",
          "Give {ndev} its IPv4 address (the GID table is filled from the netdev's addresses) and RoCE v2 as default "
          "(cma_roce_mode -d {dev} -p 1 -m 2); check with show_gids / ibv_devinfo -v. Not changed automatically."),
-    Rule("fabric.gid-index-differs", Severity.WARNING, True, "the RoCE v2 IPv4 GID index differs between nodes",
+    Rule("fabric.gid-index-differs", Severity.WARNING, False, "the RoCE v2 IPv4 GID index differs between nodes",
          "Use NCCL >= 2.21 (selects the RoCE v2 GID by itself) and leave NCCL_IB_GID_INDEX unset; with an older NCCL set it "
-         "per node (host var ddp_nccl_ib_gid_index: {indexes}) and run ddpfix env --apply."),
+         "per node (host var ddp_nccl_ib_gid_index: {indexes}) and run ddpfix env --apply. Not changed automatically."),
     Rule("fabric.pkey-mismatch", Severity.ERROR, False, "InfiniBand ports sit in different partitions (P_Key) on different nodes",
          "Put every node's ports in the same partition in the subnet manager's partitions.conf (OpenSM) / UFM, or pick the "
          "common one with NCCL_IB_PKEY. Not changed automatically."),

@@ -21,6 +21,7 @@ FIREWALL_IDS = {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
 PROBE_IDS = {"probe.master-port-unreachable", "probe.peer-unreachable"}
 HOSTS_IDS = {"hosts.hostname-loopback", "hosts.peer-unresolvable", "hosts.peer-mismatch"}
 TIME_IDS = {"time.no-daemon", "time.unsynchronized"}
+LIMITS_IDS = {"fabric.memlock-low"}
 
 
 @dataclass
@@ -30,15 +31,17 @@ class HostPlan:
     time: bool = False
     env: str = ""  # env file text; empty: not written
     pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
+    limits: bool = False  # memlock drop-in (fabric.memlock-low)
     notes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
+        return (self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
+                and not self.limits)
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
-                "pin_ifname": self.pin_ifname}
+                "pin_ifname": self.pin_ifname, "limits": self.limits}
 
 
 @dataclass
@@ -85,7 +88,8 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     audited = dict(ctx.audited())
     missing = [n.name for n in ctx.cluster.nodes if n.name not in audited]
     write_env = env and (only is None or "env.inconsistent" in only or "env.missing" in only
-                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private"}))
+                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private",
+                                         "fabric.hca-includes-mgmt"}))
     if write_env and missing and not allow_partial:
         refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
@@ -108,6 +112,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 hp.notes.append("traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
                                 "check host-external firewalls (security groups) by hand")
         hp.hosts = hosts_needed and (only is None or bool(only & HOSTS_IDS))
+        hp.limits = bool(mine & LIMITS_IDS)
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
             text = render_env(ctx.plan[name])
