@@ -164,7 +164,7 @@ def check_fabric(ctx: Context) -> Iterable[Finding]:
     yield from _roce(nodes, addr)
     yield from _pkeys(nodes)
     yield from _hca_mgmt(ctx, nodes, addr)
-    yield from _host_setup(nodes)
+    yield from _host_setup(nodes, ctx.cluster.memlock_kib)
     versions = {n: fabric(f).get("nccl_version") for n, f in nodes if fabric(f).get("nccl_version")}
     if len(set(versions.values())) > 1:
         newest = max(versions.values(), key=lambda v: version_tuple(v) or ())
@@ -198,12 +198,12 @@ def _port_down(ctx: Context, nodes: list[tuple[str, dict[str, Any]]]) -> Iterabl
 
 
 def _rates(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
-    by_key: dict[str, dict[str, tuple[float, str]]] = {}
-    for n, f in nodes:
+    by_key: dict[tuple[str, str], dict[str, tuple[float, str]]] = {}
+    for n, f in nodes:  # the same port on each node, on the same link layer (a mixed layer is its own finding)
         for d, p in data_rails(f, addr[n]):
             if p.get("rate_gbps"):
-                by_key.setdefault(pname(d, p), {})[n] = (float(p["rate_gbps"]), str(p.get("rate")))
-    for key, rates in sorted(by_key.items()):
+                by_key.setdefault((pname(d, p), str(p.get("link_layer"))), {})[n] = (float(p["rate_gbps"]), str(p.get("rate")))
+    for (key, _), rates in sorted(by_key.items()):
         best = max(r for r, _ in rates.values())
         best_on = sorted(n for n, (r, _) in rates.items() if r == best)
         for n, (r, text) in sorted(rates.items()):
@@ -268,15 +268,24 @@ def _hca_mgmt(ctx: Context, nodes: list[tuple[str, dict[str, Any]]], addr: Mappi
                               f"{hca[1]}: NCCL_IB_HCA={hca[0]}; {d.get('name')}: {why}", rails=f"={rails}")
 
 
-def _host_setup(nodes: list[tuple[str, dict[str, Any]]]) -> Iterable[Finding]:
+def memlock_low(soft: int, want_kib: int | None) -> bool:
+    """Whether an RLIMIT_MEMLOCK (bytes, -1 unlimited) is below what RDMA needs (`want_kib`, None: unlimited)."""
+    if soft == MEMLOCK_UNLIMITED:
+        return False
+    return want_kib is None or soft < want_kib * 1024
+
+
+def _host_setup(nodes: list[tuple[str, dict[str, Any]]], want_kib: int | None) -> Iterable[Finding]:
+    want = "unlimited" if want_kib is None else _human(want_kib * 1024)
     for n, f in nodes:
         fb = fabric(f)
         ml = fb.get("memlock") or {}
         soft = ml.get("soft")
-        if soft is not None and int(soft) != MEMLOCK_UNLIMITED:
-            yield finding("fabric.memlock-low", n, f"the memlock limit on {n} is {_human(int(soft))}, RDMA needs unlimited",
+        if soft is not None and memlock_low(int(soft), want_kib):
+            yield finding("fabric.memlock-low", n, f"the memlock limit on {n} is {_human(int(soft))}, RDMA needs {want}",
                           f"RLIMIT_MEMLOCK of the {ml.get('source') or 'SSH session'}: soft {soft} ({_human(int(soft))}), "
-                          f"hard {ml.get('hard')} ({_human(int(ml.get('hard') if ml.get('hard') is not None else -1))})")
+                          f"hard {ml.get('hard')} ({_human(int(ml.get('hard') if ml.get('hard') is not None else -1))})",
+                          value="unlimited" if want_kib is None else str(want_kib))
         if not fb.get("uverbs"):
             names = ", ".join(str(d.get("name")) for d in devices(f))
             yield finding("fabric.no-uverbs", n, f"{n} has RDMA devices ({names}) but no /dev/infiniband/uverbs*",

@@ -104,9 +104,10 @@ _RULES = [
          "common one with NCCL_IB_PKEY. Not changed automatically."),
     Rule("fabric.hca-includes-mgmt", Severity.WARNING, True, "NCCL_IB_HCA includes the management NIC or a far slower HCA",
          "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} (ddp_nccl_ib_hca; ddpfix env --apply derives it)."),
-    Rule("fabric.memlock-low", Severity.ERROR, True, "the locked-memory limit is not unlimited on an RDMA node",
-         "Set memlock unlimited for the launch path: ddpfix remediate --apply writes /etc/security/limits.d/90-ddpfix-memlock.conf "
-         "(* - memlock unlimited) for new logins; for a systemd launcher add LimitMEMLOCK=infinity to its unit."),
+    Rule("fabric.memlock-low", Severity.ERROR, True, "the locked-memory limit is below what RDMA needs (unlimited, or ddp_memlock)",
+         "Raise memlock to {value} for the launch path: ddpfix remediate --apply writes /etc/security/limits.d/90-ddpfix-memlock.conf "
+         "(memlock {value} for * and root) for new PAM logins; for a systemd launcher list it in ddp_launcher_units "
+         "(LimitMEMLOCK drop-in)."),
     Rule("fabric.no-uverbs", Severity.ERROR, False, "RDMA devices but no /dev/infiniband/uverbs* (user verbs unusable)",
          "Load the user-verbs module: modprobe ib_uverbs (persist it in /etc/modules-load.d/ib_uverbs.conf; rdma-core's "
          "rdma-load-modules@ service does this). Not changed automatically."),

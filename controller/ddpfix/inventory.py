@@ -44,6 +44,7 @@ class Cluster:
     ntp_local_master: bool = False
     inventories: tuple[str, ...] = field(default=())
     skip_findings: tuple[str, ...] = ()  # ddp_skip_findings: accepted findings, `ID` or `ID@HOST`
+    memlock_kib: int | None = None  # ddp_memlock: the locked-memory limit RDMA nodes need (None: unlimited)
 
     @property
     def names(self) -> list[str]:
@@ -159,6 +160,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
     local_master = _bool(mv.get("ddp_ntp_local_master", False), "ddp_ntp_local_master")
 
     skip = parse_skip(mv.get("ddp_skip_findings") or [], "ddp_skip_findings")
+    memlock = mv.get("ddp_memlock", "unlimited")
+    memlock_kib = None if str(memlock).strip().lower() in ("unlimited", "infinity", "-1") else \
+        _int(memlock, "ddp_memlock (KiB, or unlimited)", 64, 2**40)
 
     ranks = _assign_ranks(names, master, hostvars)
     nodes = tuple(
@@ -188,6 +192,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         ntp_local_master=local_master,
         inventories=tuple(inventories),
         skip_findings=skip,
+        memlock_kib=memlock_kib,
     )
 
 

@@ -328,6 +328,43 @@ def check_family_mismatch(info) -> None:
     assert len(set(ula.values())) == 3
 
 
+FABRIC = "/run/ddpfix-lab-fabric/sys/class/infiniband"
+
+
+def _fabric_attr(info, node: str, rel: str) -> str:
+    return sh(info, node, f"cat {FABRIC}/{rel}").stdout.strip()
+
+
+def check_fabric_port_down(info) -> None:
+    assert _fabric_attr(info, "node2", "mlx5_1/ports/1/state") == "1: DOWN"
+    assert _fabric_attr(info, "node1", "mlx5_1/ports/1/state") == "4: ACTIVE"
+    assert sh(info, "node2", "ls /run/ddpfix-lab-fabric/dev/infiniband").stdout.split()[:2] == ["rdma_cm", "umad0"]
+
+
+def check_fabric_gid_differs(info) -> None:
+    last = info.nodes[-1].name
+    assert _fabric_attr(info, last, "mlx5_0/ports/1/gid_attrs/types/5") == "RoCE v2"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/gid_attrs/types/3") == "RoCE v2"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/link_layer") == "Ethernet"
+
+
+def check_fabric_pkey_mismatch(info) -> None:
+    assert _fabric_attr(info, "node2", "mlx5_0/ports/1/pkeys/0") == "0x8001"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/pkeys/0") == "0xffff"
+
+
+def check_fabric_link_layer_mixed(info) -> None:
+    assert _fabric_attr(info, info.nodes[-1].name, "mlx5_0/ports/1/link_layer") == "Ethernet"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/link_layer") == "InfiniBand"
+
+
+def check_fabric_memlock_low(info) -> None:
+    ml = {n.name: lab.node_exec(info.name, n.name, ["sh", "-c", "ulimit -l"]).stdout.strip() for n in info.nodes}
+    assert "root  soft  memlock  64" in sh(info, "node2", "cat /etc/security/limits.d/10-site-memlock.conf").stdout
+    assert "UsePAM yes" in sh(info, "node2", "sshd -T 2>/dev/null | grep -i usepam || cat /etc/ssh/sshd_config.d/00-ddpfix-lab-0pam.conf").stdout.replace("usepam", "UsePAM")
+    assert ml["node1"] != "64", ml
+
+
 CHECKS: dict[str, Callable] = {
     "clean": check_clean,
     "firewalld-master": check_firewalld_master,
@@ -356,6 +393,11 @@ CHECKS: dict[str, Callable] = {
     "machine-id-clone": check_machine_id_clone,
     "somaxconn-low": check_somaxconn_low,
     "family-mismatch": check_family_mismatch,
+    "fabric-port-down": check_fabric_port_down,
+    "fabric-gid-differs": check_fabric_gid_differs,
+    "fabric-pkey-mismatch": check_fabric_pkey_mismatch,
+    "fabric-link-layer-mixed": check_fabric_link_layer_mixed,
+    "fabric-memlock-low": check_fabric_memlock_low,
 }
 
 
