@@ -60,3 +60,19 @@ def test_memlock_low_found_and_fixed_for_new_logins(temp_lab: Any) -> None:
 def test_clean_lab_has_no_fabric_facts_or_findings(clean_lab: Any) -> None:
     code, doc = ddpfix_json(str(clean_lab.inventory), "audit")
     assert not fabric_findings(doc), doc["findings"]
+
+
+@pytest.mark.torch
+def test_verify_nccl_on_the_lab(clean_lab: Any) -> None:
+    """One real NCCL sweep where the nodes have a GPU; without one the command says so per node and the test skips."""
+    torch = pytest.importorskip("torch")
+    r = CliRunner().invoke(cli, ["-i", str(clean_lab.inventory), "env", "--apply"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    code, doc = ddpfix_json(str(clean_lab.inventory), "verify", "--backend", "nccl", "--no-checks", "--sizes", "8M,64M",
+                            "--iters", "5")
+    gang = doc["nccl"]["gang"]
+    if not torch.cuda.is_available():
+        assert code == 1 and all(e.get("skipped") and "torch.cuda.is_available() is False" in e["error"] for e in gang), gang
+        pytest.skip("no GPU on the lab nodes (torch.cuda.is_available() is False): the NCCL sweep itself is not run")
+    assert code == 0, gang
+    assert all(e["ok"] and len(e["sweep"]) == 2 and e["sweep"][-1]["busbw"] >= 0 for e in gang), gang
