@@ -281,10 +281,15 @@ def _host_setup(nodes: list[tuple[str, dict[str, Any]]], want_kib: int | None) -
         fb = fabric(f)
         ml = fb.get("memlock") or {}
         soft = ml.get("soft")
-        if soft is not None and memlock_low(int(soft), want_kib):
-            yield finding("fabric.memlock-low", n, f"the memlock limit on {n} is {_human(int(soft))}, RDMA needs {want}",
-                          f"RLIMIT_MEMLOCK of the {ml.get('source') or 'SSH session'}: soft {soft} ({_human(int(soft))}), "
-                          f"hard {ml.get('hard')} ({_human(int(ml.get('hard') if ml.get('hard') is not None else -1))})",
+        limits = [ml] + list((fb.get("memlock_units") or {}).values())
+        low = [x for x in limits if x.get("soft") is not None and memlock_low(int(x["soft"]), want_kib)]
+        if low:
+            yield finding("fabric.memlock-low", n,
+                          f"the memlock limit on {n} is {_human(int(low[0]['soft']))} ({low[0].get('source') or 'SSH session'}), "
+                          f"RDMA needs {want}",
+                          "; ".join(f"RLIMIT_MEMLOCK of the {x.get('source') or 'SSH session'}: soft {x['soft']} "
+                                    f"({_human(int(x['soft']))}), hard {x.get('hard')} "
+                                    f"({_human(int(x['hard'] if x.get('hard') is not None else -1))})" for x in low),
                           value="unlimited" if want_kib is None else str(want_kib))
         if not fb.get("uverbs"):
             names = ", ".join(str(d.get("name")) for d in devices(f))

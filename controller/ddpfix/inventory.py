@@ -200,6 +200,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
 RESERVED_ENV_KEYS = frozenset({"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
                                "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"})
 _ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_UNIT = re.compile(r"^[A-Za-z0-9@_.:-]+\.service$")
 _IB_HCA = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(:[0-9]+)?(,[A-Za-z0-9_.-]+(:[0-9]+)?)*$")
 
 
@@ -214,6 +215,10 @@ def _fabric_vars(host: str, hv: Mapping[str, Any]) -> dict[str, Any]:
     gid = hv.get("ddp_nccl_ib_gid_index")
     if gid not in (None, ""):
         out["nccl_ib_gid_index"] = _int(gid, f"ddp_nccl_ib_gid_index of {host}", 0, 255)
+    units = hv.get("ddp_launcher_units")
+    if units not in (None, "", []):
+        if not isinstance(units, list) or not all(isinstance(u, str) and _UNIT.match(u) for u in units):
+            raise _bad(f"ddp_launcher_units of {host} must be a list of systemd unit names ending in .service, got {units!r}")
     extra = hv.get("ddp_env_extra")
     if extra not in (None, "", {}):
         if not isinstance(extra, Mapping):

@@ -867,3 +867,11 @@ def test_clock_offset_counts_only_what_lies_outside_the_task_window() -> None:
     assert clock_offset(97.0, (100.0, 101.0), None) == -3.0
     assert clock_offset(103.0, None, 100.0) == 3.0  # no window: fall back to the result's arrival
     assert clock_offset(103.0, None, None) is None
+
+
+def test_memlock_of_a_launcher_unit_counts_too(sim: Sim) -> None:
+    _fabric(sim)
+    sim.node("node3")["fabric"]["memlock_units"] = {
+        "trainer.service": {"soft": 8388608, "hard": 8388608, "source": "systemd unit trainer.service"}}
+    f = [f for f in sim.findings() if f.id == "fabric.memlock-low"]
+    assert [x.host for x in f] == ["node3"] and "systemd unit trainer.service: soft 8388608 (8 MiB)" in f[0].evidence

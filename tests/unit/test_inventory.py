@@ -50,6 +50,8 @@ def test_master_not_first_gets_rank_zero_and_explicit_ranks_kept() -> None:
         ({"a": {}, "b": {}}, {"ddp_env_extra": ["NCCL_DEBUG=INFO"]}, "ddp_env_extra of a must be a mapping"),
         ({"a": {}, "b": {}}, {"ddp_nccl_ib_hca": "mlx5_0; rm -rf /"}, "ddp_nccl_ib_hca of a must be an NCCL_IB_HCA list"),
         ({"a": {}, "b": {}}, {"ddp_nccl_ib_gid_index": 300}, "ddp_nccl_ib_gid_index of a"),
+        ({"a": {}, "b": {}}, {"ddp_launcher_units": ["trainer; reboot"]}, "ddp_launcher_units of a must be a list"),
+        ({"a": {}, "b": {}}, {"ddp_memlock": "lots"}, "ddp_memlock"),
     ],
 )
 def test_invalid_inputs(hosts: dict, gv: dict, message: str) -> None:

@@ -29,6 +29,7 @@ options:
   sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic tree)., type: str, default: /sys}
   dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str, default: /dev}
   python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist., type: str, default: ''}
+  launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices exist., type: list, elements: str, default: []}
 """
 
 EXAMPLES = r"""
@@ -45,7 +46,7 @@ ansible_facts:
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
     C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces), C(hosts_file),
-    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), and the firewall layers C(firewalld), C(iptables),
+    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), C(memlock_units), and the firewall layers C(firewalld), C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -197,6 +198,7 @@ def main():
             sysfs_root=dict(type="str", default="/sys"),
             dev_root=dict(type="str", default="/dev"),
             python=dict(type="str", default=""),
+            launcher_units=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -269,7 +271,8 @@ def main():
     if why:
         not_read("env_file", why)
     firewall = collect_firewall()
-    fabric, fabric_unread = collect_fabric(p["sysfs_root"], p["dev_root"], python=p["python"] or None)
+    fabric, fabric_unread = collect_fabric(p["sysfs_root"], p["dev_root"], python=p["python"] or None,
+                                           units=p["launcher_units"])
     for u in fabric_unread:
         not_read(u["source"], u["reason"])
     probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}

@@ -165,6 +165,29 @@ def memlock_limit():
     return {"soft": -1 if soft == inf else int(soft), "hard": -1 if hard == inf else int(hard), "source": "ssh session"}
 
 
+def unit_memlock(units, timeout=5):
+    """({unit: {soft, hard, source}}, [why]) from `systemctl show -p LimitMEMLOCK,LimitMEMLOCKSoft UNIT` (bytes, -1
+    unlimited): the limit a systemd launcher unit's processes get."""
+    out, whys = {}, []
+    for unit in units or []:
+        rc, text, err = _run(["systemctl", "show", "-p", "LimitMEMLOCK", "-p", "LimitMEMLOCKSoft", "--", unit], timeout)
+        if rc != 0:
+            whys.append("systemctl show %s: %s" % (unit, (err.strip().splitlines() or ["rc=%s" % rc])[-1][:200]))
+            continue
+        vals = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
+
+        def num(v):
+            v = (v or "").strip()
+            return -1 if v in ("infinity", "") else int(v) if v.isdigit() else None
+
+        hard, soft = num(vals.get("LimitMEMLOCK")), num(vals.get("LimitMEMLOCKSoft") or vals.get("LimitMEMLOCK"))
+        if soft is None or hard is None:
+            whys.append("systemctl show %s: unparsable LimitMEMLOCK %r" % (unit, vals.get("LimitMEMLOCK")))
+            continue
+        out[unit] = {"soft": soft, "hard": hard, "source": "systemd unit %s" % unit}
+    return out, whys
+
+
 def _run(argv, timeout):
     try:
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
@@ -199,10 +222,10 @@ def nccl_version(python, timeout=20):
     return (v if re.match(r"^\d+(\.\d+)*$", v) else None), (None if v else "no version printed")
 
 
-def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, run_tools=True):
+def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, run_tools=True, units=()):
     """The node's fabric facts and the sources that could not be read ([{source, reason}])."""
     facts = {"sysfs_root": sysfs_root, "present": False, "devices": [], "uverbs": [], "umad": [], "mad_abi": None,
-             "memlock": None, "modules": {}, "gpu": False, "efa": {"devices": [], "fi_info": None},
+             "memlock": None, "memlock_units": {}, "modules": {}, "gpu": False, "efa": {"devices": [], "fi_info": None},
              "nccl_version": None, "nccl_error": None}
     unread = []
     base = os.path.join(sysfs_root, "class", "infiniband")
@@ -225,6 +248,9 @@ def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, 
     facts["umad"] = [n for n in names if n.startswith("umad")]
     facts["mad_abi"], _ = _read(os.path.join(sysfs_root, "class", "infiniband_mad", "abi_version"))
     facts["memlock"] = memlock_limit()
+    if units and run_tools:
+        facts["memlock_units"], whys = unit_memlock(units)
+        unread.extend({"source": "memlock_units", "reason": w} for w in whys)
     facts["modules"] = {m: os.path.isdir(os.path.join(sysfs_root, "module", m)) for m in PEERMEM_MODULES}
     facts["gpu"] = (os.path.isdir(os.path.join(sysfs_root, "module", "nvidia"))
                     or os.path.isdir(os.path.join(proc_root, "driver", "nvidia")))
