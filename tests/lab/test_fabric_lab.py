@@ -31,6 +31,11 @@ def fabric_findings(doc: dict[str, Any]) -> set[tuple[str, str | None]]:
     ("fabric-gid-differs", {("fabric.gid-index-differs", None)}),
     ("fabric-pkey-mismatch", {("fabric.pkey-mismatch", None)}),
     ("fabric-link-layer-mixed", {("fabric.link-layer-mixed", None)}),
+    ("fabric-rate-mismatch", {("fabric.rate-mismatch", "node2")}),
+    ("fabric-roce-no-v2-gid", {("fabric.roce-no-v2-gid", "node2")}),
+    ("fabric-hca-includes-mgmt", {("fabric.hca-includes-mgmt", "node2")}),
+    ("fabric-no-uverbs", {("fabric.no-uverbs", "node2")}),
+    ("fabric-peermem-missing", {("fabric.peermem-missing", "node2")}),
 ])
 def test_scenario_yields_its_finding(temp_lab: Any, scenario: str, want: set[tuple[str, str | None]]) -> None:
     info = temp_lab(nodes=2, scenario=scenario, wait_sync=False)

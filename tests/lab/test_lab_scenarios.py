@@ -358,6 +358,32 @@ def check_fabric_link_layer_mixed(info) -> None:
     assert _fabric_attr(info, "node1", "mlx5_0/ports/1/link_layer") == "InfiniBand"
 
 
+def check_fabric_rate_mismatch(info) -> None:
+    assert _fabric_attr(info, "node2", "mlx5_0/ports/1/rate") == "100 Gb/sec (4X EDR)"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/rate") == "200 Gb/sec (4X HDR)"
+
+
+def check_fabric_roce_no_v2_gid(info) -> None:
+    types = sh(info, "node2", f"cat {FABRIC}/mlx5_0/ports/1/gid_attrs/types/*").stdout
+    assert "RoCE v2" not in types and "RoCE v1" in types
+    assert "RoCE v2" in sh(info, "node1", f"cat {FABRIC}/mlx5_0/ports/1/gid_attrs/types/*").stdout
+
+
+def check_fabric_hca_includes_mgmt(info) -> None:
+    assert sh(info, "node2", f"ls {FABRIC}/mlx5_2/device/net").stdout.split() == [info.nodes[1].ifname]
+    assert env_file(info, "node2")["NCCL_IB_HCA"] == "mlx5"
+
+
+def check_fabric_no_uverbs(info) -> None:
+    assert sh(info, "node2", "ls /run/ddpfix-lab-fabric/dev/infiniband").stdout.split() == ["rdma_cm"]
+    assert "uverbs0" in sh(info, "node1", "ls /run/ddpfix-lab-fabric/dev/infiniband").stdout
+
+
+def check_fabric_peermem_missing(info) -> None:
+    assert sh(info, "node2", "ls /run/ddpfix-lab-fabric/sys/module").stdout.split() == ["nvidia"]
+    assert "nvidia_peermem" in sh(info, "node1", "ls /run/ddpfix-lab-fabric/sys/module").stdout
+
+
 def check_fabric_memlock_low(info) -> None:
     ml = {n.name: lab.node_exec(info.name, n.name, ["sh", "-c", "ulimit -l"]).stdout.strip() for n in info.nodes}
     assert "root  soft  memlock  64" in sh(info, "node2", "cat /etc/security/limits.d/10-site-memlock.conf").stdout
@@ -398,6 +424,11 @@ CHECKS: dict[str, Callable] = {
     "fabric-pkey-mismatch": check_fabric_pkey_mismatch,
     "fabric-link-layer-mixed": check_fabric_link_layer_mixed,
     "fabric-memlock-low": check_fabric_memlock_low,
+    "fabric-rate-mismatch": check_fabric_rate_mismatch,
+    "fabric-roce-no-v2-gid": check_fabric_roce_no_v2_gid,
+    "fabric-hca-includes-mgmt": check_fabric_hca_includes_mgmt,
+    "fabric-no-uverbs": check_fabric_no_uverbs,
+    "fabric-peermem-missing": check_fabric_peermem_missing,
 }
 
 

@@ -743,25 +743,26 @@ def _fabric_devices(plan: LabPlan, node: NodePlan, kind: str) -> list:
 
 
 def fabric_everywhere(plan: LabPlan, kind: str = "ib",
-                      edit: Callable[[NodePlan, list], None] | None = None) -> None:
-    """Give every node a synthetic RDMA tree (`kind` ib or roce) and an unlimited memlock; `edit(node, devices)` may
-    change a node's devices before they are written."""
+                      edit: Callable[[NodePlan, list, dict], None] | None = None) -> None:
+    """Give every node a synthetic RDMA tree (`kind` ib or roce); `edit(node, devices, opts)` may change a node's
+    devices, and `opts` (write_tree's `uverbs`, `modules`), before they are written."""
     plan.groupvars["ddp_memlock"] = LAB_MEMLOCK_KIB
     for n in plan.nodes:
         n.hostvars["ddpfix_facts_sysfs_root"] = f"/run/{FABRIC_RUN}/sys"
         n.hostvars["ddpfix_facts_dev_root"] = f"/run/{FABRIC_RUN}/dev"
         devices = _fabric_devices(plan, n, kind)
+        opts: dict = {"uverbs": True, "modules": ()}
         if edit:
-            edit(n, devices)
-        n.tasks.append(_fabric_task(devices))
+            edit(n, devices, opts)
+        n.tasks.append(_fabric_task(devices, opts))
 
 
-def _fabric_task(devices: list) -> Callable[["Runtime", NodePlan], None]:
+def _fabric_task(devices: list, opts: dict) -> Callable[["Runtime", NodePlan], None]:
     def task(rt: "Runtime", node: NodePlan) -> None:
         from ddpfix.lab.fabrictree import write_tree
 
         root = rt.node_dir(node) / "run" / FABRIC_RUN
-        write_tree(root / "sys", devices, dev_root=root / "dev")
+        write_tree(root / "sys", devices, dev_root=root / "dev", **opts)
 
     return task
 
@@ -773,7 +774,7 @@ def _fabric_port_down(plan: LabPlan) -> None:
     mlx5_1/1 is `1: DOWN` with phys_state `3: Disabled`. Finding: fabric.port-down on node2."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list) -> None:
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
         if n.name == victim:
             devs[1].ports[0].state = "DOWN"
 
@@ -788,7 +789,7 @@ def _fabric_gid_differs(plan: LabPlan) -> None:
     fabric.gid-index-differs (cluster); the env plan writes no NCCL_IB_GID_INDEX."""
     victim = last(plan).name
 
-    def edit(n: NodePlan, devs: list) -> None:
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
         if n.name == victim:
             from ddpfix.lab.fabrictree import Gid, ipv4_gid, roce_port
 
@@ -808,7 +809,7 @@ def _fabric_pkey_mismatch(plan: LabPlan) -> None:
     default partition). Finding: fabric.pkey-mismatch (cluster)."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list) -> None:
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
         if n.name == victim:
             for d in devs:
                 d.ports[0].pkey0 = "0x8001"
@@ -823,9 +824,84 @@ def _fabric_link_layer_mixed(plan: LabPlan) -> None:
     device names, as when a ConnectX port type was left at ETH. Finding: fabric.link-layer-mixed (cluster)."""
     victim = last(plan)
 
-    def edit(n: NodePlan, devs: list) -> None:
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
         if n is victim:
             devs[:] = _fabric_devices(plan, n, "roce")
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-rate-mismatch", "synthetic InfiniBand on every node; node2's mlx5_0 runs at 100 Gb/s (4X EDR), the others at 200",
+          ("fabric.rate-mismatch",), min_nodes=2)
+def _fabric_rate_mismatch(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails; node2's mlx5_0/1 negotiated 100 Gb/sec (4X EDR), as with a bad
+    cable or an EDR switch port. Finding: fabric.rate-mismatch on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n.name == victim:
+            devs[0].ports[0].rate = "100 Gb/sec (4X EDR)"
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-roce-no-v2-gid", "synthetic RoCE on every node; node2's mlx5_0 GID table has no RoCE v2 entry (v1 only)",
+          ("fabric.roce-no-v2-gid",), min_nodes=2)
+def _fabric_roce_no_v2_gid(plan: LabPlan) -> None:
+    """Every node has two 100G RoCE rails; on node2 mlx5_0/1 has only RoCE v1 GIDs (RoCE v2 disabled). Finding:
+    fabric.roce-no-v2-gid on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n.name == victim:
+            from ddpfix.lab.fabrictree import roce_port
+
+            devs[0].ports[0] = roce_port(f"10.10.0.{10 + n.index}", "rdma0", with_v2=False)
+            devs[0].ports[0].gids = [g for g in devs[0].ports[0].gids if g.type != "RoCE v2"]
+
+    fabric_everywhere(plan, "roce", edit)
+
+
+@scenario("fabric-hca-includes-mgmt", "synthetic InfiniBand plus a 25G RoCE NIC on the SSH interface; node2's env file says NCCL_IB_HCA=mlx5",
+          ("fabric.hca-includes-mgmt",), min_nodes=1)
+def _fabric_hca_includes_mgmt(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails and a third RDMA device mlx5_2 (25 Gb/s RoCE) whose netdev is the
+    node's cluster/SSH interface; node2's env file sets NCCL_IB_HCA=mlx5, which selects it too. Finding:
+    fabric.hca-includes-mgmt on node2 (the env plan writes NCCL_IB_HCA==mlx5_0:1,mlx5_1:1)."""
+    from ddpfix.lab.fabrictree import Device, roce_port
+
+    victim = second(plan)
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        devs.append(Device("mlx5_2", [roce_port(str(n.address), n.ifname, rate="25 Gb/sec (1X EDR)")],
+                           netdevs=[n.ifname], numa_node=0))
+
+    fabric_everywhere(plan, "ib", edit)
+    victim.env = plan.env_for(victim, NCCL_IB_HCA="mlx5")
+
+
+@scenario("fabric-no-uverbs", "synthetic InfiniBand on every node; node2 has no /dev/infiniband/uverbs* (ib_uverbs not loaded)",
+          ("fabric.no-uverbs",), min_nodes=1)
+def _fabric_no_uverbs(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails; node2's /dev/infiniband holds only rdma_cm (no uverbs*, no umad*),
+    as when ib_uverbs is not loaded. Finding: fabric.no-uverbs on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        opts["uverbs"] = n.name != victim
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-peermem-missing", "synthetic InfiniBand and GPU driver on every node; nvidia_peermem loaded everywhere but node2",
+          ("fabric.peermem-missing",), min_nodes=1)
+def _fabric_peermem_missing(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails and /sys/module/nvidia (synthetic); /sys/module/nvidia_peermem
+    exists on every node but node2. Finding: fabric.peermem-missing on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        opts["modules"] = ("nvidia",) if n.name == victim else ("nvidia", "nvidia_peermem")
 
     fabric_everywhere(plan, "ib", edit)
 
