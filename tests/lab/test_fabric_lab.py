@@ -36,6 +36,8 @@ def fabric_findings(doc: dict[str, Any]) -> set[tuple[str, str | None]]:
     ("fabric-hca-includes-mgmt", {("fabric.hca-includes-mgmt", "node2")}),
     ("fabric-no-uverbs", {("fabric.no-uverbs", "node2")}),
     ("fabric-peermem-missing", {("fabric.peermem-missing", "node2")}),
+    ("fabric-efa-provider-missing", {("fabric.efa-provider-missing", "node2")}),
+    ("fabric-nccl-version-mismatch", {("fabric.nccl-version-mismatch", None)}),
 ])
 def test_scenario_yields_its_finding(temp_lab: Any, scenario: str, want: set[tuple[str, str | None]]) -> None:
     info = temp_lab(nodes=2, scenario=scenario, wait_sync=False)

@@ -384,6 +384,17 @@ def check_fabric_peermem_missing(info) -> None:
     assert "nvidia_peermem" in sh(info, "node1", "ls /run/ddpfix-lab-fabric/sys/module").stdout
 
 
+def check_fabric_efa_provider_missing(info) -> None:
+    assert sh(info, "node2", "/run/ddpfix-lab-fabric/bin/fi_info -p efa", check=False).returncode == 1
+    assert "provider: efa" in sh(info, "node1", "/run/ddpfix-lab-fabric/bin/fi_info -p efa").stdout
+    assert sh(info, "node1", f"readlink {FABRIC}/rdmap16s27/device/driver").stdout.strip().endswith("/efa")
+
+
+def check_fabric_nccl_version_mismatch(info) -> None:
+    assert sh(info, "node2", "/run/ddpfix-lab-fabric/bin/python-nccl").stdout.strip() == "2.18.1"
+    assert sh(info, "node1", "/run/ddpfix-lab-fabric/bin/python-nccl").stdout.strip() == "2.21.5"
+
+
 def check_fabric_memlock_low(info) -> None:
     ml = {n.name: lab.node_exec(info.name, n.name, ["sh", "-c", "ulimit -l"]).stdout.strip() for n in info.nodes}
     assert "root  soft  memlock  64" in sh(info, "node2", "cat /etc/security/limits.d/10-site-memlock.conf").stdout
@@ -429,6 +440,8 @@ CHECKS: dict[str, Callable] = {
     "fabric-hca-includes-mgmt": check_fabric_hca_includes_mgmt,
     "fabric-no-uverbs": check_fabric_no_uverbs,
     "fabric-peermem-missing": check_fabric_peermem_missing,
+    "fabric-efa-provider-missing": check_fabric_efa_provider_missing,
+    "fabric-nccl-version-mismatch": check_fabric_nccl_version_mismatch,
 }
 
 

@@ -906,6 +906,49 @@ def _fabric_peermem_missing(plan: LabPlan) -> None:
     fabric_everywhere(plan, "ib", edit)
 
 
+def _stub(rt: "Runtime", node: NodePlan, name: str, text: str) -> None:
+    rt.write_run(node, f"{FABRIC_RUN}/bin/{name}", text, 0o755)
+
+
+@scenario("fabric-efa-provider-missing", "synthetic EFA device on every node; node2's fi_info -p efa finds no efa provider",
+          ("fabric.efa-provider-missing",), min_nodes=1)
+def _fabric_efa_provider_missing(plan: LabPlan) -> None:
+    """Every node has one EFA device (driver efa, link layer Unspecified; synthetic sysfs). The lab has no
+    libfabric, so each node gets a stand-in fi_info (host var ddpfix_facts_fi_info) answering as libfabric does:
+    `provider: efa` on the others, `fi_getinfo: -61 (No data available)` and exit 1 on node2 (aws/aws-ofi-nccl#67).
+    Finding: fabric.efa-provider-missing on node2. The env plan writes FI_PROVIDER=efa everywhere."""
+    from ddpfix.lab.fabrictree import Device, Port
+
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        devs[:] = [Device("rdmap16s27", [Port(rate="100 Gb/sec (4X EDR)", link_layer="Unspecified")], driver="efa")]
+        opts["modules"] = ("nvidia",)
+
+    fabric_everywhere(plan, "ib", edit)
+    for n in plan.nodes:
+        n.hostvars["ddpfix_facts_fi_info"] = f"/run/{FABRIC_RUN}/bin/fi_info"
+        text = ("#!/bin/sh\n# ddpfix lab stand-in for libfabric's fi_info (no EFA here)\n"
+                + ("echo 'fi_getinfo: -61 (No data available)' >&2\nexit 1\n" if n.name == victim else
+                   "printf 'provider: efa\\n    fabric: efa\\n    domain: rdmap16s27-rdm\\n'\n"))
+        n.tasks.append(lambda rt, node, text=text: _stub(rt, node, "fi_info", text))
+
+
+@scenario("fabric-nccl-version-mismatch", "synthetic InfiniBand on every node; node2's torch reports NCCL 2.18.1, the others 2.21.5",
+          ("fabric.nccl-version-mismatch",), min_nodes=2)
+def _fabric_nccl_version_mismatch(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails. The lab's torch is a CPU build without NCCL, so the facts role asks
+    a stand-in interpreter (host var ddpfix_facts_python) that prints the version torch.cuda.nccl.version() would:
+    2.18.1 on node2, 2.21.5 elsewhere. Finding: fabric.nccl-version-mismatch (cluster)."""
+    victim = second(plan).name
+    fabric_everywhere(plan, "ib")
+    for n in plan.nodes:
+        n.hostvars["ddpfix_facts_python"] = f"/run/{FABRIC_RUN}/bin/python-nccl"
+        version = "2.18.1" if n.name == victim else "2.21.5"
+        text = f"#!/bin/sh\n# ddpfix lab stand-in: what torch.cuda.nccl.version() prints on a GPU build\necho {version}\n"
+        n.tasks.append(lambda rt, node, text=text: _stub(rt, node, "python-nccl", text))
+
+
 @scenario("fabric-memlock-low", "synthetic InfiniBand on every node; on node2 a site limits.d file sets memlock 64 KiB for SSH logins",
           ("fabric.memlock-low",), min_nodes=1)
 def _fabric_memlock_low(plan: LabPlan) -> None:

@@ -29,6 +29,7 @@ options:
   sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic tree)., type: str, default: /sys}
   dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str, default: /dev}
   python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist., type: str, default: ''}
+  fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
   launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices exist., type: list, elements: str, default: []}
 """
 
@@ -199,6 +200,7 @@ def main():
             dev_root=dict(type="str", default="/dev"),
             python=dict(type="str", default=""),
             launcher_units=dict(type="list", elements="str", default=[]),
+            fi_info=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -272,7 +274,7 @@ def main():
         not_read("env_file", why)
     firewall = collect_firewall()
     fabric, fabric_unread = collect_fabric(p["sysfs_root"], p["dev_root"], python=p["python"] or None,
-                                           units=p["launcher_units"])
+                                           units=p["launcher_units"], fi_info=p["fi_info"] or None)
     for u in fabric_unread:
         not_read(u["source"], u["reason"])
     probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}

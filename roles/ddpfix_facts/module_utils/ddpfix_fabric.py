@@ -198,9 +198,10 @@ def _run(argv, timeout):
         return 127, "", str(exc)
 
 
-def fi_info_efa(timeout=5):
-    """Run `fi_info -p efa` when libfabric is installed: {ran, ok, providers, error} (ran False: not installed)."""
-    exe = shutil.which("fi_info") or next((p for p in FI_INFO_PATHS if os.access(p, os.X_OK)), None)
+def fi_info_efa(timeout=5, path=None):
+    """Run `fi_info -p efa` when libfabric is installed: {ran, ok, providers, error} (ran False: not installed).
+    `path`: the fi_info to run (else PATH, then the AWS EFA installer's /opt/amazon/efa/bin)."""
+    exe = path or shutil.which("fi_info") or next((p for p in FI_INFO_PATHS if os.access(p, os.X_OK)), None)
     if not exe:
         return {"ran": False, "ok": False, "path": None, "error": "fi_info not installed (libfabric / the EFA installer)"}
     rc, out, err = _run([exe, "-p", "efa"], timeout)
@@ -222,7 +223,8 @@ def nccl_version(python, timeout=20):
     return (v if re.match(r"^\d+(\.\d+)*$", v) else None), (None if v else "no version printed")
 
 
-def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, run_tools=True, units=()):
+def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, run_tools=True, units=(),
+            fi_info=None):
     """The node's fabric facts and the sources that could not be read ([{source, reason}])."""
     facts = {"sysfs_root": sysfs_root, "present": False, "devices": [], "uverbs": [], "umad": [], "mad_abi": None,
              "memlock": None, "memlock_units": {}, "modules": {}, "gpu": False, "efa": {"devices": [], "fi_info": None},
@@ -257,7 +259,7 @@ def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, 
     efa = [d["name"] for d in devices if d.get("driver") == "efa"]
     facts["efa"]["devices"] = efa
     if efa and run_tools:
-        fi = fi_info_efa()
+        fi = fi_info_efa(path=fi_info)
         facts["efa"]["fi_info"] = fi
         if not fi["ran"]:
             unread.append({"source": "fi_info", "reason": fi["error"]})
