@@ -244,6 +244,9 @@ EXPECTED: list[tuple[str, str, str | None, Callable[[Audited], list[str]]]] = [
 def test_every_finding_id_has_a_lab_test() -> None:
     covered = {e[0] for e in EXPECTED} | {"host.unreachable"}  # test_unreachable_node_others_fully_audited
     covered |= {"facts.incomplete"}  # test_facts_lab.py: a non-root SSH user cannot read the firewall
+    from test_fabric_lab import LAB_COVERED  # the fabric.* ids: test_fabric_lab.py
+
+    covered |= LAB_COVERED
     assert covered | set(NOT_IN_LAB) == set(RULES)
     assert not covered & set(NOT_IN_LAB)
 
