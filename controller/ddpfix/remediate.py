@@ -20,6 +20,7 @@ FIREWALL_IDS = {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
 PROBE_IDS = {"probe.master-port-unreachable", "probe.peer-unreachable"}
 HOSTS_IDS = {"hosts.hostname-loopback", "hosts.peer-unresolvable", "hosts.peer-mismatch"}
 TIME_IDS = {"time.no-daemon", "time.unsynchronized"}
+LIMITS_IDS = {"fabric.memlock-low"}
 
 
 @dataclass
@@ -29,16 +30,20 @@ class HostPlan:
     time: bool = False
     env: dict[str, str] = field(default_factory=dict)  # the env file's managed block; empty: not written
     env_comment: str = ""
+    env_key_comments: dict[str, str] = field(default_factory=dict)  # KEY -> why (a comment above it in the block)
     pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
+    limits: bool = False  # memlock drop-in (fabric.memlock-low)
     notes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
+        return (self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
+                and not self.limits)
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
-                "env_comment": self.env_comment, "pin_ifname": self.pin_ifname}
+                "env_comment": self.env_comment,
+                "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits}
 
 
 @dataclass
@@ -89,7 +94,8 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     # unreachable nodes (read but no facts); nodes outside --limit are not written, and need not be read
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and n.name not in audited]
     write_env = env and (only is None or "env.inconsistent" in only or "env.missing" in only
-                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private"}))
+                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private",
+                                         "fabric.hca-includes-mgmt"}))
     if write_env and missing and not allow_partial:
         refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
@@ -125,11 +131,13 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 hp.notes.append("traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
                                 "check host-external firewalls (security groups) by hand")
         hp.hosts = hosts_needed
+        hp.limits = bool(mine & LIMITS_IDS)
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
             if env_write_needed(facts.get("env_file") or {}, ctx.plan[name]):  # only nodes whose block differs
                 hp.env = dict(ctx.plan[name].env)
                 hp.env_comment = env_comment(ctx.plan[name])
+                hp.env_key_comments = dict(ctx.plan[name].comments)
         if pin_ifnames and ctx.plan[name].ifname:
             ifname = str(ctx.plan[name].ifname)
             mac, why_not = pin_target(facts.get("interfaces") or [], ifname)

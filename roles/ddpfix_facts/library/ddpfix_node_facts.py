@@ -28,6 +28,11 @@ options:
   listen_seconds: {description: Upper bound on the listeners' life., type: int, default: 30}
   lock_path: {description: "The node lock (role ddpfix_run): the listener exits as soon as it no longer names I(run_id).", type: str, default: /run/ddpfix.lock}
   run_id: {description: This run's id (empty - the listener lives until I(listen_seconds) or the stop task)., type: str, default: ''}
+  sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic tree)., type: str, default: /sys}
+  dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str, default: /dev}
+  python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist., type: str, default: ''}
+  fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
+  launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices exist., type: list, elements: str, default: []}
 """
 
 EXAMPLES = r"""
@@ -40,9 +45,11 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self, hosts_file,
-    sysctl, listening, time, firewall, env_file, probe, now, errors, unread.
+    sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
+    C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
+    uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
     C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces), C(hosts_file),
-    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), and the firewall layers C(firewalld), C(iptables),
+    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), C(memlock_units), and the firewall layers C(firewalld), C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -59,6 +66,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ddpfix_envfile import managed_text, outside_keys, ownership, redact_values
+from ansible.module_utils.ddpfix_fabric import collect as collect_fabric
 from ansible.module_utils.ddpfix_firewall import collect as collect_firewall
 from ansible.module_utils.ddpfix_nodeinfo import (
     cluster_interface,
@@ -240,6 +248,11 @@ def main():
             listen_seconds=dict(type="int", default=30),
             lock_path=dict(type="str", default="/run/ddpfix.lock"),
             run_id=dict(type="str", default=""),
+            sysfs_root=dict(type="str", default="/sys"),
+            dev_root=dict(type="str", default="/dev"),
+            python=dict(type="str", default=""),
+            launcher_units=dict(type="list", elements="str", default=[]),
+            fi_info=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -296,6 +309,10 @@ def main():
     if why:
         not_read("env_file", why)
     firewall = collect_firewall()
+    fabric, fabric_unread = collect_fabric(p["sysfs_root"], p["dev_root"], python=p["python"] or None,
+                                           units=p["launcher_units"], fi_info=p["fi_info"] or None)
+    for u in fabric_unread:
+        not_read(u["source"], u["reason"])
     probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}
     if p["probe_listen"] and cluster.get("address"):
         addr = cluster["address"]
@@ -334,6 +351,7 @@ def main():
         "time": {"daemons": daemons, "chrony_tracking": tracking},
         "firewall": firewall,
         "env_file": env_file_facts(p["env_path"], env_text),
+        "fabric": fabric,
         "probe": probe,
         "now": time.time(),
         "errors": errors,
