@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ddpfix import paths
+from ddpfix.fabric import check_fabric
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
 from ddpfix.plan import CLUSTER_KEYS, NodePlan, effective_cidr, plan_cluster, sanitize_facts, validate_facts
@@ -32,6 +33,7 @@ WORLD_SOURCE = "203.0.113.200"
 #: The firewall layers the node's collector reads (its `unread` sources, see the ddpfix_firewall module_utils).
 FIREWALL_SOURCES = frozenset({"firewalld", "iptables", "ip6tables", "iptables-legacy", "nft", "netfilter"})
 _HOSTS, _IFACES, _ENV = frozenset({"hosts_file"}), frozenset({"interfaces"}), frozenset({"env_file"})
+_FABRIC = frozenset({"fabric"})
 
 #: Which node fact sources (the `unread[].source` names of ddpfix_node_facts) each check reads. When one of them could
 #: not be read on a node, the check is "not evaluated" there: never a pass.
@@ -56,6 +58,13 @@ DEPENDS_ON: dict[str, frozenset[str]] = {
     "env.missing": _ENV,
     "env.inconsistent": _ENV,
     "addr.master-not-private": _ENV,
+    **{fid: _FABRIC for fid in ("fabric.port-down", "fabric.rate-mismatch", "fabric.link-layer-mixed",
+                                "fabric.roce-no-v2-gid", "fabric.gid-index-differs", "fabric.pkey-mismatch",
+                                "fabric.peermem-missing", "fabric.nccl-version-mismatch")},
+    "fabric.memlock-low": _FABRIC | frozenset({"memlock_units"}),
+    "fabric.hca-includes-mgmt": _FABRIC | _ENV | _IFACES,
+    "fabric.no-uverbs": _FABRIC | frozenset({"fabric_dev"}),
+    "fabric.efa-provider-missing": _FABRIC | frozenset({"fi_info"}),
 }
 #: Checks that only look at the master's facts.
 MASTER_ONLY = frozenset({"firewall.master-port-blocked", "probe.port-in-use", "net.master-port-ephemeral",
@@ -689,6 +698,7 @@ CHECKS = (
     check_master_addr,
     check_sysctls,
     check_env,
+    check_fabric,
 )
 
 

@@ -123,9 +123,11 @@ PATTERNS: tuple[Pattern, ...] = (
         (r"NET/IB ?: .*(?:completion|error)", r"NCCL WARN NET/IB", r"ibv_\w+ failed"),
         "NCCL's IB transport failed: on RoCE most often a GID index that differs between nodes (completion error "
         "12), a memlock limit of 64 KB (ibv_create_cq: Cannot allocate memory), or a port that is down.",
-        (),
-        "ddpfix does not check the RDMA fabric yet: compare `show_gids`/`ibv_devinfo -v` and `ulimit -l` across "
-        "nodes, and set NCCL_IB_GID_INDEX only when one RoCE v2 index is common to all nodes.",
+        ("fabric.gid-index-differs", "fabric.roce-no-v2-gid", "fabric.pkey-mismatch", "fabric.port-down",
+         "fabric.memlock-low", "fabric.link-layer-mixed", "fabric.no-uverbs"),
+        "Run ddpfix audit: it compares GID indexes, P_Keys, link layers and port states across nodes and checks the "
+        "memlock limit; ddpfix env --apply writes NCCL_IB_GID_INDEX only when one RoCE v2 index is common to all "
+        "nodes, and remediate --apply lifts the memlock limit.",
     ),
     Pattern(
         "unresolvable-name",

@@ -87,6 +87,40 @@ _RULES = [
          "Choose a ddp_master_port outside net.ipv4.ip_local_port_range, or an outgoing socket may take it (errno 98)."),
     Rule("net.somaxconn-low", Severity.WARNING, False, "listen backlog smaller than the world size",
          "Raise net.core.somaxconn above the world size on the master (sysctl -w net.core.somaxconn={want} and persist it in /etc/sysctl.d/)."),
+    Rule("fabric.port-down", Severity.ERROR, False, "an RDMA port is not ACTIVE where the other nodes' is (or NCCL_IB_HCA names it)",
+         "Check {port}'s cable, transceiver and switch port (phys_state {phys}; ibstat {dev}, ibstatus) and the subnet manager; "
+         "or leave the port out of NCCL_IB_HCA. Not changed automatically."),
+    Rule("fabric.rate-mismatch", Severity.WARNING, False, "an RDMA port runs slower than the same port on other nodes",
+         "Find why {port} negotiated down (cable, transceiver, switch port speed; ibstat, mlxlink) to {want}; the slowest rail "
+         "sets the whole ring's speed. Not changed automatically."),
+    Rule("fabric.link-layer-mixed", Severity.ERROR, False, "data rails are InfiniBand on some nodes and Ethernet (RoCE) on others",
+         "Put every node's data rails on the same fabric (set the ConnectX port type with mlxconfig LINK_TYPE_P1, then reboot), "
+         "or restrict NCCL_IB_HCA to the HCAs every node shares. Not changed automatically."),
+    Rule("fabric.roce-no-v2-gid", Severity.ERROR, False, "a RoCE port has no RoCE v2 GID with an IPv4 address",
+         "Give {ndev} its IPv4 address (the GID table is filled from the netdev's addresses) and RoCE v2 as default "
+         "(cma_roce_mode -d {dev} -p 1 -m 2); check with show_gids / ibv_devinfo -v. Not changed automatically."),
+    Rule("fabric.gid-index-differs", Severity.WARNING, False, "the RoCE v2 IPv4 GID index differs between nodes",
+         "Use NCCL >= 2.21 (selects the RoCE v2 GID by itself) and leave NCCL_IB_GID_INDEX unset; with an older NCCL set it "
+         "per node (host var ddp_nccl_ib_gid_index: {indexes}) and run ddpfix env --apply. Not changed automatically."),
+    Rule("fabric.pkey-mismatch", Severity.ERROR, False, "InfiniBand ports sit in different partitions (P_Key) on different nodes",
+         "Put every node's ports in the same partition in the subnet manager's partitions.conf (OpenSM) / UFM, or pick the "
+         "common one with NCCL_IB_PKEY. Not changed automatically."),
+    Rule("fabric.hca-includes-mgmt", Severity.WARNING, True, "NCCL_IB_HCA includes the management NIC or a far slower HCA",
+         "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} (ddp_nccl_ib_hca; ddpfix env --apply derives it)."),
+    Rule("fabric.memlock-low", Severity.ERROR, True, "the locked-memory limit is below what RDMA needs (unlimited, or ddp_memlock)",
+         "Raise memlock to {value} for the launch path: ddpfix remediate --apply writes /etc/security/limits.d/90-ddpfix-memlock.conf "
+         "(memlock {value} for * and root) for new PAM logins; for a systemd launcher list it in ddp_launcher_units "
+         "(LimitMEMLOCK drop-in)."),
+    Rule("fabric.no-uverbs", Severity.ERROR, False, "RDMA devices but no /dev/infiniband/uverbs* (user verbs unusable)",
+         "Load the user-verbs module: modprobe ib_uverbs (persist it in /etc/modules-load.d/ib_uverbs.conf; rdma-core's "
+         "rdma-load-modules@ service does this). Not changed automatically."),
+    Rule("fabric.peermem-missing", Severity.WARNING, False, "GPUs and RDMA but neither nvidia_peermem nor gdrdrv is loaded",
+         "Load GPUDirect RDMA: modprobe nvidia_peermem (persist it in /etc/modules-load.d/nvidia-peermem.conf). Not changed automatically."),
+    Rule("fabric.efa-provider-missing", Severity.ERROR, False, "EFA devices but libfabric has no efa provider (NCCL falls back to sockets)",
+         "Install or repair the AWS EFA installer's libfabric (fi_info -p efa must list provider: efa) and aws-ofi-nccl. "
+         "Not changed automatically."),
+    Rule("fabric.nccl-version-mismatch", Severity.WARNING, False, "torch's NCCL version differs between nodes",
+         "Install the same torch (and NCCL) build on every node, for example the one with NCCL {version}. Not changed automatically."),
     Rule("env.missing", Severity.INFO, True, "no ddpfix env file yet",
          "Write it: ddpfix env -i INVENTORY --apply (or ddpfix remediate --apply)."),
     Rule("env.inconsistent", Severity.ERROR, True, "env files disagree between nodes or with the plan",

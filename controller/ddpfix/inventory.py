@@ -27,6 +27,9 @@ class Node:
     address: str  # ansible_host (or the name)
     rank: int
     socket_ifname: str | None = None
+    nccl_ib_hca: str | None = None  # ddp_nccl_ib_hca: overrides the derived NCCL_IB_HCA
+    nccl_ib_gid_index: int | None = None  # ddp_nccl_ib_gid_index: overrides the derived NCCL_IB_GID_INDEX
+    env_extra: tuple[tuple[str, str], ...] = ()  # ddp_env_extra: the user's own env file keys
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Cluster:
     cidr_ack_broad: bool = False  # ddp_cluster_cidr_ack_broad: a public or broader-than-/16 CIDR is intended
     inventories: tuple[str, ...] = field(default=())
     skip_findings: tuple[str, ...] = ()  # ddp_skip_findings: accepted findings, `ID` or `ID@HOST`
+    memlock_kib: int | None = None  # ddp_memlock: the locked-memory limit RDMA nodes need (None: unlimited)
 
     @property
     def names(self) -> list[str]:
@@ -249,6 +253,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
     local_master = _bool(mv.get("ddp_ntp_local_master", False), "ddp_ntp_local_master")
 
     skip = parse_skip(mv.get("ddp_skip_findings") or [], "ddp_skip_findings")
+    memlock = mv.get("ddp_memlock", "unlimited")
+    memlock_kib = None if str(memlock).strip().lower() in ("unlimited", "infinity", "-1") else \
+        _int(memlock, "ddp_memlock (KiB, or unlimited)", 64, 2**40)
 
     for n in names:
         hv = hostvars.get(n) or {}
@@ -265,6 +272,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
                     address=str(hostvars.get(n, {}).get("ansible_host") or n),
                     rank=ranks[n],
                     socket_ifname=(str(hostvars[n]["ddp_socket_ifname"]) if hostvars.get(n, {}).get("ddp_socket_ifname") else None),
+                    **_fabric_vars(n, hostvars.get(n, {})),
                 )
                 for n in names
             ),
@@ -285,7 +293,51 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         cidr_ack_broad=ack_broad,
         inventories=tuple(inventories),
         skip_findings=skip,
+        memlock_kib=memlock_kib,
     )
+
+
+#: Keys ddp_env_extra may not set: the rendezvous and rank keys and the socket interfaces ddpfix derives per node.
+RESERVED_ENV_KEYS = frozenset({"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
+                               "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"})
+_ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_UNIT = re.compile(r"^[A-Za-z0-9@_.:-]+\.service$")
+_IB_HCA = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(:[0-9]+)?(,[A-Za-z0-9_.-]+(:[0-9]+)?)*$")
+
+
+def _fabric_vars(host: str, hv: Mapping[str, Any]) -> dict[str, Any]:
+    """ddp_nccl_ib_hca, ddp_nccl_ib_gid_index and ddp_env_extra of one host, validated."""
+    out: dict[str, Any] = {}
+    hca = hv.get("ddp_nccl_ib_hca")
+    if hca not in (None, ""):
+        if not isinstance(hca, str) or not _IB_HCA.match(hca):
+            raise _bad(f"ddp_nccl_ib_hca of {host} must be an NCCL_IB_HCA list like '=mlx5_0:1,mlx5_1:1', got {hca!r}")
+        out["nccl_ib_hca"] = hca
+    gid = hv.get("ddp_nccl_ib_gid_index")
+    if gid not in (None, ""):
+        out["nccl_ib_gid_index"] = _int(gid, f"ddp_nccl_ib_gid_index of {host}", 0, 255)
+    units = hv.get("ddp_launcher_units")
+    if units not in (None, "", []):
+        if not isinstance(units, list) or not all(isinstance(u, str) and _UNIT.match(u) for u in units):
+            raise _bad(f"ddp_launcher_units of {host} must be a list of systemd unit names ending in .service, got {units!r}")
+    extra = hv.get("ddp_env_extra")
+    if extra not in (None, "", {}):
+        if not isinstance(extra, Mapping):
+            raise _bad(f"ddp_env_extra of {host} must be a mapping of NAME: value, got {extra!r}")
+        items = []
+        for k, v in extra.items():
+            if not isinstance(k, str) or not _ENV_KEY.match(k):
+                raise _bad(f"ddp_env_extra of {host}: key {k!r} is not an environment name ([A-Z_][A-Z0-9_]*)")
+            if k in RESERVED_ENV_KEYS:
+                raise _bad(f"ddp_env_extra of {host}: {k} is derived by ddpfix and cannot be set here")
+            if isinstance(v, (dict, list)) or v is None:
+                raise _bad(f"ddp_env_extra of {host}: {k} must be a string or number, got {v!r}")
+            text = str(v).lower() if isinstance(v, bool) else str(v)
+            if "\n" in text or "\r" in text or "\0" in text:
+                raise _bad(f"ddp_env_extra of {host}: {k} must be one line, got {text!r}")
+            items.append((k, text))
+        out["env_extra"] = tuple(sorted(items))
+    return out
 
 
 def _group_hosts(data: Mapping[str, Any], group: str, seen: set[str] | None = None) -> list[str]:

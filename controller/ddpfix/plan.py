@@ -9,13 +9,14 @@ import importlib.util
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
+from ddpfix import fabric as fab
 from ddpfix import paths
-from ddpfix.inventory import Cluster, is_hostname
+from ddpfix.inventory import Cluster, Node, is_hostname
 
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE")
@@ -33,6 +34,7 @@ class NodePlan:
     source: str | None = None
     #: names other nodes' /etc/hosts already map to `address` (only for nodes not read, kept in the block)
     known_names: tuple[str, ...] = ()
+    comments: dict[str, str] = field(default_factory=dict)  # env key -> why it is there (in the block's comment)
 
 
 #: Names the hosts block never manages (and a node's hostname must not be): the loopback and IPv6 well-known names.
@@ -174,6 +176,7 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
     mf = facts.get(cluster.master)
     master_addr = cluster_address(mf, cidr) if mf else inventory_address(cluster, cluster.master, cidr)
     nnodes = len(cluster.nodes)
+    gid_index = common_gid_index(cluster, facts)
     plans: dict[str, NodePlan] = {}
     for node in cluster.nodes:
         f = facts.get(node.name)
@@ -194,6 +197,10 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
             env["GLOO_SOCKET_IFNAME"] = ifname
             env["NCCL_SOCKET_IFNAME"] = f"={ifname}"
             env["TP_SOCKET_IFNAME"] = ifname
+        comments = fabric_env(node, f, gid_index, env)
+        for k, v in node.env_extra:
+            env[k] = v
+            comments[k] = "ddp_env_extra (inventory)"
         plans[node.name] = NodePlan(
             name=node.name,
             rank=node.rank,
@@ -203,8 +210,63 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
             env=env,
             source=source,
             known_names=_names_for(addr, facts) if (addr and not f) else (),
+            comments=comments,
         )
     return plans
+
+
+def common_gid_index(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> tuple[int, str] | None:
+    """(index, why) when NCCL_IB_GID_INDEX should be written cluster-wide: every RoCE node has its RoCE v2 IPv4 GID at
+    the same index, that index is not NCCL's default, and some node's NCCL predates its automatic choice (2.21)."""
+    idx: dict[str, int | None] = {}
+    versions = []
+    for n in cluster.nodes:
+        f = facts.get(n.name)
+        if not fab.has_rdma(f):
+            continue
+        i = fab.roce_v2_index(f, n.address)
+        if i is not None or any(p.get("link_layer") == "Ethernet" for _, p in fab.data_rails(f, n.address)):
+            idx[n.name] = i
+            versions.append(fab.version_tuple(fab.fabric(f).get("nccl_version")))
+    values = set(idx.values())
+    if len(values) != 1 or None in values:
+        return None
+    (i,) = values
+    if versions and all(v is not None and v[:2] >= fab.NCCL_AUTO_GID for v in versions):
+        return None  # NCCL >= 2.21 finds the RoCE v2 GID itself
+    if i == fab.NCCL_OLD_DEFAULT_GID:
+        return None
+    return i, (f"RoCE v2 IPv4 GID is index {i} on every node; NCCL before 2.21 uses index "
+               f"{fab.NCCL_OLD_DEFAULT_GID} unless told")
+
+
+def fabric_env(node: Node, f: Mapping[str, Any] | None, gid_index: tuple[int, str] | None,
+               env: dict[str, str]) -> dict[str, str]:
+    """Add the NCCL/libfabric keys the node's fabric needs to `env`; return key -> why for the env file's comments."""
+    why: dict[str, str] = {}
+    if node.nccl_ib_hca:
+        env["NCCL_IB_HCA"] = node.nccl_ib_hca
+        why["NCCL_IB_HCA"] = "ddp_nccl_ib_hca (inventory)"
+    elif fab.has_rdma(f):
+        rails = fab.data_rails(f, node.address)
+        all_ports = [(d, p) for d, p in fab.ports(f) if not fab.is_efa(d)]
+        if rails:
+            env["NCCL_IB_HCA"] = "=" + ",".join(f"{d['name']}:{p['port']}" for d, p in rails)
+            left = len(all_ports) - len(rails)
+            why["NCCL_IB_HCA"] = ("the ACTIVE data-rail RDMA ports" +
+                                  (f"; {left} port(s) left out (down, management NIC or far slower)" if left else ""))
+    if node.nccl_ib_gid_index is not None:
+        env["NCCL_IB_GID_INDEX"] = str(node.nccl_ib_gid_index)
+        why["NCCL_IB_GID_INDEX"] = "ddp_nccl_ib_gid_index (inventory)"
+    elif gid_index is not None and fab.has_rdma(f):
+        env["NCCL_IB_GID_INDEX"] = str(gid_index[0])
+        why["NCCL_IB_GID_INDEX"] = gid_index[1]
+    if f and (fab.fabric(f).get("efa") or {}).get("devices"):
+        env["FI_PROVIDER"] = "efa"
+        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+        why["FI_PROVIDER"] = "EFA devices: aws-ofi-nccl must use libfabric's efa provider, not fall back to sockets"
+        why["FI_EFA_USE_DEVICE_RDMA"] = "EFA devices: GPUDirect RDMA over EFA"
+    return why
 
 
 @lru_cache(maxsize=1)
@@ -225,7 +287,7 @@ def env_comment(plan: NodePlan) -> str:
 
 def render_env(plan: NodePlan) -> str:
     """The env file ddpfix writes where none exists: its managed block alone (an existing file keeps its other lines)."""
-    return "\n".join(envfile_lib().render_block(plan.env, env_comment(plan))) + "\n"
+    return "\n".join(envfile_lib().render_block(plan.env, env_comment(plan), plan.comments)) + "\n"
 
 
 def env_write_needed(env_file: Mapping[str, Any], plan: NodePlan) -> bool:

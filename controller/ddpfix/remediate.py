@@ -20,25 +20,30 @@ FIREWALL_IDS = {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
 PROBE_IDS = {"probe.master-port-unreachable", "probe.peer-unreachable"}
 HOSTS_IDS = {"hosts.hostname-loopback", "hosts.peer-unresolvable", "hosts.peer-mismatch"}
 TIME_IDS = {"time.no-daemon", "time.unsynchronized"}
+LIMITS_IDS = {"fabric.memlock-low"}
 
 
 @dataclass
 class HostPlan:
-    firewall: str = "none"  # firewalld | iptables | none
+    firewall: str = "none"  # firewalld | iptables | iptables-legacy | nftables | none
     hosts: bool = False
     time: bool = False
     env: dict[str, str] = field(default_factory=dict)  # the env file's managed block; empty: not written
     env_comment: str = ""
+    env_key_comments: dict[str, str] = field(default_factory=dict)  # KEY -> why (a comment above it in the block)
     pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
+    limits: bool = False  # memlock drop-in (fabric.memlock-low)
     notes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
+        return (self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
+                and not self.limits)
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
-                "env_comment": self.env_comment, "pin_ifname": self.pin_ifname}
+                "env_comment": self.env_comment,
+                "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits}
 
 
 @dataclass
@@ -50,10 +55,13 @@ class Change:
 
 def firewall_backend(state: dict[str, Any], configured: str, blocking_layers: set[str]) -> str:
     """Which firewall to change: the inventory's ddp_firewall, else the layer the audit found blocking,
-    else the one that holds rules (firewalld before iptables before native nftables)."""
+    else the one that holds rules (firewalld before iptables before native nftables). `iptables-legacy`: the legacy
+    tables block while `iptables` is the nft variant (the rule must go where the blocking rules are)."""
     if configured in ("firewalld", "iptables", "nftables", "none"):
+        if configured == "iptables" and "iptables-legacy" in blocking_layers and "iptables" not in blocking_layers:
+            return "iptables-legacy"
         return configured
-    for layer in ("firewalld", "iptables", "nftables"):
+    for layer in ("firewalld", "iptables", "iptables-legacy", "nftables"):
         if layer in blocking_layers:
             return layer
     active = active_firewalls(state)
@@ -86,7 +94,8 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     # unreachable nodes (read but no facts); nodes outside --limit are not written, and need not be read
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and n.name not in audited]
     write_env = env and (only is None or "env.inconsistent" in only or "env.missing" in only
-                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private"}))
+                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private",
+                                         "fabric.hca-includes-mgmt"}))
     if write_env and missing and not allow_partial:
         refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
@@ -122,18 +131,21 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 hp.notes.append("traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
                                 "check host-external firewalls (security groups) by hand")
         hp.hosts = hosts_needed
+        hp.limits = bool(mine & LIMITS_IDS)
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
             if env_write_needed(facts.get("env_file") or {}, ctx.plan[name]):  # only nodes whose block differs
                 hp.env = dict(ctx.plan[name].env)
                 hp.env_comment = env_comment(ctx.plan[name])
+                hp.env_key_comments = dict(ctx.plan[name].comments)
         if pin_ifnames and ctx.plan[name].ifname:
-            mac = next((i.get("mac") for i in facts.get("interfaces") or [] if i.get("name") == ctx.plan[name].ifname), None)
+            ifname = str(ctx.plan[name].ifname)
+            mac, why_not = pin_target(facts.get("interfaces") or [], ifname)
             if mac:
-                hp.pin_ifname = {"name": str(ctx.plan[name].ifname), "mac": str(mac)}
-                hp.notes.append(f"{ctx.plan[name].ifname} pinned to {mac} by a systemd .link file: takes effect at the next boot")
+                hp.pin_ifname = {"name": ifname, "mac": mac}
+                hp.notes.append(f"{ifname} pinned to {mac} by a systemd .link file: takes effect at the next boot")
             else:
-                hp.notes.append(f"cannot pin {ctx.plan[name].ifname}: no MAC address (not an Ethernet NIC)")
+                hp.notes.append(f"{ifname} not pinned: {why_not}")
         plans[name] = hp
     return plans, refusals
 
@@ -166,6 +178,31 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
                           f"{ACK_BROAD}: true in the inventory", ExitCode.INVALID_INPUT)
 
 
+def pin_target(interfaces: list[dict[str, Any]], ifname: str) -> tuple[str | None, str]:
+    """The permanent MAC to pin `ifname` to, or (None, why not).
+
+    Only a physical NIC (a bus device, no virtual kind) with a permanent MAC that no other interface of the node
+    carries: a bridge, bond or VLAN takes its port's MAC, so a MAC-matched .link file would rename it instead.
+    """
+    iface = next((i for i in interfaces if i.get("name") == ifname), None)
+    if iface is None:
+        return None, "not found among the node's interfaces"
+    if "physical" not in iface:
+        return None, "the facts do not say whether it is a physical NIC (audit again with this ddpfix version)"
+    if not iface.get("physical"):
+        return None, (f"it is a {iface.get('kind') or 'virtual'} interface, not a physical NIC; only physical NICs are "
+                      "pinned (bridges, bonds, VLANs and veths share or get their MAC from another device)")
+    mac = str(iface.get("permaddr") or "").lower()
+    if not mac or mac == "00:00:00:00:00:00":
+        return None, "it has no permanent MAC address"
+    others = sorted(str(i.get("name")) for i in interfaces if i is not iface
+                    and mac in {str(i.get("mac") or "").lower(), str(i.get("permaddr") or "").lower()})
+    if others:
+        return None, (f"its permanent MAC {mac} is also on {', '.join(others)} (a bridge, bond or VLAN on top of it): "
+                      "a MAC-matched .link file could rename that device instead")
+    return mac, ""
+
+
 def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, Any]:
     c = ctx.cluster
     return {
@@ -183,7 +220,8 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
 
 
 def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, limit: str | None, forks: int | None,
-                    verbosity: int, progress: Progress | None) -> tuple[RunResult, list[Change]]:
+                    verbosity: int, progress: Progress | None,
+                    interruptible: bool = False) -> tuple[RunResult, list[Change]]:
     preflight(ctx, plans, apply=apply)
     run = run_playbook(
         "remediate.yml",
@@ -199,8 +237,34 @@ def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, li
         verbosity=verbosity,
         on_event=progress.on_event if progress else None,
         name="remediate" if apply else "remediate-check",
+        interruptible=interruptible,
     )
+    for host, hr in run.hosts.items():  # e.g. "runtime only: ..." from the firewall role
+        for t in hr.tasks:
+            note = t.res.get("ddpfix_note") if isinstance(t.res, dict) else None
+            if note and host in plans and str(note) not in plans[host].notes:
+                plans[host].notes.append(str(note))
     return run, changes_of(run)
+
+
+def failures_of(run: RunResult) -> dict[str, str]:
+    """host -> 'STEP: message' for every host that failed or was unreachable (STEP: the task it failed at)."""
+    out: dict[str, str] = {}
+    for h, r in sorted(run.hosts.items()):
+        if not (r.failed or r.unreachable):
+            continue
+        bad = next((t for t in reversed(r.tasks) if t.status in ("failed", "unreachable")), None)
+        out[h] = f"{bad.task}: {r.message}" if bad else r.message
+    return out
+
+
+def cluster_files_refusal(plans: dict[str, HostPlan], failed: dict[str, str]) -> str | None:
+    """The all-or-none rule of remediate.yml, in words: when any node failed, no node got the hosts block or env file."""
+    if not failed or not any(p.hosts or p.env for p in plans.values()):
+        return None
+    who = ", ".join(f"{h} (at {msg.split(': ', 1)[0]})" for h, msg in sorted(failed.items()))
+    return (f"hosts block and env files written on no node (all nodes or none): {who} failed before them; "
+            "fix that and run the same command again")
 
 
 def changes_of(run: RunResult) -> list[Change]:

@@ -8,8 +8,10 @@ none, and returns typed per-host results.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -20,6 +22,7 @@ from typing import Any
 
 from ddpfix import ansiblecfg, paths
 from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.lock import holder_info
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
@@ -69,6 +72,7 @@ class RunResult:
     hosts: dict[str, HostResult]
     run_dir: Path
     seconds: float
+    interrupted: bool = False  # Ctrl-C/SIGTERM: the run stopped starting tasks (see run_playbook)
 
     def changed(self, host: str | None = None) -> int:
         per_host = self.stats.get("changed", {}) or {}
@@ -154,13 +158,42 @@ def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
     }
 
 
+#: Name of the lock file in each run directory: flock-ed by the process using the directory while it lives.
+LIVE_LOCK = ".ddpfix-live.lock"
+_live: dict[Path, int] = {}  # run dir -> descriptor holding its live lock (for this process's lifetime)
+
+
+def in_use(run_dir: Path) -> bool:
+    """Whether a live process holds `run_dir`'s live lock (a directory without one, or unreadable, counts as in use
+    only while it is younger than a minute: it may be a run that is just being created)."""
+    lock = run_dir / LIVE_LOCK
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        try:
+            return time.time() - run_dir.stat().st_mtime < 60
+        except OSError:
+            return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def prune_runs(base: Path, keep: int = KEEP_RUNS) -> None:
-    """Remove all but the newest `keep` run directories."""
+    """Remove all but the newest `keep` run directories; never one that a live run (any process) uses."""
     try:
         runs = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
     except OSError:
         return
     for d in runs[: max(0, len(runs) - keep)]:
+        if d in _live or in_use(d):
+            continue
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -177,6 +210,20 @@ def forget_run_dirs() -> None:
     _run_dirs.clear()
 
 
+def _hold(run_dir: Path) -> None:
+    fd = os.open(run_dir / LIVE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _live[run_dir] = fd
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Drop this process's live lock on `run_dir` (it becomes prunable)."""
+    fd = _live.pop(run_dir, None)
+    if fd is not None:
+        os.close(fd)
+
+
 def new_run_dir(name: str) -> Path:
     base = paths.state_dir() / "runs"
     if base.is_dir():
@@ -186,11 +233,52 @@ def new_run_dir(name: str) -> Path:
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
         try:
             d.mkdir(parents=True, exist_ok=False)
-            _run_dirs.append(d)
-            return d
         except FileExistsError:
             continue
+        _hold(d)
+        _run_dirs.append(d)
+        return d
     raise DdpfixError(f"cannot create a run directory under {base}", ExitCode.RUN_FAILED)
+
+
+#: The first task of every play takes the node lock (role ddpfix_run); a failure there means another run holds it.
+NODE_LOCK_TASK = "lock | Take the ddpfix node lock"
+
+
+class _Interrupt:
+    """Ctrl-C/SIGTERM during a run: the first one asks the play to start no new task (a stop file that the
+    `ddpfix_linear` strategy checks before each task); running tasks finish. A second one kills the run."""
+
+    def __init__(self, stop_file: Path) -> None:
+        self.stop_file = stop_file
+        self.signals = 0
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            try:
+                self.stop_file.write_text(f"{signal.Signals(signum).name}\n")
+            except OSError:
+                pass
+            print("ddpfix: interrupted: finishing the running tasks, starting no new one "
+                  "(interrupt again to kill the run now)", file=sys.stderr, flush=True)
+        elif self.signals == 2:
+            print("ddpfix: killing the run now: node locks (/run/ddpfix.lock) stay until a run takes them over "
+                  "(ddpfix_run_stale_minutes) or you remove them", file=sys.stderr, flush=True)
+
+    def cancel(self) -> bool:
+        return self.signals > 1
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 EventCallback = Callable[[dict[str, Any]], None]
@@ -210,8 +298,11 @@ def run_playbook(
     verbosity: int = 0,
     on_event: EventCallback | None = None,
     name: str | None = None,
+    interruptible: bool = False,
 ) -> RunResult:
-    """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure."""
+    """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure, on a node lock
+    held by another run (LOCKED) and, unless `interruptible` (the caller reports what changed), on Ctrl-C or
+    SIGTERM (INTERRUPTED)."""
     import ansible_runner  # slow import: only when a run happens
 
     pb_path = paths.playbook(playbook)
@@ -226,7 +317,8 @@ def run_playbook(
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
-    write_extravars(run_dir, extravars or {})
+    stop_file = run_dir / "stop"
+    write_extravars(run_dir, {"ddpfix_run_holder": holder_info(), **dict(extravars or {})})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
 
@@ -259,32 +351,47 @@ def run_playbook(
 
     started = time.monotonic()
     try:
-        r = ansible_runner.run(
-            private_data_dir=str(run_dir),
-            # ansible-playbook runs in the user's directory, as if they had typed it there: relative paths in
-            # their config, inventory variables and ssh arguments mean what they mean to them.
-            project_dir=_working_dir(pb_path.parent),
-            playbook=str(pb_path),
-            inventory=[str(Path(i).resolve()) for i in inventories],
-            # extravars go in env/extravars (ansible-runner passes `-e @file`), never inline on the command line:
-            # a plan for thousands of hosts would exceed the kernel's per-argument limit (E2BIG).
-            limit=limit,
-            forks=nforks,
-            cmdline=" ".join(cmdline) or None,
-            tags=tags,
-            verbosity=verbosity if verbosity >= 3 else None,
-            envvars=ansible_env(run_dir, nforks, inventories, cfg),
-            event_handler=handler,
-            quiet=True,
-            json_mode=False,
-            suppress_env_files=True,
-        )
+        with _Interrupt(stop_file) as interrupt:
+            r = ansible_runner.run(
+                private_data_dir=str(run_dir),
+                # ansible-playbook runs in the user's directory, as if they had typed it there: relative paths in
+                # their config, inventory variables and ssh arguments mean what they mean to them.
+                project_dir=_working_dir(pb_path.parent),
+                playbook=str(pb_path),
+                inventory=[str(Path(i).resolve()) for i in inventories],
+                # extravars go in env/extravars (ansible-runner passes `-e @file`), never inline on the command
+                # line: a plan for thousands of hosts would exceed the kernel's per-argument limit (E2BIG).
+                limit=limit,
+                forks=nforks,
+                cmdline=" ".join(cmdline) or None,
+                tags=tags,
+                verbosity=verbosity if verbosity >= 3 else None,
+                envvars={**ansible_env(run_dir, nforks, inventories, cfg), "DDPFIX_STOP_FILE": str(stop_file)},
+                event_handler=handler,
+                cancel_callback=interrupt.cancel,
+                quiet=True,
+                json_mode=False,
+                suppress_env_files=True,
+            )
     except KeyboardInterrupt as exc:
-        raise DdpfixError("interrupted", ExitCode.RUN_FAILED) from exc
+        raise DdpfixError("interrupted", ExitCode.INTERRUPTED) from exc
     seconds = time.monotonic() - started
     stats = r.stats or {}
     for h in (stats.get("dark") or {}):
         hosts.setdefault(h, HostResult(name=h)).unreachable = True
+    locked: dict[str, list[str]] = {}  # message -> nodes
+    for h, hr in sorted(hosts.items()):
+        if any(t.status == "failed" and t.task.startswith(NODE_LOCK_TASK) for t in hr.tasks):
+            locked.setdefault(hr.message, []).append(h)
+    if locked:
+        what = "; ".join(f"{', '.join(nodes)}: {msg}" for msg, nodes in locked.items())
+        raise DdpfixError(f"another ddpfix run holds the node lock: {what} [run dir: {run_dir}]", ExitCode.LOCKED)
+    if interrupt.signals:
+        result = RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds,
+                           interrupted=True)
+        if interruptible:
+            return result
+        raise DdpfixError(f"interrupted: the run stopped before its end [run dir: {run_dir}]", ExitCode.INTERRUPTED)
     if r.status not in ("successful", "failed"):
         tail = _stdout_tail(r)
         raise DdpfixError(f"ansible run {r.status} (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
@@ -359,5 +466,6 @@ def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
     if not out:
         raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(err or 'no output')}")
     data = out if isinstance(out, dict) else json.loads(out)
+    release_run_dir(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     return data

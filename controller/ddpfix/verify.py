@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpfix import ansiblecfg, paths
+from ddpfix import ansiblecfg, nccl, paths
 from ddpfix.checks import Context, _is_loopback
+from ddpfix.fabric import has_rdma
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
 from ddpfix.plan import env_write_needed
@@ -242,3 +243,115 @@ def _error_line(text: str, rc: Any) -> str:
     if rc == 124:
         return "torchrun killed at the deadline (timeout)"
     return (lines[-1][:400] if lines else f"exit code {rc}")
+
+
+# ---------------------------------------------------------------- verify --backend nccl
+
+NO_GPU = re.compile(r"Cuda is not available|torch\.cuda\.is_available\(\) is False|no GPU for NCCL", re.I)
+NCCL_CAUSES = [
+    (re.compile(r"NCCL WARN NET/IB : Got completion .*(status=12|error 12)|ibv_modify_qp failed", re.I),
+     "RDMA completion error / QP setup failure: GID index or P_Key mismatch, or a port down (fabric.gid-index-differs, "
+     "fabric.pkey-mismatch, fabric.port-down)"),
+    (re.compile(r"ibv_create_cq failed|Cannot allocate memory|ibv_reg_mr", re.I),
+     "RDMA memory registration failed: the memlock limit (fabric.memlock-low)"),
+    (re.compile(r"Bootstrap : no socket interface found|NCCL_SOCKET_IFNAME|no socket interface", re.I),
+     "NCCL_SOCKET_IFNAME names no usable interface on this node (netif.missing)"),
+]
+
+
+def _nccl_cause(text: str, finding_ids: Iterable[str]) -> str:
+    for rx, cause in NCCL_CAUSES:
+        if rx.search(text):
+            return cause
+    return likely_cause(text, finding_ids)
+
+
+def nccl_entry(host: str, res: dict[str, Any], rdma_present: bool, min_busbw: float | None,
+               finding_ids: Iterable[str] = ()) -> dict[str, Any]:
+    """One node's (or pair's) verdict from the torchrun task result: sweep with algbw/busbw, transport, failures."""
+    stdout, stderr = res.get("stdout", "") or "", res.get("stderr", "") or ""
+    text = stdout + "\n" + stderr
+    transport = nccl.parse_transport(text)
+    results = nccl.parse_results(stdout)
+    entry: dict[str, Any] = {"host": host, "rc": res.get("rc"), "transport": transport.to_json(), "sweep": []}
+    if NO_GPU.search(text):
+        entry.update(ok=False, skipped=True, error=f"no GPU on {host}: torch.cuda.is_available() is False",
+                     cause="verify --backend nccl needs a CUDA GPU and torch with CUDA on every node")
+        return entry
+    r = results[0] if results else None
+    if r:
+        world = int(r.get("world_size") or 0)
+        entry["world_size"] = world
+        entry["gpus"] = r.get("gpus")
+        entry["nccl"] = r.get("nccl")
+        for pt in r.get("sweep") or []:
+            alg = nccl.algbw(int(pt["size"]), float(pt["seconds"]))
+            entry["sweep"].append({"size": int(pt["size"]), "time_us": round(float(pt["seconds"]) * 1e6, 1),
+                                   "algbw": round(alg, 3), "busbw": round(nccl.busbw(alg, world), 3)})
+    problems = []
+    if res.get("rc") != 0 or not r or not r.get("ok"):
+        problems.append(_error_line(text, res.get("rc")) if res.get("rc") != 0 or not r else "all-reduce result wrong")
+    fb = nccl.fallback_error(transport, rdma_present)
+    if fb:
+        problems.append(fb)
+    slow = nccl.below_threshold(entry["sweep"], min_busbw)
+    if slow:
+        problems.append(f"busbw {slow[0]['busbw']:g} GB/s at {nccl.format_size(slow[0]['size'])} is below --min-busbw {min_busbw:g}")
+    entry["ok"] = not problems
+    if problems:
+        entry["error"] = "; ".join(problems)
+        entry["cause"] = _nccl_cause(text, finding_ids) if (res.get("rc") != 0 or not r) else (
+            "the transport or the links are slower than required: see transport and the fabric.* findings")
+    return entry
+
+
+def run_nccl(ctx: Context, *, sizes: tuple[int, ...], iters: int, min_busbw: float | None, pairs: bool,
+             limit: str | None, forks: int | None, verbosity: int, progress: Progress | None,
+             findings: Iterable[Finding]) -> dict[str, Any]:
+    """The whole-gang sweep (and with `pairs`, one two-node sweep per ring neighbour pair)."""
+    cluster = ctx.cluster
+    ids: dict[str, set[str]] = {}
+    for f in findings:
+        ids.setdefault(f.host or "", set()).add(f.id)
+    base = {"ddpfix_target": GROUP, "ddpfix_verify_backend": "nccl", "ddpfix_verify_sizes": list(sizes),
+            "ddpfix_verify_iters": iters}
+
+    def one(extravars: dict[str, Any], hosts: list[str], name: str) -> dict[str, dict[str, Any]]:
+        lim = ",".join(hosts)
+        run = run_playbook("verify_torch.yml", cluster.inventories, extravars={**base, **extravars},
+                           limit=lim if not limit else f"{limit}:&{lim}", forks=forks, n_hosts=len(hosts),
+                           verbosity=verbosity, on_event=progress.on_event if progress else None, name=name)
+        out = {}
+        for h in hosts:
+            hr = run.hosts.get(h)
+            res = (hr.result("verify | nccl") if hr else None) or {}
+            if hr is None or hr.unreachable or not res:
+                out[h] = {"host": h, "ok": False, "error": hr.message if hr else "did not run",
+                          "cause": "node unreachable or the run failed before torchrun", "sweep": []}
+                continue
+            out[h] = nccl_entry(h, res, has_rdma(ctx.facts.get(h)), min_busbw, ids.get(h, set()) | ids.get("", set()))
+        return out
+
+    gang = one({}, cluster.names, "verify-nccl")
+    doc: dict[str, Any] = {"gang": [gang[n] for n in cluster.names], "pairs": None}
+    if pairs and not all(e.get("skipped") for e in gang.values()):
+        doc["pairs"] = []
+        for a, b in nccl.ring_pairs(cluster.names):
+            master = ctx.plan[a].address or cluster.node(a).address
+            over = {a: {"NNODES": 2, "NODE_RANK": 0, "MASTER_ADDR": master},
+                    b: {"NNODES": 2, "NODE_RANK": 1, "MASTER_ADDR": master}}
+            r = one({"ddpfix_verify_overrides": over}, [a, b], f"verify-nccl-{a}-{b}")
+            ea = r[a]
+            top = max(ea.get("sweep") or [{}], key=lambda p: p.get("size", 0))
+            doc["pairs"].append({"pair": [a, b], "ok": r[a]["ok"] and r[b]["ok"], "busbw": top.get("busbw"),
+                                 "size": top.get("size"), "transport": ea.get("transport", {}).get("kind"),
+                                 "error": "; ".join(f"{h}: {r[h]['error']}" for h in (a, b) if r[h].get("error")) or None})
+    return doc
+
+
+def nccl_skip_line(doc: dict[str, Any]) -> str | None:
+    gang = doc.get("gang") or []
+    if gang and all(e.get("skipped") for e in gang):
+        return (f"verify --backend nccl: skipped, no GPU on {', '.join(e['host'] for e in gang)} "
+                "(torch.cuda.is_available() is False); run it on GPU nodes with CUDA torch (ddp_python)")
+    return None

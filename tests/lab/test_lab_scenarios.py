@@ -328,6 +328,92 @@ def check_family_mismatch(info) -> None:
     assert len(set(ula.values())) == 3
 
 
+def check_docker_tables(info) -> None:
+    for node in ("node2", "node3"):
+        ruleset = sh(info, node, "nft list ruleset").stdout
+        assert "xt match physdev" in ruleset and "xt match recent" in ruleset
+        assert "table inet ddpfix-lab-docker" in ruleset
+        saved = sh(info, node, "iptables-save").stdout
+        assert ":DOCKER-USER" in saved and "-j DOCKER-USER" in saved
+        # never in a config file, and the node still answers on SSH and from peers
+        assert "DOCKER" not in sh(info, node, "cat /etc/nftables.conf /etc/iptables/rules.v4 2>/dev/null || true").stdout
+    assert "DOCKER" not in sh(info, "node1", "iptables-save 2>/dev/null || true").stdout
+
+
+FABRIC = "/run/ddpfix-lab-fabric/sys/class/infiniband"
+
+
+def _fabric_attr(info, node: str, rel: str) -> str:
+    return sh(info, node, f"cat {FABRIC}/{rel}").stdout.strip()
+
+
+def check_fabric_port_down(info) -> None:
+    assert _fabric_attr(info, "node2", "mlx5_1/ports/1/state") == "1: DOWN"
+    assert _fabric_attr(info, "node1", "mlx5_1/ports/1/state") == "4: ACTIVE"
+    assert sh(info, "node2", "ls /run/ddpfix-lab-fabric/dev/infiniband").stdout.split()[:2] == ["rdma_cm", "umad0"]
+
+
+def check_fabric_gid_differs(info) -> None:
+    last = info.nodes[-1].name
+    assert _fabric_attr(info, last, "mlx5_0/ports/1/gid_attrs/types/5") == "RoCE v2"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/gid_attrs/types/3") == "RoCE v2"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/link_layer") == "Ethernet"
+
+
+def check_fabric_pkey_mismatch(info) -> None:
+    assert _fabric_attr(info, "node2", "mlx5_0/ports/1/pkeys/0") == "0x8001"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/pkeys/0") == "0xffff"
+
+
+def check_fabric_link_layer_mixed(info) -> None:
+    assert _fabric_attr(info, info.nodes[-1].name, "mlx5_0/ports/1/link_layer") == "Ethernet"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/link_layer") == "InfiniBand"
+
+
+def check_fabric_rate_mismatch(info) -> None:
+    assert _fabric_attr(info, "node2", "mlx5_0/ports/1/rate") == "100 Gb/sec (4X EDR)"
+    assert _fabric_attr(info, "node1", "mlx5_0/ports/1/rate") == "200 Gb/sec (4X HDR)"
+
+
+def check_fabric_roce_no_v2_gid(info) -> None:
+    types = sh(info, "node2", f"cat {FABRIC}/mlx5_0/ports/1/gid_attrs/types/*").stdout
+    assert "RoCE v2" not in types and "RoCE v1" in types
+    assert "RoCE v2" in sh(info, "node1", f"cat {FABRIC}/mlx5_0/ports/1/gid_attrs/types/*").stdout
+
+
+def check_fabric_hca_includes_mgmt(info) -> None:
+    assert sh(info, "node2", f"ls {FABRIC}/mlx5_2/device/net").stdout.split() == [info.nodes[1].ifname]
+    assert env_file(info, "node2")["NCCL_IB_HCA"] == "mlx5"
+
+
+def check_fabric_no_uverbs(info) -> None:
+    assert sh(info, "node2", "ls /run/ddpfix-lab-fabric/dev/infiniband").stdout.split() == ["rdma_cm"]
+    assert "uverbs0" in sh(info, "node1", "ls /run/ddpfix-lab-fabric/dev/infiniband").stdout
+
+
+def check_fabric_peermem_missing(info) -> None:
+    assert sh(info, "node2", "ls /run/ddpfix-lab-fabric/sys/module").stdout.split() == ["nvidia"]
+    assert "nvidia_peermem" in sh(info, "node1", "ls /run/ddpfix-lab-fabric/sys/module").stdout
+
+
+def check_fabric_efa_provider_missing(info) -> None:
+    assert sh(info, "node2", "/run/ddpfix-lab-fabric/bin/fi_info -p efa", check=False).returncode == 1
+    assert "provider: efa" in sh(info, "node1", "/run/ddpfix-lab-fabric/bin/fi_info -p efa").stdout
+    assert sh(info, "node1", f"readlink {FABRIC}/rdmap16s27/device/driver").stdout.strip().endswith("/efa")
+
+
+def check_fabric_nccl_version_mismatch(info) -> None:
+    assert sh(info, "node2", "/run/ddpfix-lab-fabric/bin/python-nccl").stdout.strip() == "2.18.1"
+    assert sh(info, "node1", "/run/ddpfix-lab-fabric/bin/python-nccl").stdout.strip() == "2.21.5"
+
+
+def check_fabric_memlock_low(info) -> None:
+    ml = {n.name: lab.node_exec(info.name, n.name, ["sh", "-c", "ulimit -l"]).stdout.strip() for n in info.nodes}
+    assert "root  soft  memlock  64" in sh(info, "node2", "cat /etc/security/limits.d/10-site-memlock.conf").stdout
+    assert "UsePAM yes" in sh(info, "node2", "sshd -T 2>/dev/null | grep -i usepam || cat /etc/ssh/sshd_config.d/00-ddpfix-lab-0pam.conf").stdout.replace("usepam", "UsePAM")
+    assert ml["node1"] != "64", ml
+
+
 CHECKS: dict[str, Callable] = {
     "clean": check_clean,
     "firewalld-master": check_firewalld_master,
@@ -356,6 +442,19 @@ CHECKS: dict[str, Callable] = {
     "machine-id-clone": check_machine_id_clone,
     "somaxconn-low": check_somaxconn_low,
     "family-mismatch": check_family_mismatch,
+    "docker-tables": check_docker_tables,
+    "fabric-port-down": check_fabric_port_down,
+    "fabric-gid-differs": check_fabric_gid_differs,
+    "fabric-pkey-mismatch": check_fabric_pkey_mismatch,
+    "fabric-link-layer-mixed": check_fabric_link_layer_mixed,
+    "fabric-memlock-low": check_fabric_memlock_low,
+    "fabric-rate-mismatch": check_fabric_rate_mismatch,
+    "fabric-roce-no-v2-gid": check_fabric_roce_no_v2_gid,
+    "fabric-hca-includes-mgmt": check_fabric_hca_includes_mgmt,
+    "fabric-no-uverbs": check_fabric_no_uverbs,
+    "fabric-peermem-missing": check_fabric_peermem_missing,
+    "fabric-efa-provider-missing": check_fabric_efa_provider_missing,
+    "fabric-nccl-version-mismatch": check_fabric_nccl_version_mismatch,
 }
 
 
@@ -363,7 +462,7 @@ def test_every_scenario_is_checked_and_documented() -> None:
     assert set(CHECKS) == set(SCENARIOS) - set(SSH_SETUPS)  # SSH setups: tests/lab/test_ssh_setups_lab.py
     for s in SCENARIOS.values():
         assert s.summary and "\n" not in s.summary and s.doc
-        assert s.name in ("clean", "hosts-bindmount", *SSH_SETUPS) or s.findings, s.name
+        assert s.name in ("clean", "hosts-bindmount", "docker-tables", *SSH_SETUPS) or s.findings, s.name
 
 
 @pytest.mark.lab

@@ -137,3 +137,19 @@ def at_least(findings: list[Finding], severity: Severity) -> list[Finding]:
 @pytest.fixture
 def sim() -> Sim:
     return Sim()
+
+
+SYSFS_FIXTURES = HERE / "fixtures" / "sysfs"
+
+
+def fabric_module() -> ModuleType:
+    return load_role_module("ddpfix_facts/module_utils/ddpfix_fabric.py", "ddpfix_fabric")
+
+
+def fabric_facts(tree: str, **kw: Any) -> dict[str, Any]:
+    """The fabric facts the node module returns on the recorded tree `tree` (no tools run)."""
+    root = SYSFS_FIXTURES / tree
+    facts, unread = fabric_module().collect(str(root / "sys"), str(root / "dev"), proc_root=str(root / "proc"),
+                                            run_tools=False, **kw)
+    assert unread == [], unread
+    return facts

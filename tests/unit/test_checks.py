@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Sim, at_least, firewall_fixture, nodeinfo, recorded
+from conftest import ROOT, Sim, at_least, fabric_facts, firewall_fixture, nodeinfo, recorded
 from ddpfix.checks import Context, HostFacts, Thresholds, nccl_select, not_evaluated, run_checks
 from ddpfix.findings import RULES, Severity
 
@@ -472,6 +472,152 @@ def _(sim: Sim) -> Expect:
     return "node1", ["NCCL_SOCKET_IFNAME=eth (want =eth0)"]
 
 
+# ============================================================ GPU fabric (recorded trees: fixtures/sysfs)
+
+
+def _fabric(sim: Sim, tree: str = "ib_hdr") -> None:
+    """Give every node the fabric facts read from a recorded tree, with an unlimited memlock (a clean RDMA node)."""
+    for n in sim.docs:
+        fb = copy.deepcopy(fabric_facts(tree))
+        fb["memlock"] = {"soft": -1, "hard": -1, "source": "ssh session"}
+        sim.node(n)["fabric"] = fb
+
+
+def _port(sim: Sim, node: str, dev: str = "mlx5_1", port: int = 1) -> dict[str, Any]:
+    d = next(d for d in sim.node(node)["fabric"]["devices"] if d["name"] == dev)
+    return next(p for p in d["ports"] if p["port"] == port)
+
+
+def _add_mgmt_hca(sim: Sim, node: str) -> None:
+    """A 25G RoCE NIC whose netdev is eth0, the SSH interface (as on many cloud GPU nodes)."""
+    fb = sim.node(node)["fabric"]
+    fb["devices"].append({"name": "mlx5_2", "driver": "mlx5_core", "netdevs": ["eth0"], "numa_node": 0, "ports": [
+        {"port": 1, "state": "ACTIVE", "state_num": 4, "phys_state": "LinkUp", "phys_state_num": 5,
+         "rate": "25 Gb/sec (1X EDR)", "rate_gbps": 25.0, "link_layer": "Ethernet", "pkey0": "0xffff", "gids": []}]})
+
+
+@case("fabric.port-down")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    _port(sim, "node2").update(state="DOWN", state_num=1, phys_state="Disabled", phys_state_num=3)
+    return "node2", ["mlx5_1/ports/1/state: 1: DOWN", "phys_state: 3: Disabled"]
+
+
+@case("fabric.rate-mismatch")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    _port(sim, "node3", "mlx5_0").update(rate="100 Gb/sec (4X EDR)", rate_gbps=100.0)
+    return "node3", ["mlx5_0/1 rate: 100 Gb/sec (4X EDR)", "node1: 200 Gb/sec (4X HDR)"]
+
+
+@case("fabric.link-layer-mixed")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    sim.node("node3")["fabric"] = fabric_facts("roce") | {"memlock": {"soft": -1, "hard": -1}}
+    return None, ["node1: InfiniBand", "node3: Ethernet"]
+
+
+@case("fabric.roce-no-v2-gid")
+def _(sim: Sim) -> Expect:
+    _fabric(sim, "roce")
+    p = _port(sim, "node2", "mlx5_0")
+    p["gids"] = [g for g in p["gids"] if g["type"] != "RoCE v2"]
+    return "node2", ["mlx5_0/ports/1/gids: 0 IB/RoCE v1 fe80:"]
+
+
+@case("fabric.gid-index-differs")
+def _(sim: Sim) -> Expect:
+    _fabric(sim, "roce")
+    g = next(g for g in _port(sim, "node3", "mlx5_0")["gids"] if g["type"] == "RoCE v2" and g["ipv4"])
+    g["index"] = 5
+    return None, ["node1: mlx5_0/1 RoCE v2 IPv4 GID index 3", "node3: mlx5_0/1 RoCE v2 IPv4 GID index 5"]
+
+
+@case("fabric.pkey-mismatch")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    for dev in ("mlx5_0", "mlx5_1"):
+        _port(sim, "node2", dev)["pkey0"] = "0x8001"
+    return None, ["node2: mlx5_0/1 pkeys/0=0x8001", "node1: mlx5_0/1 pkeys/0=0xffff"]
+
+
+@case("fabric.hca-includes-mgmt")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    _add_mgmt_hca(sim, "node2")
+    sim.set_env_file("node2", "NCCL_IB_HCA=mlx5\n")
+    return "node2", ["NCCL_IB_HCA=mlx5", "mlx5_2: netdev eth0 holds the SSH address 192.168.77.12"]
+
+
+@case("fabric.memlock-low")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    sim.node("node1")["fabric"]["memlock"] = {"soft": 65536, "hard": 65536, "source": "ssh session"}
+    return "node1", ["soft 65536 (64 KiB)"]
+
+
+@case("fabric.no-uverbs")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    sim.node("node3")["fabric"].update(uverbs=[], umad=[])
+    return "node3", ["/dev/infiniband: no uverbs*"]
+
+
+@case("fabric.peermem-missing")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    sim.node("node2")["fabric"]["modules"] = {"nvidia_peermem": False, "gdrdrv": False}
+    return "node2", ["nvidia_peermem and gdrdrv absent"]
+
+
+@case("fabric.efa-provider-missing")
+def _(sim: Sim) -> Expect:
+    _fabric(sim, "efa")
+    for n in sim.docs:
+        sim.node(n)["fabric"]["efa"]["fi_info"] = {"ran": True, "ok": True, "path": "/opt/amazon/efa/bin/fi_info",
+                                                   "providers": ["efa"], "error": None}
+    # the failure of aws/aws-ofi-nccl#67: fi_getinfo finds no efa provider
+    sim.node("node2")["fabric"]["efa"]["fi_info"] = {"ran": True, "ok": False, "path": "/opt/amazon/efa/bin/fi_info",
+                                                     "providers": [], "error": "fi_getinfo: -61 (No data available)"}
+    return "node2", ["/opt/amazon/efa/bin/fi_info -p efa: fi_getinfo: -61"]
+
+
+@case("fabric.nccl-version-mismatch")
+def _(sim: Sim) -> Expect:
+    _fabric(sim)
+    for n, v in (("node1", "2.21.5"), ("node2", "2.21.5"), ("node3", "2.18.1")):
+        sim.node(n)["fabric"]["nccl_version"] = v
+    return None, ["node1: NCCL 2.21.5", "node3: NCCL 2.18.1"]
+
+
+@pytest.mark.parametrize("tree", ["ib_hdr", "roce", "efa"])
+def test_clean_fabric_cluster_has_no_fabric_finding(sim: Sim, tree: str) -> None:
+    """The passing fixture of every fabric.* id: the recorded trees on every node, ddpfix's env files written."""
+    _fabric(sim, tree)
+    for n in sim.docs:
+        sim.node(n)["fabric"]["nccl_version"] = "2.21.5"
+        if tree == "efa":
+            sim.node(n)["fabric"]["efa"]["fi_info"] = {"ran": True, "ok": True, "path": "/usr/bin/fi_info",
+                                                       "providers": ["efa"], "error": None}
+    sim.write_planned_env_files()
+    assert [(f.id, f.host, f.evidence) for f in sim.findings()] == []
+
+
+def test_port_down_everywhere_and_unused_is_not_reported(sim: Sim) -> None:
+    _fabric(sim)
+    for n in sim.docs:
+        _port(sim, n).update(state="DOWN", phys_state="Disabled")
+    assert [f for f in sim.findings() if f.id == "fabric.port-down"] == []
+
+
+def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
+    _fabric(sim)
+    sim.node("node2")["unread"] = [{"source": "fabric", "reason": "/sys/class/infiniband/mlx5_0/ports: Permission denied"}]
+    sim.node("node2")["fabric"]["memlock"] = {"soft": 65536, "hard": 65536}
+    assert not [f for f in sim.findings() if f.id == "fabric.memlock-low"]
+    assert "fabric.memlock-low" in _ne(sim)["node2"]
+
+
 # ============================================================ the tests
 
 
@@ -739,3 +885,11 @@ def test_clock_offset_counts_only_what_lies_outside_the_task_window() -> None:
     assert clock_offset(97.0, (100.0, 101.0), None) == -3.0
     assert clock_offset(103.0, None, 100.0) == 3.0  # no window: fall back to the result's arrival
     assert clock_offset(103.0, None, None) is None
+
+
+def test_memlock_of_a_launcher_unit_counts_too(sim: Sim) -> None:
+    _fabric(sim)
+    sim.node("node3")["fabric"]["memlock_units"] = {
+        "trainer.service": {"soft": 8388608, "hard": 8388608, "source": "systemd unit trainer.service"}}
+    f = [f for f in sim.findings() if f.id == "fabric.memlock-low"]
+    assert [x.host for x in f] == ["node3"] and "systemd unit trainer.service: soft 8388608 (8 MiB)" in f[0].evidence

@@ -115,7 +115,7 @@ def _samples(tmp: Path) -> dict[str, str]:
     varfile.write_text("ddp_cluster_cidr: 192.168.77.0/24\n")
     return {"VARFILE": str(varfile), "LOG": str(log), "job.log": str(log), "LIST": "node[1-2]", "INV": str(inv), "INVENTORY": str(inv), "FILE": str(tmp / "report.json"), "DIR": str(tmp / "dir"),
             "ID": "firewall.master-port-blocked", "K": "2", "S": "1.5", "N": "3", "CIDR": "192.168.77.0/24",
-            "NAME": "clean", "LAB": "lab1", "PATTERN": "node1", "IF": "eth0"}
+            "NAME": "clean", "LAB": "lab1", "PATTERN": "node1", "IF": "eth0", "GBPS": "50"}
 
 
 def _expand(line: str, samples: dict[str, str]) -> Iterator[list[str]]:

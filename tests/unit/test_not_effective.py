@@ -33,3 +33,15 @@ def test_blocked_node_whose_firewall_was_not_read_gets_a_note_not_a_change(sim: 
     plans, _ = build_plan(sim.context(), sim.findings())
     assert plans["node3"].firewall == "none"
     assert any("could not be read (ip6tables, iptables, nft" in n for n in plans["node3"].notes), plans["node3"].notes
+
+
+def test_memlock_low_plans_the_limits_role_on_that_node_only(sim: Sim) -> None:
+    from test_checks import _fabric
+
+    _fabric(sim)
+    sim.node("node2")["fabric"]["memlock"] = {"soft": 65536, "hard": 65536, "source": "ssh session"}
+    plans, _ = build_plan(sim.context(), sim.findings())
+    assert {n: p.limits for n, p in plans.items()} == {"node1": False, "node2": True, "node3": False}
+    assert plans["node2"].to_vars()["limits"] is True and not HostPlan(limits=True).empty
+    only, _ = build_plan(sim.context(), sim.findings(), only={"hosts.peer-mismatch"})
+    assert not any(p.limits for p in only.values())

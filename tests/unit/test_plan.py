@@ -173,3 +173,63 @@ def test_sanitize_drops_odd_interfaces_and_macs_without_a_finding(sim: Sim) -> N
     assert validate_facts(f) == []  # not the cluster interface: no reason to refuse a fix
     clean = sanitize_facts(f)
     assert all(i["name"] != "bad if\n" for i in clean["interfaces"]) and clean["interfaces"][0]["mac"] is None
+
+
+# ---------------------------------------------------------------- derived NCCL / libfabric keys (GPU fabric)
+
+from test_checks import _add_mgmt_hca, _fabric, _port  # noqa: E402
+
+
+def test_no_fabric_no_fabric_keys(sim: Sim) -> None:
+    for p in _plan(sim).values():
+        assert not {"NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "FI_PROVIDER"} & set(p.env) and p.comments == {}
+
+
+def test_ib_hca_lists_the_active_data_rails_and_leaves_out_mgmt_and_down(sim: Sim) -> None:
+    _fabric(sim)
+    _add_mgmt_hca(sim, "node2")
+    _port(sim, "node3").update(state="DOWN")
+    plans = _plan(sim)
+    assert plans["node1"].env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    assert plans["node2"].env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"  # mlx5_2 is on eth0, the SSH interface
+    assert plans["node3"].env["NCCL_IB_HCA"] == "=mlx5_0:1"
+    assert "1 port(s) left out" in plans["node2"].comments["NCCL_IB_HCA"]
+    text = render_env(plans["node2"])
+    assert "# NCCL_IB_HCA: the ACTIVE data-rail RDMA ports" in text and "\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n" in text
+    assert "NCCL_IB_GID_INDEX" not in plans["node1"].env  # InfiniBand: no GID index
+
+
+@pytest.mark.parametrize("versions, want", [
+    ({}, "3"),  # NCCL unknown: the right index is harmless
+    ({"node1": "2.18.3", "node2": "2.21.5", "node3": "2.21.5"}, "3"),
+    ({"node1": "2.21.5", "node2": "2.23.4", "node3": "2.21.5"}, None),  # NCCL chooses by itself
+])
+def test_gid_index_only_when_common_and_needed(sim: Sim, versions: dict[str, str], want: str | None) -> None:
+    _fabric(sim, "roce")
+    for n, v in versions.items():
+        sim.node(n)["fabric"]["nccl_version"] = v
+    got = {p.env.get("NCCL_IB_GID_INDEX") for p in _plan(sim).values()}
+    assert got == {want}
+
+
+def test_gid_index_differing_is_not_written_but_inventory_wins(sim: Sim) -> None:
+    _fabric(sim, "roce")
+    next(g for g in _port(sim, "node3", "mlx5_0")["gids"] if g["type"] == "RoCE v2" and g["ipv4"])["index"] = 5
+    assert {p.env.get("NCCL_IB_GID_INDEX") for p in _plan(sim).values()} == {None}
+    sim.set_var("node3", ddp_nccl_ib_gid_index=5, ddp_nccl_ib_hca="=mlx5_0:1")
+    p3 = _plan(sim)["node3"]
+    assert (p3.env["NCCL_IB_GID_INDEX"], p3.env["NCCL_IB_HCA"]) == ("5", "=mlx5_0:1")
+    assert p3.comments["NCCL_IB_HCA"] == "ddp_nccl_ib_hca (inventory)"
+
+
+def test_efa_sets_libfabric_provider(sim: Sim) -> None:
+    _fabric(sim, "efa")
+    p = _plan(sim)["node1"]
+    assert (p.env["FI_PROVIDER"], p.env["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "1") and "NCCL_IB_HCA" not in p.env
+
+
+def test_env_extra_is_added_with_its_comment(sim: Sim) -> None:
+    sim.set_var(None, ddp_env_extra={"NCCL_DEBUG": "WARN", "NCCL_IB_TIMEOUT": 22})
+    p = _plan(sim)["node1"]
+    assert (p.env["NCCL_DEBUG"], p.env["NCCL_IB_TIMEOUT"]) == ("WARN", "22")
+    assert "# NCCL_DEBUG: ddp_env_extra (inventory)\nNCCL_DEBUG=WARN\n" in render_env(p)

@@ -85,7 +85,7 @@ class _Group(click.Group):
             ctx.exit(int(exc.code))
         except KeyboardInterrupt:
             click.echo("ddpfix: error: interrupted", err=True)
-            ctx.exit(int(ExitCode.RUN_FAILED))
+            ctx.exit(int(ExitCode.INTERRUPTED))
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except Exception as exc:  # noqa: BLE001 - a failure of ddpfix is never a finding (exit 3, one line)

@@ -100,7 +100,15 @@ def probe_options(f: F) -> F:
 
 
 def cluster_of(app: Application) -> Cluster:
-    return load_cluster(app.require_inventory())
+    """The inventory's cluster, under the per-inventory controller lock (held until the command ends)."""
+    from ddpfix.lock import controller_lock
+
+    cluster = load_cluster(app.require_inventory())
+    lock = controller_lock(cluster.inventories)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(lock.release)
+    return cluster
 
 
 def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | None = None) -> None:

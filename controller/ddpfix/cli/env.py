@@ -74,7 +74,8 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         for name, text in files.items():
             click.echo(f"==> {name}:{cluster.env_path} <==\n{text}")
     if apply:
-        plans = {n: HostPlan(env=dict(ctx.plan[n].env), env_comment=env_comment(ctx.plan[n])) for n in files}
+        plans = {n: HostPlan(env=dict(ctx.plan[n].env), env_comment=env_comment(ctx.plan[n]),
+                          env_key_comments=dict(ctx.plan[n].comments)) for n in files}
         run, changes = run_remediation(ctx, plans, apply=True, limit=app.limit, forks=app.forks,
                                        verbosity=app.verbosity, progress=None)
         failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}

@@ -13,7 +13,8 @@ from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, split_skipped
 from ddpfix.findings import RULES, Finding
 from ddpfix.progress import Progress
-from ddpfix.remediate import build_plan, not_effective, preflight, remaining_fixable, run_remediation
+from ddpfix.remediate import (build_plan, cluster_files_refusal, failures_of, not_effective, preflight,
+                              remaining_fixable, run_remediation)
 from ddpfix.report import document
 
 
@@ -59,13 +60,24 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         with Progress(list(todo), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
                       enabled=None if not quiet else False) as progress:
             run, changes = run_remediation(ctx, todo, apply=apply, limit=app.limit, forks=app.forks,
-                                           verbosity=app.verbosity, progress=progress)
-        failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}
+                                           verbosity=app.verbosity, progress=progress, interruptible=True)
+        failed = failures_of(run)
         changed.update({h: run.changed(h) for h in todo})
+        interrupted = run.interrupted
+        refusal = cluster_files_refusal(todo, failed)
+        if refusal:
+            refusals.append(refusal)
+    else:
+        interrupted = False
     after = None
-    if apply and (any(changed.values()) or failed):
-        with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
-            after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
+    if apply and not interrupted and (any(changed.values()) or failed):
+        try:
+            with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
+                after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
+        except DdpfixError as exc:
+            if exc.code != ExitCode.INTERRUPTED:
+                raise
+            interrupted = True  # during the re-audit: still report what the apply changed
     final = after or before
     if after is not None:
         after.findings, skipped = split_skipped(after.findings, skip, cluster)
@@ -77,6 +89,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         attribute_causes(final.findings, cluster.master),
         {
             "apply": apply,
+            "interrupted": interrupted,
             "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
             "changed": changed,
             "failed_hosts": failed,
@@ -92,12 +105,35 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         _print_changes(err, changes, apply, failed, refusals, plans)
         for f in stuck:
             err.print(f"[red]not fixed[/] {escape(_not_effective_text(f))}", highlight=False)
-    emit(doc, fmt, output)
-    if apply:
+    if interrupted:
+        code = ExitCode.INTERRUPTED
+    elif apply:
         code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
     else:
         code = ExitCode.FINDINGS if changes or failed or refusals else ExitCode.OK
+    emit(doc, fmt, output, _exit_line(code, apply, remaining, failed, refusals, changes))
+    if interrupted:
+        if quiet:  # the JSON report on stdout has the diffs; stderr still says what changed where
+            for c in changes:
+                err.print(f"changed {c.host}: {c.task}", highlight=False, markup=False)
+        err.print(f"[red]interrupted[/]: no new task was started after the signal; the changes above were made "
+                  f"(run dir: {run.run_dir}); run the same command again to finish", highlight=False)
+        raise SystemExit(int(ExitCode.INTERRUPTED))
     raise SystemExit(int(code))
+
+
+def _exit_line(code: ExitCode, apply: bool, remaining: list, failed: dict, refusals: list, changes: list) -> str:
+    if code == ExitCode.INTERRUPTED:
+        return "exit 6: interrupted; run the same command again to finish"
+    if not apply:
+        return (f"exit 1: {len(changes)} change{'s' if len(changes) != 1 else ''} pending (dry run; --apply makes them)"
+                if code else "exit 0: nothing to change")
+    if code == ExitCode.OK:
+        return "exit 0: no fixable finding remains"
+    parts = [f"{len(remaining)} fixable finding{'s' if len(remaining) != 1 else ''} remain"] if remaining else []
+    parts += [f"{len(failed)} host{'s' if len(failed) != 1 else ''} failed"] if failed else []
+    parts += ["a write was refused"] if refusals else []
+    return f"exit 1: {', '.join(parts) or 'see above'}"
 
 
 _WHY_NOT_EFFECTIVE = {

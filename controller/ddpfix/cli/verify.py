@@ -13,17 +13,34 @@ from ddpfix.audit import run_audit
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.progress import Progress
 from ddpfix.report import SCHEMA, to_json
-from ddpfix.verify import run_torch, testinfra_checks, torch_missing_line
+from ddpfix.nccl import DEFAULT_SIZES, format_size, parse_sizes
+from ddpfix.verify import nccl_skip_line, run_nccl, run_torch, testinfra_checks, torch_missing_line
 
 
 @click.command("verify")
 @global_options
 @click.option("--torch", "torch_", is_flag=True, help="Also run a real torch.distributed Gloo all-reduce with torchrun.")
 @click.option("--no-checks", is_flag=True, help="Skip the testinfra end-state checks (e.g. only the torch run).")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
+              help="gloo: CPU all-reduce, one process per node. nccl: GPU all-reduce sweep, one process per GPU, with "
+                   "bus bandwidth and the transport NCCL chose (implies --torch).")
+@click.option("--sizes", default=None, metavar="LIST",
+              help="nccl: message sizes of the sweep, e.g. 8M,64M,1G (default 8M..1G, doubling).")
+@click.option("--iters", type=click.IntRange(1, 1000), default=20, show_default=True, help="nccl: timed all-reduces per size.")
+@click.option("--min-busbw", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GBPS",
+              help="nccl: fail when the bus bandwidth at the largest size is below GBPS (GB/s).")
+@click.option("--pairs", is_flag=True, help="nccl: also run two-node sweeps over the ring of neighbour pairs (names the slow pair).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_obj
-def command(app: Application, torch_: bool, no_checks: bool, fmt: str) -> None:
+def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes: str | None, iters: int,
+            min_busbw: float | None, pairs: bool, fmt: str) -> None:
     """Check the end state on every node; exit 0 only when every check (and the all-reduce) passes."""
+    if backend != "nccl" and (sizes or min_busbw is not None or pairs):
+        app.abort("--sizes, --min-busbw and --pairs need --backend nccl")
+    try:
+        size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
+    except ValueError as exc:
+        app.abort(f"--sizes: {exc}")
     cluster = cluster_of(app)
     quiet = fmt == "json"
     with Progress(cluster.names, "ddpfix verify: probes", enabled=None if not quiet else False) as progress:
@@ -35,14 +52,23 @@ def command(app: Application, torch_: bool, no_checks: bool, fmt: str) -> None:
 
             checks.append(Check(f.host or "", "reachable over SSH", False, f.evidence))
     torch_results = None
-    if torch_:
+    nccl_doc = None
+    if backend == "nccl":
+        with Progress(cluster.names, "ddpfix verify: NCCL all-reduce sweep", enabled=None if not quiet else False) as progress:
+            nccl_doc = run_nccl(audit.context, sizes=size_list, iters=iters, min_busbw=min_busbw, pairs=pairs,
+                                limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress,
+                                findings=audit.findings)
+    elif torch_:
         with Progress(cluster.names, "ddpfix verify: torch all-reduce", enabled=None if not quiet else False) as progress:
             torch_results = run_torch(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
                                       progress=progress, findings=audit.findings)
     ok = all(c.ok for c in checks) and (torch_results is None or all(r["ok"] for r in torch_results))
+    if nccl_doc is not None:
+        ok = ok and all(e["ok"] for e in nccl_doc["gang"]) and all(p["ok"] for p in nccl_doc["pairs"] or [])
+    nccl_skipped = nccl_skip_line(nccl_doc) if nccl_doc else None
     torch_missing = torch_missing_line(torch_results or [])
     doc = {"schema": SCHEMA, "command": "verify", "inventory": list(cluster.inventories), "ok": ok,
-           "checks": [c.to_json() for c in checks], "torch": torch_results}
+           "checks": [c.to_json() for c in checks], "torch": torch_results, "nccl": nccl_doc}
     if quiet:
         sys.stdout.write(to_json(doc))
     else:
@@ -65,8 +91,37 @@ def command(app: Application, torch_: bool, no_checks: bool, fmt: str) -> None:
                           if r["ok"] else f"{r.get('error')}\nlikely cause: {r.get('cause')}")
                 t.add_row(r["host"], "[green]ok[/]" if r["ok"] else "[red]FAIL[/]", detail.replace("[", r"\["))
             con.print(t)
+        if nccl_skipped:
+            click.echo(nccl_skipped)
+        elif nccl_doc is not None:
+            _print_nccl(con, nccl_doc)
         if ok:
             con.print("[green]verify: all checks passed[/]")
         elif not (torch_missing and all(c.ok for c in checks)):
             con.print("[red]verify: failures above[/]")
     raise SystemExit(int(ExitCode.OK if ok else ExitCode.FINDINGS))
+
+
+def _print_nccl(con: Console, doc: dict) -> None:
+    t = Table(title="NCCL all-reduce sweep (torchrun, one process per GPU); busbw = algbw * 2(n-1)/n", title_justify="left")
+    for col in ("host", "result", "transport", "size", "time (us)", "algbw GB/s", "busbw GB/s"):
+        t.add_column(col, overflow="fold")
+    for e in doc["gang"]:
+        kind = (e.get("transport") or {}).get("kind", "?")
+        res = "[green]ok[/]" if e["ok"] else "[red]FAIL[/]"
+        if not e.get("sweep"):
+            t.add_row(e["host"], res, kind, "", "", "", (e.get("error") or "").replace("[", r"\["))
+        for i, p in enumerate(e.get("sweep") or []):
+            t.add_row(e["host"] if i == 0 else "", res if i == 0 else "", kind if i == 0 else "", format_size(p["size"]),
+                      f"{p['time_us']:g}", f"{p['algbw']:g}", f"{p['busbw']:g}")
+        if e.get("sweep") and e.get("error"):
+            t.add_row("", "", "", "", "", "", (e["error"] + "\nlikely cause: " + str(e.get("cause"))).replace("[", r"\["))
+    con.print(t)
+    if doc.get("pairs") is not None:
+        pt = Table(title="NCCL two-node sweeps over the ring of pairs", title_justify="left")
+        for col in ("pair", "result", "transport", "busbw GB/s (largest size)", "detail"):
+            pt.add_column(col, overflow="fold")
+        for p in doc["pairs"]:
+            pt.add_row(" - ".join(p["pair"]), "[green]ok[/]" if p["ok"] else "[red]FAIL[/]", str(p.get("transport")),
+                       "" if p.get("busbw") is None else f"{p['busbw']:g}", (p.get("error") or "").replace("[", r"\["))
+        con.print(pt)

@@ -233,6 +233,63 @@ def _nftables_worker2(plan: LabPlan) -> None:
     plan.nodes[1].tasks.append(_load_nftables)
 
 
+# What Docker (iptables-nft) and a native nftables tool leave in the running rule set, but never in the host's
+# firewall config. `physdev` and `recent` have no native nft translation: `nft list ruleset` shows them as
+# `xt match`, which `nft -f` cannot load (a whole-ruleset dump saved to /etc/nftables.conf breaks the next boot).
+DOCKER_IPTABLES = [
+    ["-N", "DOCKER"], ["-N", "DOCKER-USER"], ["-N", "DOCKER-ISOLATION-STAGE-1"],
+    ["-P", "FORWARD", "DROP"],
+    ["-A", "FORWARD", "-j", "DOCKER-USER"],
+    ["-A", "FORWARD", "-j", "DOCKER-ISOLATION-STAGE-1"],
+    ["-A", "FORWARD", "-o", "docker0", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"],
+    ["-A", "FORWARD", "-o", "docker0", "-j", "DOCKER"],
+    ["-A", "DOCKER", "-d", "172.17.0.2/32", "!", "-i", "docker0", "-o", "docker0", "-p", "tcp", "-m", "tcp",
+     "--dport", "80", "-j", "ACCEPT"],
+    ["-A", "DOCKER-ISOLATION-STAGE-1", "-m", "physdev", "--physdev-is-bridged", "-j", "RETURN"],
+    ["-A", "DOCKER-USER", "-m", "recent", "--name", "ddpfix-lab", "--rcheck", "-j", "RETURN"],
+    ["-A", "DOCKER-USER", "-j", "RETURN"],
+    ["-t", "nat", "-N", "DOCKER"],
+    ["-t", "nat", "-A", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "DOCKER"],
+    ["-t", "nat", "-A", "POSTROUTING", "-s", "172.17.0.0/16", "!", "-o", "docker0", "-j", "MASQUERADE"],
+]
+DOCKER_NATIVE_NFT = "\n".join([
+    "table inet ddpfix-lab-docker {",
+    "\tchain input {",
+    "\t\ttype filter hook input priority filter - 5; policy accept;",
+    "\t\tiifname \"docker0\" counter",
+    "\t}",
+    "\tchain forward {",
+    "\t\ttype filter hook forward priority filter; policy accept;",
+    "\t}",
+    "}",
+    "",
+])
+
+
+def _load_docker_tables(rt: "Runtime", node: NodePlan) -> None:
+    for args in DOCKER_IPTABLES:
+        rt.exec(node, ["iptables-nft", *args])
+    rt.exec(node, ["nft", "-f", "-"], input=DOCKER_NATIVE_NFT)
+
+
+@scenario(
+    "docker-tables",
+    "Docker-like iptables-nft chains (DOCKER, DOCKER-USER, xt matches) and a native nft table on node2 and nodeN, "
+    "runtime only",
+    (),
+    min_nodes=2,
+)
+def _docker_tables(plan: LabPlan) -> None:
+    """Not a fault on its own: what Docker and a native nftables tool leave in the running rule set of node2 and
+    the highest-address node, loaded after the rules of the scenarios listed before it (as a Docker daemon starts
+    after the firewall; list it last): iptables-nft chains DOCKER, DOCKER-USER, DOCKER-ISOLATION-STAGE-1 and nat DOCKER, FORWARD policy drop,
+    `physdev`/`recent` matches that `nft list ruleset` shows as `xt match` (not loadable by `nft -f`), and a native
+    table `inet ddpfix-lab-docker` with accept-only input/forward chains. None of it is in a config file. Combine
+    with `nftables-worker2` / `iptables-worker` to check that remediation persists only its own rule."""
+    for node in {id(n): n for n in (plan.nodes[1], last(plan))}.values():
+        node.tasks.append(_load_docker_tables)
+
+
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 SKEWED_PYTHON = "/etc/ddpfix-lab/python3-skewed"
 
@@ -772,6 +829,252 @@ def _ssh_port(plan: LabPlan) -> None:
     """sshd listens on port 2222 only (ListenAddress <address>:2222) on every node; known_hosts entries are
     `[address]:2222`, the inventory sets `ansible_port: 2222`. No finding by itself: combine it with a fault."""
     plan.ssh_port = LAB_SSH_PORT
+
+
+# --------------------------------------------------------------------------- GPU fabric (synthetic RDMA sysfs)
+#
+# A lab node cannot get a /sys/class/infiniband of its own: sysfs has no such directory here to mount over, and
+# creating one is not possible. So each fabric scenario writes a synthetic tree in the kernel's layout
+# (ddpfix.lab.fabrictree) into the node's private /run (/run/ddpfix-lab-fabric/{sys,dev}) and points the facts
+# role at it with the host vars ddpfix_facts_sysfs_root / ddpfix_facts_dev_root. The memlock limit is real: it is
+# the SSH session's RLIMIT_MEMLOCK. The lab cannot grant unlimited (no CAP_SYS_RESOURCE here; sessions inherit the
+# host's 8 MiB hard limit), so fabric scenarios set ddp_memlock: 8192 (KiB), the lab's "enough".
+LAB_MEMLOCK_KIB = 8192
+
+FABRIC_RUN = "ddpfix-lab-fabric"
+
+
+def _fabric_devices(plan: LabPlan, node: NodePlan, kind: str) -> list:
+    from ddpfix.lab.fabrictree import Device, ib_port, roce_port
+
+    if kind == "roce":
+        return [Device(f"mlx5_{r}", [roce_port(f"10.{10 + r}.0.{10 + node.index}", f"rdma{r}")],
+                       netdevs=[f"rdma{r}"], numa_node=r) for r in (0, 1)]
+    return [Device(f"mlx5_{r}", [ib_port(f"b83f:d203:00{node.index:02x}:0a1{r}")], netdevs=[f"ib{r}"], numa_node=r)
+            for r in (0, 1)]
+
+
+def fabric_everywhere(plan: LabPlan, kind: str = "ib",
+                      edit: Callable[[NodePlan, list, dict], None] | None = None) -> None:
+    """Give every node a synthetic RDMA tree (`kind` ib or roce); `edit(node, devices, opts)` may change a node's
+    devices, and `opts` (write_tree's `uverbs`, `modules`), before they are written."""
+    plan.groupvars["ddp_memlock"] = LAB_MEMLOCK_KIB
+    for n in plan.nodes:
+        n.hostvars["ddpfix_facts_sysfs_root"] = f"/run/{FABRIC_RUN}/sys"
+        n.hostvars["ddpfix_facts_dev_root"] = f"/run/{FABRIC_RUN}/dev"
+        devices = _fabric_devices(plan, n, kind)
+        opts: dict = {"uverbs": True, "modules": ()}
+        if edit:
+            edit(n, devices, opts)
+        n.tasks.append(_fabric_task(devices, opts))
+
+
+def _fabric_task(devices: list, opts: dict) -> Callable[["Runtime", NodePlan], None]:
+    def task(rt: "Runtime", node: NodePlan) -> None:
+        from ddpfix.lab.fabrictree import write_tree
+
+        root = rt.node_dir(node) / "run" / FABRIC_RUN
+        write_tree(root / "sys", devices, dev_root=root / "dev", **opts)
+
+    return task
+
+
+@scenario("fabric-port-down", "synthetic InfiniBand on every node; node2's mlx5_1 port 1 is DOWN (Disabled)",
+          ("fabric.port-down",), min_nodes=2)
+def _fabric_port_down(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails (mlx5_0, mlx5_1; synthetic sysfs, see fabric_everywhere); on node2
+    mlx5_1/1 is `1: DOWN` with phys_state `3: Disabled`. Finding: fabric.port-down on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n.name == victim:
+            devs[1].ports[0].state = "DOWN"
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-gid-differs", "synthetic RoCE on every node; the highest-address node's RoCE v2 IPv4 GID is at index 5, not 3",
+          ("fabric.gid-index-differs",), min_nodes=2)
+def _fabric_gid_differs(plan: LabPlan) -> None:
+    """Every node has two 100G RoCE rails (netdevs rdma0/rdma1, RoCE v2 IPv4 GID at index 3 as mlx5 fills it); on
+    nodeN the table holds one more address first, so its RoCE v2 IPv4 GID is index 5. Finding:
+    fabric.gid-index-differs (cluster); the env plan writes no NCCL_IB_GID_INDEX."""
+    victim = last(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n.name == victim:
+            from ddpfix.lab.fabrictree import Gid, ipv4_gid, roce_port
+
+            for r, d in enumerate(devs):
+                p = roce_port(f"10.{10 + r}.0.{10 + n.index}", f"rdma{r}", v2_index=5)
+                p.gids += [Gid(2, ipv4_gid(f"10.{20 + r}.0.{10 + n.index}"), "IB/RoCE v1", f"rdma{r}"),
+                           Gid(3, ipv4_gid(f"10.{20 + r}.0.{10 + n.index}"), "RoCE v1", f"rdma{r}")]
+                d.ports[0] = p
+
+    fabric_everywhere(plan, "roce", edit)
+
+
+@scenario("fabric-pkey-mismatch", "synthetic InfiniBand on every node; node2's ports sit in partition 0x8001, the others in 0xffff",
+          ("fabric.pkey-mismatch",), min_nodes=2)
+def _fabric_pkey_mismatch(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails; node2's pkeys/0 is 0x8001 (partition 1), the others' 0xffff (the
+    default partition). Finding: fabric.pkey-mismatch (cluster)."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n.name == victim:
+            for d in devs:
+                d.ports[0].pkey0 = "0x8001"
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-link-layer-mixed", "synthetic InfiniBand on every node but the highest-address one, which has RoCE (Ethernet)",
+          ("fabric.link-layer-mixed",), min_nodes=2)
+def _fabric_link_layer_mixed(plan: LabPlan) -> None:
+    """node1..node(N-1) have two HDR InfiniBand rails, nodeN two RoCE rails (link_layer Ethernet) with the same
+    device names, as when a ConnectX port type was left at ETH. Finding: fabric.link-layer-mixed (cluster)."""
+    victim = last(plan)
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n is victim:
+            devs[:] = _fabric_devices(plan, n, "roce")
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-rate-mismatch", "synthetic InfiniBand on every node; node2's mlx5_0 runs at 100 Gb/s (4X EDR), the others at 200",
+          ("fabric.rate-mismatch",), min_nodes=2)
+def _fabric_rate_mismatch(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails; node2's mlx5_0/1 negotiated 100 Gb/sec (4X EDR), as with a bad
+    cable or an EDR switch port. Finding: fabric.rate-mismatch on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n.name == victim:
+            devs[0].ports[0].rate = "100 Gb/sec (4X EDR)"
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-roce-no-v2-gid", "synthetic RoCE on every node; node2's mlx5_0 GID table has no RoCE v2 entry (v1 only)",
+          ("fabric.roce-no-v2-gid",), min_nodes=2)
+def _fabric_roce_no_v2_gid(plan: LabPlan) -> None:
+    """Every node has two 100G RoCE rails; on node2 mlx5_0/1 has only RoCE v1 GIDs (RoCE v2 disabled). Finding:
+    fabric.roce-no-v2-gid on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        if n.name == victim:
+            from ddpfix.lab.fabrictree import roce_port
+
+            devs[0].ports[0] = roce_port(f"10.10.0.{10 + n.index}", "rdma0", with_v2=False)
+            devs[0].ports[0].gids = [g for g in devs[0].ports[0].gids if g.type != "RoCE v2"]
+
+    fabric_everywhere(plan, "roce", edit)
+
+
+@scenario("fabric-hca-includes-mgmt", "synthetic InfiniBand plus a 25G RoCE NIC on the SSH interface; node2's env file says NCCL_IB_HCA=mlx5",
+          ("fabric.hca-includes-mgmt",), min_nodes=1)
+def _fabric_hca_includes_mgmt(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails and a third RDMA device mlx5_2 (25 Gb/s RoCE) whose netdev is the
+    node's cluster/SSH interface; node2's env file sets NCCL_IB_HCA=mlx5, which selects it too. Finding:
+    fabric.hca-includes-mgmt on node2 (the env plan writes NCCL_IB_HCA==mlx5_0:1,mlx5_1:1)."""
+    from ddpfix.lab.fabrictree import Device, roce_port
+
+    victim = second(plan)
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        devs.append(Device("mlx5_2", [roce_port(str(n.address), n.ifname, rate="25 Gb/sec (1X EDR)")],
+                           netdevs=[n.ifname], numa_node=0))
+
+    fabric_everywhere(plan, "ib", edit)
+    victim.env = plan.env_for(victim, NCCL_IB_HCA="mlx5")
+
+
+@scenario("fabric-no-uverbs", "synthetic InfiniBand on every node; node2 has no /dev/infiniband/uverbs* (ib_uverbs not loaded)",
+          ("fabric.no-uverbs",), min_nodes=1)
+def _fabric_no_uverbs(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails; node2's /dev/infiniband holds only rdma_cm (no uverbs*, no umad*),
+    as when ib_uverbs is not loaded. Finding: fabric.no-uverbs on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        opts["uverbs"] = n.name != victim
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+@scenario("fabric-peermem-missing", "synthetic InfiniBand and GPU driver on every node; nvidia_peermem loaded everywhere but node2",
+          ("fabric.peermem-missing",), min_nodes=1)
+def _fabric_peermem_missing(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails and /sys/module/nvidia (synthetic); /sys/module/nvidia_peermem
+    exists on every node but node2. Finding: fabric.peermem-missing on node2."""
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        opts["modules"] = ("nvidia",) if n.name == victim else ("nvidia", "nvidia_peermem")
+
+    fabric_everywhere(plan, "ib", edit)
+
+
+def _stub(rt: "Runtime", node: NodePlan, name: str, text: str) -> None:
+    rt.write_run(node, f"{FABRIC_RUN}/bin/{name}", text, 0o755)
+
+
+@scenario("fabric-efa-provider-missing", "synthetic EFA device on every node; node2's fi_info -p efa finds no efa provider",
+          ("fabric.efa-provider-missing",), min_nodes=1)
+def _fabric_efa_provider_missing(plan: LabPlan) -> None:
+    """Every node has one EFA device (driver efa, link layer Unspecified; synthetic sysfs). The lab has no
+    libfabric, so each node gets a stand-in fi_info (host var ddpfix_facts_fi_info) answering as libfabric does:
+    `provider: efa` on the others, `fi_getinfo: -61 (No data available)` and exit 1 on node2 (aws/aws-ofi-nccl#67).
+    Finding: fabric.efa-provider-missing on node2. The env plan writes FI_PROVIDER=efa everywhere."""
+    from ddpfix.lab.fabrictree import Device, Port
+
+    victim = second(plan).name
+
+    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+        devs[:] = [Device("rdmap16s27", [Port(rate="100 Gb/sec (4X EDR)", link_layer="Unspecified")], driver="efa")]
+        opts["modules"] = ("nvidia",)
+
+    fabric_everywhere(plan, "ib", edit)
+    for n in plan.nodes:
+        n.hostvars["ddpfix_facts_fi_info"] = f"/run/{FABRIC_RUN}/bin/fi_info"
+        text = ("#!/bin/sh\n# ddpfix lab stand-in for libfabric's fi_info (no EFA here)\n"
+                + ("echo 'fi_getinfo: -61 (No data available)' >&2\nexit 1\n" if n.name == victim else
+                   "printf 'provider: efa\\n    fabric: efa\\n    domain: rdmap16s27-rdm\\n'\n"))
+        n.tasks.append(lambda rt, node, text=text: _stub(rt, node, "fi_info", text))
+
+
+@scenario("fabric-nccl-version-mismatch", "synthetic InfiniBand on every node; node2's torch reports NCCL 2.18.1, the others 2.21.5",
+          ("fabric.nccl-version-mismatch",), min_nodes=2)
+def _fabric_nccl_version_mismatch(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails. The lab's torch is a CPU build without NCCL, so the facts role asks
+    a stand-in interpreter (host var ddpfix_facts_python) that prints the version torch.cuda.nccl.version() would:
+    2.18.1 on node2, 2.21.5 elsewhere. Finding: fabric.nccl-version-mismatch (cluster)."""
+    victim = second(plan).name
+    fabric_everywhere(plan, "ib")
+    for n in plan.nodes:
+        n.hostvars["ddpfix_facts_python"] = f"/run/{FABRIC_RUN}/bin/python-nccl"
+        version = "2.18.1" if n.name == victim else "2.21.5"
+        text = f"#!/bin/sh\n# ddpfix lab stand-in: what torch.cuda.nccl.version() prints on a GPU build\necho {version}\n"
+        n.tasks.append(lambda rt, node, text=text: _stub(rt, node, "python-nccl", text))
+
+
+@scenario("fabric-memlock-low", "synthetic InfiniBand on every node; on node2 a site limits.d file sets memlock 64 KiB for SSH logins",
+          ("fabric.memlock-low",), min_nodes=1)
+def _fabric_memlock_low(plan: LabPlan) -> None:
+    """Every node has two HDR InfiniBand rails; node2's sshd uses PAM (UsePAM yes, as on a stock distribution) and
+    /etc/security/limits.d/10-site-memlock.conf sets `soft memlock 64` (KiB) for * and root, so every SSH session
+    there gets 64 KiB. Finding: fabric.memlock-low on node2; ddpfix remediate --apply writes 90-ddpfix-memlock.conf
+    (a later file, so it wins) and new logins get the lab's ddp_memlock."""
+    victim = second(plan)
+    victim.files["ssh/sshd_config.d/00-ddpfix-lab-0pam.conf"] = (
+        "# ddpfix lab (fabric-memlock-low): PAM on, so pam_limits applies limits.d to new logins\nUsePAM yes\n")
+    victim.files["security/limits.d/10-site-memlock.conf"] = (
+        "# a site default left from an old image (ddpfix lab scenario fabric-memlock-low)\n"
+        "*     soft  memlock  64\nroot  soft  memlock  64\n")
+    fabric_everywhere(plan, "ib")
 
 
 def help_text() -> str:

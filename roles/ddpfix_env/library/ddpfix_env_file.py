@@ -31,6 +31,7 @@ options:
   path: {description: The env file., type: path, required: true}
   values: {description: "The block's KEY: value pairs, in order.", type: dict, required: true}
   comment: {description: A comment line for the block (e.g. the node and its rank)., type: str, default: ''}
+  key_comments: {description: "KEY: why - a C(# KEY: why) line is written above that key.", type: dict, default: {}}
   adopt: {description: Add the block to an existing file that ddpfix did not write., type: bool, default: false}
   mode: {description: Mode of a new file., type: str, default: '0644'}
   backup: {description: Keep a timestamped backup of the file before changing it., type: bool, default: true}
@@ -140,6 +141,7 @@ def main():
             path=dict(type="path", required=True),
             values=dict(type="dict", required=True),
             comment=dict(type="str", default=""),
+            key_comments=dict(type="dict", default={}),
             adopt=dict(type="bool", default=False),
             mode=dict(type="str", default="0644"),
             backup=dict(type="bool", default=True),
@@ -163,7 +165,8 @@ def main():
             module.fail_json(msg="cannot read %s: %s" % (target, exc))
     owner = ownership(before) if exists else "new"
     try:
-        after, superseded = merge(before, values, p["comment"], adopt=may_adopt(path, target, p["adopt"]))
+        after, superseded = merge(before, values, p["comment"], adopt=may_adopt(path, target, p["adopt"]),
+                                  key_comments=p["key_comments"])
     except NotOurs:
         module.fail_json(msg="ddp_env_path %s exists and was not written by ddpfix (no '%s'): ddpfix does not "
                              "overwrite it; set ddp_env_adopt: true to add ddpfix's block to it (its other lines are "

@@ -177,16 +177,20 @@ def check_values(values):
     return None
 
 
-def render_block(values, comment=""):
-    """The managed block's lines."""
+def render_block(values, comment="", key_comments=None):
+    """The managed block's lines; `key_comments` (key -> why) puts a `# KEY: why` line above a key."""
     lines = [BEGIN, NOTE]
     if comment:
         lines.append("# " + " ".join(str(comment).split()))
-    lines += ["%s=%s" % (k, v) for k, v in values.items()]
+    for k, v in values.items():
+        why = (key_comments or {}).get(k)
+        if why:
+            lines.append("# %s: %s" % (k, " ".join(str(why).split())))
+        lines.append("%s=%s" % (k, v))
     return lines + [END]
 
 
-def merge(text, values, comment="", adopt=False):
+def merge(text, values, comment="", adopt=False, key_comments=None):
     """`text` with the block set to `values`. Returns (new_text, superseded_keys).
 
     Raises NotOurs for a foreign file unless `adopt`. Lines outside the block are kept; an assignment of a
@@ -207,7 +211,7 @@ def merge(text, values, comment="", adopt=False):
         if first + 1 < len(lines) and lines[first + 1].startswith("# node "):
             drop.add(first + 1)
     out, superseded = [], []
-    block = render_block(values, comment)
+    block = render_block(values, comment, key_comments)
     for first, last, key, commented in statements(lines):
         if first in drop:
             if first == at:

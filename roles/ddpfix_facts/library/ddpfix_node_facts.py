@@ -25,7 +25,14 @@ options:
   socket_ifname: {description: Inventory override of the socket interface., type: str, default: ''}
   env_path: {description: Path of the ddpfix env file., type: str, default: /etc/ddpfix/ddp.env}
   probe_listen: {description: Start the probe listeners., type: bool, default: true}
-  listen_seconds: {description: Upper bound on the listeners' life., type: int, default: 60}
+  listen_seconds: {description: Upper bound on the listeners' life., type: int, default: 30}
+  lock_path: {description: "The node lock (role ddpfix_run): the listener exits as soon as it no longer names I(run_id).", type: str, default: /run/ddpfix.lock}
+  run_id: {description: This run's id (empty - the listener lives until I(listen_seconds) or the stop task)., type: str, default: ''}
+  sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic tree)., type: str, default: /sys}
+  dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str, default: /dev}
+  python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist., type: str, default: ''}
+  fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
+  launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices exist., type: list, elements: str, default: []}
 """
 
 EXAMPLES = r"""
@@ -38,9 +45,11 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self, hosts_file,
-    sysctl, listening, time, firewall, env_file, probe, now, errors, unread.
+    sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
+    C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
+    uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
     C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces), C(hosts_file),
-    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), and the firewall layers C(firewalld), C(iptables),
+    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), C(memlock_units), and the firewall layers C(firewalld), C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -57,9 +66,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ddpfix_envfile import managed_text, outside_keys, ownership, redact_values
+from ansible.module_utils.ddpfix_fabric import collect as collect_fabric
 from ansible.module_utils.ddpfix_firewall import collect as collect_firewall
 from ansible.module_utils.ddpfix_nodeinfo import (
     cluster_interface,
+    interface_facts,
     parse_env_file,
     parse_hosts_file,
     parse_chronyc_tracking,
@@ -68,19 +79,39 @@ from ansible.module_utils.ddpfix_nodeinfo import (
     running_time_daemons,
 )
 
+# argv: seconds, lock file, run id, then ADDR:PORT specs ('?ADDR:PORT': optional, skipped when the port is taken:
+# the master port, which a real job may bind at any moment). Prints 'ready PORT...' (the ports it holds). Exits at
+# the deadline, or as soon as the node lock no longer names its run (the audit ended, or was interrupted).
 LISTENER = r"""
-import os, select, socket, sys, time
+import errno, json, os, select, socket, sys, time
 deadline = time.time() + float(sys.argv[1])
-socks = []
-for spec in sys.argv[2:]:
-    addr, port = spec.rsplit(':', 1)
+lock, run_id = sys.argv[2], sys.argv[3]
+socks, ports = [], []
+for spec in sys.argv[4:]:
+    optional = spec.startswith('?')
+    addr, port = spec.lstrip('?').rsplit(':', 1)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, int(port)))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT only: a live listener still fails the bind
+    try:
+        s.bind((addr, int(port)))
+    except OSError as e:
+        s.close()
+        if optional and e.errno == errno.EADDRINUSE:
+            continue
+        raise
     s.listen(128)
     socks.append(s)
-sys.stdout.write('ready\n'); sys.stdout.flush(); os.close(1)
-while time.time() < deadline:
+    ports.append(port)
+sys.stdout.write('ready %s\n' % ' '.join(ports)); sys.stdout.flush(); os.close(1)
+def ours():
+    if not run_id:
+        return True
+    try:
+        with open(lock) as f:
+            return json.load(f).get('run_id') == run_id
+    except (OSError, ValueError):
+        return False
+while time.time() < deadline and ours():
     r, _, _ = select.select(socks, [], [], 0.5)
     for s in r:
         try:
@@ -163,18 +194,19 @@ def free_port_in(addr, lo, hi, avoid):
     return None
 
 
-def start_listener(specs, seconds):
+def start_listener(specs, seconds, lock_path="", run_id=""):
+    """Start the probe listener; returns (pid, ports it holds, error)."""
     p = subprocess.Popen(
-        [sys.executable, "-c", LISTENER, str(seconds)] + specs,
+        [sys.executable, "-c", LISTENER, str(seconds), lock_path, run_id] + specs,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True, close_fds=True,
     )
-    line = p.stdout.readline().decode().strip()
-    if line != "ready":
+    line = p.stdout.readline().decode().split()
+    if not line or line[0] != "ready":
         err = p.stderr.read().decode("utf-8", "replace").strip().splitlines()
         p.wait()
-        return None, (err[-1] if err else "listener failed to start")
-    return p.pid, None
+        return None, [], (err[-1] if err else "listener failed to start")
+    return p.pid, [int(x) for x in line[1:]], None
 
 
 def env_file_facts(path, text):
@@ -213,7 +245,14 @@ def main():
             socket_ifname=dict(type="str", default=""),
             env_path=dict(type="str", default="/etc/ddpfix/ddp.env"),
             probe_listen=dict(type="bool", default=True),
-            listen_seconds=dict(type="int", default=60),
+            listen_seconds=dict(type="int", default=30),
+            lock_path=dict(type="str", default="/run/ddpfix.lock"),
+            run_id=dict(type="str", default=""),
+            sysfs_root=dict(type="str", default="/sys"),
+            dev_root=dict(type="str", default="/dev"),
+            python=dict(type="str", default=""),
+            launcher_units=dict(type="list", elements="str", default=[]),
+            fi_info=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -225,31 +264,15 @@ def main():
         errors.append(reason)
         unread.append({"source": source, "reason": reason})
 
-    rc, out, err = run(["ip", "-j", "addr", "show"])
+    rc, out, err = run(["ip", "-j", "-d", "addr", "show"])  # -d: linkinfo.info_kind (bridge, bond, vlan, veth...)
     try:
         interfaces = json.loads(out) if rc == 0 else []
     except ValueError:
         interfaces = []
         not_read("interfaces", "ip -j addr show: unparsable JSON")
     if rc != 0:
-        not_read("interfaces", _why("ip -j addr show", rc, err))
-    ifaces = [
-        {
-            "name": i.get("ifname"),
-            "index": i.get("ifindex"),
-            "flags": i.get("flags", []),
-            "operstate": i.get("operstate"),
-            "mtu": i.get("mtu"),
-            "mac": i.get("address") if i.get("link_type") == "ether" else None,
-            "kind": (i.get("linkinfo") or {}).get("info_kind") or i.get("link_type"),
-            "addrs": [
-                {"family": a.get("family"), "local": a.get("local"), "prefixlen": a.get("prefixlen")}
-                for a in i.get("addr_info", [])
-                if a.get("family") in ("inet", "inet6")
-            ],
-        }
-        for i in interfaces
-    ]
+        not_read("interfaces", _why("ip -j -d addr show", rc, err))
+    ifaces = interface_facts(interfaces, lambda name: os.path.exists("/sys/class/net/%s/device" % name))
     master_ips = resolve(p["master_address"]) or []
     master_ip = p["master_address"] if not master_ips else next((a for a in master_ips if ":" not in a), master_ips[0])
     cluster = cluster_interface(ifaces, p["cluster_cidr"], master_ip, p["socket_ifname"])
@@ -286,6 +309,10 @@ def main():
     if why:
         not_read("env_file", why)
     firewall = collect_firewall()
+    fabric, fabric_unread = collect_fabric(p["sysfs_root"], p["dev_root"], python=p["python"] or None,
+                                           units=p["launcher_units"], fi_info=p["fi_info"] or None)
+    for u in fabric_unread:
+        not_read(u["source"], u["reason"])
     probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}
     if p["probe_listen"] and cluster.get("address"):
         addr = cluster["address"]
@@ -294,13 +321,15 @@ def main():
         if port:
             specs.append("%s:%d" % (addr, port))
         if p["is_master"] and p["master_port"] not in listening:
-            specs.append("%s:%d" % (addr, p["master_port"]))
+            specs.append("?%s:%d" % (addr, p["master_port"]))  # skipped if a job binds it meanwhile
         if specs:
-            pid, error = start_listener(specs, p["listen_seconds"])
+            pid, held, error = start_listener(specs, p["listen_seconds"], p["lock_path"], p["run_id"])
             probe.update(pid=pid, error=error)
             if pid:
-                probe["port"] = port
-                probe["master_port_listening"] = p["is_master"] and p["master_port"] not in listening
+                probe["port"] = port if port in held else None
+                probe["master_port_listening"] = p["master_port"] in held
+                if p["is_master"] and not probe["master_port_listening"]:
+                    listening = sorted(set(listening) | {p["master_port"]})  # a job took it just now
 
     facts = {
         "schema": 1,
@@ -322,6 +351,7 @@ def main():
         "time": {"daemons": daemons, "chrony_tracking": tracking},
         "firewall": firewall,
         "env_file": env_file_facts(p["env_path"], env_text),
+        "fabric": fabric,
         "probe": probe,
         "now": time.time(),
         "errors": errors,

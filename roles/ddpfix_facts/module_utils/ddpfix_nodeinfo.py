@@ -185,3 +185,36 @@ def running_time_daemons(proc="/proc"):
         if comm in TIME_DAEMONS:
             found.add(comm)
     return sorted(found)
+
+
+def interface_facts(ip_json, has_device):
+    """Interfaces from `ip -j -d addr show`: name, MAC, kind and whether it is a physical NIC.
+
+    kind: linkinfo.info_kind (bridge, bond, vlan, veth, macvlan, ...) or, for devices without one, the link type
+    (ether, loopback, ...). physical: the device has a bus device (/sys/class/net/IF/device, `has_device(name)`)
+    and no virtual kind. permaddr: the permanent (burned-in) MAC; `ip` prints `permaddr` only when it differs from
+    the current address (a bond slave), else the current address is the permanent one for a physical NIC.
+    """
+    out = []
+    for i in ip_json or []:
+        name = i.get("ifname")
+        info_kind = (i.get("linkinfo") or {}).get("info_kind")
+        ether = i.get("link_type") == "ether"
+        physical = bool(ether and not info_kind and name and has_device(name))
+        out.append({
+            "name": name,
+            "index": i.get("ifindex"),
+            "flags": i.get("flags", []),
+            "operstate": i.get("operstate"),
+            "mtu": i.get("mtu"),
+            "mac": i.get("address") if ether else None,
+            "permaddr": (i.get("permaddr") or i.get("address")) if physical else None,
+            "kind": info_kind or i.get("link_type"),
+            "physical": physical,
+            "addrs": [
+                {"family": a.get("family"), "local": a.get("local"), "prefixlen": a.get("prefixlen")}
+                for a in i.get("addr_info", [])
+                if a.get("family") in ("inet", "inet6")
+            ],
+        })
+    return out

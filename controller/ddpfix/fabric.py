@@ -1,0 +1,307 @@
+"""GPU fabric (InfiniBand, RoCE, EFA): views over the nodes' `fabric` facts, the data-rail choice, and the checks.
+
+Pure functions. The per-node facts come from the facts role's ddpfix_fabric reader; the comparisons between nodes
+(rates, link layers, GID indexes, P_Keys, NCCL versions) are the point, a single node only sees itself. The plan
+(ddpfix.plan) derives NCCL_IB_HCA / NCCL_IB_GID_INDEX from `data_rails` and `roce_v2_index` here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ddpfix.findings import Finding, finding
+
+if TYPE_CHECKING:
+    from ddpfix.checks import Context
+
+#: NCCL picks the RoCE v2 GID by itself from this version on (NCCL_IB_GID_INDEX defaults to -1, "auto").
+NCCL_AUTO_GID = (2, 21)
+#: NCCL_IB_GID_INDEX's default before that.
+NCCL_OLD_DEFAULT_GID = 0
+#: A port this many times slower than the node's fastest data port is not a data rail.
+SLOW_FACTOR = 4.0
+MEMLOCK_UNLIMITED = -1
+
+Port = dict[str, Any]
+Dev = dict[str, Any]
+
+
+def fabric(f: Mapping[str, Any] | None) -> dict[str, Any]:
+    return dict((f or {}).get("fabric") or {})
+
+
+def devices(f: Mapping[str, Any] | None) -> list[Dev]:
+    return list(fabric(f).get("devices") or [])
+
+
+def has_rdma(f: Mapping[str, Any] | None) -> bool:
+    return bool(devices(f))
+
+
+def is_efa(d: Mapping[str, Any]) -> bool:
+    return d.get("driver") == "efa"
+
+
+def ports(f: Mapping[str, Any] | None) -> Iterable[tuple[Dev, Port]]:
+    for d in devices(f):
+        for p in d.get("ports") or []:
+            yield d, p
+
+
+def pname(d: Mapping[str, Any], p: Mapping[str, Any]) -> str:
+    return f"{d.get('name')}/{p.get('port')}"
+
+
+def active(p: Mapping[str, Any]) -> bool:
+    return p.get("state") == "ACTIVE"
+
+
+def ssh_ifaces(f: Mapping[str, Any], address: str | None) -> set[str]:
+    """Interfaces holding the node's SSH (inventory) address: the management network."""
+    out = set()
+    for i in f.get("interfaces") or []:
+        if any(a.get("local") == address for a in i.get("addrs") or []):
+            out.add(str(i.get("name")))
+    return out
+
+
+def mgmt_reason(f: Mapping[str, Any], address: str | None, d: Mapping[str, Any]) -> str | None:
+    """Why device `d` is not a data rail on this node (its netdev is the SSH interface, or it is far slower)."""
+    mgmt = ssh_ifaces(f, address) & set(d.get("netdevs") or [])
+    if mgmt:
+        return f"netdev {', '.join(sorted(mgmt))} holds the SSH address {address}"
+    rates = [p.get("rate_gbps") or 0 for _, p in ports(f) if active(p)]
+    mine = max([p.get("rate_gbps") or 0 for p in d.get("ports") or [] if active(p)] or [0])
+    if rates and mine and mine * SLOW_FACTOR <= max(rates):
+        return f"{mine:g} Gb/s against {max(rates):g} Gb/s on the data rails"
+    return None
+
+
+def data_rails(f: Mapping[str, Any] | None, address: str | None) -> list[tuple[Dev, Port]]:
+    """The active, non-management, non-EFA ports that NCCL's IB transport should use, in device order."""
+    if not f:
+        return []
+    return [(d, p) for d, p in ports(f) if active(p) and not is_efa(d) and mgmt_reason(f, address, d) is None]
+
+
+def v2_ipv4_gid(p: Mapping[str, Any]) -> dict[str, Any] | None:
+    return next((g for g in p.get("gids") or [] if g.get("type") == "RoCE v2" and g.get("ipv4")), None)
+
+
+def roce_v2_index(f: Mapping[str, Any] | None, address: str | None) -> int | None:
+    """The RoCE v2 IPv4 GID index of the node's first RoCE data rail (None: no RoCE rail or no such GID)."""
+    for _, p in data_rails(f, address):
+        if p.get("link_layer") == "Ethernet":
+            g = v2_ipv4_gid(p)
+            return int(g["index"]) if g else None
+    return None
+
+
+def version_tuple(v: str | None) -> tuple[int, ...] | None:
+    if not v or not re.match(r"^\d+(\.\d+)*$", v):
+        return None
+    return tuple(int(x) for x in v.split("."))
+
+
+def parse_ib_hca(spec: str) -> tuple[bool, bool, list[tuple[str, int | None]]]:
+    """NCCL_IB_HCA: (exclude `^`, exact `=`, [(prefix, port)])."""
+    s = spec.strip()
+    exclude = s.startswith("^")
+    s = s.lstrip("^")
+    exact = s.startswith("=")
+    s = s.lstrip("=")
+    items = []
+    for part in filter(None, (x.strip() for x in s.split(","))):
+        name, _, port = part.partition(":")
+        items.append((name, int(port) if port.isdigit() else None))
+    return exclude, exact, items
+
+
+def hca_selects(spec: str, dev: str, port: int | None) -> bool:
+    exclude, exact, items = parse_ib_hca(spec)
+    hit = any((dev == n if exact else dev.startswith(n)) and (pt is None or pt == port) for n, pt in items)
+    return hit != exclude
+
+
+def _human(n: int) -> str:
+    if n < 0:
+        return "unlimited"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def _sysfs(f: Mapping[str, Any], d: Mapping[str, Any], p: Mapping[str, Any], attr: str) -> str:
+    return f"{fabric(f).get('sysfs_root') or '/sys'}/class/infiniband/{d.get('name')}/ports/{p.get('port')}/{attr}"
+
+
+def _env_hca(ctx: Context, name: str, f: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(NCCL_IB_HCA value, where it is set) from the node's env file, else the inventory's ddp_nccl_ib_hca."""
+    ef = f.get("env_file") or {}
+    v = (ef.get("values") or {}).get("NCCL_IB_HCA")
+    if v:
+        return v, str(ef.get("path"))
+    node = ctx.cluster.node(name)
+    if getattr(node, "nccl_ib_hca", None):
+        return str(node.nccl_ib_hca), "inventory ddp_nccl_ib_hca"
+    return None
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check_fabric(ctx: Context) -> Iterable[Finding]:
+    nodes = [(n, f) for n, f in ctx.audited() if has_rdma(f)]
+    if not nodes:
+        return
+    addr = {n: ctx.cluster.node(n).address for n, _ in nodes}
+    yield from _port_down(ctx, nodes)
+    yield from _rates(nodes, addr)
+    yield from _link_layers(nodes, addr)
+    yield from _roce(nodes, addr)
+    yield from _pkeys(nodes)
+    yield from _hca_mgmt(ctx, nodes, addr)
+    yield from _host_setup(nodes, ctx.cluster.memlock_kib)
+    versions = {n: fabric(f).get("nccl_version") for n, f in nodes if fabric(f).get("nccl_version")}
+    if len(set(versions.values())) > 1:
+        newest = max(versions.values(), key=lambda v: version_tuple(v) or ())
+        yield finding("fabric.nccl-version-mismatch", None, "torch's NCCL differs between nodes",
+                      ", ".join(f"{n}: NCCL {v}" for n, v in sorted(versions.items())), version=newest)
+
+
+def _port_down(ctx: Context, nodes: list[tuple[str, dict[str, Any]]]) -> Iterable[Finding]:
+    up_on: dict[str, list[str]] = {}
+    for n, f in nodes:
+        for d, p in ports(f):
+            if active(p):
+                up_on.setdefault(pname(d, p), []).append(n)
+    for n, f in nodes:
+        any_up = any(active(p) for _, p in ports(f))
+        hca = _env_hca(ctx, n, f)
+        for d, p in ports(f):
+            if active(p):
+                continue
+            key = pname(d, p)
+            others = [o for o in up_on.get(key, []) if o != n]
+            listed = hca is not None and hca_selects(hca[0], str(d.get("name")), p.get("port"))
+            if not (others or listed or not any_up):
+                continue  # an unused port that is down everywhere
+            why = (f"ACTIVE on {', '.join(others)}" if others else
+                   f"selected by NCCL_IB_HCA={hca[0]} ({hca[1]})" if listed and hca else "no port of this node is ACTIVE")
+            yield finding("fabric.port-down", n, f"RDMA port {key} on {n} is {p.get('state')} ({why})",
+                          f"{_sysfs(f, d, p, 'state')}: {p.get('state_num')}: {p.get('state')}; "
+                          f"phys_state: {p.get('phys_state_num')}: {p.get('phys_state')}",
+                          port=key, dev=d.get("name"), phys=p.get("phys_state"))
+
+
+def _rates(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+    by_key: dict[tuple[str, str], dict[str, tuple[float, str]]] = {}
+    for n, f in nodes:  # the same port on each node, on the same link layer (a mixed layer is its own finding)
+        for d, p in data_rails(f, addr[n]):
+            if p.get("rate_gbps"):
+                by_key.setdefault((pname(d, p), str(p.get("link_layer"))), {})[n] = (float(p["rate_gbps"]), str(p.get("rate")))
+    for (key, _), rates in sorted(by_key.items()):
+        best = max(r for r, _ in rates.values())
+        best_on = sorted(n for n, (r, _) in rates.items() if r == best)
+        for n, (r, text) in sorted(rates.items()):
+            if r < best:
+                want = rates[best_on[0]][1]
+                yield finding("fabric.rate-mismatch", n, f"RDMA port {key} on {n} runs at {r:g} Gb/s, {best:g} Gb/s on {', '.join(best_on)}",
+                              f"{key} rate: {text}; {best_on[0]}: {want}", port=key, want=want)
+
+
+def _link_layers(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+    per_node = {n: sorted({str(p.get("link_layer")) for _, p in data_rails(f, addr[n])}) for n, f in nodes}
+    per_node = {n: v for n, v in per_node.items() if v}
+    if len({tuple(v) for v in per_node.values()}) > 1:
+        yield finding("fabric.link-layer-mixed", None, "the data rails' link layers differ between nodes (InfiniBand and RoCE cannot talk)",
+                      ", ".join(f"{n}: {'+'.join(v)}" for n, v in sorted(per_node.items())))
+
+
+def _roce(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+    index: dict[str, tuple[int, str]] = {}
+    for n, f in nodes:
+        for d, p in data_rails(f, addr[n]):
+            if p.get("link_layer") != "Ethernet":
+                continue
+            g = v2_ipv4_gid(p)
+            ndev = ", ".join(d.get("netdevs") or []) or "its netdev"
+            if g is None:
+                table = "; ".join(f"{x['index']} {x.get('type')} {x.get('gid')}" for x in p.get("gids") or []) or "no GID"
+                yield finding("fabric.roce-no-v2-gid", n, f"RoCE port {pname(d, p)} on {n} has no RoCE v2 GID with an IPv4 address",
+                              f"{_sysfs(f, d, p, 'gids')}: {table}", port=pname(d, p), ndev=ndev, dev=d.get("name"))
+            elif n not in index:
+                index[n] = (int(g["index"]), pname(d, p))
+    if len({i for i, _ in index.values()}) > 1:
+        yield finding("fabric.gid-index-differs", None, "the RoCE v2 IPv4 GID index differs between nodes (one NCCL_IB_GID_INDEX cannot fit all)",
+                      ", ".join(f"{n}: {k} RoCE v2 IPv4 GID index {i}" for n, (i, k) in sorted(index.items())),
+                      indexes=", ".join(f"{n}={i}" for n, (i, _) in sorted(index.items())))
+
+
+def _pkeys(nodes: list[tuple[str, dict[str, Any]]]) -> Iterable[Finding]:
+    per_node: dict[str, str] = {}
+    for n, f in nodes:
+        for d, p in ports(f):
+            if active(p) and p.get("link_layer") == "InfiniBand" and p.get("pkey0"):
+                per_node.setdefault(n, f"{pname(d, p)} pkeys/0={p['pkey0']}")
+    # 0xffff (full member) and 0x7fff (limited) share a partition; what must agree is the 15-bit partition number
+    parts = {n: int(v.rsplit("=", 1)[1], 16) & 0x7FFF for n, v in per_node.items() if re.search(r"=0x[0-9a-fA-F]+$", v)}
+    if len(set(parts.values())) > 1:
+        yield finding("fabric.pkey-mismatch", None, "the InfiniBand ports' default P_Key (partition) differs between nodes",
+                      ", ".join(f"{n}: {v}" for n, v in sorted(per_node.items())))
+
+
+def _hca_mgmt(ctx: Context, nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+    for n, f in nodes:
+        hca = _env_hca(ctx, n, f)
+        if not hca:
+            continue
+        for d in devices(f):
+            why = mgmt_reason(f, addr[n], d)
+            hit = [p for p in d.get("ports") or [] if hca_selects(hca[0], str(d.get("name")), p.get("port"))]
+            if why and hit:
+                rails = ",".join(sorted({str(x.get("name")) for x, _ in data_rails(f, addr[n])})) or "the data HCAs"
+                yield finding("fabric.hca-includes-mgmt", n, f"NCCL_IB_HCA on {n} includes {d.get('name')}, not a data rail ({why})",
+                              f"{hca[1]}: NCCL_IB_HCA={hca[0]}; {d.get('name')}: {why}", rails=f"={rails}")
+
+
+def memlock_low(soft: int, want_kib: int | None) -> bool:
+    """Whether an RLIMIT_MEMLOCK (bytes, -1 unlimited) is below what RDMA needs (`want_kib`, None: unlimited)."""
+    if soft == MEMLOCK_UNLIMITED:
+        return False
+    return want_kib is None or soft < want_kib * 1024
+
+
+def _host_setup(nodes: list[tuple[str, dict[str, Any]]], want_kib: int | None) -> Iterable[Finding]:
+    want = "unlimited" if want_kib is None else _human(want_kib * 1024)
+    for n, f in nodes:
+        fb = fabric(f)
+        ml = fb.get("memlock") or {}
+        soft = ml.get("soft")
+        limits = [ml] + list((fb.get("memlock_units") or {}).values())
+        low = [x for x in limits if x.get("soft") is not None and memlock_low(int(x["soft"]), want_kib)]
+        if low:
+            yield finding("fabric.memlock-low", n,
+                          f"the memlock limit on {n} is {_human(int(low[0]['soft']))} ({low[0].get('source') or 'SSH session'}), "
+                          f"RDMA needs {want}",
+                          "; ".join(f"RLIMIT_MEMLOCK of the {x.get('source') or 'SSH session'}: soft {x['soft']} "
+                                    f"({_human(int(x['soft']))}), hard {x.get('hard')} "
+                                    f"({_human(int(x['hard'] if x.get('hard') is not None else -1))})" for x in low),
+                          value="unlimited" if want_kib is None else str(want_kib))
+        if not fb.get("uverbs"):
+            names = ", ".join(str(d.get("name")) for d in devices(f))
+            yield finding("fabric.no-uverbs", n, f"{n} has RDMA devices ({names}) but no /dev/infiniband/uverbs*",
+                          f"/dev/infiniband: {', '.join(fb.get('umad') or []) or 'no uverbs*, no umad*'}")
+        ib = [d for d in devices(f) if not is_efa(d)]
+        mods = fb.get("modules") or {}
+        if fb.get("gpu") and ib and not any(mods.values()):
+            yield finding("fabric.peermem-missing", n, f"{n} has GPUs and RDMA but no GPUDirect RDMA module loaded (NCCL stages through host memory)",
+                          f"{fb.get('sysfs_root') or '/sys'}/module: nvidia present; nvidia_peermem and gdrdrv absent")
+        efa = (fb.get("efa") or {})
+        fi = efa.get("fi_info") or {}
+        if efa.get("devices") and fi.get("ran") and not fi.get("ok"):
+            yield finding("fabric.efa-provider-missing", n, f"{n} has EFA devices ({', '.join(efa['devices'])}) but libfabric lists no efa provider",
+                          f"{fi.get('path')} -p efa: {fi.get('error') or 'providers: ' + ', '.join(fi.get('providers') or [])}")

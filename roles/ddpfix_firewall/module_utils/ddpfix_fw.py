@@ -1,0 +1,174 @@
+# -*- coding: utf-8 -*-
+"""ddpfix firewall logic shared by the role's modules, free of Ansible so unit tests can import it.
+
+ddpfix adds exactly one kind of rule: accept from the cluster CIDR, tagged with COMMENT. Everything here finds,
+renders or removes that rule and nothing else: persisted files get only ddpfix's own line(s) added (never a dump of
+the live ruleset), and the revert deletes only rules carrying COMMENT.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+import shlex
+
+COMMENT = "ddpfix-cluster"
+BEGIN = "# BEGIN ddpfix managed block"
+END = "# END ddpfix managed block"
+SKIP_NFT_TABLES = {("inet", "firewalld"), ("ip", "firewalld"), ("ip6", "firewalld")}
+IPTABLES_NFT_CHAINS = {"INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"}
+
+
+# --------------------------------------------------------------------------- iptables
+
+def iptables_bins(variant):
+    """(iptables, iptables-save, iptables-restore) for variant legacy | nft | auto (the distribution default)."""
+    if variant in ("legacy", "nft"):
+        return ("iptables-%s" % variant, "iptables-%s-save" % variant, "iptables-%s-restore" % variant)
+    return ("iptables", "iptables-save", "iptables-restore")
+
+
+def iptables_rule(cidr, comment=COMMENT):
+    """The rule ddpfix adds, as iptables arguments after the chain name."""
+    return ["-s", cidr, "-m", "comment", "--comment", comment, "-j", "ACCEPT"]
+
+
+def iptables_line(cidr, comment=COMMENT):
+    return "-A INPUT " + " ".join(iptables_rule(cidr, comment))
+
+
+def _filter_section(lines):
+    """(start, end) indexes of the `*filter` table: the `*filter` line and its COMMIT line; None if absent."""
+    start = None
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if start is None and s == "*filter":
+            start = i
+        elif start is not None and s == "COMMIT":
+            return start, i
+    return None
+
+
+def iptables_tagged(save_text, comment=COMMENT):
+    """Every INPUT rule of the filter table tagged with `comment`, as `-D` argument lists (after `INPUT`)."""
+    lines = save_text.splitlines()
+    sec = _filter_section(lines)
+    out = []
+    if sec is None:
+        return out
+    for ln in lines[sec[0]:sec[1]]:
+        if not ln.startswith("-A INPUT "):
+            continue
+        try:
+            args = shlex.split(ln)[2:]
+        except ValueError:
+            continue
+        for i, a in enumerate(args[:-1]):
+            if a == "--comment" and args[i + 1] == comment:
+                out.append(args)
+                break
+    return out
+
+
+def iptables_blocks(save_text):
+    """Whether the filter table's INPUT chain can drop: policy DROP or a DROP/REJECT rule of its own."""
+    lines = save_text.splitlines()
+    sec = _filter_section(lines)
+    if sec is None:
+        return False
+    for ln in lines[sec[0]:sec[1]]:
+        if ln.startswith(":INPUT DROP") or (ln.startswith("-A INPUT ") and re.search(r"-j (DROP|REJECT)\b", ln)):
+            return True
+    return False
+
+
+def iptables_persisted(text, cidr, comment=COMMENT):
+    """The rules file text with ddpfix's line at the top of the filter table's INPUT rules.
+
+    Returns (new_text, reason): new_text is None when the file needs no change (reason "") or cannot take the rule
+    (reason says why: no `*filter` section, whose restore would replace the live filter table)."""
+    lines = text.splitlines()
+    sec = _filter_section(lines)
+    if sec is None:
+        return None, "has no *filter table section"
+    start, end = sec
+    want = iptables_line(cidr, comment)
+    for ln in lines[start:end]:
+        if ln.strip() == want:
+            return None, ""
+    at = start + 1
+    while at < end and (lines[at].startswith(":") or lines[at].startswith("#") or not lines[at].strip()):
+        at += 1
+    new = lines[:at] + [want] + lines[at:]
+    return "\n".join(new) + "\n", ""
+
+
+# --------------------------------------------------------------------------- nftables
+
+def _items(ruleset):
+    return (ruleset or {}).get("nftables", []) or []
+
+
+def _is_drop_expr(expr):
+    text = repr(expr)
+    return "'drop'" in text or "'reject'" in text
+
+
+def nft_blocking_input_chains(ruleset):
+    """Native nftables base chains on the input hook (ip/inet) that can drop: policy drop, or a drop/reject
+    rule of their own (a chain that only jumps elsewhere, like kube-proxy's, is left alone). firewalld's tables and iptables-nft's chains are skipped (those layers have their own backends)."""
+    items = _items(ruleset)
+    chains = []
+    for it in items:
+        c = it.get("chain")
+        if not c or c.get("hook") != "input" or c.get("family") not in ("ip", "inet"):
+            continue
+        key = (c["family"], c["table"], c["name"])
+        if (c["family"], c["table"]) in SKIP_NFT_TABLES or c["name"] in IPTABLES_NFT_CHAINS:
+            continue
+        blocks = c.get("policy") == "drop"
+        if not blocks:
+            for r in items:
+                r = r.get("rule")
+                if r and (r.get("family"), r.get("table"), r.get("chain")) == key and _is_drop_expr(r.get("expr")):
+                    blocks = True
+                    break
+        if blocks:
+            chains.append(key)
+    return chains
+
+
+def nft_tagged(ruleset, comment=COMMENT):
+    """(family, table, chain, handle) of every rule tagged with `comment`."""
+    out = []
+    for it in _items(ruleset):
+        r = it.get("rule")
+        if r and r.get("comment") == comment:
+            out.append((r["family"], r["table"], r["chain"], int(r["handle"])))
+    return out
+
+
+def nft_rule_args(cidr, comment=COMMENT):
+    return ["ip", "saddr", cidr, "accept", "comment", '"%s"' % comment]
+
+
+def nft_snippet(chains, cidr, comment=COMMENT):
+    """The include file: only ddpfix's rule, inserted into chains the main config has defined by then."""
+    out = ["#!/usr/sbin/nft -f",
+           "# Managed by ddpfix: lets the cluster network in (loaded by an include at the end of the main config).",
+           "# Only ddpfix's own rule lives here; remove the include block from the main config to drop it."]
+    for fam, table, chain in chains:
+        out.append("insert rule %s %s %s %s" % (fam, table, chain, " ".join(nft_rule_args(cidr, comment))))
+    return "\n".join(out) + "\n"
+
+
+def with_include(text, include_path):
+    """Main config text with one managed block at the end that includes `include_path` (replacing an old block)."""
+    block = "%s\ninclude \"%s\"\n%s\n" % (BEGIN, include_path, END)
+    pat = re.compile(r"^%s\n.*?^%s\n?" % (re.escape(BEGIN), re.escape(END)), re.M | re.S)
+    if pat.search(text):
+        return pat.sub(lambda _m: block, text, count=1)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + ("\n" if text.strip() else "") + block

@@ -1,0 +1,177 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""The ddpfix node lock (one run at a time per node) and the remediation write pre-flight."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ddpfix_run_lock
+short_description: Take or release the ddpfix node lock; check that files can be written
+description:
+  - C(state=present) creates I(path) (a JSON file naming the holder run) unless another run holds it. The same run
+    taking it again refreshes it. A lock whose file was not refreshed for I(stale_minutes) (its run died) is taken
+    over, and the result says so. The lock lives in /run (tmpfs): a reboot clears it.
+  - C(state=absent) removes I(path) when this run holds it (never another run's lock).
+  - C(state=writable) fails when one of I(paths) cannot be written (read-only file system, immutable file, no
+    permission): the file itself and its directory (ddpfix writes atomically: a temporary file, then a rename), or
+    the nearest existing parent when the file does not exist yet. Changes nothing.
+options:
+  state: {description: present, absent or writable., type: str, choices: [present, absent, writable], default: present}
+  path: {description: The lock file., type: path, default: /run/ddpfix.lock}
+  holder: {description: "The run: run_id (required for present/absent), pid, controller, command, started.", type: dict, default: {}}
+  stale_minutes: {description: Age after which a lock is taken over., type: int, default: 20}
+  paths: {description: Files to check (state=writable)., type: list, elements: path, default: []}
+"""
+
+EXAMPLES = r"""
+- ddpfix_run_lock:
+    holder: {run_id: 3f2a9c, pid: 4242, controller: ops1, command: ddpfix audit -i inv, started: "2026-01-01T10:00:00+0000"}
+"""
+
+RETURN = r"""
+holder: {description: The lock's holder after the call (state=present), returned: always, type: dict}
+taken_over: {description: The stale holder that was replaced, or null, returned: state=present, type: dict}
+unwritable: {description: "path -> reason (state=writable)", returned: state=writable, type: dict}
+"""
+
+import errno
+import fcntl
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def describe(h):
+    return "run %s (pid %s on %s, started %s: %s)" % (
+        h.get("run_id", "?"), h.get("pid", "?"), h.get("controller", "?"), h.get("started", "?"), h.get("command", "?"))
+
+
+def read_lock(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}, os.stat(path).st_mtime
+    except (OSError, IOError, ValueError):
+        try:
+            return {}, os.stat(path).st_mtime
+        except (OSError, IOError):
+            return None, None
+
+
+def write_lock(path, holder):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(holder, f)
+        f.write("\n")
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, path)
+
+
+def present(module, path, holder, stale_s):
+    # serialises read-decide-write on this node: a flock on the lock's directory (no extra file left behind)
+    guard = os.open(os.path.dirname(path) or "/", os.O_RDONLY)
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        current, mtime = read_lock(path)
+        taken_over = None
+        if current is not None and current.get("run_id") != holder["run_id"]:
+            age = time.time() - (mtime or 0)
+            if age < stale_s:
+                module.fail_json(
+                    msg="ddpfix node lock %s is held by %s; wait for it to finish (a lock of a run that died is "
+                        "taken over after %d minutes, or remove %s once you know that run is gone)"
+                        % (path, describe(current), stale_s // 60, path),
+                    holder=current, lock=path, locked=True)
+            taken_over = dict(current, age_seconds=int(age))
+        write_lock(path, dict(holder, node_pid=os.getpid(), taken_at=time.time()))
+        return dict(holder=holder, taken_over=taken_over)
+    finally:
+        os.close(guard)
+
+
+def absent(path, holder):
+    current, _ = read_lock(path)
+    if current is not None and current.get("run_id") == holder["run_id"]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return True
+    return False
+
+
+def writable(paths):
+    bad = {}
+    for p in paths:
+        targets = []
+        if os.path.lexists(p):
+            targets = [p, os.path.dirname(os.path.realpath(p)) or "/"]
+        else:
+            d = os.path.dirname(p) or "/"
+            while not os.path.exists(d) and d not in ("/", ""):
+                d = os.path.dirname(d)
+            targets = [d or "/"]
+        for t in targets:
+            if not os.access(t, os.W_OK):
+                reason = "read-only file system" if _readonly(t) else (
+                    "immutable (chattr -i %s)" % t if _immutable(t) else "not writable")
+                bad[p] = "%s: %s" % (t, reason)
+                break
+    return bad
+
+
+def _readonly(path):
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _immutable(path):
+    try:
+        import array
+        FS_IOC_GETFLAGS = 0x80086601
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            buf = array.array("l", [0])
+            fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+            return bool(buf[0] & 0x10)  # FS_IMMUTABLE_FL
+        finally:
+            os.close(fd)
+    except (OSError, IOError, ImportError):
+        return False
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["present", "absent", "writable"], default="present"),
+            path=dict(type="path", default="/run/ddpfix.lock"),
+            holder=dict(type="dict", default={}),
+            stale_minutes=dict(type="int", default=20),
+            paths=dict(type="list", elements="path", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["state"] == "writable":
+        bad = writable(p["paths"])
+        if bad:
+            module.fail_json(msg="cannot write: " + "; ".join("%s (%s)" % (k, v) for k, v in sorted(bad.items())),
+                             unwritable=bad)
+        module.exit_json(changed=False, unwritable={})
+    holder = p["holder"] or {}
+    if not holder.get("run_id"):
+        module.fail_json(msg="holder.run_id is required")
+    if p["state"] == "absent":
+        module.exit_json(changed=False, released=absent(p["path"], holder))
+    module.exit_json(changed=False, **present(module, p["path"], holder, max(0, p["stale_minutes"]) * 60))
+
+
+if __name__ == "__main__":
+    main()

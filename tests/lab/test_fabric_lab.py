@@ -1,0 +1,90 @@
+"""GPU fabric checks on real lab hosts: synthetic RDMA sysfs trees per node (see scenarios.fabric_everywhere), the
+facts module reading them over SSH, the findings through `ddpfix audit -i INV`, memlock fixed by `remediate --apply`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ddpfix.cli import cli
+
+pytestmark = pytest.mark.lab
+
+
+def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
+    r = CliRunner().invoke(cli, ["-i", inv, *args, "--format", "json"], catch_exceptions=False)
+    try:
+        return r.exit_code, json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON (exit {r.exit_code}): {r.stdout[-2000:]} {r.stderr[-2000:]}") from None
+
+
+def fabric_findings(doc: dict[str, Any]) -> set[tuple[str, str | None]]:
+    return {(f["id"], f["host"]) for f in doc["findings"] if f["id"].startswith("fabric.")}
+
+
+FABRIC_CASES = [
+    ("fabric-port-down", {("fabric.port-down", "node2")}),
+    ("fabric-gid-differs", {("fabric.gid-index-differs", None)}),
+    ("fabric-pkey-mismatch", {("fabric.pkey-mismatch", None)}),
+    ("fabric-link-layer-mixed", {("fabric.link-layer-mixed", None)}),
+    ("fabric-rate-mismatch", {("fabric.rate-mismatch", "node2")}),
+    ("fabric-roce-no-v2-gid", {("fabric.roce-no-v2-gid", "node2")}),
+    ("fabric-hca-includes-mgmt", {("fabric.hca-includes-mgmt", "node2")}),
+    ("fabric-no-uverbs", {("fabric.no-uverbs", "node2")}),
+    ("fabric-peermem-missing", {("fabric.peermem-missing", "node2")}),
+    ("fabric-efa-provider-missing", {("fabric.efa-provider-missing", "node2")}),
+    ("fabric-nccl-version-mismatch", {("fabric.nccl-version-mismatch", None)}),
+]
+#: Every fabric.* id is produced on a lab host here (memlock: test_memlock_low_found_and_fixed_for_new_logins).
+LAB_COVERED = {fid for _, want in FABRIC_CASES for fid, _ in want} | {"fabric.memlock-low"}
+
+
+@pytest.mark.parametrize(("scenario", "want"), FABRIC_CASES)
+def test_scenario_yields_its_finding(temp_lab: Any, scenario: str, want: set[tuple[str, str | None]]) -> None:
+    info = temp_lab(nodes=2, scenario=scenario, wait_sync=False)
+    code, doc = ddpfix_json(str(info.inventory), "audit")
+    assert code == 1
+    assert fabric_findings(doc) == want, doc["findings"]
+
+
+def test_memlock_low_found_and_fixed_for_new_logins(temp_lab: Any) -> None:
+    info = temp_lab(nodes=2, scenario="fabric-memlock-low", wait_sync=False)
+    inv = str(info.inventory)
+    code, doc = ddpfix_json(inv, "audit")
+    assert fabric_findings(doc) == {("fabric.memlock-low", "node2")}, doc["findings"]
+    f = next(f for f in doc["findings"] if f["id"] == "fabric.memlock-low")
+    assert "soft 65536 (64 KiB)" in f["evidence"] and f["fixable"]
+
+    code, dry = ddpfix_json(inv, "remediate", "--only", "fabric.memlock-low")
+    assert any("90-ddpfix-memlock.conf" in c["diff"] or "memlock" in c["task"] for c in dry["changes"]), dry["changes"]
+    code, applied = ddpfix_json(inv, "remediate", "--apply", "--only", "fabric.memlock-low")
+    assert code == 0, (applied.get("remaining_fixable"), applied.get("failed_hosts"))
+    code, after = ddpfix_json(inv, "audit")
+    assert not fabric_findings(after), after["findings"]
+    code, again = ddpfix_json(inv, "remediate", "--apply", "--only", "fabric.memlock-low")
+    assert again["changed"].get("node2", 0) == 0, again["changes"]
+
+
+def test_clean_lab_has_no_fabric_facts_or_findings(clean_lab: Any) -> None:
+    code, doc = ddpfix_json(str(clean_lab.inventory), "audit")
+    assert not fabric_findings(doc), doc["findings"]
+
+
+@pytest.mark.torch
+def test_verify_nccl_on_the_lab(clean_lab: Any) -> None:
+    """One real NCCL sweep where the nodes have a GPU; without one the command says so per node and the test skips."""
+    torch = pytest.importorskip("torch")
+    r = CliRunner().invoke(cli, ["-i", str(clean_lab.inventory), "env", "--apply"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    code, doc = ddpfix_json(str(clean_lab.inventory), "verify", "--backend", "nccl", "--no-checks", "--sizes", "8M,64M",
+                            "--iters", "5")
+    gang = doc["nccl"]["gang"]
+    if not torch.cuda.is_available():
+        assert code == 1 and all(e.get("skipped") and "torch.cuda.is_available() is False" in e["error"] for e in gang), gang
+        pytest.skip("no GPU on the lab nodes (torch.cuda.is_available() is False): the NCCL sweep itself is not run")
+    assert code == 0, gang
+    assert all(e["ok"] and len(e["sweep"]) == 2 and e["sweep"][-1]["busbw"] >= 0 for e in gang), gang

@@ -1,0 +1,203 @@
+"""Faults during remediation on real lab hosts (issue 9, items 4-6): two runs at once, Ctrl-C in the middle of
+`--apply`, a node with a read-only /etc, --pin-ifnames next to bridges and veths.
+
+Every test asserts that nothing was lost or half-written: file checksums on every node, no lock or probe listener
+left behind, and that the same command run again converges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddpfix import lab
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The installed console script, run on this checkout's code (as a user runs it, in its own process).
+DDPFIX = str(Path(sys.executable).parent / "ddpfix")
+CLUSTER_FILES = "/etc/hosts /etc/ddpfix/ddp.env"
+
+
+def cli_env(state: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "controller"), "DDPFIX_STATE_DIR": str(state)}
+
+
+def run_cli(inv: Path | str, state: Path, *args: str, timeout: float = 600) -> tuple[int, dict[str, Any], str]:
+    p = subprocess.run([DDPFIX, "-i", str(inv), *args, "--format", "json"], env=cli_env(state), capture_output=True,
+                       text=True, timeout=timeout)
+    try:
+        doc = json.loads(p.stdout) if p.stdout.strip() else {}
+    except ValueError:
+        doc = {}
+    return p.returncode, doc, p.stderr
+
+
+def node_sh(info: Any, node: str, script: str, check: bool = True) -> str:
+    return lab.node_exec(info.name, node, ["sh", "-c", script], check=check).stdout
+
+
+def checksums(info: Any, files: str = CLUSTER_FILES) -> dict[str, str]:
+    return {n.name: node_sh(info, n.name, f"sha256sum {files} 2>&1", check=False) for n in info.nodes}
+
+
+def leftovers(info: Any, port: int = 29500) -> dict[str, str]:
+    """Per node: a ddpfix lock or a process listening on the master port (nothing may be left after a run)."""
+    out = {}
+    for n in info.nodes:
+        s = node_sh(info, n.name, f"ls /run/ddpfix.lock 2>/dev/null; ss -Hltn 'sport = :{port}'", check=False).strip()
+        if s:
+            out[n.name] = s
+    return out
+
+
+def ids(doc: dict[str, Any]) -> set[str]:
+    return {f["id"] for f in doc.get("findings", [])}
+
+
+# ---------------------------------------------------------------- item 5: one run at a time
+
+
+def test_two_audits_at_once_one_waits_no_false_findings(clean_lab: Any, tmp_path: Path) -> None:
+    inv = clean_lab.inventory
+    copy = tmp_path / "copy.yml"  # the same nodes through another inventory file: only the node lock stops it
+    shutil.copy(inv, copy)
+    state = tmp_path / "state"
+    for second in (inv, copy):
+        procs = [subprocess.Popen([DDPFIX, "-i", str(i), "audit", "--format", "json"], env=cli_env(state),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (inv, second)]
+        results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+        codes = sorted(r[0] for r in results)
+        assert 5 in codes, results  # the second run exits with the lock code ...
+        for code, out, err in results:
+            if code == 5:  # ... and names the holder: PID, command, start time
+                assert "holds the" in err and "pid " in err and "started " in err and "audit" in err, err
+            else:
+                assert code == 0 and "probe.port-in-use" not in ids(json.loads(out)), (code, out[-2000:], err)
+        assert leftovers(clean_lab) == {}
+
+
+def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_path: Path) -> None:
+    node = clean_lab.nodes[1].name
+    holder = json.dumps({"run_id": "otherrun", "pid": 999999, "controller": "elsewhere",
+                         "command": "ddpfix remediate --apply", "started": "2026-01-01T00:00:00+0000"})
+    node_sh(clean_lab, node, f"echo '{holder}' > /run/ddpfix.lock")
+    before = checksums(clean_lab)
+    code, _, err = run_cli(clean_lab.inventory, tmp_path / "state", "remediate", "--apply")
+    assert code == 5 and "run otherrun (pid 999999 on elsewhere" in err and node in err, err
+    assert checksums(clean_lab) == before
+    assert json.loads(node_sh(clean_lab, node, "cat /run/ddpfix.lock"))["run_id"] == "otherrun"  # not removed
+    assert [n for n in leftovers(clean_lab)] == [node]  # the others released theirs
+    node_sh(clean_lab, node, "touch -d '-21 minutes' /run/ddpfix.lock")  # its run died 21 minutes ago
+    code, doc, err = run_cli(clean_lab.inventory, tmp_path / "state", "audit")
+    assert code == 0 and "probe.port-in-use" not in ids(doc), (doc.get("findings"), err)
+    assert leftovers(clean_lab) == {}
+
+
+def test_master_port_taken_by_a_job_is_never_bound(temp_lab: Any, tmp_path: Path) -> None:
+    info = temp_lab(nodes=2, scenario="port-in-use", wait_sync=False)
+    code, doc, err = run_cli(info.inventory, tmp_path / "state", "audit")
+    assert "probe.port-in-use" in ids(doc), err
+    master = info.nodes[0].name
+    # only the job's listener holds the port (ddpfix never bound it), and ddpfix left nothing when the audit returned
+    job = node_sh(info, master, "cat /run/ddpfix-port-in-use.pid").strip()
+    holders = node_sh(info, master, "ss -Hltnp 'sport = :29500'").strip().splitlines()
+    assert len(holders) == 1 and f"pid={job}," in holders[0], holders
+    assert node_sh(info, master, "ls /run/ddpfix.lock 2>/dev/null || true").strip() == ""
+
+
+# ---------------------------------------------------------------- item 4: all nodes or none
+
+
+@pytest.fixture(scope="module")
+def broken(lab_factory: Any) -> Any:
+    # hosts block (hostname-loopback) and env files (env-wrong) are needed on every node; a firewall and time fix too
+    return lab_factory(nodes=3, scenario="iptables-worker2,hostname-loopback,chrony-absent,env-wrong", wait_sync=False)
+
+
+def test_read_only_etc_on_one_node_no_node_gets_cluster_files(broken: Any, tmp_path: Path) -> None:
+    ro = broken.nodes[2].name
+    before = checksums(broken)
+    node_sh(broken, ro, "mount -o remount,ro,bind /etc")
+    try:
+        assert "Read-only" in node_sh(broken, ro, "touch /etc/x 2>&1 || true")
+        code, doc, err = run_cli(broken.inventory, tmp_path / "state", "remediate", "--apply")
+        assert code == 1, err
+        assert checksums(broken) == before  # no node got a new env file or hosts block
+        assert list(doc["failed_hosts"]) == [ro] and "preflight" in doc["failed_hosts"][ro], doc["failed_hosts"]
+        assert "read-only file system" in doc["failed_hosts"][ro]
+        assert any("written on no node" in r and ro in r and "preflight" in r for r in doc["refused"]), doc["refused"]
+        assert leftovers(broken) == {}
+    finally:
+        node_sh(broken, ro, "mount -o remount,rw,bind /etc")
+
+
+def test_step_failing_on_one_node_keeps_cluster_files_everywhere(broken: Any, tmp_path: Path) -> None:
+    """The pre-flight passes, then one node fails a per-node step (its chrony config dir is read-only): the hosts
+    block and env files are still written on no node."""
+    bad = broken.nodes[1].name
+    before = checksums(broken)
+    node_sh(broken, bad, "mkdir -p /etc/chrony && mount --bind /etc/chrony /etc/chrony && "
+                         "mount -o remount,ro,bind /etc/chrony")
+    try:
+        code, doc, err = run_cli(broken.inventory, tmp_path / "state", "remediate", "--apply")
+        assert code == 1, err
+        assert bad in doc["failed_hosts"], (doc["failed_hosts"], err)
+        assert checksums(broken) == before
+        assert any("written on no node" in r and bad in r for r in doc["refused"]), doc["refused"]
+    finally:
+        node_sh(broken, bad, "umount /etc/chrony")
+
+
+def test_sigint_during_apply_then_rerun_converges(broken: Any, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc = subprocess.Popen([DDPFIX, "-i", str(broken.inventory), "remediate", "--apply", "--format", "json"],
+                            env=cli_env(state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    started = False
+    while time.time() < deadline and proc.poll() is None and not started:  # wait until a fix role is running
+        for ev in state.glob("runs/*-remediate/artifacts/*/job_events/*.json"):
+            try:
+                text = ev.read_text()
+            except OSError:
+                continue
+            if '"runner_on_start"' in text and ("ddpfix_firewall" in text or "ddpfix_chrony" in text):
+                started = True
+                break
+        time.sleep(0.1)
+    assert started, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 6, (out[-2000:], err[-2000:])
+    doc = json.loads(out)
+    assert doc["interrupted"] is True and "interrupted" in err
+    for c in doc["changes"]:  # what was changed, on which host, is reported
+        assert c["host"] in err and c["task"] in err
+    assert leftovers(broken) == {}
+    code, doc, err = run_cli(broken.inventory, state, "remediate", "--apply")
+    assert code == 0, (doc.get("failed_hosts"), doc.get("refused"), doc.get("remaining_fixable"), err)
+    code, doc, err = run_cli(broken.inventory, state, "remediate", "--apply")
+    assert code == 0 and sum(doc["changed"].values()) == 0, doc["changes"]
+
+
+# ---------------------------------------------------------------- item 6: --pin-ifnames, physical NICs only
+
+
+def test_pin_ifnames_skips_bridges_and_veths(temp_lab: Any, tmp_path: Path) -> None:
+    # node2 has docker0 and a bridge with a veth; every lab NIC (the cluster NICs too) is a veth: nothing is pinned
+    info = temp_lab(nodes=2, scenario="autoselect-wrong", wait_sync=False)
+    code, doc, err = run_cli(info.inventory, tmp_path / "state", "remediate", "--apply", "--pin-ifnames")
+    for node in info.nodes:
+        notes = doc["notes"].get(node.name, [])
+        assert any("not pinned" in n and "veth interface, not a physical NIC" in n for n in notes), (notes, err)
+        assert node_sh(info, node.name, "ls /etc/systemd/network/10-ddpfix-cluster.link 2>&1 || true").startswith("ls:")

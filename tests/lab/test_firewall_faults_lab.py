@@ -1,0 +1,200 @@
+"""Firewall remediation under faults (issue 9, items 1, 2 and their part of 7), on real lab hosts.
+
+- Docker-like tables (iptables-nft chains with `xt match` lines, a native nft table) next to the blocking rules:
+  `remediate --apply` persists only ddpfix's rule, every persisted file passes `nft -c -f` / `iptables-restore
+  --test`, Docker's chains stay in the running rule set and never reach a file, the audit is clean.
+- A persisted config ddpfix's rule cannot be added to: the host fails with nft's error, the old file stays
+  (another host, with RHEL's /etc/sysconfig/iptables, is fixed and persisted).
+- SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes ddpfix's
+  rule by itself within the revert timeout, becomes reachable again, other rules intact; a rerun converges (with no
+  nftables config file: noted "runtime only").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from typing import Any
+
+import pytest
+import yaml
+
+from click.testing import CliRunner
+
+from ddpfix import lab
+from ddpfix.cli import cli
+
+pytestmark = pytest.mark.lab
+
+NFT_FILES = "/etc/nftables.conf /etc/nftables.d/ddpfix.nft"
+
+
+def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
+    r = CliRunner().invoke(cli, ["-i", inv, *args, "--format", "json"], catch_exceptions=False)
+    try:
+        return r.exit_code, json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON (exit {r.exit_code}): {r.stdout[-2000:]} {r.stderr[-2000:]}") from None
+
+
+def ids(doc: dict[str, Any]) -> set[str]:
+    return {f["id"] for f in doc["findings"] if f["severity"] in ("warning", "error")}
+
+
+def sh(info: Any, node: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return lab.node_exec(info.name, node, ["sh", "-c", cmd], check=check)
+
+
+def host_vars(info: Any, node: str, extra: dict[str, Any]) -> None:
+    doc = yaml.safe_load(info.inventory.read_text())
+    hosts = doc["all"]["children"]["ddp_nodes"]["hosts"]
+    hosts[node] = {**(hosts.get(node) or {}), **extra}
+    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def live(info: Any, node: str) -> str:
+    """The running rule set without counters (iptables-nft tables included, as nft shows them)."""
+    return sh(info, node, "nft list ruleset | sed 's/counter packets [0-9]* bytes [0-9]*/counter/'").stdout
+
+
+@pytest.fixture(scope="module")
+def docker_lab(lab_factory: Any) -> Any:
+    # node2: native nftables blocks (Debian /etc/nftables.conf); node3: iptables-nft blocks (rules.v4);
+    # both also run Docker-like tables, loaded last as Docker starts after the firewall.
+    return lab_factory(nodes=3, scenario="nftables-worker2,iptables-worker,docker-tables", wait_sync=False)
+
+
+def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
+    info, inv, cidr = docker_lab, str(docker_lab.inventory), docker_lab.subnet
+    before_files = {"node2": sh(info, "node2", "cat /etc/nftables.conf").stdout,
+                    "node3": sh(info, "node3", "cat /etc/iptables/rules.v4").stdout}
+    code, doc = ddpfix_json(inv, "audit")
+    assert code == 1 and "firewall.peer-ports-blocked" in ids(doc), doc["findings"]
+
+    # the dry run shows every file --apply writes, and writes none
+    code, dry = ddpfix_json(inv, "remediate")
+    assert code == 1
+    diffs = {c["host"]: "" for c in dry["changes"]}
+    for c in dry["changes"]:
+        diffs[c["host"]] += c["diff"] + "\n"
+    for f in ("/etc/nftables.d/ddpfix.nft", "/etc/nftables.conf"):
+        assert f"+++ {f}" in diffs["node2"], diffs["node2"]
+    assert "+++ /etc/iptables/rules.v4" in diffs["node3"], diffs["node3"]
+    assert "DOCKER" not in diffs["node2"] + diffs["node3"]
+    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+
+    code, applied = ddpfix_json(inv, "remediate", "--apply")
+    assert code == 0, (applied["failed_hosts"], applied["remaining_fixable"])
+    assert not applied["failed_hosts"] and not applied["notes"], applied
+
+    for node in ("node2", "node3"):
+        # every persisted file passes its own parser
+        assert sh(info, node, "nft -c -f /etc/nftables.conf", check=False).returncode == 0
+        if node == "node3":
+            r = sh(info, node, "iptables-restore --test /etc/iptables/rules.v4", check=False)
+            assert r.returncode == 0, r.stderr
+        # Docker's chains and the native table are still running ...
+        ruleset = live(info, node)
+        assert "xt match physdev" in ruleset and "table inet ddpfix-lab-docker" in ruleset
+        assert ":DOCKER-USER" in sh(info, node, "iptables-save").stdout
+        # ... and in no persisted file
+        persisted = sh(info, node, f"cat {NFT_FILES} /etc/iptables/rules.v4 2>/dev/null || true").stdout
+        assert "DOCKER" not in persisted and "xt " not in persisted and "ddpfix-lab-docker" not in persisted
+        # no revert left armed
+        assert sh(info, node, "test -e /run/ddpfix-firewall-revert.pid", check=False).returncode == 1
+
+    # node2: the config is the old one plus one include block; the include holds only ddpfix's rule
+    conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
+    assert conf.startswith(before_files["node2"]) and conf.count('include "/etc/nftables.d/ddpfix.nft"') == 1
+    rules = [ln for ln in sh(info, "node2", "cat /etc/nftables.d/ddpfix.nft").stdout.splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert rules == [f'insert rule inet filter input ip saddr {cidr} accept comment "ddpfix-cluster"'], rules
+    assert sh(info, "node2", "ls /etc/nftables.conf.*~").stdout.strip()  # backed up
+    # node3: rules.v4 is the old file plus exactly ddpfix's line
+    old = before_files["node3"].splitlines()
+    new = sh(info, "node3", "cat /etc/iptables/rules.v4").stdout.splitlines()
+    added = [ln for ln in new if ln not in old]
+    assert added == [f"-A INPUT -s {cidr} -m comment --comment ddpfix-cluster -j ACCEPT"] and len(new) == len(old) + 1
+
+    code, after = ddpfix_json(inv, "audit")
+    assert code == 0, after["findings"]
+    code, again = ddpfix_json(inv, "remediate", "--apply")
+    assert code == 0 and sum(again["changed"].values()) == 0, again["changes"]
+
+
+def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> None:
+    # node2's config names its table differently from the running one: ddpfix's include cannot load after it.
+    # node3 keeps its iptables rules where RHEL does (/etc/sysconfig/iptables): that host is fixed and persisted.
+    info = temp_lab(nodes=3, scenario="nftables-worker2,iptables-worker", wait_sync=False)
+    sh(info, "node2", "sed -i 's/^table inet filter/table inet hostfw/' /etc/nftables.conf")
+    conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
+    sh(info, "node3", "mkdir -p /etc/sysconfig && mv /etc/iptables/rules.v4 /etc/sysconfig/iptables")
+    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    assert code == 1
+    msg = doc["failed_hosts"].get("node2", "")
+    assert "nft -c -f /etc/nftables.conf" in msg and "old file stays" in msg and "Error" in msg, doc["failed_hosts"]
+    assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
+    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert "ddpfix-cluster" in live(info, "node2")  # the confirmed runtime rule stays
+    assert "node3" not in doc["failed_hosts"]
+    saved = sh(info, "node3", "cat /etc/sysconfig/iptables").stdout
+    assert f"-A INPUT -s {info.subnet} -m comment --comment ddpfix-cluster -j ACCEPT" in saved
+    assert sh(info, "node3", "iptables-restore --test /etc/sysconfig/iptables", check=False).returncode == 0
+    assert sh(info, "node3", "test -e /etc/iptables/rules.v4", check=False).returncode == 1
+
+
+def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any) -> None:
+    info = temp_lab(nodes=3, scenario="nftables-worker2", wait_sync=False)
+    timeout = 20
+    # fault injection: together with its rule, ddpfix's change on node2 drops SSH (tagged as ddpfix's rule)
+    host_vars(info, "node2", {"__ddpfix_firewall_test_break_ssh": True, "ddpfix_firewall_revert_timeout": timeout})
+    before = live(info, "node2")
+    conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
+    start = time.monotonic()
+    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    assert code == 1
+    msg = doc["failed_hosts"].get("node2", "")
+    assert "reverted" in msg, doc["failed_hosts"]
+    # the node comes back by itself within the timeout (plus slack for a loaded machine)
+    deadline = start + timeout + 60
+    while True:
+        argv = info.ssh_argv("node2", "true")
+        r = subprocess.run([argv[0], "-o", "ConnectTimeout=3", *argv[1:]], capture_output=True, timeout=30)
+        if r.returncode == 0:
+            break
+        assert time.monotonic() < deadline, "node2 did not become reachable again by itself"
+        time.sleep(2)
+    # exactly ddpfix's rules are gone, everything else is as it was; nothing was persisted
+    assert "ddpfix-cluster" not in live(info, "node2")
+    assert live(info, "node2") == before
+    assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
+    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert re.search(r"reverted after \d+s: nft delete rule",
+                     sh(info, "node2", "cat /run/ddpfix-firewall-revert.pid.reverted").stdout)
+    # the other nodes were not touched by the fault
+    for node in ("node1", "node3"):
+        assert subprocess.run(info.ssh_argv(node, "true"), capture_output=True, timeout=30).returncode == 0
+    # a rerun without the fault converges; with no nftables config file on node2 the report says "runtime only"
+    host_vars(info, "node2", {"__ddpfix_firewall_test_break_ssh": False})
+    sh(info, "node2", "rm /etc/nftables.conf")
+    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
+    assert any(n.startswith("runtime only: no nftables config file") for n in doc["notes"].get("node2", [])), doc["notes"]
+    assert "ddpfix-cluster" in live(info, "node2")
+
+
+def test_legacy_iptables_rules_get_the_legacy_rule(temp_lab: Any) -> None:
+    # node3's blocking rules are in the legacy tables while `iptables` is the nft variant (both in use at once)
+    info = temp_lab(nodes=3, scenario="iptables-worker", wait_sync=False)
+    if "nf_tables" not in sh(info, "node3", "iptables -V").stdout:
+        pytest.skip("iptables is not the nft variant here")
+    sh(info, "node3", "iptables-nft -F INPUT && iptables-legacy-restore /etc/iptables/rules.v4")
+    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
+    rule = f"-A INPUT -s {info.subnet} -m comment --comment ddpfix-cluster -j ACCEPT"
+    assert rule in sh(info, "node3", "iptables-legacy-save").stdout
+    assert "ddpfix" not in sh(info, "node3", "iptables-nft-save").stdout
+    assert rule in sh(info, "node3", "cat /etc/iptables/rules.v4").stdout
+    assert sh(info, "node3", "iptables-legacy-restore --test /etc/iptables/rules.v4", check=False).returncode == 0

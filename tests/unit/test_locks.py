@@ -1,0 +1,231 @@
+"""One run at a time (issue 9, item 5): the controller lock, the node lock module, run-dir pruning; and the
+--pin-ifnames target choice (item 6) on recorded `ip -j -d addr show` output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import load_role_module, nodeinfo, recorded
+from ddpfix import lock as ddlock
+from ddpfix import runner
+from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.cli import cli
+from ddpfix.remediate import pin_target
+
+ni = nodeinfo()
+
+
+@pytest.fixture(autouse=True)
+def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+# ---------------------------------------------------------------- controller lock
+
+
+def test_second_lock_on_the_same_inventory_names_the_holder(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("ddp_nodes:\n  hosts: {a: {}}\n")
+    first = ddlock.controller_lock([str(inv)])
+    try:
+        with pytest.raises(DdpfixError) as exc:
+            ddlock.controller_lock([str(tmp_path / "." / "hosts.yml")])  # same file, other spelling
+        assert exc.value.code == ExitCode.LOCKED
+        msg = str(exc.value)
+        assert f"pid {os.getpid()}" in msg and ddlock.STARTED in msg and ddlock.RUN_ID in msg
+        assert json.loads(first.path.read_text())["pid"] == os.getpid()
+        ddlock.controller_lock([str(tmp_path / "other.yml")]).release()  # another inventory: its own lock
+    finally:
+        first.release()
+    ddlock.controller_lock([str(inv)]).release()  # released: free again
+
+
+def test_lock_held_by_another_process_and_gone_with_it(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("ddp_nodes:\n  hosts: {a: {}}\n")
+    code = ("import sys, time; from ddpfix import lock; lock.controller_lock([sys.argv[1]]); "
+            "print('held', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(inv)], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        with pytest.raises(DdpfixError) as exc:
+            ddlock.controller_lock([str(inv)])
+        assert exc.value.code == ExitCode.LOCKED and f"pid {p.pid}" in str(exc.value)
+    finally:
+        p.kill()
+        p.wait()
+    ddlock.controller_lock([str(inv)]).release()  # the holder died (kill -9): no stale lock
+
+
+def test_cli_exits_with_the_lock_code(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("ddp_nodes:\n  hosts: {a: {}, b: {}}\n")
+    held = ddlock.controller_lock([str(inv)])
+    try:
+        r = CliRunner().invoke(cli, ["-i", str(inv), "audit"])
+    finally:
+        held.release()
+    assert r.exit_code == ExitCode.LOCKED == 5, r.output
+    assert "holds the lock for this inventory" in r.output and f"pid {os.getpid()}" in r.output
+
+
+# ---------------------------------------------------------------- node lock module
+
+lockmod = load_role_module("ddpfix_run/library/ddpfix_run_lock.py", "ddpfix_run_lock")
+
+
+class _Failed(Exception):
+    pass
+
+
+class _Module:
+    def fail_json(self, **kw: Any) -> None:
+        raise _Failed(kw)
+
+
+def holder(run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "pid": 4242, "controller": "ops1", "command": "ddpfix audit -i inv",
+            "started": "2026-01-01T10:00:00+0000"}
+
+
+def test_node_lock_refuses_a_second_run_and_names_it(tmp_path: Path) -> None:
+    path = str(tmp_path / "ddpfix.lock")
+    assert lockmod.present(_Module(), path, holder("aaa"), 1200)["taken_over"] is None
+    assert lockmod.present(_Module(), path, holder("aaa"), 1200)["taken_over"] is None  # same run: re-entrant
+    with pytest.raises(_Failed) as exc:
+        lockmod.present(_Module(), path, holder("bbb"), 1200)
+    kw = exc.value.args[0]
+    assert kw["locked"] and kw["holder"]["run_id"] == "aaa"
+    assert "run aaa (pid 4242 on ops1, started 2026-01-01T10:00:00+0000: ddpfix audit -i inv)" in kw["msg"]
+    assert not lockmod.absent(path, holder("bbb")) and os.path.exists(path)  # never another run's lock
+    assert lockmod.absent(path, holder("aaa")) and not os.path.exists(path)
+
+
+def test_stale_node_lock_is_taken_over(tmp_path: Path) -> None:
+    path = str(tmp_path / "ddpfix.lock")
+    lockmod.present(_Module(), path, holder("dead"), 1200)
+    old = time.time() - 1300
+    os.utime(path, (old, old))
+    got = lockmod.present(_Module(), path, holder("new"), 1200)
+    assert got["taken_over"]["run_id"] == "dead" and got["taken_over"]["age_seconds"] >= 1300
+    assert json.loads(Path(path).read_text())["run_id"] == "new"
+
+
+def test_unreadable_node_lock_counts_as_held_until_stale(tmp_path: Path) -> None:
+    path = tmp_path / "ddpfix.lock"
+    path.write_text("garbage")
+    with pytest.raises(_Failed):
+        lockmod.present(_Module(), str(path), holder("x"), 1200)
+    old = time.time() - 1300
+    os.utime(path, (old, old))
+    assert lockmod.present(_Module(), str(path), holder("x"), 1200)["taken_over"] == {"age_seconds": pytest.approx(1300, abs=5)}
+
+
+def test_writable_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "hosts").write_text("")
+    paths = [str(etc / "hosts"), str(etc / "ddpfix" / "ddp.env")]  # the env file's directory does not exist yet
+    assert lockmod.writable(paths) == {}
+    # a read-only /etc (the lab test does it for real with a read-only bind mount)
+    monkeypatch.setattr(lockmod.os, "access", lambda p, mode: not str(p).startswith(str(etc)))
+    monkeypatch.setattr(lockmod, "_readonly", lambda p: True)
+    bad = lockmod.writable(paths)
+    assert bad == {paths[0]: f"{paths[0]}: read-only file system", paths[1]: f"{etc}: read-only file system"}
+
+
+# ---------------------------------------------------------------- run-dir pruning
+
+
+def test_prune_never_removes_a_live_run_dir(_state: Path) -> None:
+    base = _state / "runs"
+    mine = runner.new_run_dir("audit")  # held by this process
+    other = base / "20000101T000000-other"
+    other.mkdir(parents=True)
+    (other / runner.LIVE_LOCK).touch()
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(other / runner.LIVE_LOCK)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        dead = base / "20000101T000001-dead"
+        dead.mkdir()
+        (dead / runner.LIVE_LOCK).touch()
+        old = time.time() - 3600
+        for d in (mine, other, dead):
+            os.utime(d, (old, old))
+        runner.prune_runs(base, keep=0)
+        assert mine.is_dir() and other.is_dir() and not dead.exists()
+    finally:
+        p.kill()
+        p.wait()
+    runner.prune_runs(base, keep=0)
+    assert not other.exists()  # its process is gone
+    runner.release_run_dir(mine)
+    runner.prune_runs(base, keep=0)
+    assert not mine.exists()
+
+
+# ---------------------------------------------------------------- --pin-ifnames: physical NICs only
+
+
+def ifaces(name: str, physical: set[str]) -> list[dict[str, Any]]:
+    return ni.interface_facts(json.loads(recorded(name)), lambda n: n in physical)
+
+
+def test_physical_nic_recorded_is_pinned_to_its_permanent_mac() -> None:
+    # recorded on a VM: eth0 has /sys/class/net/eth0/device (virtio), ifb0 and lo do not
+    got = ifaces("ip-d-addr-host.json", {"eth0"})
+    eth0 = next(i for i in got if i["name"] == "eth0")
+    assert eth0["physical"] and eth0["kind"] == "ether" and eth0["permaddr"] == "02:fc:00:00:00:01"
+    assert pin_target(got, "eth0") == ("02:fc:00:00:00:01", "")
+    assert next(i for i in got if i["name"] == "ifb0")["kind"] == "ifb"
+    mac, why = pin_target(got, "ifb0")
+    assert mac is None and "ifb interface, not a physical NIC" in why
+
+
+@pytest.mark.parametrize(("ifname", "kind"), [("br0", "bridge"), ("veth0", "veth"), ("veth0p", "veth")])
+def test_bridges_and_veths_recorded_are_skipped(ifname: str, kind: str) -> None:
+    # recorded: a bridge br0 whose port veth0 gave it its MAC, and the veth peer
+    got = ifaces("ip-d-addr-virtual.json", set())
+    mac, why = pin_target(got, ifname)
+    assert mac is None and f"it is a {kind} interface, not a physical NIC" in why
+
+
+def _link(name: str, mac: str, kind: str | None = None, permaddr: str | None = None) -> dict[str, Any]:
+    # the `ip -j -d addr show` shape (iproute2 prints "permaddr" only when it differs from "address")
+    d: dict[str, Any] = {"ifname": name, "link_type": "ether", "address": mac, "addr_info": []}
+    if kind:
+        d["linkinfo"] = {"info_kind": kind}
+    if permaddr:
+        d["permaddr"] = permaddr
+    return d
+
+
+def test_bond_slave_pinned_by_permanent_mac_unless_the_bond_carries_it() -> None:
+    data = [_link("bond0", "aa:00:00:00:00:01", "bond"),
+            _link("ens1", "aa:00:00:00:00:01", permaddr="aa:00:00:00:00:01"),
+            _link("ens2", "aa:00:00:00:00:01", permaddr="aa:00:00:00:00:02"),
+            _link("bond0.100", "aa:00:00:00:00:01", "vlan")]
+    got = ni.interface_facts(data, lambda n: n.startswith("ens"))
+    assert pin_target(got, "ens2") == ("aa:00:00:00:00:02", "")
+    mac, why = pin_target(got, "ens1")
+    assert mac is None and "also on bond0, bond0.100, ens2" in why
+    for virtual in ("bond0", "bond0.100"):
+        assert pin_target(got, virtual)[0] is None
+
+
+def test_old_facts_without_the_physical_flag_are_not_pinned() -> None:
+    mac, why = pin_target([{"name": "eth0", "mac": "aa:00:00:00:00:01"}], "eth0")
+    assert mac is None and "audit again" in why
