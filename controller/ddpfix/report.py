@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -56,7 +57,10 @@ def _with_inventory(f: dict[str, Any], inventory: Iterable[str]) -> dict[str, An
     """Fix texts name the inventory the user gave, not a placeholder."""
     inv = " ".join(f"-i {i}" for i in inventory)
     if inv and f.get("fix"):
-        f["fix"] = f["fix"].replace("-i INVENTORY", inv).replace("-i INV ", inv + " ")
+        fix = f["fix"].replace("-i INVENTORY", inv).replace("-i INV ", inv + " ")
+        # "ddpfix env --apply" / "(ddpfix remediate)": the exact command, with the inventory the user gave
+        f["fix"] = re.sub(r"ddpfix (env|remediate)(?: --apply)?(?! -i)", lambda m: f"ddpfix {m.group(1)} {inv} --apply",
+                          fix)
     return f
 
 
