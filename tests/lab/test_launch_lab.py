@@ -52,6 +52,10 @@ def test_healthy_nodes_pass_silently_in_under_2s(clean_lab) -> None:
         assert seconds < 2.0, (n.name, seconds)
     code, out, _ = check_local(clean_lab, "node3", "-v")
     assert code == 0 and out.startswith("OK: ddpfix: node3: rank 2 of 3") and out.count("\n") == 1
+    # the file as a launch script gets it without /etc: the same as the block written on the node
+    r = ddpfix("-i", str(clean_lab.inventory), "env", "--stdout", "--node", "node3")
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert r.stdout == lab.node_exec(clean_lab.name, "node3", ["cat", "/etc/ddpfix/ddp.env"]).stdout
 
 
 def test_hostname_loopback_gives_the_nhc_line(lab_factory) -> None:

@@ -63,3 +63,21 @@ def test_body_block_merges_like_values() -> None:
     assert bad is None and values == {"A": "1", "B": "x=y"}
     text, sup = lib.merge("A=0\nUSER_KEY=1\n", values, adopt=True, block=lib.body_block(lines))
     assert sup == ["A"] and "USER_KEY=1\n" in text and "# node a\nA=1\nB=x=y\n" in text
+
+
+def test_env_cli_sbatch_line_and_option_errors() -> None:
+    from click.testing import CliRunner
+
+    from ddpfix.cli import cli
+
+    r = CliRunner().invoke(cli, ["-i", "a,b,c,", "env", "--format", "sbatch", "--", "train.py", "--lr", "0.1"])
+    assert r.exit_code == 0, r.output
+    assert r.output == ("srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --nodelist=a,b,c --kill-on-bad-exit=1 bash -c "
+                        "'set -a; . /etc/ddpfix/ddp.env; set +a; exec torchrun --max-restarts=0 \"$@\"' torchrun "
+                        "train.py --lr 0.1\n")
+    for args, why in ((["--stdout"], "--stdout prints one node's file: give --node NAME"),
+                      (["--stdout", "--node", "zz"], "--node 'zz' is not a host of the inventory"),
+                      (["--format", "sbatch", "--apply"], "--format sbatch prints the srun line only"),
+                      (["--node", "a", "--apply"], "to write on some nodes use --limit")):
+        r = CliRunner().invoke(cli, ["-i", "a,b,c,", "env", *args])
+        assert r.exit_code == 2 and why in r.output, (args, r.output)
