@@ -174,7 +174,8 @@ def torchrun_env(master_addr: str, port: int, nnodes: int, rank: int, nproc: int
 def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> dict[str, NodePlan]:
     """Per-node plan for the WHOLE inventory, whatever subset was read (--limit, unreachable nodes).
 
-    Ranks and NNODES come from the inventory alone (RANK/WORLD_SIZE/LOCAL_RANK only with ddp_env_process_vars). A node that was read gives its address
+    Ranks, NNODES and WORLD_SIZE come from the inventory alone (RANK/WORLD_SIZE/LOCAL_RANK are written only with
+    ddp_env_process_vars). A node that was read gives its address
     (and interface) from its facts; a node that was not read falls back to its inventory ansible_host when that
     is an IP inside the cluster CIDR (`source="inventory"`), else its address is None (not writable, and the
     writes that need it are refused). `facts` must be sanitized (`sanitize_facts`)."""
