@@ -119,5 +119,10 @@ def run_local(ctx: Context, me: str) -> list[Finding]:
     return sorted(dict.fromkeys(out), key=sort_key)
 
 
+#: Failures here whatever their audit severity: with a cluster file on the node, a missing env file means the job's
+#: launcher finds no values (the audit reports it as info: nothing has been written yet).
+ALWAYS_FAIL = frozenset({"env.missing"})
+
+
 def failures(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if f.severity >= FAIL_AT]
+    return [f for f in findings if f.severity >= FAIL_AT or f.id in ALWAYS_FAIL]

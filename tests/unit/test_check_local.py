@@ -61,6 +61,14 @@ def test_peer_resolution_and_env_drift_fail(sim: Sim, tmp_path: Path, monkeypatc
     assert ids == {"hosts.peer-mismatch", "env.inconsistent"}
 
 
+def test_missing_env_file_fails(sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _cluster_file(sim, tmp_path)
+    sim.node("node1")["env_file"] = {"path": "/etc/ddpfix/ddp.env", "exists": False, "readable": False, "values": {},
+                                     "managed": {}, "owner": None, "outside_keys": []}
+    ids = [f.id for f in local.failures(_local_findings(sim, path, "node1", monkeypatch))]
+    assert ids == ["env.missing"]
+
+
 def test_skip_findings_from_the_inventory_are_accepted(sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sim.set_var(None, ddp_skip_findings=["hosts.hostname-loopback@node2"])
     path = _cluster_file(sim, tmp_path)
