@@ -41,6 +41,8 @@ class Cluster:
     nproc_per_node: int = 1
     env_path: str = DEFAULT_ENV_PATH
     env_adopt: bool = False  # add ddpfix's block to an existing env file ddpfix did not write
+    env_process_vars: bool = False  # ddp_env_process_vars: also RANK/WORLD_SIZE/LOCAL_RANK (one process per node)
+    env_template: str | None = None  # ddp_env_template: a jinja2 file on the controller replacing the role's
     firewall: str = "auto"
     ntp_servers: tuple[str, ...] = ()
     ntp_local_master: bool = False
@@ -175,6 +177,23 @@ def _check_env_path(value: Any) -> str:
     return p
 
 
+def _check_env_template(value: Any, inventories: Sequence[str]) -> str | None:
+    """ddp_env_template: a readable file on the controller (relative: to the first inventory's directory)."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise _bad(f"ddp_env_template must be a path, got {value!r}")
+    p = os.path.expanduser(value)
+    if not os.path.isabs(p):
+        base = next((i for i in inventories if os.path.exists(i)), None)
+        if base:
+            p = os.path.join(base if os.path.isdir(base) else os.path.dirname(os.path.abspath(base)), p)
+    p = os.path.abspath(p)
+    if not os.path.isfile(p) or not os.access(p, os.R_OK):
+        raise _bad(f"ddp_env_template {value!r}: no readable file at {p}")
+    return p
+
+
 def _check_ntp_server(value: Any) -> str:
     s = str(value).strip() if isinstance(value, str) else value
     if not isinstance(s, str) or not s or not (is_hostname(s) or _is_address(s)):
@@ -241,6 +260,11 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
     nproc = _int(mv.get("ddp_nproc_per_node", 1), "ddp_nproc_per_node", 1, 1024)
     env_path = _check_env_path(mv.get("ddp_env_path") or DEFAULT_ENV_PATH)
     env_adopt = _bool(mv.get("ddp_env_adopt", False), "ddp_env_adopt")
+    env_process_vars = _bool(mv.get("ddp_env_process_vars", False), "ddp_env_process_vars")
+    if env_process_vars and nproc != 1:
+        raise _bad(f"ddp_env_process_vars: true writes one RANK per node, so it needs ddp_nproc_per_node: 1, got {nproc} "
+                   "(with several processes per node torchrun sets RANK/WORLD_SIZE/LOCAL_RANK itself)")
+    env_template = _check_env_template(mv.get("ddp_env_template"), inventories)
     firewall = str(mv.get("ddp_firewall") or "auto")
     if firewall not in FIREWALL_CHOICES:
         raise _bad(f"ddp_firewall must be one of {', '.join(FIREWALL_CHOICES)}, got {firewall!r}")
@@ -287,6 +311,8 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         nproc_per_node=nproc,
         env_path=env_path,
         env_adopt=env_adopt,
+        env_process_vars=env_process_vars,
+        env_template=env_template,
         firewall=firewall,
         ntp_servers=tuple(str(s) for s in ntp),
         ntp_local_master=local_master,

@@ -19,7 +19,8 @@ from ddpfix import paths
 from ddpfix.inventory import Cluster, Node, is_hostname
 
 #: Keys that must be identical on every node.
-CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE")
+CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "PET_MASTER_ADDR",
+                "PET_MASTER_PORT", "PET_NNODES", "PET_NPROC_PER_NODE")
 
 
 @dataclass(frozen=True)
@@ -165,10 +166,18 @@ def interface_with_address(node_facts: Mapping[str, Any], address: str) -> str |
     return None
 
 
+def torchrun_env(master_addr: str, port: int, nnodes: int, rank: int, nproc: int) -> dict[str, str]:
+    """torchrun's own environment names (torch/distributed/argparse_util.py `env`: PET_<OPTION>), so that a bare
+    `torchrun train.py` in a shell that sourced the file gets the same values as the flags would give."""
+    return {"PET_NNODES": str(nnodes), "PET_NODE_RANK": str(rank), "PET_NPROC_PER_NODE": str(nproc),
+            "PET_MASTER_ADDR": master_addr, "PET_MASTER_PORT": str(port)}
+
+
 def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> dict[str, NodePlan]:
     """Per-node plan for the WHOLE inventory, whatever subset was read (--limit, unreachable nodes).
 
-    Ranks, NNODES and WORLD_SIZE come from the inventory alone. A node that was read gives its address
+    Ranks, NNODES and WORLD_SIZE come from the inventory alone (RANK/WORLD_SIZE/LOCAL_RANK are written only with
+    ddp_env_process_vars). A node that was read gives its address
     (and interface) from its facts; a node that was not read falls back to its inventory ansible_host when that
     is an IP inside the cluster CIDR (`source="inventory"`), else its address is None (not writable, and the
     writes that need it are refused). `facts` must be sanitized (`sanitize_facts`)."""
@@ -189,10 +198,10 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
             "NNODES": str(nnodes),
             "NODE_RANK": str(node.rank),
             "NPROC_PER_NODE": str(cluster.nproc_per_node),
-            "WORLD_SIZE": str(nnodes * cluster.nproc_per_node),
+            **torchrun_env(master_addr or "", cluster.master_port, nnodes, node.rank, cluster.nproc_per_node),
         }
-        if cluster.nproc_per_node == 1:
-            env["RANK"] = str(node.rank)
+        if cluster.env_process_vars:  # one process per node, started without torchrun
+            env.update(RANK=str(node.rank), WORLD_SIZE=str(nnodes), LOCAL_RANK="0")
         if ifname:
             env["GLOO_SOCKET_IFNAME"] = ifname
             env["NCCL_SOCKET_IFNAME"] = f"={ifname}"

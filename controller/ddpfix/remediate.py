@@ -12,7 +12,9 @@ from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
-from ddpfix.plan import env_comment, env_not_ours, env_refusal, env_write_needed, hosts_entries
+from ddpfix import clusterfile
+from ddpfix.envtemplate import template_path, write_needed
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.runner import RunResult, run_playbook
 
@@ -134,7 +136,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         hp.limits = bool(mine & LIMITS_IDS)
         hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
         if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
-            if env_write_needed(facts.get("env_file") or {}, ctx.plan[name]):  # only nodes whose block differs
+            if write_needed(facts.get("env_file") or {}, ctx.plan[name], ctx.cluster.env_template):  # only nodes whose block differs
                 hp.env = dict(ctx.plan[name].env)
                 hp.env_comment = env_comment(ctx.plan[name])
                 hp.env_key_comments = dict(ctx.plan[name].comments)
@@ -216,6 +218,8 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
         "ddpfix_ntp_local_master": c.ntp_local_master,
         "ddpfix_env_path": c.env_path,
         "ddpfix_env_adopt": c.env_adopt,
+        "ddpfix_env_template": template_path(c.env_template),
+        "ddpfix_env_cluster": clusterfile.build(ctx),
     }
 
 

@@ -17,7 +17,7 @@ from ddpfix.checks import Context, _is_loopback
 from ddpfix.fabric import has_rdma
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
-from ddpfix.plan import env_write_needed
+from ddpfix.envtemplate import write_needed
 from ddpfix.progress import Progress
 from ddpfix.runner import run_playbook
 
@@ -112,7 +112,7 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
             # ddpfix's part only (the managed block, none of its keys set again outside it), from the node's facts:
             # the file's content (the user's secrets) is not read back to the controller
             ef = facts.get("env_file") or {}
-            same = not env_write_needed(ef, ctx.plan[name])
+            same = not write_needed(ef, ctx.plan[name], ctx.cluster.env_template)
             shadowed = sorted(set(ef.get("outside_keys") or ()) & set(ctx.plan[name].env))
             out.append(Check(name, "env file present and as planned", same,
                              f"mode {oct(envf.mode)}" + ("" if same else "; managed block differs from the plan")

@@ -182,7 +182,7 @@ def check_ifname_mismatch(info) -> None:
         env = env_file(info, n.name)
         assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["NCCL_SOCKET_IFNAME"] == "eth0"
         assert env["MASTER_ADDR"] == info.nodes[0].address and env["MASTER_PORT"] == "29500"
-        assert env["NODE_RANK"] == str(i) and env["NNODES"] == env["WORLD_SIZE"] == "3"
+        assert env["NODE_RANK"] == str(i) and env["NNODES"] == env["PET_NNODES"] == "3"
 
 
 def check_autoselect_wrong(info) -> None:

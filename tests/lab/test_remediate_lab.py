@@ -224,7 +224,8 @@ def test_env_print_and_local_dir(clean_lab: Any, tmp_path: Any) -> None:
     assert code == 0 and "==> node1:/etc/ddpfix/ddp.env <==" in out
     text = (tmp_path / "node3.env").read_text()
     m = clean_lab.nodes[0].address
-    assert f"MASTER_ADDR={m}\n" in text and "NODE_RANK=2\n" in text and "WORLD_SIZE=3\n" in text and "RANK=2\n" in text
+    assert f"MASTER_ADDR={m}\n" in text and "NODE_RANK=2\n" in text and "PET_NODE_RANK=2\n" in text
+    assert not re.search(r"^(RANK|WORLD_SIZE|LOCAL_RANK)=", text, re.M)  # no ddp_env_process_vars
     assert f"GLOO_SOCKET_IFNAME={clean_lab.nodes[2].ifname}\n" in text
     assert f"NCCL_SOCKET_IFNAME=={clean_lab.nodes[2].ifname}\n" in text
 

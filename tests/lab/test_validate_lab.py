@@ -111,7 +111,7 @@ def test_env_limit_writes_only_limited_nodes_with_whole_cluster_values(temp_lab)
     master = info.nodes[0].address
     for node, rank in (("node2", 1), ("node4", 3)):
         text = lab.node_exec(info.name, node, ["cat", "/etc/ddpfix/ddp.env"]).stdout
-        for want in ("NNODES=4", "WORLD_SIZE=4", f"NODE_RANK={rank}", f"RANK={rank}", f"MASTER_ADDR={master}"):
+        for want in ("NNODES=4", "PET_NNODES=4", f"NODE_RANK={rank}", f"PET_NODE_RANK={rank}", f"MASTER_ADDR={master}"):
             assert re.search(rf"^{want}$", text, re.M), (node, want, text)
     after = snapshot(info)
     for node in ("node1", "node3"):

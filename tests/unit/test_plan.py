@@ -25,19 +25,39 @@ def test_env_values_single_process(sim: Sim) -> None:
     plans = _plan(sim)
     assert plans["node2"].env == {
         "MASTER_ADDR": "192.168.77.11", "MASTER_PORT": "29500", "NNODES": "3", "NODE_RANK": "1",
-        "NPROC_PER_NODE": "1", "WORLD_SIZE": "3", "RANK": "1",
+        "NPROC_PER_NODE": "1",
+        "PET_NNODES": "3", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "1", "PET_MASTER_ADDR": "192.168.77.11",
+        "PET_MASTER_PORT": "29500",
         "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "=eth0", "TP_SOCKET_IFNAME": "eth0",
     }
     assert all(p.address == f"192.168.77.1{p.rank + 1}" and p.ifname == "eth0" for p in plans.values())
+
+
+def test_process_vars_only_when_asked(sim: Sim) -> None:
+    """A permanent file exporting RANK/WORLD_SIZE makes every shell look like a running rank to env:// code."""
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK"} & set(_plan(sim)["node2"].env)
+    sim.set_var(None, ddp_env_process_vars=True)
+    env = _plan(sim)["node2"].env
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "3", "0")
+
+
+def test_process_vars_need_one_process_per_node(sim: Sim) -> None:
+    from ddpfix.app import DdpfixError
+
+    sim.set_var(None, ddp_env_process_vars=True, ddp_nproc_per_node=2)
+    with pytest.raises(DdpfixError, match="ddp_env_process_vars.*ddp_nproc_per_node: 1"):
+        sim.cluster()
+    sim.set_var(None, ddp_env_process_vars="maybe", ddp_nproc_per_node=1)
+    with pytest.raises(DdpfixError, match="ddp_env_process_vars must be a boolean, got 'maybe'"):
+        sim.cluster()
 
 
 @pytest.mark.parametrize("nproc", [2, 8])
 def test_world_size_and_no_rank_with_several_processes(sim: Sim, nproc: int) -> None:
     sim.set_var(None, ddp_nproc_per_node=nproc)
     for p in _plan(sim).values():
-        assert p.env["WORLD_SIZE"] == str(3 * nproc)
-        assert p.env["NPROC_PER_NODE"] == str(nproc)
-        assert "RANK" not in p.env  # torchrun sets RANK per process
+        assert p.env["PET_NPROC_PER_NODE"] == p.env["NPROC_PER_NODE"] == str(nproc)
+        assert "RANK" not in p.env and "WORLD_SIZE" not in p.env  # torchrun sets them per process
 
 
 def test_nccl_uses_exact_match_and_per_node_names(sim: Sim) -> None:
@@ -68,7 +88,7 @@ def test_master_addr_with_master_not_first(sim: Sim) -> None:
 def test_cluster_keys_agree_on_every_node(sim: Sim) -> None:
     plans = _plan(sim)
     for k in CLUSTER_KEYS:
-        assert len({p.env[k] for p in plans.values()}) == 1, k
+        assert len({p.env.get(k) for p in plans.values()}) == 1, k
 
 
 def test_node_without_facts_or_outside_cidr_is_not_writable(sim: Sim) -> None:
@@ -78,7 +98,7 @@ def test_node_without_facts_or_outside_cidr_is_not_writable(sim: Sim) -> None:
     plans = plan_cluster(sim.cluster(), facts)
     assert plans["node3"].address is None and plans["node3"].ifname is None
     assert "NCCL_SOCKET_IFNAME" not in plans["node3"].env
-    assert plans["node3"].env["NODE_RANK"] == "2" and plans["node3"].env["WORLD_SIZE"] == "3"
+    assert plans["node3"].env["NODE_RANK"] == "2" and plans["node3"].env["PET_NNODES"] == "3"
     sim.set_var(None, ddp_cluster_cidr="10.0.0.0/8")
     plans = _plan(sim)
     assert all(p.address is None for p in plans.values())
@@ -121,7 +141,7 @@ def test_limited_out_nodes_keep_ranks_world_size_and_master_addr(sim: Sim) -> No
     plans = plan_cluster(sim.cluster(), facts)
     assert set(plans) == {"node1", "node2", "node3"}
     env = plans["node2"].env
-    assert (env["NNODES"], env["WORLD_SIZE"], env["NODE_RANK"], env["MASTER_ADDR"]) == ("3", "3", "1", "192.168.77.11")
+    assert (env["NNODES"], env["PET_NNODES"], env["NODE_RANK"], env["MASTER_ADDR"]) == ("3", "3", "1", "192.168.77.11")
     assert plans["node2"].source == "facts" and plans["node1"].source == "inventory"
     assert plans["node2"].env["NCCL_SOCKET_IFNAME"] == "=eth0"
 

@@ -30,7 +30,7 @@ def test_limit_plans_env_for_read_nodes_with_whole_cluster_values(sim: Sim) -> N
     plans, refusals = build_plan(ctx, findings)
     assert refusals == [] and set(plans) == {"node2"}
     env = plans["node2"].env
-    assert env["NNODES"] == "3" and env["WORLD_SIZE"] == "3" and env["NODE_RANK"] == "1"
+    assert env["NNODES"] == env["PET_NNODES"] == "3" and env["NODE_RANK"] == env["PET_NODE_RANK"] == "1"
     assert env["MASTER_ADDR"] == "192.168.77.11"
 
 

@@ -125,9 +125,9 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
 
 
 def _register() -> None:
-    from ddpfix.cli import audit, env, explain, inventory, lab, remediate, verify
+    from ddpfix.cli import audit, check, env, explain, inventory, lab, remediate, verify
 
-    for mod in (audit, remediate, env, verify, explain, inventory, lab):
+    for mod in (audit, remediate, env, verify, check, explain, inventory, lab):
         cli.add_command(mod.command)
 
 

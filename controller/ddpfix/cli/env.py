@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -13,7 +14,9 @@ import click
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import collect
 from ddpfix.cli.common import cluster_of, global_options
-from ddpfix.plan import env_comment, env_not_ours, env_refusal, render_env
+from ddpfix.envtemplate import render_file
+from ddpfix.inventory import Cluster
+from ddpfix.plan import env_comment, env_not_ours, env_refusal
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 
@@ -23,9 +26,15 @@ from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 @click.option("--apply", "apply", is_flag=True, help="Write the env file on every node (default: print them).")
 @click.option("--local-dir", type=click.Path(file_okay=False), help="Also write <host>.env files here, on this machine.")
 @click.option("--allow-partial", is_flag=True, help="Proceed when some nodes are unreachable (their ranks stay reserved).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--node", "node", metavar="NAME", help="Only this node's file (an inventory name).")
+@click.option("--stdout", "to_stdout", is_flag=True,
+              help="Print only the file of --node, as the block would be written, for a launch script (nothing is written).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sbatch"]), default="text", show_default=True,
+              help="sbatch: print the `srun ... torchrun` line for these nodes (reads no node).")
+@click.argument("script", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
-def command(app: Application, apply: bool, local_dir: str | None, allow_partial: bool, fmt: str) -> None:
+def command(app: Application, apply: bool, local_dir: str | None, allow_partial: bool, node: str | None,
+            to_stdout: bool, fmt: str, script: tuple[str, ...]) -> None:
     """Render each node's env file from the inventory and the nodes' facts; --apply writes it on the nodes.
 
     ddpfix's keys live in a managed block; the file's other lines are kept. An existing file ddpfix did not
@@ -33,9 +42,30 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
 
     Ranks: explicit ddp_node_rank, else inventory order with the master first. An unreachable node never
     makes the others renumber: with one missing, nothing is written (exit 1) unless --allow-partial.
+
+    --apply also writes cluster.json next to the env file, the cluster view of `ddpfix check --local`.
+    --format sbatch [SCRIPT ARGS...] prints the srun line that starts torchrun on every node from its env file.
     """
     cluster = cluster_of(app)
-    with Progress(cluster.names, "ddpfix env: facts", enabled=None if fmt == "text" else False) as progress:
+    if fmt == "sbatch":
+        if apply or to_stdout or local_dir or node:
+            raise DdpfixError("--format sbatch prints the srun line only: drop --apply/--stdout/--local-dir/--node",
+                              ExitCode.INVALID_INPUT)
+        click.echo(srun_line(cluster, script))
+        return
+    if script:
+        raise DdpfixError(f"unexpected argument {script[0]!r} (a training script goes with --format sbatch)",
+                          ExitCode.INVALID_INPUT)
+    if node is not None and node not in cluster.names:
+        raise DdpfixError(f"--node {node!r} is not a host of the inventory ({', '.join(cluster.names)})",
+                          ExitCode.INVALID_INPUT)
+    if to_stdout and (not node or apply or fmt != "text"):
+        raise DdpfixError("--stdout prints one node's file: give --node NAME (and no --apply/--format)",
+                          ExitCode.INVALID_INPUT)
+    if node and apply:
+        raise DdpfixError("--node chooses the file printed; to write on some nodes use --limit", ExitCode.INVALID_INPUT)
+    with Progress(cluster.names, "ddpfix env: facts",
+                  enabled=None if fmt == "text" and not to_stdout else False) as progress:
         ctx, _ = collect(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, probe=False, progress=progress)
     # written: the nodes read (--limit chooses them); the plan itself is the whole inventory's
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and not ctx.facts.get(n.name)]
@@ -57,7 +87,14 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     if unusable:
         raise DdpfixError(f"no address in the cluster network {ctx.cidr} on: {', '.join(unusable)} "
                           "(or the master has none); run ddpfix audit", ExitCode.FINDINGS)
-    files = {n: render_env(p) for n, p in ctx.plan.items() if n in ctx.hosts and n not in missing}
+    files = {n: render_file(cluster.env_template, p) for n, p in ctx.plan.items()
+             if n in ctx.hosts and n not in missing and (node is None or n == node)}
+    if node is not None and node not in files:
+        raise DdpfixError(f"--node {node}: not read (outside --limit or unreachable); its file is unknown",
+                          ExitCode.FINDINGS)
+    if to_stdout:
+        sys.stdout.write(files[node])  # type: ignore[index]
+        return
     if apply:
         not_ours = {n: why for n in files if (why := env_not_ours((ctx.facts.get(n) or {}).get("env_file") or {},
                                                                   cluster.env_adopt))}
@@ -84,6 +121,17 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
             click.echo(f"{h}: {cluster.env_path} {state}", err=True)
         if failed:
             raise SystemExit(int(ExitCode.FINDINGS))
+
+
+def srun_line(cluster: Cluster, script: tuple[str, ...]) -> str:
+    """srun starts one task per node; each sources its node's env file, so a bare torchrun reads PET_NNODES,
+    PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR and PET_MASTER_PORT from it (ranks are the file's, not
+    Slurm's task order)."""
+    n = len(cluster.nodes)
+    args = " ".join(shlex.quote(a) for a in script) if script else '"$@"'
+    inner = f"set -a; . {shlex.quote(cluster.env_path)}; set +a; exec torchrun --max-restarts=0 \"$@\""
+    return (f"srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --nodelist={','.join(cluster.names)} "
+            f"--kill-on-bad-exit=1 bash -c '{inner}' torchrun {args}")
 
 
 def _atomic_write(path: Path, text: str) -> None:

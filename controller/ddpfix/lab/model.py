@@ -173,8 +173,11 @@ class LabPlan:
             "NNODES": str(n),
             "NODE_RANK": str(node.index - 1),
             "NPROC_PER_NODE": "1",
-            "WORLD_SIZE": str(n),
-            "RANK": str(node.index - 1),
+            "PET_NNODES": str(n),
+            "PET_NODE_RANK": str(node.index - 1),
+            "PET_NPROC_PER_NODE": "1",
+            "PET_MASTER_ADDR": str(self.master.address),
+            "PET_MASTER_PORT": str(self.master_port),
             "GLOO_SOCKET_IFNAME": node.ifname,
             "NCCL_SOCKET_IFNAME": f"={node.ifname}",
         }

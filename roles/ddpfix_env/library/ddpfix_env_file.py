@@ -29,7 +29,13 @@ description:
   - Supports check mode and diff mode.
 options:
   path: {description: The env file., type: path, required: true}
-  values: {description: "The block's KEY: value pairs, in order.", type: dict, required: true}
+  values: {description: "The block's KEY: value pairs, in order (or give I(body)).", type: dict}
+  body:
+    description:
+      - The block's text between the markers, e.g. a rendered template (C(lookup('template', ...))). Each line is
+        blank, a C(#) comment or C(KEY=VALUE); its assignments are the block's keys (for the duplicate handling)
+        and get the same value checks as I(values). Mutually exclusive with I(values).
+    type: str
   comment: {description: A comment line for the block (e.g. the node and its rank)., type: str, default: ''}
   key_comments: {description: "KEY: why - a C(# KEY: why) line is written above that key.", type: dict, default: {}}
   adopt: {description: Add the block to an existing file that ddpfix did not write., type: bool, default: false}
@@ -42,6 +48,10 @@ EXAMPLES = r"""
     path: /etc/ddpfix/ddp.env
     values: {MASTER_ADDR: 192.168.77.11, MASTER_PORT: "29500", NNODES: "2", NODE_RANK: "0"}
     comment: node node1 (rank 0)
+
+- ddpfix_env_file:
+    path: /etc/ddpfix/ddp.env
+    body: "{{ lookup('template', 'ddp.env.j2') }}"
 """
 
 RETURN = r"""
@@ -62,11 +72,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ddpfix_envfile import (
     BEGIN,
     NotOurs,
+    body_block,
     check_values,
     forbidden_dir,
     may_adopt,
     merge,
     ownership,
+    parse_body,
     redact,
 )
 
@@ -139,7 +151,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            values=dict(type="dict", required=True),
+            values=dict(type="dict"),
+            body=dict(type="str"),
             comment=dict(type="str", default=""),
             key_comments=dict(type="dict", default={}),
             adopt=dict(type="bool", default=False),
@@ -147,11 +160,18 @@ def main():
             backup=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
+        mutually_exclusive=[("values", "body")],
+        required_one_of=[("values", "body")],
     )
     p = module.params
     path = p["path"]
-    values = dict((str(k), str(v)) for k, v in p["values"].items())
-    bad = check_values(values)
+    block = None
+    if p["body"] is not None:
+        lines, values, bad = parse_body(p["body"])
+        block = body_block(lines)
+    else:
+        values = dict((str(k), str(v)) for k, v in p["values"].items())
+        bad = check_values(values)
     if bad:
         module.fail_json(msg=bad)
     target = resolve(module, path)
@@ -166,7 +186,7 @@ def main():
     owner = ownership(before) if exists else "new"
     try:
         after, superseded = merge(before, values, p["comment"], adopt=may_adopt(path, target, p["adopt"]),
-                                  key_comments=p["key_comments"])
+                                   block=block)
     except NotOurs:
         module.fail_json(msg="ddp_env_path %s exists and was not written by ddpfix (no '%s'): ddpfix does not "
                              "overwrite it; set ddp_env_adopt: true to add ddpfix's block to it (its other lines are "

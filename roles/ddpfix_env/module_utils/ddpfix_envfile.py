@@ -173,7 +173,9 @@ def check_values(values):
         if not KEY_RE.match(str(k)):
             return "env key %r is not a valid variable name" % (k,)
         if not SAFE_VALUE_RE.match(str(v)):
-            return "env value %s=%r holds characters that would need quoting" % (k, v)
+            return ("env value %s=%r would need quoting, and bash (set -a; .), systemd EnvironmentFile= and docker "
+                    "--env-file would not read it alike (docker keeps quotes and backslashes): only letters, digits and "
+                    "_ . , : / = @ %% + ^ - are written" % (k, v))
     return None
 
 
@@ -190,8 +192,39 @@ def render_block(values, comment="", key_comments=None):
     return lines + [END]
 
 
-def merge(text, values, comment="", adopt=False, key_comments=None):
-    """`text` with the block set to `values`. Returns (new_text, superseded_keys).
+def parse_body(body):
+    """A block body (the rendered template): (lines, values, error).
+
+    `lines` are its lines without blank ones at either end; `values` its KEY=VALUE assignments in order. Every line
+    must be blank, a ``#`` comment or ``KEY=VALUE``; `error` names the first line that is not, a key assigned twice,
+    or a value that `check_values` refuses."""
+    lines = str(body).splitlines()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    values = {}
+    for n, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        if line != text or "=" not in text:
+            return lines, values, "env template line %d is not KEY=VALUE (no spaces around it): %r" % (n, line)
+        key, value = text.split("=", 1)
+        if key in values:
+            return lines, values, "env template line %d assigns %s a second time" % (n, key)
+        values[key] = value
+    return lines, values, check_values(values)
+
+
+def body_block(lines):
+    """The managed block's lines around a parsed body (`parse_body`)."""
+    return [BEGIN, NOTE] + [ln for ln in lines if ln.strip() not in (BEGIN, END)] + [END]
+
+
+def merge(text, values, comment="", adopt=False, block=None, key_comments=None):
+    """`text` with the block set to `values` (or to `block`, its lines, when given: a rendered template whose
+    assignments are `values`). Returns (new_text, superseded_keys).
 
     Raises NotOurs for a foreign file unless `adopt`. Lines outside the block are kept; an assignment of a
     managed key outside the block is commented out with the SUPERSEDED marker. An existing block stays where
@@ -211,7 +244,7 @@ def merge(text, values, comment="", adopt=False, key_comments=None):
         if first + 1 < len(lines) and lines[first + 1].startswith("# node "):
             drop.add(first + 1)
     out, superseded = [], []
-    block = render_block(values, comment, key_comments)
+    block = block if block is not None else render_block(values, comment, key_comments)
     for first, last, key, commented in statements(lines):
         if first in drop:
             if first == at:

@@ -256,7 +256,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
+    module.exit_json(changed=False, ansible_facts={"ddpfix_node": collect(module.params)})
+
+
+def collect(p):
+    """The node's facts for these parameters (the module's options); also run in-process by `ddpfix check --local`."""
     errors = []
     unread = []
 
@@ -357,7 +361,7 @@ def main():
         "errors": errors,
         "unread": unread + list(firewall.get("unread") or []),
     }
-    module.exit_json(changed=False, ansible_facts={"ddpfix_node": facts})
+    return facts
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""`ddpfix check --local`: a per-node check for Slurm Prolog/HealthCheckProgram, LBNL NHC or an init container."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ddpfix.app import Application, DdpfixError, ExitCode
+
+DEFAULT_CLUSTER_FILE = "/etc/ddpfix/cluster.json"
+
+
+def _nhc(check_id: str, message: str) -> str:
+    return f"ERROR: ddpfix: {check_id}: {' '.join(message.split())}"
+
+
+@click.command("check")
+@click.option("--local", "local", is_flag=True, help="Check this node, here (required: no SSH, no Ansible).")
+@click.option("--cluster-file", type=click.Path(dir_okay=False), envvar="DDPFIX_CLUSTER_FILE",
+              default=DEFAULT_CLUSTER_FILE, show_default=True,
+              help="The cluster view written by `ddpfix env --apply` [env: DDPFIX_CLUSTER_FILE].")
+@click.option("--node", metavar="NAME", help="This node's name in the cluster file (default: by hostname, then by "
+                                              "the cluster address on its interfaces).")
+@click.option("-v", "--verbose", "verbose", count=True, help="Every failure, one line each; OK line when healthy.")
+@click.pass_obj
+def command(app: Application, local: bool, cluster_file: str, node: str | None, verbose: int) -> None:
+    """Run the audit's checks that need only this node and the cluster file, in well under 2 s.
+
+    Output and exit status follow LBNL NHC: healthy: exit 0, no output (-v: one OK line); a failure: one line
+    `ERROR: ddpfix: <id>: <message>` (the first; -v: all) and exit 1; a missing or bad cluster file: exit 2.
+    Checked: hostname not on loopback, peers resolve to their cluster addresses, the cluster interface exists,
+    is up and in the CIDR, the env file exists and matches the cluster file, the firewall lets the cluster CIDR reach the
+    master port and the ephemeral range, the time daemon is synchronised, the master port is outside the ephemeral
+    range. Findings listed in the inventory's ddp_skip_findings are accepted.
+    """
+    verbose = max(verbose, app.verbosity)
+    if not local:
+        raise DdpfixError("ddpfix check runs on the node itself: pass --local (ddpfix audit checks the whole cluster)",
+                          ExitCode.INVALID_INPUT)
+    from ddpfix import clusterfile, local as loc
+
+    try:
+        cluster, doc = clusterfile.load(cluster_file)
+        if node is not None and node not in cluster.names:
+            raise DdpfixError(f"--node {node!r} is not in {cluster_file} ({', '.join(cluster.names)})",
+                              ExitCode.INVALID_INPUT)
+    except DdpfixError as exc:
+        click.echo(_nhc("cluster-file", str(exc)))
+        raise SystemExit(int(exc.code)) from None
+    me, facts = loc.collect_local(cluster, doc, node)
+    if not me:
+        click.echo(_nhc("cluster-file", f"this node ({os.uname().nodename}) is not in {cluster_file}: none of its "
+                                        "hostnames or addresses is listed (pass --node NAME)"))
+        raise SystemExit(int(ExitCode.INVALID_INPUT))
+    findings = loc.run_local(loc.local_context(cluster, doc, me, facts), me)
+    failed = loc.failures(findings)
+    for f in failed[: None if verbose else 1]:
+        click.echo(_nhc(f.id, f.message))
+    if failed:
+        sys.stdout.flush()
+        raise SystemExit(int(ExitCode.FINDINGS))
+    if verbose:
+        click.echo(f"OK: ddpfix: {me}: rank {cluster.node(me).rank} of {len(cluster.nodes)}, "
+                   f"{len(loc.LOCAL_CHECKS)} check groups passed")

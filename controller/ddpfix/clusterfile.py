@@ -1,0 +1,96 @@
+"""The cluster file (`cluster.json` next to the env file): the cluster view `ddpfix check --local` needs on a node.
+
+Written by `ddpfix env --apply` (and remediate, where it writes the env file) through the ddpfix_env role; read on
+the node, with no SSH and no Ansible, into the same `Cluster` the audit works on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from typing import TYPE_CHECKING, Any
+
+from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.inventory import Cluster
+from ddpfix.plan import hosts_block
+
+if TYPE_CHECKING:
+    from ddpfix.checks import Context
+
+SCHEMA = "ddpfix.cluster/v1"
+NAME = "cluster.json"
+
+
+def path_for(env_path: str) -> str:
+    return posixpath.join(posixpath.dirname(env_path), NAME)
+
+
+def fingerprint(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def build(ctx: Context) -> dict[str, Any]:
+    """The file's content: the same on every node (no timestamps, so rewriting it is idempotent)."""
+    c = ctx.cluster
+    return {
+        "schema": SCHEMA,
+        "master": c.master,
+        "master_port": c.master_port,
+        "cidr": ctx.cidr,
+        "nproc_per_node": c.nproc_per_node,
+        "env_path": c.env_path,
+        "env_process_vars": c.env_process_vars,
+        "firewall": c.firewall,
+        "skip_findings": list(c.skip_findings),
+        "hosts_block": fingerprint(hosts_block(ctx.plan)),
+        "nodes": [
+            {"name": n.name, "rank": n.rank, "address": ctx.plan[n.name].address, "hostname": ctx.plan[n.name].hostname,
+             "ifname": ctx.plan[n.name].ifname, "socket_ifname": n.socket_ifname}
+            for n in c.nodes
+        ],
+    }
+
+
+def _bad(path: str, why: str) -> DdpfixError:
+    return DdpfixError(f"cluster file {path}: {why}", ExitCode.INVALID_INPUT)
+
+
+def load(path: str) -> tuple[Cluster, dict[str, Any]]:
+    """(the Cluster, the document) from a cluster file; anything malformed -> exit 2 naming the field."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise _bad(path, "does not exist (written by `ddpfix env --apply`)") from None
+    except (OSError, ValueError) as exc:
+        raise _bad(path, f"cannot be read: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise _bad(path, f"schema is {doc.get('schema') if isinstance(doc, dict) else None!r}, expected {SCHEMA!r}")
+    nodes_raw = doc.get("nodes")
+    if not isinstance(nodes_raw, list) or not nodes_raw:
+        raise _bad(path, "nodes must be a non-empty list")
+    from ddpfix.inventory import cluster_from_inventory_data
+
+    hostvars: dict[str, dict[str, Any]] = {}
+    for i, n in enumerate(nodes_raw):
+        if not isinstance(n, dict) or not isinstance(n.get("name"), str) or isinstance(n.get("rank"), bool) \
+                or not isinstance(n.get("rank"), int):
+            raise _bad(path, f"nodes[{i}] needs a name and an integer rank, got {n!r}")
+        hv: dict[str, Any] = {"ansible_host": n.get("address") or n["name"], "ddp_node_rank": n["rank"]}
+        if n.get("socket_ifname"):
+            hv["ddp_socket_ifname"] = n["socket_ifname"]
+        hostvars[n["name"]] = hv
+    common = {"ddp_master": doc.get("master"), "ddp_master_port": doc.get("master_port"),
+              "ddp_cluster_cidr": doc.get("cidr") or None, "ddp_nproc_per_node": doc.get("nproc_per_node", 1),
+              "ddp_env_path": doc.get("env_path"), "ddp_env_process_vars": doc.get("env_process_vars", False),
+              "ddp_skip_findings": doc.get("skip_findings") or [], "ddp_cluster_cidr_ack_broad": True}
+    for hv in hostvars.values():
+        hv.update(common)
+    data = {"ddp_nodes": {"hosts": list(hostvars)}, "_meta": {"hostvars": hostvars}}
+    try:
+        cluster = cluster_from_inventory_data(data)
+    except DdpfixError as exc:
+        raise _bad(path, str(exc)) from None
+    return cluster, doc
+

@@ -1,0 +1,132 @@
+"""`ddpfix check --local`: the audit's checks on this node alone, with no SSH and no Ansible round trip.
+
+The node's facts come from the ``ddpfix_node_facts`` module's own collector (loaded by path, run in-process); the
+cluster view (nodes, ranks, addresses, hostnames, master, port, CIDR) from the cluster file that ``ddpfix env
+--apply`` writes next to the env file. Peers appear in the `Context` with only what the file says about them
+(hostname, cluster address), and this node's getaddrinfo answers for their hostnames stand in for the probe's, so
+the audit's check functions run unchanged. Only findings about this node are kept.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+import time
+import types
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+from unittest import mock
+
+from ddpfix import paths
+from ddpfix.checks import (Context, HostFacts, check_env, check_facts, check_firewall, check_hostnames,
+                           check_interfaces, check_master_addr, check_resolution, check_sysctls, check_time,
+                           firewall_lib, _from_placeholder)
+from ddpfix.findings import Finding, Severity, sort_key
+from ddpfix.inventory import Cluster
+from ddpfix.plan import envfile_lib
+
+#: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).
+LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, check_time, check_interfaces,
+                check_master_addr, check_sysctls, check_env)
+#: Findings that say nothing about this node's health in a prolog or health check: the master port is in use
+#: while the job runs; the others compare nodes, which one node cannot see.
+NOT_LOCAL = frozenset({"probe.port-in-use", "time.skew", "netif.mtu-mismatch", "netif.name-mismatch",
+                       "hosts.duplicate-hostname", "hosts.duplicate-machine-id", "addr.family-mismatch"})
+#: A finding of at least this severity fails the check (NHC: the node is drained).
+FAIL_AT = Severity.WARNING
+
+
+def _load(name: str, path: str, shims: Mapping[str, types.ModuleType]) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    with mock.patch.dict(sys.modules, shims):  # the module's `ansible.module_utils.*` imports, only while loading
+        spec.loader.exec_module(mod)
+    return mod
+
+
+@lru_cache(maxsize=1)
+def node_facts_module() -> types.ModuleType:
+    """roles/ddpfix_facts/library/ddpfix_node_facts.py, its module_utils imports served from the role's files
+    (Ansible itself need not be installed on the node)."""
+    utils = paths.roles_dir() / "ddpfix_facts" / "module_utils"
+    basic = types.ModuleType("ansible.module_utils.basic")
+    basic.AnsibleModule = None  # type: ignore[attr-defined]  # main() is not called here
+    nodeinfo = _load("ddpfix_nodeinfo", str(utils / "ddpfix_nodeinfo.py"), {})
+    fabric = _load("ddpfix_fabric", str(utils / "ddpfix_fabric.py"), {})
+    shims = {"ansible.module_utils.basic": basic, "ansible.module_utils.ddpfix_envfile": envfile_lib(),
+             "ansible.module_utils.ddpfix_firewall": firewall_lib(), "ansible.module_utils.ddpfix_nodeinfo": nodeinfo,
+             "ansible.module_utils.ddpfix_fabric": fabric}
+    return _load("ddpfix_node_facts", str(paths.roles_dir() / "ddpfix_facts" / "library" / "ddpfix_node_facts.py"),
+                 shims)
+
+
+def collect_local(cluster: Cluster, doc: Mapping[str, Any], node: str | None) -> tuple[str, dict[str, Any]]:
+    """(this node's name in the cluster file, its facts), read exactly as the audit's module reads them."""
+    mod = node_facts_module()
+    master = next((n for n in doc["nodes"] if n["name"] == cluster.master), None) or {}
+    me = _which(doc, node)
+    params = {"cluster_cidr": cluster.cluster_cidr or "", "master_address": master.get("address") or cluster.master,
+              "master_port": cluster.master_port, "is_master": me == cluster.master if me else False,
+              "socket_ifname": (cluster.node(me).socket_ifname if me else None) or "", "env_path": cluster.env_path,
+              "probe_listen": False, "listen_seconds": 0, "lock_path": "/run/ddpfix.lock", "run_id": "",
+              # fabric facts as the facts role reads them by default (no torch NCCL query, no launcher units)
+              "sysfs_root": "/sys", "dev_root": "/dev", "python": "", "launcher_units": [], "fi_info": ""}
+    facts = mod.collect(params)  # is_master only matters for the probe listeners, which are not started here
+    if me is None:
+        me = _match(doc, facts)
+    return me or "", facts
+
+
+def _which(doc: Mapping[str, Any], node: str | None) -> str | None:
+    if node is not None:
+        return node
+    host = socket.gethostname()
+    for n in doc["nodes"]:
+        if host in (n.get("hostname"), n["name"]):
+            return str(n["name"])
+    return None
+
+
+def _match(doc: Mapping[str, Any], facts: Mapping[str, Any]) -> str | None:
+    """This node in the file: the node whose cluster address is on one of this node's interfaces."""
+    mine = {a.get("local") for i in facts.get("interfaces") or [] for a in i.get("addrs") or []}
+    return next((str(n["name"]) for n in doc["nodes"] if n.get("address") in mine), None)
+
+
+def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict[str, Any]) -> Context:
+    """A Context holding this node's facts and, for each peer, what the cluster file says (hostname, address)."""
+    resolve = node_facts_module().resolve  # ddpfix_nodeinfo.resolve: getaddrinfo as Gloo and c10d call it
+    hosts: dict[str, HostFacts] = {}
+    peer_names: dict[str, list[str]] = {}
+    for n in doc["nodes"]:
+        name = str(n["name"])
+        if name == me:
+            continue
+        hn = n.get("hostname")
+        hosts[name] = HostFacts(name, node={"hostname": hn, "cluster": {"address": n.get("address")},
+                                            "interfaces": [], "unread": []})
+        if hn:
+            peer_names[hn] = resolve(hn) or []
+    hosts[me] = HostFacts(me, node=facts, probe={"resolve": peer_names}, collected_at=time.time())
+    return Context(cluster=cluster, hosts=hosts)
+
+
+def run_local(ctx: Context, me: str) -> list[Finding]:
+    out: list[Finding] = []
+    for check in LOCAL_CHECKS:
+        out.extend(f for f in check(ctx) if f.host == me and f.id not in NOT_LOCAL and not _from_placeholder(ctx, f))
+    skip = set(ctx.cluster.skip_findings)
+    out = [f for f in out if f.id not in skip and f"{f.id}@{me}" not in skip]
+    return sorted(dict.fromkeys(out), key=sort_key)
+
+
+#: Failures here whatever their audit severity: with a cluster file on the node, a missing env file means the job's
+#: launcher finds no values (the audit reports it as info: nothing has been written yet).
+ALWAYS_FAIL = frozenset({"env.missing"})
+
+
+def failures(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity >= FAIL_AT or f.id in ALWAYS_FAIL]
