@@ -36,7 +36,8 @@ def _readme_commands(text: str) -> list[str]:
             continue
         code = fenced or line.startswith("    ")
         s = line.strip()
-        if code and re.match(r"^(sudo\s+(\S+=\S+\s+)*)?\S*ddpfix\s", s):
+        if code and re.match(r"^(sudo\s+(\S+=\S+\s+)*)?\S*ddpfix\s", s) and not re.match(r"^ddpfix \S+:", s):
+            # (a line of ddpfix's own output, "ddpfix audit: 3 hosts ...", is not a command)
             j = i + 1
             while j < len(lines) and lines[j].startswith("    ") and lines[j].strip().startswith("["):
                 s += " " + lines[j].strip()
