@@ -187,6 +187,23 @@ def test_bind_mounted_hosts_file_remediated(broken: Any) -> None:
     assert got == broken.nodes[1].address
 
 
+def test_symlinked_hosts_file_is_edited_at_its_target(temp_lab: Any) -> None:
+    """node3's /etc/hosts is a symlink (managed elsewhere): the block goes into the target, the link stays a link;
+    a second apply changes nothing."""
+    info = temp_lab(nodes=3, scenario="hostname-loopback", wait_sync=False)
+    inv = str(info.inventory)
+    lab.node_exec(info.name, "node3", ["sh", "-c", "mkdir -p /etc/hosts.d && mv /etc/hosts /etc/hosts.d/cluster"
+                                                   " && ln -s hosts.d/cluster /etc/hosts"])
+    code, doc = ddpfix_json(inv, "remediate", "--apply", "--only", "hosts.hostname-loopback")
+    assert code == 0, (doc.get("failed_hosts"), doc.get("refused"))
+    link = lab.node_exec(info.name, "node3", ["readlink", "/etc/hosts"]).stdout.strip()
+    assert link == "hosts.d/cluster"
+    target = lab.node_exec(info.name, "node3", ["cat", "/etc/hosts.d/cluster"]).stdout
+    assert "# BEGIN ddpfix managed block" in target and not re.search(r"^127\.0\.1\.1\s+node3", target, re.M)
+    code, again = ddpfix_json(inv, "remediate", "--apply", "--only", "hosts.hostname-loopback")
+    assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
+
+
 @pytest.mark.torch
 def test_second_apply_changes_nothing_and_torch_passes(broken: Any) -> None:
     pytest.importorskip("torch")

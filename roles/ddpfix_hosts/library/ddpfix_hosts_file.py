@@ -117,7 +117,12 @@ def main():
         ),
         supports_check_mode=True,
     )
-    path = module.params["path"]
+    link = module.params["path"]
+    # a symlinked hosts file (managed elsewhere, e.g. /etc/hosts -> /etc/hosts.d/cluster) is edited at its
+    # target, and the link stays a link; a dangling link is refused
+    path = os.path.realpath(link)
+    if os.path.islink(link) and not os.path.exists(path):
+        module.fail_json(msg="refused: %s is a symlink to %s, which does not exist; nothing changed" % (link, path))
     try:
         with open(path) as f:
             before = f.read()
@@ -129,8 +134,8 @@ def main():
         if problem:
             module.fail_json(msg="refused: %s; %s not changed" % (problem, path))
     after, removed = render(before, entries)
-    result = dict(changed=before != after, removed=removed, diff={"before": before, "after": after,
-                                                                     "before_header": path, "after_header": path})
+    result = dict(changed=before != after, removed=removed, target=path if path != link else None,
+                  diff={"before": before, "after": after, "before_header": path, "after_header": path})
     if result["changed"] and not module.check_mode:
         if module.params["backup"]:
             result["backup_file"] = module.backup_local(path)
