@@ -178,8 +178,9 @@ def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
 def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosity: int,
               progress: Progress | None, findings: Iterable[Finding]) -> list[dict[str, Any]]:
     run = run_playbook(
-        "verify_torch.yml", cluster.inventories, extravars={"ddpfix_target": GROUP}, limit=limit, forks=forks,
-        n_hosts=len(cluster.nodes), verbosity=verbosity, on_event=progress.on_event if progress else None,
+        # every node at once, whatever the fork cap: a rendezvous needs all of them started together
+        "verify_torch.yml", cluster.inventories, extravars={"ddpfix_target": GROUP}, limit=limit,
+        forks=max(forks or 0, len(cluster.nodes)), n_hosts=len(cluster.nodes), verbosity=verbosity, on_event=progress.on_event if progress else None,
         name="verify-torch",
     )
     ids: dict[str, set[str]] = {}
@@ -319,7 +320,8 @@ def run_nccl(ctx: Context, *, sizes: tuple[int, ...], iters: int, min_busbw: flo
     def one(extravars: dict[str, Any], hosts: list[str], name: str) -> dict[str, dict[str, Any]]:
         lim = ",".join(hosts)
         run = run_playbook("verify_torch.yml", cluster.inventories, extravars={**base, **extravars},
-                           limit=lim if not limit else f"{limit}:&{lim}", forks=forks, n_hosts=len(hosts),
+                           limit=lim if not limit else f"{limit}:&{lim}", forks=max(forks or 0, len(hosts)),
+                           n_hosts=len(hosts),
                            verbosity=verbosity, on_event=progress.on_event if progress else None, name=name)
         out = {}
         for h in hosts:
