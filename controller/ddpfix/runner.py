@@ -381,7 +381,9 @@ def run_playbook(
         hosts.setdefault(h, HostResult(name=h)).unreachable = True
     locked: dict[str, list[str]] = {}  # message -> nodes
     for h, hr in sorted(hosts.items()):
-        if any(t.status == "failed" and t.task.startswith(NODE_LOCK_TASK) for t in hr.tasks):
+        # only a lock another run holds is "locked" (exit 5); a lock module that broke is a failure of that host
+        if any(t.status == "failed" and t.task.startswith(NODE_LOCK_TASK) and "is held by" in hr.message
+               for t in hr.tasks):
             locked.setdefault(hr.message, []).append(h)
     if locked:
         what = "; ".join(f"{', '.join(nodes)}: {msg}" for msg, nodes in locked.items())

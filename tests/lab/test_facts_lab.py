@@ -26,6 +26,7 @@ USER, UID = "ddpuser", 4242
 
 def audit(inv: str, *args: str) -> tuple[int, str]:
     r = CliRunner().invoke(cli, ["-i", inv, "audit", *args], catch_exceptions=False)
+    assert r.stdout, (r.exit_code, r.stderr)
     return r.exit_code, r.stdout
 
 

@@ -73,6 +73,18 @@ def write_lock(path, holder):
 
 
 def present(module, path, holder, stale_s):
+    try:
+        return _present(module, path, holder, stale_s)
+    except (IOError, OSError) as exc:
+        if getattr(exc, "errno", None) not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        # An SSH user who may not write /run (no root, no become) can change nothing on this node either: the run
+        # goes on without the node lock (the controller's lock still keeps runs from one controller apart).
+        return dict(holder=holder, taken_over=None,
+                    unlocked="node lock %s not taken: %s (uid %d)" % (path, exc.strerror, os.getuid()))
+
+
+def _present(module, path, holder, stale_s):
     # serialises read-decide-write on this node: a flock on the lock's directory (no extra file left behind)
     guard = os.open(os.path.dirname(path) or "/", os.O_RDONLY)
     try:
