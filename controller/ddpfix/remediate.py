@@ -257,8 +257,16 @@ def failures_of(run: RunResult) -> dict[str, str]:
     for h, r in sorted(run.hosts.items()):
         if not (r.failed or r.unreachable):
             continue
-        bad = next((t for t in reversed(r.tasks) if t.status in ("failed", "unreachable")), None)
-        out[h] = f"{bad.task}: {r.message}" if bad else r.message
+        # the last failure of a step (a rescue's report, e.g. "reverted"); a node lock release failing afterwards
+        # (the node went away) only follows from it
+        failures = [t for t in r.tasks if t.status in ("failed", "unreachable")]
+        bad = next((t for t in reversed(failures) if not t.task.startswith("lock |")),
+                   failures[-1] if failures else None)
+        if bad is None:
+            out[h] = r.message
+            continue
+        msg = bad.res.get("msg") or bad.res.get("stderr") or r.message if isinstance(bad.res, dict) else r.message
+        out[h] = f"{bad.task}: {' '.join(str(msg).split())[:400]}"
     return out
 
 
