@@ -793,7 +793,7 @@ def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
     from ddpfix.checks import DEPENDS_ON, MASTER_ONLY, SOUND_ON_PARTIAL
 
     assert set(DEPENDS_ON) | MASTER_ONLY | SOUND_ON_PARTIAL <= set(RULES)
-    doc = (ROOT / "roles" / "ddpfix_facts" / "library" / "ddpfix_node_facts.py").read_text()
+    doc = (ROOT / "plugins" / "modules" / "ddpfix_node_facts.py").read_text()
     for src in set().union(*DEPENDS_ON.values()):
         assert f"C({src})" in doc, src
 
