@@ -46,7 +46,7 @@ def collect_local(cluster: Cluster, doc: Mapping[str, Any], node: str | None) ->
     params = {"cluster_cidr": cluster.cluster_cidr or "", "master_address": master.get("address") or cluster.master,
               "master_port": cluster.master_port, "is_master": me == cluster.master if me else False,
               "socket_ifname": (cluster.node(me).socket_ifname if me else None) or "", "env_path": cluster.env_path,
-              "probe_listen": False, "listen_seconds": 0, "lock_path": "/run/ddpfix.lock", "run_id": "",
+              "probe": None, "lock_path": "/run/ddpfix.lock", "run_id": "",
               # fabric facts as the facts role reads them by default (no torch NCCL query, no launcher units)
               "sysfs_root": "/sys", "dev_root": "/dev", "python": "", "launcher_units": [], "fi_info": ""}
     facts = mod.collect(params)  # is_master only matters for the probe listeners, which are not started here

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ddpfix.app import Application, ExitCode
-from ddpfix.audit import run_audit
+from ddpfix.audit import probe_rounds, run_audit
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import Thresholds, not_evaluated
 from ddpfix.cli.common import (cluster_of, emit, global_options, host_summaries, output_options, probe_options,
@@ -45,7 +45,8 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
                    host_summaries(ctx.hosts, ctx.plan, ctx.cluster, not_evaluated(ctx, result.findings)), findings,
                    {"cluster": {"master": cluster.master, "master_port": cluster.master_port, "cidr": ctx.cidr,
                                 "world_size": cluster.world_size},
-                    "matrix": grid if probe else None},
+                    "matrix": grid if probe else None,
+                    "probe_rounds": probe_rounds(ctx) if probe else None},
                    skipped=skipped)
     threshold = Severity.parse(fail_on)
     failing = [f for f in findings if f.severity >= threshold]
