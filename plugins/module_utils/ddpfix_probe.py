@@ -157,16 +157,16 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
     kinds = dict((id(s), k) for s, k in socks)
 
     def dial(i, t):
-        first, attempts, r = time.time(), 0, None
+        first, attempts, r, last = time.time(), 0, None, None
         while True:
             attempts += 1
-            r = tcp_connect(t["address"], t["port"], bind_address, bind_ifname,
-                            max(0.1, min(timeout, dial_until - time.time())))
+            last = time.time()  # the start of the last attempt: the controller checks the listener was up then
+            r = tcp_connect(t["address"], t["port"], bind_address, bind_ifname, timeout)  # a full timeout each
             if r["ok"] or time.time() + 0.2 >= dial_until or stop.is_set():
                 break
             stop.wait(0.2)
         r.update(name=t.get("name"), address=t["address"], port=int(t["port"]), kind=t.get("kind", "peer"),
-                 attempts=attempts, first_try=round(first, 3), last_try=round(time.time(), 3))
+                 attempts=attempts, first_try=round(first, 3), last_try=round(last, 3))
         results[i] = r
 
     threads = [threading.Thread(target=dial, args=(i, t)) for i, t in enumerate(targets)]

@@ -187,7 +187,9 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
     args = dict(targets=list(spec.get("targets") or []), expect=expect, bind_address=addr,
                 bind_ifname=cluster.get("ifname") or "", timeout=float(spec.get("timeout") or 2.0),
                 dial_until=now + (float(spec.get("hold") or 120) if detach else wait),
-                hold_until=now + (float(spec.get("hold") or 120) if detach else wait),
+                # a listener outlives the dials by one connect timeout and a margin: a peer that started a little
+                # later still finds it up during its last attempt
+                hold_until=now + (float(spec.get("hold") or 120) if detach else wait + float(spec.get("timeout") or 2.0) + 3),
                 lock_path=lock_path, run_id=run_id)
     result_path = None
     if detach:
