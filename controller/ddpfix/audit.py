@@ -29,8 +29,10 @@ class AuditResult:
     run: RunResult
 
 
-def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeout: float, forks: int,
+def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeout: float, forks: int | None = None,
                     probe_port: int | None = None) -> dict[str, object]:
+    """The audit play's variables. `forks`: Ansible's forks for the run (None: every node at once); below the
+    number of nodes the probers run detached and a second task collects them."""
     port = probe_port or random.Random().randint(*PROBE_PORTS)
     return {
         "ddpfix_target": GROUP,
@@ -44,7 +46,7 @@ def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeo
         "ddpfix_facts_probe_peers": probe_peers,
         "ddpfix_facts_probe_timeout": probe_timeout,
         "ddpfix_facts_probe_port": port if port != cluster.master_port else port + 1,
-        "ddpfix_facts_forks": forks,
+        "ddpfix_facts_forks": forks or len(cluster.nodes),
     }
 
 

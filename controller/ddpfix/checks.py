@@ -367,8 +367,9 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
 
 def probe_not_evaluated(ctx: Context, c: Mapping[str, Any]) -> str | None:
     """Why a failed connect says nothing about the network (None: it does): the target did not run or was not
-    read, its listener could not start, or its listener was not up when the last attempt was made (it started or
-    ended outside the dialer's retries). A connect that succeeded is always evaluated."""
+    read, its listener could not start, or it was refused while the target's listener was not up (the last attempt
+    fell outside the listener's life: it started or ended outside the dialer's retries). A connect that succeeded
+    is always evaluated."""
     target = c.get("name")
     tf = ctx.facts.get(str(target)) if target is not None else None
     if not tf:
@@ -381,6 +382,10 @@ def probe_not_evaluated(ctx: Context, c: Mapping[str, Any]) -> str | None:
         return f"{target} has no probe listener"
     if kind == "master" and not tp.get("master_port_listening") and ctx.cluster.master_port not in (tf.get("listening") or []):
         return f"nothing listened on {target}'s master port"
+    if "ECONNREFUSED" not in str(c.get("error") or ""):
+        return None  # an ICMP reject or a timeout comes from the path, whether or not the listener was up yet
+    if kind == "master" and not tp.get("master_port_listening"):
+        return None  # the master port's listener is a job's, up all along
     last, up, down = c.get("last_try"), tp.get("up_at"), tp.get("down_at")
     if isinstance(last, (int, float)) and isinstance(up, (int, float)) and isinstance(down, (int, float)):
         if not up <= last <= down:
@@ -428,7 +433,13 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
     want_of = {hn: ctx.plan[peer].address for hn, peer in peers.items() if hn not in dup}
     families: dict[str, set[int]] = {}
     for name, f in ctx.audited():
-        res = (ctx.hosts[name].probe or {}).get("resolve") or {}
+        pr = ctx.hosts[name].probe or {}
+        res = pr.get("resolve") or {}
+        if isinstance(pr.get("checked"), int) and pr["checked"] > len(res):
+            # the node reports deviations only: the names it does not list resolved to the address expected
+            mine = ctx.plan[name].address if name in ctx.plan else None
+            if mine:
+                families.setdefault(name, set()).add(6 if ":" in mine else 4)
         for hn, addrs in res.items():
             if hn not in want_of or peers[hn] == name:
                 continue

@@ -162,7 +162,9 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             attempts += 1
             last = time.time()  # the start of the last attempt: the controller checks the listener was up then
             r = tcp_connect(t["address"], t["port"], bind_address, bind_ifname, timeout)  # a full timeout each
-            if r["ok"] or time.time() + 0.2 >= dial_until or stop.is_set():
+            # only "connection refused" may mean the peer's listener is not up yet; any other answer (an ICMP
+            # reject, a timeout) comes from the path itself, and repeating it would only meet ICMP rate limits
+            if r["ok"] or "ECONNREFUSED" not in (r["error"] or "") or time.time() + 0.2 >= dial_until or stop.is_set():
                 break
             stop.wait(0.2)
         r.update(name=t.get("name"), address=t["address"], port=int(t["port"]), kind=t.get("kind", "peer"),
