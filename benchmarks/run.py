@@ -204,6 +204,7 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
     out["span_s"] = round(ts(evs[-1]) - ts(evs[0]), 3)
     tasks: dict[str, dict[str, Any]] = {}
     order: list[str] = []
+    probes: dict[str, list[dict[str, Any]]] = {}
     for e in evs:
         d = e.get("event_data") or {}
         kind = e.get("event", "")
@@ -218,11 +219,12 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
             if d.get("duration") is not None:
                 t["durations"].append(float(d["duration"]))
             t["hosts"] += 1
-            if kind == "runner_on_ok" and str(d.get("task", "")).startswith("probe | Resolve peers"):
-                cs = (d.get("res") or {}).get("connects") or []
-                out["probe_connects"] += len(cs)
-                out["probe_connects_ok"] += sum(1 for c in cs if c.get("ok"))
-                out["probe_hosts"] += 1
+            node = ((d.get("res") or {}).get("ansible_facts") or {}).get("ddpfix_node") or {}
+            if kind == "runner_on_ok" and "connects" in (node.get("probe") or {}):
+                probes[d.get("host")] = node["probe"]["connects"] or []  # the last result per host
+    out["probe_hosts"] = len(probes)
+    out["probe_connects"] = sum(len(cs) for cs in probes.values())
+    out["probe_connects_ok"] = sum(1 for cs in probes.values() for c in cs if c.get("ok"))
     for name in order:
         t = tasks[name]
         durs = t["durations"]
