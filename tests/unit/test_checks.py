@@ -790,11 +790,11 @@ def test_hidden_processes_withdraw_time_no_daemon(sim: Sim) -> None:
 
 
 def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
-    from ddpfix.checks import DEPENDS_ON, MASTER_ONLY, SOUND_ON_PARTIAL
+    from ddpfix import rules
 
-    assert set(DEPENDS_ON) | MASTER_ONLY | SOUND_ON_PARTIAL <= set(RULES)
+    assert set(rules.depends_on()) | rules.master_only() | rules.sound_on_partial() <= set(RULES)
     doc = (ROOT / "roles" / "ddpfix_facts" / "library" / "ddpfix_node_facts.py").read_text()
-    for src in set().union(*DEPENDS_ON.values()):
+    for src in set().union(*rules.depends_on().values()):
         assert f"C({src})" in doc, src
 
 

@@ -12,6 +12,7 @@ from ddpfix.causes import attribute_causes
 from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, split_skipped
 from ddpfix.findings import RULES, Finding
+from ddpfix.rules import fixable_ids
 from ddpfix.progress import Progress
 from ddpfix.remediate import (build_plan, cluster_files_refusal, failures_of, not_effective, preflight,
                               remaining_fixable, run_remediation)
@@ -21,7 +22,8 @@ from ddpfix.report import document
 @click.command("remediate")
 @global_options
 @click.option("--apply", "apply", is_flag=True, help="Make the changes (default: dry run, nothing touched).")
-@click.option("--only", help="Comma-separated finding ids to fix (default: every fixable finding).")
+@click.option("--only", help="Comma-separated finding ids to fix (default: every fixable finding): "
+              + ", ".join(fixable_ids()) + ".")
 @click.option("--allow-partial", is_flag=True, help="Write env files even when some nodes are unreachable.")
 @click.option("--pin-ifnames", is_flag=True,
               help="Also write a systemd .link file pinning each node's cluster NIC name to its MAC (effective at next boot).")
@@ -41,6 +43,10 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         unknown = sorted(only_ids - set(RULES))
         if unknown:
             raise DdpfixError(f"--only: unknown finding id(s): {', '.join(unknown)}", ExitCode.INVALID_INPUT)
+        detect_only = [i for i in RULES if i in only_ids and not RULES[i].fixable]
+        if detect_only:
+            raise DdpfixError(f"--only: not fixed by remediate (detect-only): {', '.join(detect_only)}; fixable ids: "
+                              f"{', '.join(fixable_ids())}", ExitCode.INVALID_INPUT)
     cluster = cluster_of(app)
     quiet = fmt not in ("text", "table")
     err = Console(stderr=True, soft_wrap=True)
