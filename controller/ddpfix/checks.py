@@ -737,6 +737,51 @@ def check_sysctls(ctx: Context) -> Iterable[Finding]:
                       f"net.core.somaxconn = {sc['somaxconn']}", want=max(4096, 2 * world))
 
 
+RP_FILTER_STRICT = 1  # net.ipv4.conf.*.rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
+
+
+@rules(
+    Rule("net.rp-filter-strict", W,
+         "strict reverse-path filtering (rp_filter 1, the larger of conf.all and the interface's) on the cluster "
+         "interface of a node with more than one IPv4 interface: cluster packets whose route back leaves by another "
+         "interface are dropped without a trace",
+         "Use loose mode on {ifname}: sysctl -w net.ipv4.conf.{ifname}.rp_filter=2 and persist it as "
+         "net.ipv4.conf.{ifname}.rp_filter = 2 in /etc/sysctl.d/90-ddpfix-rp-filter.conf (the kernel uses the larger "
+         "of conf.all and conf.{ifname}, so 2 wins over a strict conf.all). A warning, not an error: strict mode only "
+         "drops a packet when the route back to its source leaves by another interface (a default route or "
+         "host route on {others}), which depends on routes and peers' addresses. Not changed automatically.",
+         reads=frozenset({"interfaces", "rp_filter"})),
+)
+def check_rp_filter(ctx: Context) -> Iterable[Finding]:
+    for name, f in ctx.audited():
+        rp = (f.get("sysctl") or {}).get("rp_filter")
+        ifname = ctx.plan[name].ifname
+        if not isinstance(rp, Mapping) or not ifname:
+            continue  # facts of a ddpfix that did not read rp_filter; no cluster interface (netif.missing)
+        homed = [i for i in f.get("interfaces") or []
+                 if _inet(i) and "LOOPBACK" not in (i.get("flags") or []) and "UP" in (i.get("flags") or [])]
+        if len(homed) < 2:
+            continue
+        try:
+            values = {k: int(rp[k]) for k in ("all", ifname) if k in rp}
+        except (TypeError, ValueError):
+            continue
+        if ifname not in values:
+            continue
+        effective = max(values.values())
+        if effective != RP_FILTER_STRICT:
+            continue
+        others = [i["name"] for i in homed if i.get("name") != ifname]
+        yield finding("net.rp-filter-strict", name,
+                      f"{ifname}, the cluster interface of {name}, filters reverse paths strictly while {name} has "
+                      f"{len(homed)} IPv4 interfaces: cluster traffic whose route back leaves by "
+                      f"{', '.join(others)} is dropped",
+                      f"net.ipv4.conf.all.rp_filter = {values.get('all', '?')}, "
+                      f"net.ipv4.conf.{ifname}.rp_filter = {values[ifname]} (effective {effective}, strict); "
+                      "IPv4 interfaces: " + ", ".join(f"{i['name']} {','.join(_inet(i))}" for i in homed),
+                      ifname=ifname, others=", ".join(others))
+
+
 # ---------------------------------------------------------------- env files
 
 
