@@ -479,11 +479,15 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
     Rule("time.no-daemon", W, "no chronyd/ntpd/timesyncd/ptp4l running",
          "Install and run chrony with common servers (ddp_ntp_servers) or the master as local source "
          "(ddp_ntp_local_master).",
-         remedies=(CHRONY,), reads=frozenset({"processes"})),
+         remedies=(CHRONY,), reads=frozenset({"processes"}),
+         still_open="chronyd was started but is not running: see its log on the node"),
     Rule("time.unsynchronized", W, "chrony not synchronised, or its offset above 0.1 s",
          "Give chrony reachable sources (ddp_ntp_servers or ddp_ntp_local_master) with iburst and makestep; ddpfix "
          "remediate configures it.",
-         remedies=(CHRONY,), reads=frozenset({"processes", "chronyc"})),
+         remedies=(CHRONY,), reads=frozenset({"processes", "chronyc"}),
+         still_open="chronyd runs with the ddpfix sources but has not synchronised to them: check that the sources "
+                    "answer NTP from this node and that chronyd reads the configuration ddpfix edited "
+                    "(ddpfix_chrony_conf_path)"),
     Rule("time.skew", W, "clock readings differ between nodes by more than `--max-skew` (1 s)",
          "Synchronise every node to the same sources (chrony); elastic rendezvous heartbeats compare wall clocks."),
 )

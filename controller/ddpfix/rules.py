@@ -66,6 +66,7 @@ class Rule:
     #: still reported when a source it reads was not read (true on partial facts; otherwise withdrawn)
     sound_on_partial: bool = False
     manual: str = ""  # README "auto-fixed" column of a detect-only rule, e.g. "ddpfix only adds CIDR rules"
+    still_open: str = ""  # remediate --apply: what to look at when the finding is still open after its fix ran
 
     @property
     def fixable(self) -> bool:

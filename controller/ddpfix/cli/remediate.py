@@ -142,16 +142,8 @@ def _exit_line(code: ExitCode, apply: bool, remaining: list, failed: dict, refus
     return f"exit 1: {', '.join(parts) or 'see above'}"
 
 
-_WHY_NOT_EFFECTIVE = {
-    "time.unsynchronized": "chronyd runs with the ddpfix sources but has not synchronised to them: check that the "
-                           "sources answer NTP from this node and that chronyd reads the configuration ddpfix edited "
-                           "(ddpfix_chrony_conf_path)",
-    "time.no-daemon": "chronyd was started but is not running: see its log on the node",
-}
-
-
 def _not_effective_text(f: Finding) -> str:
-    why = _WHY_NOT_EFFECTIVE.get(f.id)
+    why = RULES[f.id].still_open
     return (f"{f.id} on {f.host or 'the cluster'} is still open after the fix was applied (the fix did not take "
             f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 
