@@ -225,6 +225,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from ddpfix import rules as _registry  # the imported module holds the registry, not __main__
-
-    raise SystemExit(_registry.main())
+    # run the imported module (the one the checks register with), not this __main__ copy
+    raise SystemExit(importlib.import_module("ddpfix.rules").main())

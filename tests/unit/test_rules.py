@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from conftest import ROOT
 from ddpfix import rules
 from ddpfix.remediate import HostPlan
@@ -97,7 +96,7 @@ def test_registry_is_well_formed() -> None:
 
 def test_readme_findings_table_is_the_registry() -> None:
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- rules:begin -->\n(.*?)<!-- rules:end -->", text, re.S)
+    m = re.search(r"<!-- rules:begin -->\n(.*?)<!-- rules:end -->", text, re.DOTALL)
     assert m, "README.md has no <!-- rules:begin --> ... <!-- rules:end --> section"
     assert m.group(1) == rules.markdown(), (
         "README.md's findings table differs from the registry: regenerate it with "
@@ -116,7 +115,6 @@ def test_markdown_generator_runs_as_a_module() -> None:
 
 def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
     from conftest import Sim
-
     from ddpfix import checks
     from ddpfix.findings import finding
 
@@ -135,7 +133,6 @@ def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
 
 def test_only_accepts_fixable_ids(tmp_path: Path) -> None:
     from click.testing import CliRunner
-
     from ddpfix.cli import cli
 
     inv = tmp_path / "hosts.yml"

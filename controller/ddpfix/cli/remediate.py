@@ -12,11 +12,11 @@ from ddpfix.causes import attribute_causes
 from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, split_skipped
 from ddpfix.findings import RULES, Finding
-from ddpfix.rules import fixable_ids
 from ddpfix.progress import Progress
 from ddpfix.remediate import (build_plan, cluster_files_refusal, failures_of, not_effective, preflight,
                               remaining_fixable, run_remediation)
 from ddpfix.report import document
+from ddpfix.rules import fixable_ids
 
 
 @click.command("remediate")

@@ -40,7 +40,7 @@ class Expect:
 
     id: str  # finding id
     host: str | None  # inventory name (node1..node3); None: cluster-wide
-    evidence: Callable[["LabInfo"], list[str]]  # substrings the finding's evidence must contain, from the lab's facts
+    evidence: Callable[[LabInfo], list[str]]  # substrings the finding's evidence must contain, from the lab's facts
 
 
 @dataclass(frozen=True)
