@@ -7,18 +7,16 @@ loaded here so the one implementation serves both sides.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
-from ddpfix import paths
+from ddpfix import collection
 from ddpfix import rules as registry
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
@@ -119,14 +117,8 @@ def unread_of(facts: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
-@lru_cache(maxsize=1)
 def firewall_lib() -> ModuleType:
-    path = paths.roles_dir() / "ddpfix_facts" / "module_utils" / "ddpfix_firewall.py"
-    spec = importlib.util.spec_from_file_location("ddpfix_firewall", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return collection.module_utils("ddpfix_firewall")
 
 
 def _cluster_if(actual: str | None) -> str:

@@ -850,7 +850,7 @@ def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
     from ddpfix import rules
 
     assert set(rules.depends_on()) | rules.master_only() | rules.sound_on_partial() <= set(RULES)
-    doc = (ROOT / "roles" / "ddpfix_facts" / "library" / "ddpfix_node_facts.py").read_text()
+    doc = (ROOT / "plugins" / "modules" / "ddpfix_node_facts.py").read_text()
     for src in set().union(*rules.depends_on().values()):
         assert f"C({src})" in doc, src
 

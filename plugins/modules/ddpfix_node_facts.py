@@ -65,10 +65,10 @@ import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddpfix_envfile import managed_text, outside_keys, ownership, redact_values
-from ansible.module_utils.ddpfix_fabric import collect as collect_fabric
-from ansible.module_utils.ddpfix_firewall import collect as collect_firewall
-from ansible.module_utils.ddpfix_nodeinfo import (
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import managed_text, outside_keys, ownership, redact_values
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fabric import collect as collect_fabric
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_firewall import collect as collect_firewall
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
     cluster_interface,
     interface_facts,
     parse_env_file,
