@@ -468,6 +468,7 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     import contextlib
     import io
     import json
+    import warnings
     import sys
 
     loaded = sys.modules.get("ansible.constants")
@@ -486,7 +487,8 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
 
         quiet = io.StringIO()  # Ansible's warnings (a source no plugin parsed) stay out of ddpfix's output
         try:
-            with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
+            with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "AnsibleCollectionFinder has already been configured" (2nd read)
                 init_plugin_loader([])
                 loader = DataLoader()
                 inventory = InventoryManager(loader=loader, sources=[str(Path(i).resolve()) for i in inventories])
