@@ -420,6 +420,7 @@ def render_summary(sm: dict[str, Any]) -> str:
          f"- load average (1/5/15 min) before: {'/'.join(f'{x:.2f}' for x in sm.get('load_before') or [])}, after: "
          f"{'/'.join(f'{x:.2f}' for x in sm.get('load_after') or [])}; other labs before: "
          f"{', '.join(sm.get('other_labs_before') or []) or 'none'} (the machine is shared: other sessions' tests ran)",
+         *[f"- note: {n}" for n in sm.get("notes") or []],
          "", "## Audit vs setup-network vs the raw-SSH floor", "",
          "| N | forks | rounds | audit wall s | setup wall s | raw ssh wall s | audit/setup | audit/raw | audit CPU s | setup CPU s | CPU audit/setup | probe connects ok | 1-min load (median) |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

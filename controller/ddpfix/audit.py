@@ -17,6 +17,8 @@ from ddpfix.runner import RunResult, TaskResult, run_playbook
 FACTS_TASK = "lock | Take the ddpfix node lock, collect node facts"
 #: Only when the nodes do not all run at once: the detached probers' results (set_fact into ddpfix_node).
 PROBE_FACT_TASK = "probe | Keep the probe result"
+#: Tag of the second round's tasks (collect detached probers), left out when every node runs at once.
+COLLECT_TAG = "ddpfix_facts_collect"
 #: Probe listener ports are picked per run inside the default ephemeral range (32768-60999), away from its ends.
 PROBE_PORTS = (40000, 59999)
 
@@ -94,6 +96,8 @@ def collect(
         extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
         limit=limit,
         forks=forks,
+        # every node at once: the second round's tasks are left out of the play, not skipped per node
+        skip_tags=COLLECT_TAG if nforks >= len(cluster.nodes) or not probe else None,
         n_hosts=len(cluster.nodes),
         verbosity=verbosity,
         on_event=progress.on_event if progress else None,
