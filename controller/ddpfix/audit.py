@@ -7,14 +7,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpfix.causes import attribute_causes
-from ddpfix.checks import (Context, HostFacts, Thresholds, active_firewalls, not_evaluated, parse_event_time,
-                           run_checks, unread_of)
+from ddpfix.checks import (
+    Context,
+    HostFacts,
+    Thresholds,
+    active_firewalls,
+    not_evaluated,
+    parse_event_time,
+    run_checks,
+    unread_of,
+)
 from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import GROUP, Cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.plan import NodePlan
-from ddpfix.report import document
 from ddpfix.progress import Progress
+from ddpfix.report import document
 from ddpfix.runner import RunResult, TaskResult, run_playbook
 
 FACTS_TASK = "facts | Collect node facts"
@@ -195,7 +203,8 @@ def split_skipped(findings: list[Finding], skip: str | None, cluster: Cluster) -
     rules = set(cluster.skip_findings) | set(parse_skip(skip or "", "--skip"))
     if not rules:
         return findings, []
-    kept, skipped = [], []
+    kept: list[Finding] = []
+    skipped: list[Finding] = []
     for f in findings:
         (skipped if f.id in rules or f"{f.id}@{f.host or 'cluster'}" in rules else kept).append(f)
     return kept, skipped

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Action plugin ddpfix.cluster.ddpfix_analyze: the controller's analysis of the facts play, run once on the controller.
 
 The cluster comes from the inventory the play sees (`groups`, `hostvars`), each node's facts from
@@ -14,8 +13,10 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import ddpfix, inventory_tree
+from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
+    ddpfix,
+    inventory_tree,
+)
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "mode": {"type": "str", "choices": ["audit", "plan"], "default": "audit"},
@@ -46,7 +47,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         app = ddpfix("ddpfix.app")
         try:
             result.update(self._analyze(args, task_vars))

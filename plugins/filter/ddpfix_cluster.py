@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Jinja filter: the cluster view `ddpfix` derives from the inventory (master, port, rank order, cluster network,
 env file path), for the facts play when the CLI does not pass it. Calls the `ddpfix` package's own inventory code."""
 
@@ -7,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import ddpfix, inventory_tree
+from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
+    ddpfix,
+    inventory_tree,
+)
 
 
 def ddpfix_cluster_vars(groups: Any, hostvars: Any) -> dict[str, Any]:
@@ -22,6 +23,6 @@ def ddpfix_cluster_vars(groups: Any, hostvars: Any) -> dict[str, Any]:
             "env_path": c.env_path, "order": c.names}
 
 
-class FilterModule(object):
+class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"ddpfix_cluster_vars": ddpfix_cluster_vars}

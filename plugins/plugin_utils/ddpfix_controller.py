@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Controller-side plugins (action ddpfix_analyze, filter ddpfix_cluster_vars) import the `ddpfix` Python package:
 installed in the Python that runs ansible-playbook (the CLI's wheel, an execution environment), or, in a checkout
 of this repository without an install, the package next to the collection (`<collection root>/controller`)."""
@@ -9,7 +8,6 @@ import importlib
 import os
 import sys
 from typing import Any
-
 
 #: The collection root: plugins/plugin_utils/<this file> -> ../..
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

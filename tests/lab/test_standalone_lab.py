@@ -46,7 +46,7 @@ def env(tmp: Path, **extra: str) -> dict[str, str]:
 def playbook(name: str, inventory: Path, *args: str, tmp: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).parent / "ansible-playbook"
     return subprocess.run([str(exe), "-i", str(inventory), str(PLAYBOOKS / name), *args], capture_output=True,
-                          text=True, timeout=600, env=env(tmp, **extra_env), cwd=str(tmp))
+                          text=True, timeout=600, env=env(tmp, **extra_env), cwd=str(tmp), check=False)
 
 
 def keys(doc: dict[str, Any]) -> set[tuple[str, str | None, str]]:
@@ -70,7 +70,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def cli_doc(lab_info, work: Path) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", "-i", str(lab_info.inventory),
-                        "audit", "--format", "json"], capture_output=True, text=True, timeout=300, env=env(work))
+                        "audit", "--format", "json"], capture_output=True, text=True, timeout=300, env=env(work),
+                       check=False)
     assert r.returncode == 1, r.stderr[-3000:]
     return json.loads(r.stdout)
 
