@@ -10,8 +10,9 @@ probe.peer-unreachable on the nodes that dial it). In order:
   cache, then the analysis alone (`-e ddpfix_collect=false`) reads it. Every finding from facts is the single
   run's. Probes need both ends at once: a slice dials only the nodes of that slice (never a listener of another
   slice, which is gone), so the probe findings over the cache are a subset of the single run's, never a false one;
-- `ansible-playbook playbooks/remediate.yml --check` plans and reports changes without the CLI, and without
-  --check fixes the hostname fault (the re-audit no longer reports it); last, as it changes the lab.
+- `ansible-playbook playbooks/remediate.yml --check` plans and reports changes without the CLI
+  (`-e ddpfix_only=hosts.hostname-loopback`), and without --check (`--tags hosts.hostname-loopback`) fixes the
+  hostname fault and nothing else (the re-audit no longer reports it); last, as it changes the lab.
 """
 
 from __future__ import annotations
@@ -131,7 +132,8 @@ def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path
     assert r.returncode == 0, r.stdout[-4000:]
     assert "changed=0" not in r.stdout.split("PLAY RECAP")[-1].split("node3")[1].splitlines()[0], r.stdout[-2000:]
     assert "127.0.1.1" in r.stdout  # the diff of /etc/hosts
-    r = playbook("remediate.yml", lab_info.inventory, "-e", f"ddpfix_only={ONLY}", tmp=work)
+    # the fix tasks carry their finding ids as tags: the audit and plan plays run whatever --tags select
+    r = playbook("remediate.yml", lab_info.inventory, "--tags", ONLY, tmp=work)
     assert r.returncode == 0, r.stdout[-4000:]
     report = work / "after.json"
     r = playbook("audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
@@ -139,4 +141,4 @@ def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path
     assert r.returncode == 0, r.stdout[-4000:]
     after = keys(json.loads(report.read_text()))
     assert not {k for k in after if k[0] == ONLY}, sorted(after)
-    assert ("firewall.peer-ports-blocked", "node3", "error") in after  # not in ddpfix_only: left as it was
+    assert ("firewall.peer-ports-blocked", "node3", "error") in after  # not in --tags: left as it was
