@@ -8,10 +8,17 @@ from ddpfix.app import Application, ExitCode
 from ddpfix.audit import run_audit
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import Thresholds, not_evaluated
-from ddpfix.cli.common import (cluster_of, emit, global_options, host_summaries, output_options, probe_options,
-                               split_skipped)
-from ddpfix.matrix import connectivity_matrix, render_matrix_text
+from ddpfix.cli.common import (
+    cluster_of,
+    emit,
+    global_options,
+    host_summaries,
+    output_options,
+    probe_options,
+    split_skipped,
+)
 from ddpfix.findings import Severity
+from ddpfix.matrix import connectivity_matrix, render_matrix_text
 from ddpfix.progress import Progress
 from ddpfix.report import document
 

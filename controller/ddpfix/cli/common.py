@@ -13,9 +13,9 @@ from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.checks import HostFacts, active_firewalls, unread_of
+from ddpfix.findings import Finding
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.plan import NodePlan
-from ddpfix.findings import Finding
 from ddpfix.render import EXTENSIONS, FORMATS, RENDERERS, render_text
 from ddpfix.report import render_table, to_json
 
@@ -76,7 +76,8 @@ def split_skipped(findings: list[Finding], skip: str | None, cluster: Cluster) -
     rules = set(cluster.skip_findings) | set(parse_skip(skip or "", "--skip"))
     if not rules:
         return findings, []
-    kept, skipped = [], []
+    kept: list[Finding] = []
+    skipped: list[Finding] = []
     for f in findings:
         (skipped if f.id in rules or f"{f.id}@{f.host or 'cluster'}" in rules else kept).append(f)
     return kept, skipped
