@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
