@@ -187,7 +187,8 @@ E, W = Severity.ERROR, Severity.WARNING
     Rule("fabric.hca-includes-mgmt", W,
          "NCCL_IB_HCA (env file or `ddp_nccl_ib_hca`) includes the SSH/management NIC or an HCA 4x slower than the "
          "data rails",
-         "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} (ddp_nccl_ib_hca; ddpfix env --apply derives it).",
+         "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} "
+         "(ddp_nccl_ib_hca; ddpfix env --apply derives it).",
          remedies=(Remedy("ddpfix_env", "env", how="env file"),), reads=_FABRIC | _ENV | _IFACES),
     Rule("fabric.memlock-low", E,
          "RDMA node whose SSH session's memlock limit is below unlimited (or `ddp_memlock`)",
