@@ -14,6 +14,9 @@ for tool in ruff mypy yamllint ansible-lint; do
 done
 BIN=$(cd "$BIN" && pwd)
 export PATH="$BIN:$PATH"  # ansible-lint runs ansible-playbook and ansible-galaxy: the same venv's
+# ansible-lint resolves ddpfix.cluster.* modules through the collections path: the checkout is that collection
+# (playbooks/collections/ansible_collections/ddpfix/cluster links back to it; .ansible-lint keeps the walk out of it).
+export ANSIBLE_COLLECTIONS_PATH="$PWD/playbooks/collections"
 
 failed=()
 gate() {
