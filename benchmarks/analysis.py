@@ -55,19 +55,19 @@ def build_cluster(m: int) -> tuple[Any, dict[str, Any]]:
     addrs = [str(net[11 + i]) for i in range(m)]
     std_hosts = [e for e in peer_t["node"]["hosts_file"] if e["addr"] in ("127.0.0.1", "::1", "ff02::1", "ff02::2")]
     hosts_lines = std_hosts + [
-        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"} for i, (n, a) in enumerate(zip(names, addrs))
+        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"} for i, (n, a) in enumerate(zip(names, addrs, strict=True))
     ]
     hosts_json = json.dumps(hosts_lines)
     probe_ports = [40000 + i % 20000 for i in range(m)]
     inventory = {
-        "_meta": {"hostvars": {n: {"ansible_host": a} for n, a in zip(names, addrs)}},
+        "_meta": {"hostvars": {n: {"ansible_host": a} for n, a in zip(names, addrs, strict=True)}},
         "all": {"children": ["ungrouped", "ddp_nodes"]},
         "ddp_nodes": {"hosts": list(names)},
     }
     cluster = cluster_from_inventory_data(inventory)
     facts: dict[str, dict[str, Any]] = {}
     probes: dict[str, dict[str, Any]] = {}
-    for i, (n, a) in enumerate(zip(names, addrs)):
+    for i, (n, a) in enumerate(zip(names, addrs, strict=True)):
         t = master_t if i == 0 else peer_t
         node = copy.deepcopy(t["node"])
         node["cluster"] = {"address": a, "cidr": CIDR, "ifname": "eth0", "source": "cidr"}
@@ -87,7 +87,7 @@ def build_cluster(m: int) -> tuple[Any, dict[str, Any]]:
                           "port": 29500, "seconds": 0.0}]
             + [{"address": addrs[(i + k + 1) % m], "error": None, "kind": "peer",
                 "name": p, "ok": True, "port": probe_ports[(i + k + 1) % m], "seconds": 0.0} for k, p in enumerate(ring)],
-            "resolve": {p: [pa] for p, pa in zip(names, addrs) if p != n},
+            "resolve": {p: [pa] for p, pa in zip(names, addrs, strict=True) if p != n},
             "routes": {pa: {"dev": "eth0", "src": a, "type": None, "via": None} for pa in addrs if pa != a},
         }
     # the env file ddpfix itself would write (a clean, remediated cluster)
@@ -173,7 +173,7 @@ def apply_fixed_variant() -> None:
         for p, pl in ctx.plan.items():
             if pl.address is not None:
                 by_addr.setdefault(pl.address, p)
-        for name, f in ctx.audited():
+        for name, _f in ctx.audited():
             routes = (ctx.hosts[name].probe or {}).get("routes") or {}
             ifname = ctx.plan[name].ifname
             for dst, r in routes.items():  # run_checks sorts the findings anyway: no per-node sort of N routes
@@ -295,7 +295,7 @@ def _profile(cluster: Any, hosts: dict[str, Any]) -> list[dict[str, Any]]:
     pr.disable()
     st = pstats.Stats(pr)
     rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
         if "ddpfix" in file or file.endswith("analysis.py"):
             rows.append({"function": f"{Path(file).name}:{line}:{func}", "calls": nc, "tottime_s": round(tt, 3),
                          "cumtime_s": round(ct, 3)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -101,11 +102,11 @@ def targets(results: dict[str, Any], S: dict[int, dict[str, Any]]) -> str:
     rat = {n: med(S[n]["ratios"]) for n in ns}
     ok = all(r is not None and r <= 1.5 for r in rat.values())
     L.append("| audit / baseline ≤ 1.5 at every N | " + ", ".join(f"N={n}: {f2(r)}" for n, r in rat.items()) + f" | {'yes' if ok else 'no'} |")
-    grows = [rat[b] / rat[a] for a, b in zip(ns, ns[1:]) if rat[a] and rat[b]]
+    grows = [rat[b] / rat[a] for a, b in itertools.pairwise(ns) if rat[a] and rat[b]]
     L.append("| the ratio does not grow with N | ratio(N)/ratio(N/2): " + ", ".join(f2(g) for g in grows)
              + f" | {'yes' if all(g <= 1.1 for g in grows) else 'no'} (≤ 1.1 counted as flat) |")
     am = {n: med(S[n]["audit_wall"]) for n in ns}
-    gr = [am[b] / am[a] / (b / a) for a, b in zip(ns, ns[1:])]
+    gr = [am[b] / am[a] / (b / a) for a, b in itertools.pairwise(ns)]
     L.append("| audit time grows no faster than linearly (forks = N) | growth ÷ growth of N per step: " + ", ".join(f2(g) for g in gr)
              + f" | {'yes' if all(g <= 1.05 for g in gr) else 'no'} (≤ 1.05 counted as linear) |")
     nr = {n: (med(S[n]["noop"]) / am[n]) if S[n]["noop"] and am[n] else None for n in ns}
@@ -215,7 +216,7 @@ def render(results: dict[str, Any], experiments: dict[str, Any] | None = None) -
             xs = ns
             ys = [med(S[n]["audit_wall"]) for n in ns]
             mx, my = statistics.mean(xs), statistics.mean(ys)
-            slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+            slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys, strict=True)) / sum((a - mx) ** 2 for a in xs)
             w(f"\nLeast-squares line through the audit medians: **{my - slope * mx:.2f} s + {slope:.3f} s × N**.\n")
 
     # ---------------- per task

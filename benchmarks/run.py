@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import datetime as dt
 import glob
 import importlib.metadata as md
@@ -61,8 +62,9 @@ def log(msg: str) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    mem_kb = int(next(ln.split()[1] for ln in open("/proc/meminfo") if ln.startswith("MemTotal")))
-    model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    mem_kb = int(next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")))
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), "?")
     ssh = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
 
     def ver(p: str) -> str:
@@ -188,10 +190,8 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
     """Per-task timings and probe connections from one ansible-runner run's job events."""
     evs = []
     for f in glob.glob(str(run_dir / "artifacts" / "*" / "job_events" / "*.json")):
-        try:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
             evs.append(json.loads(Path(f).read_text()))
-        except (OSError, json.JSONDecodeError):
-            pass
     evs.sort(key=lambda e: e.get("counter", 0))
 
     def ts(e: dict[str, Any]) -> float:

@@ -64,7 +64,7 @@ class LabPool:
         for name in reversed(self.names):
             try:
                 lab.down(name)
-            except Exception as exc:  # keep tearing the others down
+            except Exception as exc:  # noqa: BLE001 - keep tearing the others down
                 errors.append(f"{name}: {exc}")
         self.names.clear()
         if errors:
