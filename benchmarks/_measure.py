@@ -128,7 +128,8 @@ def main() -> int:
         "argv": argv, "rc": rc, "wall_s": round(wall, 3),
         "cpu_user_s": round(ut + lut, 3), "cpu_sys_s": round(st + lst, 3), "cpu_s": round(ut + st + lut + lst, 3),
         "leftover_procs": len(left), "leftover_cpu_s": round(lut + lst, 3),
-        "maxrss_mb": round(mx / 1024, 1), "tree_rss_peak_mb": round(peak["rss"] / 2**20, 1), "tree_procs_peak": peak["procs"],
+        "maxrss_mb": round(mx / 1024, 1), "tree_rss_peak_mb": round(peak["rss"] / 2**20, 1),
+        "tree_procs_peak": peak["procs"],
         "machine_cpu_s": round(busy1 - busy0, 2), "load1_before": round(load0, 2),
     }
     with open(out_json, "w") as f:

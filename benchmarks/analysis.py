@@ -15,8 +15,8 @@ Each size runs in a fresh child process (so its memory figures are its own) that
 3. re-runs the same phases under tracemalloc for the peak bytes allocated by the analysis (the input facts
    excluded), and reports the process's peak RSS (ru_maxrss: input facts + analysis + interpreter).
 
-With the `fixed` variant (run after `current` on the same inputs), the child monkeypatches `ddpfix.checks` with the index-based rewrites proposed in
-BENCHMARKS.md (nothing in the repository is changed) to show what they buy.
+With the `fixed` variant (run after `current` on the same inputs), the child monkeypatches `ddpfix.checks` with the
+index-based rewrites proposed in BENCHMARKS.md (nothing in the repository is changed) to show what they buy.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def build_cluster(m: int) -> tuple[Any, dict[str, Any]]:
     addrs = [str(net[11 + i]) for i in range(m)]
     std_hosts = [e for e in peer_t["node"]["hosts_file"] if e["addr"] in ("127.0.0.1", "::1", "ff02::1", "ff02::2")]
     hosts_lines = std_hosts + [
-        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"} for i, (n, a) in enumerate(zip(names, addrs, strict=True))
+        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"}
+        for i, (n, a) in enumerate(zip(names, addrs, strict=True))
     ]
     hosts_json = json.dumps(hosts_lines)
     probe_ports = [40000 + i % 20000 for i in range(m)]
@@ -86,7 +87,8 @@ def build_cluster(m: int) -> tuple[Any, dict[str, Any]]:
             "connects": [{"address": addrs[0], "error": None, "kind": "master", "name": names[0], "ok": True,
                           "port": 29500, "seconds": 0.0}]
             + [{"address": addrs[(i + k + 1) % m], "error": None, "kind": "peer",
-                "name": p, "ok": True, "port": probe_ports[(i + k + 1) % m], "seconds": 0.0} for k, p in enumerate(ring)],
+                "name": p, "ok": True, "port": probe_ports[(i + k + 1) % m], "seconds": 0.0}
+               for k, p in enumerate(ring)],
             "resolve": {p: [pa] for p, pa in zip(names, addrs, strict=True) if p != n},
             "routes": {pa: {"dev": "eth0", "src": a, "type": None, "via": None} for pa in addrs if pa != a},
         }
@@ -94,7 +96,8 @@ def build_cluster(m: int) -> tuple[Any, dict[str, Any]]:
     for n, p in plan_cluster(cluster, facts).items():
         facts[n]["env_file"] = {"exists": True, "path": "/etc/ddpfix/ddp.env", "values": dict(p.env)}
     collected = master_t["collected_at"]
-    hosts = {n: HostFacts(n, node=facts[n], probe=probes[n], collected_at=collected + facts[n]["now"] - master_t["node"]["now"])
+    hosts = {n: HostFacts(n, node=facts[n], probe=probes[n],
+                          collected_at=collected + facts[n]["now"] - master_t["node"]["now"])
              for n in names}
     return cluster, hosts
 
@@ -154,17 +157,20 @@ def apply_fixed_variant() -> None:
                 addrs = res.get(hn) or []
                 want = want_of[hn]
                 if not addrs:
-                    yield finding("hosts.peer-unresolvable", name, f"peer {peer}'s hostname {hn} does not resolve on {name}",
+                    yield finding("hosts.peer-unresolvable", name,
+                                  f"peer {peer}'s hostname {hn} does not resolve on {name}",
                                   f"getaddrinfo({hn!r}) on {name}: no address; {checks._hosts_lines(f, hn)}")
                     continue
                 first = addrs[0]
                 if want and first != want:
-                    where = "outside the cluster network " + str(ctx.cidr) if not ctx.in_cidr(first) else f"not {peer}'s cluster address {want}"
+                    where = ("outside the cluster network " + str(ctx.cidr) if not ctx.in_cidr(first)
+                             else f"not {peer}'s cluster address {want}")
                     yield finding("hosts.peer-mismatch", name, f"{hn} resolves to {first} on {name}, {where}",
                                   f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {checks._hosts_lines(f, hn)}")
         if len({frozenset(s) for s in families.values()}) > 1:
-            yield finding("addr.family-mismatch", None, "peer names resolve to different address families on different nodes",
-                          "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(families.items())))
+            per_node = "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(families.items()))
+            yield finding("addr.family-mismatch", None,
+                          "peer names resolve to different address families on different nodes", per_node)
 
     def check_routes(ctx):
         from ddpfix.findings import finding
@@ -182,8 +188,10 @@ def apply_fixed_variant() -> None:
                 if r.get("via") or (ifname and r.get("dev") != ifname):
                     peer = by_addr.get(dst, dst)
                     yield finding("route.via-gateway", name,
-                                  f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} instead of on-link on {ifname}",
-                                  f"ip route get {dst}: dev {r.get('dev')}" + (f" via {r['via']}" if r.get("via") else "")
+                                  f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} "
+                                  f"instead of on-link on {ifname}",
+                                  f"ip route get {dst}: dev {r.get('dev')}"
+                                  + (f" via {r['via']}" if r.get("via") else "")
                                   + (f" src {r['src']}" if r.get("src") else ""))
 
     real_fw = checks.firewall_lib()
@@ -359,7 +367,8 @@ def run_sizes(sizes: list[int], variants: list[str], budget_s: float = 60, profi
                 print(f"analysis {v:8s} {m:>5} nodes: did not finish within {x['budget_s']:.0f} s", file=sys.stderr)
             else:
                 print(f"analysis {v:8s} {m:>5} nodes: total {x['total_s']:.3f} s (checks {x['checks_s']:.3f}, "
-                      f"Context incl. plan {x['context_s']:.3f}, plan {x['plan_s']:.3f}, render_env {x['render_env_s']:.3f}); "
+                      f"Context incl. plan {x['context_s']:.3f}, plan {x['plan_s']:.3f}, "
+                      f"render_env {x['render_env_s']:.3f}); "
                       f"tracemalloc peak {x.get('tracemalloc_peak_mb', '-')} MB; process RSS {x['rss_peak_mb']} MB "
                       f"(inputs {r['rss_after_inputs_mb']} MB)", file=sys.stderr)
     return results
