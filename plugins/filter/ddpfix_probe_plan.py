@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Jinja filter: what one node probes, from every node's ddpfix facts (k*N connections, not N^2)."""
 
 from __future__ import absolute_import, division, print_function
@@ -21,7 +20,7 @@ def _name_ok(n):
 
 def _addr_ok(a):
     try:
-        ipaddress.ip_address(u"%s" % a)
+        ipaddress.ip_address(str(a))
         return isinstance(a, str)
     except ValueError:
         return False
@@ -88,6 +87,6 @@ def ddpfix_probe_args(hostvars, me, order, master, master_port, peers, live=None
     }
 
 
-class FilterModule(object):
+class FilterModule:
     def filters(self):
         return {"ddpfix_probe_args": ddpfix_probe_args}

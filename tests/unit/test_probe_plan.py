@@ -8,7 +8,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from conftest import FACTS, Sim, probe_plan_module
 
 pp = probe_plan_module()

@@ -12,8 +12,6 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
-# shared with the action plugin ddpfix_analyze: they live with the audit (re-exported for the subcommands)
-from ddpfix.audit import host_summaries, split_skipped  # noqa: F401
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.render import EXTENSIONS, FORMATS, RENDERERS, render_text
 from ddpfix.report import render_table, to_json
