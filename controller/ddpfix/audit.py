@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddpfix.checks import Context, HostFacts, Thresholds, parse_event_time, run_checks
-from ddpfix.findings import Finding
+from ddpfix.causes import attribute_causes
+from ddpfix.checks import (
+    Context,
+    HostFacts,
+    Thresholds,
+    active_firewalls,
+    not_evaluated,
+    parse_event_time,
+    run_checks,
+    unread_of,
+)
+from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import GROUP, Cluster
+from ddpfix.matrix import connectivity_matrix
+from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
+from ddpfix.report import document
 from ddpfix.runner import RunResult, TaskResult, run_playbook
 
 #: The one task every node runs (it takes and releases the node lock itself; its name keeps the runner's lock prefix).
@@ -19,6 +32,9 @@ FACTS_TASK = "lock | Take the ddpfix node lock, collect node facts"
 PROBE_FACT_TASK = "probe | Keep the probe result"
 #: Tag of the second round's tasks (collect detached probers), left out when every node runs at once.
 COLLECT_TAG = "ddpfix_facts_collect"
+#: Tasks the CLI leaves out (it has their information from its own events): the play's run marker and the facts'
+#: controller clock window, which the standalone analysis (action plugin) needs.
+CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark")
 #: Probe listener ports are picked per run inside the default ephemeral range (32768-60999), away from its ends.
 PROBE_PORTS = (40000, 59999)
 
@@ -44,34 +60,13 @@ def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeo
         "ddpfix_facts_env_path": cluster.env_path,
         "ddpfix_facts_order": cluster.names,
         "ddpfix_facts_addresses": {n.name: n.address for n in cluster.nodes},
+        "ddpfix_facts_probe_port": port if port != cluster.master_port else port + 1,
+        "ddpfix_facts_forks": forks or len(cluster.nodes),
         "ddpfix_facts_probe": probe,
         "ddpfix_facts_probe_peers": probe_peers,
         "ddpfix_facts_probe_timeout": probe_timeout,
-        "ddpfix_facts_probe_port": port if port != cluster.master_port else port + 1,
-        "ddpfix_facts_forks": forks or len(cluster.nodes),
+        "ddpfix_analyze": False,  # the CLI analyses the run itself (its options, progress and formats)
     }
-
-
-def host_facts(name: str, ansible_facts: Mapping[str, Any] | None, *, error: str = "", unreachable: bool = False,
-               collected_at: float | None = None, window: tuple[float, float] | None = None) -> HostFacts:
-    """One host's `HostFacts` from the facts it returned (`ansible_facts`, holding `ddpfix_node`; from the run's
-    events, hostvars or the fact cache). The probe's results (connects, and the resolution and route deviations) are
-    inside `ddpfix_node.probe`. `window`: the controller's task start..result window; it is narrowed by the node's
-    own `now_elapsed` (the module's start to its clock reading)."""
-    node = (ansible_facts or {}).get("ddpfix_node")
-    node = node if isinstance(node, dict) else None
-    pr = (node or {}).get("probe")
-    probe = None
-    if isinstance(pr, dict) and ("connects" in pr or "resolve" in pr):
-        probe = {k: pr[k] for k in ("connects", "resolve", "routes", "checked") if k in pr}
-    if window is not None and node is not None:
-        try:
-            lo = window[0] + max(0.0, float(node.get("now_elapsed") or 0))
-            window = (lo, window[1]) if lo <= window[1] else window
-        except (TypeError, ValueError):
-            pass
-    return HostFacts(name=name, reachable=not unreachable and node is not None, error=error, node=node, probe=probe,
-                     collected_at=collected_at, window=window)
 
 
 def collect(
@@ -90,6 +85,7 @@ def collect(
     from ddpfix.runner import default_forks
 
     nforks = default_forks(len(cluster.nodes), forks, ansiblecfg.user_forks(ansiblecfg.load(cluster.inventories)))
+    one_round = nforks >= len(cluster.nodes) or not probe
     run = run_playbook(
         "audit.yml",
         cluster.inventories,
@@ -97,7 +93,7 @@ def collect(
         limit=limit,
         forks=forks,
         # every node at once: the second round's tasks are left out of the play, not skipped per node
-        skip_tags=COLLECT_TAG if nforks >= len(cluster.nodes) or not probe else None,
+        skip_tags=",".join(CLI_SKIP_TAGS + ((COLLECT_TAG,) if one_round else ())),
         n_hosts=len(cluster.nodes),
         verbosity=verbosity,
         on_event=progress.on_event if progress else None,
@@ -109,20 +105,108 @@ def collect(
         if hr is None:
             if limit:
                 continue  # outside --limit: not audited, not a finding
-            hosts[node.name] = HostFacts(node.name, reachable=False, error="host did not run (not matched by the play)")
+            hosts[node.name] = HostFacts(node.name, reachable=False, error=NOT_RUN)
             continue
         facts_task = hr.task(FACTS_TASK)
-        returned = dict((facts_task.res if facts_task else {}).get("ansible_facts") or {})
+        facts = ((facts_task.res if facts_task else {}).get("ansible_facts") or {}).get(FACTS_KEY)
         kept = hr.task(PROBE_FACT_TASK)  # the second round's result, when there was one
-        if kept is not None and isinstance((kept.res.get("ansible_facts") or {}).get("ddpfix_node"), dict):
-            returned["ddpfix_node"] = kept.res["ansible_facts"]["ddpfix_node"]
+        if kept is not None and isinstance((kept.res.get("ansible_facts") or {}).get(FACTS_KEY), dict):
+            facts = kept.res["ansible_facts"][FACTS_KEY]
         hosts[node.name] = host_facts(
-            node.name, returned, error=hr.message, unreachable=hr.unreachable,
-            collected_at=parse_event_time(facts_task.created) if facts_task else None, window=_window(facts_task))
+            node.name,
+            facts,
+            error=hr.message,
+            unreachable=hr.unreachable,
+            collected_at=parse_event_time(facts_task.created) if facts_task else None,
+            window=_window(facts_task),
+        )
     # The cluster stays whole under --limit: ranks, NNODES, WORLD_SIZE, MASTER_ADDR and the hosts block come from
     # the whole inventory; nodes outside the limit are simply not in `hosts` (not read, not a finding).
     ctx = Context(cluster, hosts, thresholds or Thresholds())
     return ctx, run
+
+
+#: What the facts module returns a node's facts as: `ansible_facts[FACTS_KEY]`.
+FACTS_KEY = "ddpfix_node"
+#: Keys of a probe result, inside the facts' `probe` (with the listener's state; `checked`: deviations-only mode).
+PROBE_RESULT_KEYS = frozenset({"connects", "resolve", "routes", "checked"})
+NOT_RUN = "host did not run (not matched by the play)"
+
+
+def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str, Any] | None = None,
+               error: str = "", unreachable: bool = False, collected_at: float | None = None,
+               window: tuple[float, float] | None = None) -> HostFacts:
+    """One node's HostFacts from what the facts play returned: `ansible_facts.ddpfix_node` (`node`), and the probe
+    result, read from the facts (`ddpfix_node.probe`, once folded there) when they carry one, else from the probe
+    task's result (`probe`). The one conversion, for the CLI (runner events) and the action plugin (hostvars).
+    `window` (the controller's task start..result) is narrowed by the node's own `now_elapsed` (the module's start
+    to its clock reading)."""
+    folded = (node or {}).get("probe")
+    if isinstance(folded, Mapping) and PROBE_RESULT_KEYS & set(folded):
+        probe = folded
+    elif probe is not None and not PROBE_RESULT_KEYS & set(probe):
+        probe = None  # skipped, failed or unreachable: no probe result
+    if window is not None and node is not None:
+        try:
+            lo = window[0] + max(0.0, float(node.get("now_elapsed") or 0))
+            window = (lo, window[1]) if lo <= window[1] else window
+        except (TypeError, ValueError):
+            pass
+    return HostFacts(
+        name=name,
+        reachable=not unreachable and node is not None,
+        error=error,
+        node=dict(node) if node is not None else None,
+        probe=dict(probe) if probe is not None else None,
+        collected_at=collected_at,
+        window=window,
+    )
+
+
+def hosts_from_vars(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]], *, from_run: bool,
+                    limit: str | None = None) -> dict[str, HostFacts]:
+    """Every node's HostFacts from the variables a play sees (the action plugin `ddpfix_analyze`).
+
+    `from_run`: the facts play ran in this ansible-playbook run. A node counts as read only when its facts task
+    returned facts in this run (`ddpfix_facts_result`, a registered result, never cached), so facts a fact cache
+    still holds from an earlier run never stand in for a node that is unreachable now; a node the facts play did
+    not match (no `ddpfix_audit_in_run` marker) is outside --limit (left out, as the CLI does) or, without a limit,
+    did not run. Otherwise (analysis of a fact cache, the sliced pattern) every node's cached facts are read; a node
+    without facts in the cache was not read.
+    """
+    out: dict[str, HostFacts] = {}
+    for n in cluster.nodes:
+        hv = hostvars.get(n.name) or {}
+        facts = hv.get("ansible_facts") or {}
+        node = facts.get(FACTS_KEY)
+        win = facts.get("ddpfix_facts_window")
+        window = (float(win[0]), float(win[1])) if isinstance(win, (list, tuple)) and len(win) == 2 else None
+        if window is not None and window[0] > window[1]:
+            window = None
+        if from_run:
+            if not hv.get("ddpfix_audit_in_run"):
+                if limit:
+                    continue
+                out[n.name] = HostFacts(n.name, reachable=False, error=NOT_RUN)
+                continue
+            res = hv.get("ddpfix_facts_result")
+            if not isinstance(res, Mapping) or res.get("unreachable") or res.get("failed") or res.get("skipped"):
+                why = (res or {}).get("msg") if isinstance(res, Mapping) else None
+                out[n.name] = HostFacts(n.name, reachable=False, error=_one_line(
+                    why or "no facts in this run: unreachable or failed before the facts task"))
+                continue
+            got = (res.get("ansible_facts") or {}).get(FACTS_KEY)
+            rp = ((got or {}).get("probe") or {}).get("result_path") if isinstance(got, Mapping) else None
+            if rp and isinstance(node, Mapping) and (node.get("probe") or {}).get("result_path") == rp:
+                pass  # a detached prober of this run: its result was folded into the facts by the second task
+            else:
+                node = got if got is not None else node
+        elif node is None:
+            out[n.name] = HostFacts(n.name, reachable=False, error="no facts in the fact cache")
+            continue
+        out[n.name] = host_facts(n.name, node, probe=hv.get("ddpfix_facts_probe_result") if from_run else None,
+                                 window=window)
+    return out
 
 
 def probe_rounds(ctx: Context) -> dict[str, Any]:
@@ -130,6 +214,84 @@ def probe_rounds(ctx: Context) -> dict[str, Any]:
     because the nodes did not all run at once), and the nodes whose prober ran detached."""
     detached = sorted(n for n, f in ctx.facts.items() if f and (f.get("probe") or {}).get("mode") == "detached")
     return {"rounds": 2 if detached else 1, "detached": detached}
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())[:400]
+
+
+def audit_report(ctx: Context, findings: list[Finding], *, probe: bool = True,
+                 skip: str | None = None) -> tuple[dict[str, Any], list[Finding]]:
+    """The `ddpfix.report/v1` document of an audit (`ddpfix audit --format json`, the action plugin) and the
+    findings it counts (causes attributed; accepted ones, --skip or ddp_skip_findings, moved to `skipped`)."""
+    cluster = ctx.cluster
+    kept, skipped = split_skipped(attribute_causes(findings, cluster.master), skip, cluster)
+    doc = document("audit", cluster.inventories,
+                   host_summaries(ctx.hosts, ctx.plan, cluster, not_evaluated(ctx, findings)), kept,
+                   {"cluster": {"master": cluster.master, "master_port": cluster.master_port, "cidr": ctx.cidr,
+                                "world_size": cluster.world_size},
+                    "matrix": connectivity_matrix(ctx) if probe else None,
+                    "probe_rounds": probe_rounds(ctx) if probe else None},
+                   skipped=skipped)
+    return doc, kept
+
+
+def failing(findings: Iterable[Finding], fail_on: str) -> list[Finding]:
+    """The findings at or above `fail_on` (error, warning, info; `none`: never)."""
+    if fail_on == "none":
+        return []
+    threshold = Severity.parse(fail_on)
+    return [f for f in findings if f.severity >= threshold]
+
+
+def split_skipped(findings: list[Finding], skip: str | None, cluster: Cluster) -> tuple[list[Finding], list[Finding]]:
+    """(kept, skipped): findings accepted by --skip or ddp_skip_findings (`ID` anywhere, `ID@HOST` on one host)."""
+    from ddpfix.inventory import parse_skip
+
+    rules = set(cluster.skip_findings) | set(parse_skip(skip or "", "--skip"))
+    if not rules:
+        return findings, []
+    kept: list[Finding] = []
+    skipped: list[Finding] = []
+    for f in findings:
+        (skipped if f.id in rules or f"{f.id}@{f.host or 'cluster'}" in rules else kept).append(f)
+    return kept, skipped
+
+
+def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster,
+                   not_evaluated: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+    """Per host: reachability, the main facts, what could not be read (`facts.unread`) and the checks that were
+    therefore not evaluated (`not_evaluated: [{id, reason}]`, present on every reachable host)."""
+    out: dict[str, Any] = {}
+    for node in cluster.nodes:
+        h = hosts.get(node.name)
+        if h is None:
+            continue
+        f = h.node or {}
+        plan = plans.get(node.name)
+        t = (f.get("time") or {})
+        fw = f.get("firewall") or {}
+        out[node.name] = {
+            "reachable": bool(h.reachable),
+            "address": node.address,
+            "rank": node.rank,
+            "facts": {} if not h.reachable else {
+                "hostname": f.get("hostname"),
+                "cluster_address": plan.address if plan else None,
+                "cluster_ifname": plan.ifname if plan else None,
+                "time_daemons": t.get("daemons"),
+                "chrony_synchronised": (t.get("chrony_tracking") or {}).get("synchronised"),
+                "firewall": active_firewalls(fw),
+                "env_file": (f.get("env_file") or {}).get("exists"),
+                "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
+                "unread": [{"source": k, "reason": v} for k, v in sorted(unread_of(f).items())],
+            },
+        }
+        if h.reachable:
+            out[node.name]["not_evaluated"] = list((not_evaluated or {}).get(node.name, []))
+        if not h.reachable:
+            out[node.name]["error"] = h.error
+    return out
 
 
 def _window(task: TaskResult | None) -> tuple[float, float] | None:

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Jinja filter: what one node probes, from the inventory alone (k*N connections, not N^2), before any node ran."""
 
 from __future__ import absolute_import, division, print_function

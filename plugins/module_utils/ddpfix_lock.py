@@ -13,7 +13,7 @@ import time
 
 
 def describe(h):
-    return "run %s (pid %s on %s, started %s: %s)" % (
+    return "run {} (pid {} on {}, started {}: {})".format(
         h.get("run_id", "?"), h.get("pid", "?"), h.get("controller", "?"), h.get("started", "?"), h.get("command", "?"))
 
 
@@ -30,7 +30,7 @@ def read_lock(path):
 
 
 def write_lock(path, holder):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(holder, f)
         f.write("\n")
@@ -49,7 +49,7 @@ def present(path, holder, stale_s):
         # An SSH user who may not write /run (no root, no become) can change nothing on this node either: the run
         # goes on without the node lock (the controller's lock still keeps runs from one controller apart).
         return dict(holder=holder, taken_over=None,
-                    unlocked="node lock %s not taken: %s (uid %d)" % (path, exc.strerror, os.getuid())), None
+                    unlocked=f"node lock {path} not taken: {exc.strerror} (uid {os.getuid()})"), None
 
 
 def _present(path, holder, stale_s):
@@ -63,9 +63,9 @@ def _present(path, holder, stale_s):
             age = time.time() - (mtime or 0)
             if age < stale_s:
                 return None, dict(
-                    msg="ddpfix node lock %s is held by %s; wait for it to finish (a lock of a run that died is "
-                        "taken over after %d minutes, or remove %s once you know that run is gone)"
-                        % (path, describe(current), stale_s // 60, path),
+                    msg=f"ddpfix node lock {path} is held by {describe(current)}; wait for it to finish (a lock of a "
+                        f"run that died is taken over after {stale_s // 60} minutes, or remove {path} once you know "
+                        "that run is gone)",
                     holder=current, lock=path, locked=True)
             taken_over = dict(current, age_seconds=int(age))
         write_lock(path, dict(holder, node_pid=os.getpid(), taken_at=time.time()))

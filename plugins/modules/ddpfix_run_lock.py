@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """The ddpfix node lock (one run at a time per node) and the remediation write pre-flight."""
 
 from __future__ import absolute_import, division, print_function
@@ -11,24 +10,34 @@ DOCUMENTATION = r"""
 module: ddpfix_run_lock
 short_description: Take or release the ddpfix node lock; check that files can be written
 description:
-  - C(state=present) creates I(path) (a JSON file naming the holder run) unless another run holds it. The same run
+  - >-
+    C(state=present) creates I(path) (a JSON file naming the holder run) unless another run holds it. The same run
     taking it again refreshes it. A lock whose file was not refreshed for I(stale_minutes) (its run died) is taken
     over, and the result says so. The lock lives in /run (tmpfs): a reboot clears it.
   - C(state=absent) removes I(path) when this run holds it (never another run's lock).
-  - C(state=writable) fails when one of I(paths) cannot be written (read-only file system, immutable file, no
+  - >-
+    C(state=writable) fails when one of I(paths) cannot be written (read-only file system, immutable file, no
     permission): the file itself and its directory (ddpfix writes atomically: a temporary file, then a rename), or
     the nearest existing parent when the file does not exist yet. Changes nothing.
 options:
   state: {description: present, absent or writable., type: str, choices: [present, absent, writable], default: present}
   path: {description: The lock file., type: path, default: /run/ddpfix.lock}
-  holder: {description: "The run: run_id (required for present/absent), pid, controller, command, started.", type: dict, default: {}}
+  holder:
+    description: "The run: run_id (required for present/absent), pid, controller, command, started."
+    type: dict
+    default: {}
   stale_minutes: {description: Age after which a lock is taken over., type: int, default: 20}
   paths: {description: Files to check (state=writable)., type: list, elements: path, default: []}
 """
 
 EXAMPLES = r"""
 - ddpfix_run_lock:
-    holder: {run_id: 3f2a9c, pid: 4242, controller: ops1, command: ddpfix audit -i inv, started: "2026-01-01T10:00:00+0000"}
+    holder:
+      run_id: 3f2a9c
+      pid: 4242
+      controller: ops1
+      command: ddpfix audit -i inv
+      started: "2026-01-01T10:00:00+0000"
 """
 
 RETURN = r"""
@@ -46,6 +55,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import 
 
 
 def present(module, path, holder, stale_s):
+    """Take the lock (module_utils ddpfix_lock, shared with ddpfix_node_facts); fail when another live run holds it."""
     result, failure = take(path, holder, stale_s)
     if failure:
         module.fail_json(**failure)
@@ -66,8 +76,8 @@ def writable(paths):
         for t in targets:
             if not os.access(t, os.W_OK):
                 reason = "read-only file system" if _readonly(t) else (
-                    "immutable (chattr -i %s)" % t if _immutable(t) else "not writable")
-                bad[p] = "%s: %s" % (t, reason)
+                    f"immutable (chattr -i {t})" if _immutable(t) else "not writable")
+                bad[p] = f"{t}: {reason}"
                 break
     return bad
 
@@ -90,7 +100,7 @@ def _immutable(path):
             return bool(buf[0] & 0x10)  # FS_IMMUTABLE_FL
         finally:
             os.close(fd)
-    except (OSError, IOError, ImportError):
+    except (OSError, ImportError):
         return False
 
 
@@ -109,7 +119,7 @@ def main():
     if p["state"] == "writable":
         bad = writable(p["paths"])
         if bad:
-            module.fail_json(msg="cannot write: " + "; ".join("%s (%s)" % (k, v) for k, v in sorted(bad.items())),
+            module.fail_json(msg="cannot write: " + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items())),
                              unwritable=bad)
         module.exit_json(changed=False, unwritable={})
     holder = p["holder"] or {}

@@ -114,7 +114,8 @@ def test_refused_before_the_listener_was_up_is_not_evaluated_but_a_reject_is(sim
 def test_host_facts_reads_the_probe_from_inside_ddpfix_node(sim: Sim) -> None:
     node = dict(sim.node("node1"), probe={**sim.node("node1")["probe"], **sim.probe("node1"), "checked": 2},
                 now_elapsed=1.5)
-    h = host_facts("node1", {"ddpfix_node": node}, window=(10.0, 20.0))
-    assert h.reachable and h.node is node and h.window == (11.5, 20.0)
-    assert h.probe == {**sim.probe("node1"), "checked": 2}
-    assert not host_facts("node2", {}, error="unreachable", unreachable=True).reachable
+    h = host_facts("node1", node, window=(10.0, 20.0))
+    assert h.reachable and h.node == node and h.window == (11.5, 20.0)
+    assert h.probe is not None and {k: h.probe[k] for k in ("connects", "resolve", "routes", "checked")} == \
+        {**sim.probe("node1"), "checked": 2}
+    assert not host_facts("node2", None, error="unreachable", unreachable=True).reachable
