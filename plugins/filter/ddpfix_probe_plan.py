@@ -20,7 +20,7 @@ def _name_ok(n):
 
 def _addr_ok(a):
     try:
-        ipaddress.ip_address(u"%s" % a)
+        ipaddress.ip_address("%s" % a)
         return isinstance(a, str)
     except ValueError:
         return False
@@ -68,6 +68,6 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     }
 
 
-class FilterModule(object):
+class FilterModule:
     def filters(self):
         return {"ddpfix_probe_plan": ddpfix_probe_plan}

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The ddpfix node lock (one run at a time per node): shared by ddpfix_run_lock and ddpfix_node_facts."""
 
 from __future__ import absolute_import, division, print_function
@@ -22,10 +21,10 @@ def read_lock(path):
         with open(path) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}, os.stat(path).st_mtime
-    except (OSError, IOError, ValueError):
+    except (OSError, ValueError):
         try:
             return {}, os.stat(path).st_mtime
-        except (OSError, IOError):
+        except OSError:
             return None, None
 
 
@@ -43,7 +42,7 @@ def present(path, holder, stale_s):
     lock, locked=True) when another live run holds it."""
     try:
         return _present(path, holder, stale_s)
-    except (IOError, OSError) as exc:
+    except OSError as exc:
         if getattr(exc, "errno", None) not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
         # An SSH user who may not write /run (no root, no become) can change nothing on this node either: the run

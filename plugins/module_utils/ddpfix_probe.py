@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The node side of the audit's active probes: one forked prober per node (listener + dialer), name resolution and
 routes. Collection only: what a result means is decided on the controller (checks.py)."""
 
@@ -110,7 +109,7 @@ def proc_start(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IOError, IndexError):
+    except (OSError, IndexError):
         return None
 
 
@@ -141,7 +140,7 @@ def _ours(lock_path, run_id):
     try:
         with open(lock_path) as f:
             return json.load(f).get("run_id") == run_id
-    except (OSError, IOError, ValueError):
+    except (OSError, ValueError):
         return False
 
 
@@ -293,7 +292,7 @@ def collect_detached(pid, start, result_path, wait_s):
                 with open("/proc/%d/stat" % pid) as f:
                     if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                         break
-            except (OSError, IOError, IndexError):
+            except (OSError, IndexError):
                 break
             time.sleep(0.05)
     try:
@@ -301,5 +300,5 @@ def collect_detached(pid, start, result_path, wait_s):
             result = json.load(f)
         os.unlink(result_path)
         return result, None
-    except (OSError, IOError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         return None, "no prober result at %s: %s" % (result_path, exc)

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Collect and stop a detached probe (the second, short audit round, used only when not every node runs at once)."""
 
 from __future__ import absolute_import, division, print_function
@@ -37,6 +36,7 @@ probe: {description: "The prober's result: connects (list of {name, address, por
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent as release_lock
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import collect_detached
 

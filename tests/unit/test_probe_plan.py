@@ -7,7 +7,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from conftest import Sim, probe_plan_module
 
 pp = probe_plan_module()
