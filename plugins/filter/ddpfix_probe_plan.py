@@ -20,7 +20,7 @@ def _name_ok(n):
 
 def _addr_ok(a):
     try:
-        ipaddress.ip_address("%s" % a)
+        ipaddress.ip_address(f"{a}")
         return isinstance(a, str)
     except ValueError:
         return False
@@ -39,7 +39,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     """
     addresses = addresses or {}
     in_play = set(play_hosts or [])
-    ring = [h for h in (order or []) if h in in_play] or [h for h in play_hosts or []]
+    ring = [h for h in (order or []) if h in in_play] or list(play_hosts or [])
 
     def addr(h):
         return str(addresses.get(h) or h)

@@ -4,6 +4,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -76,9 +77,7 @@ def _present(path, holder, stale_s):
 def absent(path, holder):
     current, _ = read_lock(path)
     if current is not None and current.get("run_id") == holder["run_id"]:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
         return True
     return False

@@ -5,6 +5,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import errno
 import json
 import os
@@ -27,20 +28,19 @@ def tcp_connect(address, port, bind_address, bind_ifname, timeout):
     started = time.time()
     try:
         if bind_ifname:
-            try:
+            with contextlib.suppress(OSError):
                 s.setsockopt(socket.SOL_SOCKET, 25, bind_ifname.encode() + b"\0")  # SO_BINDTODEVICE
-            except OSError:
-                pass
         if bind_address:
             s.bind((bind_address, 0))
         s.connect((address, int(port)))
         return {"ok": True, "error": None, "seconds": round(time.time() - started, 3)}
     except socket.timeout:
-        return {"ok": False, "error": "timed out after %.1fs" % timeout, "seconds": round(time.time() - started, 3)}
+        return {"ok": False, "error": f"timed out after {timeout:.1f}s", "seconds": round(time.time() - started, 3)}
     except OSError as exc:
         name = errno.errorcode.get(exc.errno, "") if exc.errno else ""
         reason = _REASONS.get(name, exc.strerror or str(exc))
-        return {"ok": False, "error": "%s (%s)" % (reason, name) if name else reason, "seconds": round(time.time() - started, 3)}
+        return {"ok": False, "error": f"{reason} ({name})" if name else reason,
+                "seconds": round(time.time() - started, 3)}
     finally:
         s.close()
 
@@ -49,14 +49,14 @@ def routes(addresses):
     """address -> {dev, via, src, type} or {error}: `ip -j -batch - route get` for every address at once."""
     if not addresses:
         return {}
-    script = "".join("route get %s\n" % a for a in addresses)
+    script = "".join(f"route get {a}\n" for a in addresses)
     try:
-        p = subprocess.run(["ip", "-j", "-batch", "-"], input=script.encode(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=10)
+        p = subprocess.run(["ip", "-j", "-batch", "-"], input=script.encode(), capture_output=True,
+                           timeout=10)
         out = p.stdout.decode("utf-8", "replace")
         err = p.stderr.decode("utf-8", "replace")
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return dict((a, {"error": str(exc)}) for a in addresses)
+        return {a: {"error": str(exc)} for a in addresses}
     docs = []
     dec = json.JSONDecoder()
     i = 0
@@ -76,7 +76,8 @@ def routes(addresses):
         for r in doc:
             dst = r.get("dst")
             if dst:
-                result[dst] = {"dev": r.get("dev"), "via": r.get("gateway"), "src": r.get("prefsrc"), "type": r.get("type")}
+                result[dst] = {"dev": r.get("dev"), "via": r.get("gateway"), "src": r.get("prefsrc"),
+                               "type": r.get("type")}
     for a in addresses:
         if a not in result:
             result[a] = {"error": (err.strip().splitlines() or ["no route"])[0]}
@@ -107,7 +108,7 @@ def deviations(expected, me, ifname):
 
 def proc_start(pid):
     try:
-        with open("/proc/%d/stat" % pid) as f:
+        with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
@@ -127,7 +128,7 @@ def bind_listeners(specs):
                 continue
             for o, _ in socks:
                 o.close()
-            return [], [], "cannot listen on %s:%s: %s" % (addr, port, exc.strerror or exc)
+            return [], [], f"cannot listen on {addr}:{port}: {exc.strerror or exc}"
         s.listen(1024)
         socks.append((s, kind))
         held.append((addr, int(port), kind))
@@ -151,9 +152,9 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
     node lock no longer names this run, or `stop` is set. Returns the result dict."""
     stop = stop or threading.Event()
     up_at = time.time()
-    inbound = dict((k, 0) for k in expect)
+    inbound = dict.fromkeys(expect, 0)
     results = [None] * len(targets)
-    kinds = dict((id(s), k) for s, k in socks)
+    kinds = {id(s): k for s, k in socks}
 
     def dial(i, t):
         first, attempts, r, last = time.time(), 0, None, None
@@ -240,7 +241,7 @@ def fork_prober(socks, args, result_path=None):
         result = prober(socks, stop=stop, **args)
         data = json.dumps(result).encode()
         if result_path:
-            tmp = "%s.%d.tmp" % (result_path, os.getpid())
+            tmp = f"{result_path}.{os.getpid()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.write(fd, data)
             os.close(fd)
@@ -278,10 +279,8 @@ def collect_detached(pid, start, result_path, wait_s):
     while time.time() < deadline and not os.path.exists(result_path):
         time.sleep(0.05)
     if not os.path.exists(result_path) and pid and start and proc_start(pid) == start:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
         until = time.time() + 3
         while time.time() < until and not os.path.exists(result_path):
             time.sleep(0.05)
@@ -289,7 +288,7 @@ def collect_detached(pid, start, result_path, wait_s):
         until = time.time() + 2
         while time.time() < until and proc_start(pid) == start:
             try:
-                with open("/proc/%d/stat" % pid) as f:
+                with open(f"/proc/{pid}/stat") as f:
                     if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                         break
             except (OSError, IndexError):
@@ -301,4 +300,4 @@ def collect_detached(pid, start, result_path, wait_s):
         os.unlink(result_path)
         return result, None
     except (OSError, ValueError) as exc:
-        return None, "no prober result at %s: %s" % (result_path, exc)
+        return None, f"no prober result at {result_path}: {exc}"

@@ -17,8 +17,14 @@ description:
     time). Runs the same in check mode.
 options:
   pid: {description: The prober's PID (facts C(ddpfix_node.probe.pid))., type: int, required: true}
-  start: {description: The prober's start time (field 22 of /proc/PID/stat; facts C(ddpfix_node.probe.start))., type: str, required: true}
-  result_path: {description: Where the prober writes its result (facts C(ddpfix_node.probe.result_path))., type: path, required: true}
+  start:
+    description: The prober's start time (field 22 of /proc/PID/stat; facts C(ddpfix_node.probe.start)).
+    type: str
+    required: true
+  result_path:
+    description: Where the prober writes its result (facts C(ddpfix_node.probe.result_path)).
+    type: path
+    required: true
   wait: {description: Seconds to wait for the prober to finish by itself., type: float, default: 5.0}
   lock_path: {description: The node lock to release., type: path, default: /run/ddpfix.lock}
   lock_holder: {description: This run (run_id); empty - no lock to release., type: dict, default: {}}
@@ -32,7 +38,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-probe: {description: "The prober's result: connects (list of {name, address, port, kind, ok, error, attempts, first_try, last_try}), inbound, expected_inbound, up_at, down_at; or {error}", returned: always, type: dict}
+probe:
+  description:
+    - "The prober's result: connects (list of {name, address, port, kind, ok, error, attempts, first_try, last_try}),
+      inbound, expected_inbound, up_at, down_at; or {error}."
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -30,8 +30,8 @@ def _free_port() -> int:
 
 def _args(targets: list[dict[str, Any]], expect: dict[str, int], wait: float = 3.0, hold: float = 5.0) -> dict[str, Any]:
     now = time.time()
-    return dict(targets=targets, expect=expect, bind_address="127.0.0.1", bind_ifname="", timeout=1.0,
-                dial_until=now + wait, hold_until=now + hold, lock_path="", run_id="")
+    return {"targets": targets, "expect": expect, "bind_address": "127.0.0.1", "bind_ifname": "", "timeout": 1.0,
+                "dial_until": now + wait, "hold_until": now + hold, "lock_path": "", "run_id": ""}
 
 
 def test_inline_prober_dials_itself_and_counts_inbound() -> None:
