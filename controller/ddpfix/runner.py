@@ -470,8 +470,8 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     import contextlib
     import io
     import json
-    import warnings
     import sys
+    import warnings
 
     loaded = sys.modules.get("ansible.constants")
     if loaded is not None and str(getattr(loaded, "CONFIG_FILE", None) or "") != str(env.get("ANSIBLE_CONFIG") or ""):
@@ -479,13 +479,13 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        from ansible import constants as C
-        from ansible.cli.inventory import _inventory_legacy
-        from ansible.errors import AnsibleError
-        from ansible.inventory.manager import InventoryManager
-        from ansible.parsing.dataloader import DataLoader
-        from ansible.plugins.loader import init_plugin_loader
-        from ansible.vars.manager import VariableManager
+        from ansible import constants as C  # type: ignore[import-untyped]
+        from ansible.cli.inventory import _inventory_legacy  # type: ignore[import-untyped]
+        from ansible.errors import AnsibleError  # type: ignore[import-untyped]
+        from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
+        from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
+        from ansible.plugins.loader import init_plugin_loader  # type: ignore[import-untyped]
+        from ansible.vars.manager import VariableManager  # type: ignore[import-untyped]
 
         quiet = io.StringIO()  # Ansible's warnings (a source no plugin parsed) stay out of ddpfix's output
         try:
