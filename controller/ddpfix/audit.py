@@ -10,8 +10,11 @@ from ddpfix.inventory import GROUP, Cluster
 from ddpfix.progress import Progress
 from ddpfix.runner import RunResult, TaskResult, run_playbook
 
-FACTS_TASK = "facts | Collect node facts"
-PROBE_TASK = "probe | Resolve peers"
+#: Where the facts module (`ddpfix_node_facts`) returns a node's facts: `ansible_facts[FACTS_KEY]`.
+FACTS_KEY = "ddpfix_node"
+#: The probe module; its check run (not the listener's stop) returns the probe result, with key PROBE_RESULT_KEY.
+PROBE_MODULE = "ddpfix_probe"
+PROBE_RESULT_KEY = "connects"
 
 
 @dataclass
@@ -67,14 +70,15 @@ def collect(
                 continue  # outside --limit: not audited, not a finding
             hosts[node.name] = HostFacts(node.name, reachable=False, error="host did not run (not matched by the play)")
             continue
-        facts_task = hr.task(FACTS_TASK)
-        node_facts = ((facts_task.res if facts_task else {}).get("ansible_facts") or {}).get("ddpfix_node")
+        found = hr.fact(FACTS_KEY)
+        facts_task, node_facts = found if found else (None, None)
+        probe_task = hr.find(PROBE_MODULE, has=PROBE_RESULT_KEY)
         hosts[node.name] = HostFacts(
             name=node.name,
             reachable=not hr.unreachable and node_facts is not None,
             error=hr.message,
             node=node_facts,
-            probe=hr.result(PROBE_TASK),
+            probe=probe_task.res if probe_task else None,
             collected_at=parse_event_time(facts_task.created) if facts_task else None,
             window=_window(facts_task),
         )

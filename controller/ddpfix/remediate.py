@@ -16,7 +16,7 @@ from ddpfix import clusterfile
 from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
 from ddpfix.progress import Progress
-from ddpfix.runner import RunResult, run_playbook
+from ddpfix.runner import RunResult, is_node_lock_task, run_playbook
 
 FIREWALL_IDS = {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
 PROBE_IDS = {"probe.master-port-unreachable", "probe.peer-unreachable"}
@@ -260,7 +260,7 @@ def failures_of(run: RunResult) -> dict[str, str]:
         # the last failure of a step (a rescue's report, e.g. "reverted"); a node lock release failing afterwards
         # (the node went away) only follows from it
         failures = [t for t in r.tasks if t.status in ("failed", "unreachable")]
-        bad = next((t for t in reversed(failures) if not t.task.startswith("lock |")),
+        bad = next((t for t in reversed(failures) if not is_node_lock_task(t)),
                    failures[-1] if failures else None)
         if bad is None:
             out[h] = r.message

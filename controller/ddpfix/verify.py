@@ -19,7 +19,7 @@ from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
 from ddpfix.envtemplate import write_needed
 from ddpfix.progress import Progress
-from ddpfix.runner import run_playbook
+from ddpfix.runner import HostResult, run_playbook
 
 BLOCK_RE = re.compile(r"# BEGIN ddpfix managed block\n(.*?)# END ddpfix managed block", re.S)
 
@@ -175,6 +175,17 @@ def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
     return f"audit findings here: {', '.join(ids)}" if ids else "unknown: see the error text"
 
 
+#: The role that launches torchrun, and the module its launch task runs (one launch task runs per play: the backend's).
+VERIFY_ROLE = "ddpfix_verify"
+TORCHRUN_MODULE = "shell"
+
+
+def _torchrun_result(hr: HostResult | None) -> dict[str, Any]:
+    """The torchrun launch's result on one host (the role's shell task that ran), {} when there is none."""
+    t = hr.find(TORCHRUN_MODULE, role=VERIFY_ROLE, ran=True) if hr else None
+    return t.res if t else {}
+
+
 def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosity: int,
               progress: Progress | None, findings: Iterable[Finding]) -> list[dict[str, Any]]:
     run = run_playbook(
@@ -189,7 +200,7 @@ def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosi
     out = []
     for node in cluster.nodes:
         hr = run.hosts.get(node.name)
-        res = (hr.result("verify | torchrun") if hr else None) or {}
+        res = _torchrun_result(hr)
         if hr is None or hr.unreachable or not res:
             out.append({"host": node.name, "ok": False, "error": (hr.message if hr else "did not run"),
                         "cause": "node unreachable or the run failed before torchrun"})
@@ -326,7 +337,7 @@ def run_nccl(ctx: Context, *, sizes: tuple[int, ...], iters: int, min_busbw: flo
         out = {}
         for h in hosts:
             hr = run.hosts.get(h)
-            res = (hr.result("verify | nccl") if hr else None) or {}
+            res = _torchrun_result(hr)
             if hr is None or hr.unreachable or not res:
                 out[h] = {"host": h, "ok": False, "error": hr.message if hr else "did not run",
                           "cause": "node unreachable or the run failed before torchrun", "sweep": []}
