@@ -22,7 +22,7 @@ from ddpfix import paths
 from ddpfix.fabric import check_fabric
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
-from ddpfix.plan import CLUSTER_KEYS, NodePlan, effective_cidr, plan_cluster, sanitize_facts, validate_facts
+from ddpfix.plan import CLUSTER_KEYS, NodePlan, cluster_nic, effective_cidr, plan_cluster, sanitize_facts, validate_facts
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
 NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
@@ -437,6 +437,22 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
 # ---------------------------------------------------------------- time
 
 
+def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: float) -> tuple[str, str] | None:
+    """The one judgement of a running chronyd from its `chronyc -c tracking` facts (parsed on the node: its
+    `synchronised` is the leap status and reference): (summary, evidence) of why it is not synchronised, or None
+    when it is, within `max_offset_s`."""
+    if not tracking:
+        return "chronyd runs but `chronyc tracking` gives no answer", "chronyc -c tracking failed"
+    if not tracking.get("synchronised"):
+        return ("chronyd is not synchronised",
+                f"chronyc tracking: leap status {tracking.get('leap_status')!r}, reference {tracking.get('ref_name')!r}")
+    offset = float(tracking.get("system_offset") or 0.0)
+    if abs(offset) > max_offset_s:
+        return (f"clock offset {offset:+.3f}s exceeds {max_offset_s}s",
+                f"chronyc tracking: system time offset {offset:+.6f}s")
+    return None
+
+
 def check_time(ctx: Context) -> Iterable[Finding]:
     offsets: dict[str, float] = {}
     for name, f in ctx.audited():
@@ -447,16 +463,9 @@ def check_time(ctx: Context) -> Iterable[Finding]:
             yield finding("time.no-daemon", name, "no time-sync daemon is running",
                           "no chronyd/ntpd/systemd-timesyncd/ptp4l process found")
         elif "chronyd" in daemons:
-            if not tr:
-                yield finding("time.unsynchronized", name, "chronyd runs but `chronyc tracking` gives no answer",
-                              "chronyc -c tracking failed")
-            elif not tr.get("synchronised"):
-                yield finding("time.unsynchronized", name, "chronyd is not synchronised",
-                              f"chronyc tracking: leap status {tr.get('leap_status')!r}, reference {tr.get('ref_name')!r}")
-            elif abs(float(tr.get("system_offset") or 0.0)) > ctx.thresholds.max_offset_s:
-                yield finding("time.unsynchronized", name,
-                              f"clock offset {tr['system_offset']:+.3f}s exceeds {ctx.thresholds.max_offset_s}s",
-                              f"chronyc tracking: system time offset {tr['system_offset']:+.6f}s")
+            problem = chrony_unsynchronised(tr, ctx.thresholds.max_offset_s)
+            if problem:
+                yield finding("time.unsynchronized", name, *problem)
         h = ctx.hosts[name]
         if f.get("now") is not None:
             offset = clock_offset(float(f["now"]), h.window, h.collected_at)
@@ -540,7 +549,7 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
         cl = f.get("cluster") or {}
         actual = ctx.plan[name].ifname
         # the NIC holding the cluster address, even when a (wrong) override hid it from the plan
-        real = actual or next((i.get("name") for i in ifaces if any(ctx.in_cidr(a) for a in _inet(i))), None)
+        real = actual or cluster_nic(f, cidr=ctx.cidr)
         if real:
             names[name] = real
         if actual:

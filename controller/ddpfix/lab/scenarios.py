@@ -425,12 +425,12 @@ def _bind_hosts(rt: "Runtime", node: NodePlan) -> None:
 def _ifname_mismatch(plan: LabPlan) -> None:
     """Catalogue row 5. The cluster NIC is `eth0` on node1, node3, ... and `ens5` on node2,
     node4, ... (overrides --ifnames); every node has an existing /etc/ddpfix/ddp.env with
-    GLOO_SOCKET_IFNAME=eth0 and NCCL_SOCKET_IFNAME=eth0 and otherwise right values (MASTER_ADDR,
+    GLOO/NCCL/TP_SOCKET_IFNAME=eth0 and otherwise right values (MASTER_ADDR,
     MASTER_PORT, NNODES, NODE_RANK, WORLD_SIZE). Findings: netif.missing on the ens5 nodes,
     netif.name-mismatch (cluster)."""
     for n in plan.nodes:
         n.ifname = "eth0" if n.index % 2 else "ens5"
-    set_env_everywhere(plan, GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0")
+    set_env_everywhere(plan, GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0", TP_SOCKET_IFNAME="eth0")
 
 
 @scenario(

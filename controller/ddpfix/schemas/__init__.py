@@ -1,0 +1,26 @@
+"""JSON Schemas of the JSON documents ddpfix writes, one file per schema id (`ddpfix.report/v1` ->
+`ddpfix.report.v1.json` in this directory). They ship in the wheel; tests validate real outputs against them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def path(schema_id: str) -> Path:
+    """The schema file of `schema_id` (e.g. `ddpfix.verify/v1`)."""
+    return HERE / (schema_id.replace("/", ".") + ".json")
+
+
+def load(schema_id: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path(schema_id).read_text())
+    return doc
+
+
+def ids() -> list[str]:
+    """Every schema id that has a file here."""
+    return sorted(p.name.removesuffix(".json").rsplit(".", 1)[0] + "/" + p.name.removesuffix(".json").rsplit(".", 1)[1]
+                  for p in HERE.glob("*.json"))
