@@ -26,8 +26,6 @@ from ddpfix.plan import CLUSTER_KEYS, NodePlan, cluster_nic, effective_cidr, pla
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
 NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
-#: A synthetic source outside any private network (TEST-NET-3): only evaluated, never contacted.
-WORLD_SOURCE = "203.0.113.200"
 
 
 #: The firewall layers the node's collector reads (its `unread` sources, see the ddpfix_firewall module_utils).

@@ -400,7 +400,3 @@ def _is_ip(s: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-def probe_ring(cluster: Cluster) -> list[str]:
-    return [n.name for n in cluster.nodes]

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from ddpfix import lab
 from ddpfix.cli import cli
-from ddpfix.lab import core
+from ddpfix.lab import prerequisites
 from ddpfix.lab.scenarios import SCENARIOS
 
 CAP_SYS_TIME = 25
@@ -226,8 +226,8 @@ def test_not_root_is_exit_4(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_package_is_exit_4(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    real = core.shutil.which
-    monkeypatch.setattr(core.shutil, "which", lambda b, path=None: None if b == "firewalld" else real(b, path=path))
+    real = prerequisites.shutil.which
+    monkeypatch.setattr(prerequisites.shutil, "which", lambda b, path=None: None if b == "firewalld" else real(b, path=path))
     with pytest.raises(lab.LabError) as exc:
-        core.check_prerequisites(["firewalld-master"])
+        prerequisites.check_prerequisites(["firewalld-master"])
     assert exc.value.code == 4 and "apt-get install firewalld" in str(exc.value)

@@ -13,7 +13,7 @@ from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.plan import node_env
 
 if TYPE_CHECKING:
-    from ddpfix.lab.core import Runtime
+    from ddpfix.lab.daemons import Runtime
 
 STATE_ROOT = Path("/run/ddpfix-lab")
 DEFAULT_NAME = "ddpfix"
