@@ -22,8 +22,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 def validate(doc: Any) -> None:
     """Validate `doc` against the schema its own `schema` key names."""
-    schema = schemas.load(doc["schema"])
-    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(doc)
+    schemas.validate(doc)
 
 
 def test_every_schema_file_is_a_valid_schema_named_by_its_id() -> None:

@@ -24,3 +24,12 @@ def ids() -> list[str]:
     """Every schema id that has a file here."""
     return sorted(p.name.removesuffix(".json").rsplit(".", 1)[0] + "/" + p.name.removesuffix(".json").rsplit(".", 1)[1]
                   for p in HERE.glob("*.json"))
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Validate `doc` against the schema its `schema` key names (raises jsonschema.ValidationError). Needs
+    `jsonschema`, a test dependency (`pip install ddpfix[test]`): ddpfix itself never validates at run time."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(load(str(doc["schema"])), format_checker=jsonschema.FormatChecker())
+    validator.validate(doc)
