@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from ddpfix.checks import Context, HostFacts, Thresholds, parse_event_time, run_checks
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
+from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.progress import Progress
 from ddpfix.runner import RunResult, TaskResult, run_playbook
 
@@ -71,14 +73,15 @@ def collect(
             hosts[node.name] = HostFacts(node.name, reachable=False, error="host did not run (not matched by the play)")
             continue
         found = hr.fact(FACTS_KEY)
-        facts_task, node_facts = found if found else (None, None)
+        facts_task = found[0] if found else None
+        node_facts = cast(NodeFacts, found[1]) if found else None
         probe_task = hr.find(PROBE_MODULE, has=PROBE_RESULT_KEY)
         hosts[node.name] = HostFacts(
             name=node.name,
             reachable=not hr.unreachable and node_facts is not None,
             error=hr.message,
             node=node_facts,
-            probe=probe_task.res if probe_task else None,
+            probe=cast(ProbeResult, probe_task.res) if probe_task else None,
             collected_at=parse_event_time(facts_task.created) if facts_task else None,
             window=_window(facts_task),
         )

@@ -11,7 +11,7 @@ import importlib.util
 import json
 import ipaddress
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -22,6 +22,7 @@ from ddpfix import paths
 from ddpfix.fabric import check_fabric
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
+from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import CLUSTER_KEYS, NodePlan, cluster_nic, effective_cidr, plan_cluster, sanitize_facts, validate_facts
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
@@ -88,8 +89,8 @@ class HostFacts:
     name: str
     reachable: bool = True
     error: str = ""
-    node: dict[str, Any] | None = None  # ansible_facts.ddpfix_node
-    probe: dict[str, Any] | None = None  # ddpfix_probe result
+    node: NodeFacts | None = None  # ansible_facts.ddpfix_node
+    probe: ProbeResult | None = None  # ddpfix_probe result
     collected_at: float | None = None  # controller clock when the facts arrived (epoch seconds)
     # controller clock window (epoch seconds) within which the node read its clock: task start .. result
     window: tuple[float, float] | None = None
@@ -105,12 +106,12 @@ class Context:
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
         self.invalid: dict[str, list[tuple[str, str, str]]] = {n: p for n, f in raw.items() if f and (p := validate_facts(f))}
-        self.facts = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
+        self.facts: dict[str, NodeFacts | None] = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
         self.cidr = effective_cidr(self.cluster, self.facts)
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
 
-        self._audited: list[tuple[str, dict[str, Any]]] = [
+        self._audited: list[tuple[str, NodeFacts]] = [
             (n.name, self.facts[n.name]) for n in self.cluster.nodes if self.facts.get(n.name)  # type: ignore[misc]
         ]
         self.by_address: dict[str, str] = {}
@@ -118,7 +119,7 @@ class Context:
             if p.address:
                 self.by_address.setdefault(p.address, name)
 
-    def audited(self) -> list[tuple[str, dict[str, Any]]]:
+    def audited(self) -> list[tuple[str, NodeFacts]]:
         """(name, facts) of every node that returned facts, in rank order (computed once)."""
         return self._audited
 
@@ -185,7 +186,7 @@ def _hosts_lines(facts: Mapping[str, Any], name: str) -> str:
     return "; ".join(f"/etc/hosts: {ln.strip()}" for ln in lines) or "no /etc/hosts line (resolved through NSS/DNS)"
 
 
-def active_firewalls(fw: dict[str, Any]) -> list[str]:
+def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
     """Firewall layers that hold rules (`nft -j` always answers, an empty ruleset is no firewall)."""
     out = []
     if fw.get("firewalld"):
@@ -295,12 +296,14 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
     candidates = [ctx.plan[name].address for name, _ in ctx.audited() if ctx.plan[name].address]
     candidates = candidates[: ctx.thresholds.max_sources + 1]
     for name, f in ctx.audited():
-        state = f.get("firewall") or {}
+        state: Mapping[str, Any] = f.get("firewall") or {}
         skey = memo._key(state)
-        iface = (f.get("cluster") or {}).get("ifname")
+        cl: Mapping[str, Any] = f.get("cluster") or {}
+        iface = cl.get("ifname")
         own = ctx.plan[name].address
         sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
-        lo, hi = (f.get("sysctl") or {}).get("ip_local_port_range", [32768, 60999])
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
+        lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
         port = ctx.cluster.master_port
         if name == ctx.cluster.master:
             for src in sources:
@@ -363,7 +366,8 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
                 yield finding("probe.peer-unreachable", name, f"TCP connect to peer {target} (probe port) failed",
                               f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr,
                               target=c.get("name"))
-        if (f.get("probe") or {}).get("error"):
+        listener: Mapping[str, Any] = f.get("probe") or {}
+        if listener.get("error"):
             yield finding("probe.peer-unreachable", name, "probe listener could not start on this node",
                           str(f["probe"]["error"]), cidr=ctx.cidr)
 
@@ -454,7 +458,7 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
 def check_time(ctx: Context) -> Iterable[Finding]:
     offsets: dict[str, float] = {}
     for name, f in ctx.audited():
-        t = f.get("time") or {}
+        t: Mapping[str, Any] = f.get("time") or {}
         daemons = t.get("daemons") or []
         tr = t.get("chrony_tracking")
         if not daemons:
@@ -500,7 +504,7 @@ def clock_offset(node_now: float, window: tuple[float, float] | None, collected_
     return None
 
 
-def nccl_select(spec: str | None, ifaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def nccl_select(spec: str | None, ifaces: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Interfaces NCCL would use for `NCCL_SOCKET_IFNAME=spec` (None: its default order), IPv4 ones."""
     cands = [i for i in sorted(ifaces, key=lambda x: x.get("index") or 0)
              if any(a.get("family") == "inet" for a in i.get("addrs") or [])]
@@ -544,7 +548,7 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
     configured_all: dict[str, dict[str, str]] = {}
     for name, f in ctx.audited():
         ifaces = f.get("interfaces") or []
-        cl = f.get("cluster") or {}
+        cl: Mapping[str, Any] = f.get("cluster") or {}
         actual = ctx.plan[name].ifname
         # the NIC holding the cluster address, even when a (wrong) override hid it from the plan
         real = actual or cluster_nic(f, cidr=ctx.cidr)
@@ -627,20 +631,21 @@ def check_routes(ctx: Context) -> Iterable[Finding]:
 def check_master_addr(ctx: Context) -> Iterable[Finding]:
     want = ctx.plan[ctx.cluster.master].address if ctx.cluster.master in ctx.plan else None
     for name, f in ctx.audited():
-        env = (f.get("env_file") or {}).get("values") or {}
+        envf: Mapping[str, Any] = f.get("env_file") or {}
+        env = envf.get("values") or {}
         got = env.get("MASTER_ADDR")
         if got and want and got != want:
             kind = "outside the cluster network" if not ctx.in_cidr(got) else "not the master's cluster address"
             yield finding("addr.master-not-private", name,
-                          f"MASTER_ADDR={got} in {(f.get('env_file') or {}).get('path')} is {kind} ({ctx.cluster.master} is {want})",
-                          f"{(f.get('env_file') or {}).get('path')}: MASTER_ADDR={got}", cidr=ctx.cidr)
+                          f"MASTER_ADDR={got} in {envf.get('path')} is {kind} ({ctx.cluster.master} is {want})",
+                          f"{envf.get('path')}: MASTER_ADDR={got}", cidr=ctx.cidr)
 
 
 def check_sysctls(ctx: Context) -> Iterable[Finding]:
     mf = ctx.facts.get(ctx.cluster.master)
     if not mf:
         return
-    sc = mf.get("sysctl") or {}
+    sc: Mapping[str, Any] = mf.get("sysctl") or {}
     lo, hi = sc.get("ip_local_port_range", [32768, 60999])
     if int(lo) <= ctx.cluster.master_port <= int(hi):
         yield finding("net.master-port-ephemeral", ctx.cluster.master,
@@ -659,7 +664,7 @@ def check_sysctls(ctx: Context) -> Iterable[Finding]:
 def check_env(ctx: Context) -> Iterable[Finding]:
     existing: dict[str, dict[str, str]] = {}
     for name, f in ctx.audited():
-        ef = f.get("env_file") or {}
+        ef: Mapping[str, Any] = f.get("env_file") or {}
         if not ef.get("exists"):
             yield finding("env.missing", name, f"{ef.get('path')} does not exist", f"stat {ef.get('path')}: no such file")
         else:

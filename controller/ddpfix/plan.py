@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from ddpfix import fabric as fab
 from ddpfix import paths
 from ddpfix.inventory import Cluster, Node, is_hostname
+from ddpfix.nodefacts import NodeFacts
 
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "PET_MASTER_ADDR",
@@ -90,9 +91,9 @@ def validate_facts(node_facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def sanitize_facts(node_facts: Mapping[str, Any]) -> dict[str, Any]:
+def sanitize_facts(node_facts: Mapping[str, Any]) -> NodeFacts:
     """A copy with every invalid value that could reach another node's file or a probe removed."""
-    f = dict(node_facts)
+    f: dict[str, Any] = dict(node_facts)
     bad = {fact for fact, _, _ in validate_facts(node_facts)}
     if "hostname" in bad:
         f["hostname"] = None
@@ -113,7 +114,7 @@ def sanitize_facts(node_facts: Mapping[str, Any]) -> dict[str, Any]:
          "mac": i.get("mac") if isinstance(i.get("mac"), str) and _MAC.match(i["mac"]) else None}
         for i in f.get("interfaces") or [] if _valid_ifname(i.get("name"))
     ]
-    return f
+    return cast(NodeFacts, f)
 
 
 def effective_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> str | None:

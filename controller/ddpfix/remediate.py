@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,7 @@ class Change:
     diff: str
 
 
-def firewall_backend(state: dict[str, Any], configured: str, blocking_layers: set[str]) -> str:
+def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers: set[str]) -> str:
     """Which firewall to change: the inventory's ddp_firewall, else the layer the audit found blocking,
     else the one that holds rules (firewalld before iptables before native nftables). `iptables-legacy`: the legacy
     tables block while `iptables` is the nft variant (the rule must go where the blocking rules are)."""
@@ -180,7 +180,7 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
                           f"{ACK_BROAD}: true in the inventory", ExitCode.INVALID_INPUT)
 
 
-def pin_target(interfaces: list[dict[str, Any]], ifname: str) -> tuple[str | None, str]:
+def pin_target(interfaces: Sequence[Mapping[str, Any]], ifname: str) -> tuple[str | None, str]:
     """The permanent MAC to pin `ifname` to, or (None, why not).
 
     Only a physical NIC (a bus device, no virtual kind) with a permanent MAC that no other interface of the node

@@ -119,7 +119,7 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         else:
             # ddpfix's part only (the managed block, none of its keys set again outside it), from the node's facts:
             # the file's content (the user's secrets) is not read back to the controller
-            ef = facts.get("env_file") or {}
+            ef: Mapping[str, Any] = facts.get("env_file") or {}
             same = not write_needed(ef, ctx.plan[name], ctx.cluster.env_template)
             shadowed = sorted(set(ef.get("outside_keys") or ()) & set(ctx.plan[name].env))
             out.append(Check(name, "env file present and as planned", same,

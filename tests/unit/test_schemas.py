@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from ddpfix import clusterfile, report, schemas, verify
 from ddpfix.cli import cli
 

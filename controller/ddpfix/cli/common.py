@@ -144,7 +144,9 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
             continue
         f = h.node or {}
         plan = plans.get(node.name)
-        t = (f.get("time") or {})
+        t: Mapping[str, Any] = f.get("time") or {}
+        envf: Mapping[str, Any] = f.get("env_file") or {}
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
         fw = f.get("firewall") or {}
         out[node.name] = {
             "reachable": bool(h.reachable),
@@ -157,8 +159,8 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
                 "time_daemons": t.get("daemons"),
                 "chrony_synchronised": (t.get("chrony_tracking") or {}).get("synchronised"),
                 "firewall": active_firewalls(fw),
-                "env_file": (f.get("env_file") or {}).get("exists"),
-                "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
+                "env_file": envf.get("exists"),
+                "ephemeral_range": sysctl.get("ip_local_port_range"),
                 "unread": [{"source": k, "reason": v} for k, v in sorted(unread_of(f).items())],
             },
         }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,6 @@ def ids() -> list[str]:
 def validate(doc: dict[str, Any]) -> None:
     """Validate `doc` against the schema its `schema` key names (raises jsonschema.ValidationError). Needs
     `jsonschema`, a test dependency (`pip install ddpfix[test]`): ddpfix itself never validates at run time."""
-    import jsonschema
-
+    jsonschema = importlib.import_module("jsonschema")  # by name: a test dependency, without type stubs
     validator = jsonschema.Draft202012Validator(load(str(doc["schema"])), format_checker=jsonschema.FormatChecker())
     validator.validate(doc)
