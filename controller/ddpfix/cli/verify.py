@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from rich.console import Console
@@ -101,7 +102,7 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
     raise SystemExit(int(ExitCode.OK if ok else ExitCode.FINDINGS))
 
 
-def _print_nccl(con: Console, doc: dict) -> None:
+def _print_nccl(con: Console, doc: dict[str, Any]) -> None:
     t = Table(title="NCCL all-reduce sweep (torchrun, one process per GPU); busbw = algbw * 2(n-1)/n", title_justify="left")
     for col in ("host", "result", "transport", "size", "time (us)", "algbw GB/s", "busbw GB/s"):
         t.add_column(col, overflow="fold")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ddpfix.app import ExitCode
 from ddpfix.lab.model import (
@@ -24,6 +25,7 @@ from ddpfix.lab.plan import hosts_text
 from ddpfix.lab.system import (
     _STATE_LOCK,
     SSH_PORT,
+    LabState,
     _descendants,
     _host_pid,
     _node_state,
@@ -46,7 +48,7 @@ DROP_SYS_TIME = ["setpriv", "--bounding-set", "-sys_time", "--"]
 class Runtime:
     """What scenario tasks may use while `up` runs: exec in a node, write its files, record PIDs."""
 
-    def __init__(self, plan: LabPlan, sdir: Path, state: dict) -> None:
+    def __init__(self, plan: LabPlan, sdir: Path, state: LabState) -> None:
         self.plan = plan
         self.sdir = sdir
         self.state = state
@@ -55,7 +57,7 @@ class Runtime:
         return self.sdir / "nodes" / node.name
 
     def init_pid(self, node: NodePlan) -> int:
-        return self.state["nodes"][node.name]["pids"]["init"]["pid"]
+        return int(self.state["nodes"][node.name]["pids"]["init"]["pid"])
 
     def exec(self, node: NodePlan, argv: Sequence[str], *, input: str | None = None, check: bool = True,
              timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -211,7 +213,7 @@ def wait_synchronised(name: str, timeout: float = 30.0) -> None:
 
     def synced(n: str) -> bool:
         t = chrony_tracking(name, n)
-        return bool(t) and t.get("leap_status") == "Normal" and t.get("ref_id") not in ("00000000", "")
+        return t is not None and t.get("leap_status") == "Normal" and t.get("ref_id") not in ("00000000", "")
 
     pending = list(running)
 
@@ -237,7 +239,7 @@ def node_exec(name: str, node: str, argv: Sequence[str], *, input: str | None = 
     return _node_exec(rec["pid"], argv, input=input, check=check, timeout=timeout)
 
 
-def node_popen(name: str, node: str, argv: Sequence[str], **kwargs) -> subprocess.Popen:
+def node_popen(name: str, node: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
     """Start argv inside a node without waiting (e.g. a long-running torchrun); kwargs go to Popen."""
     state = _require_state(name)
     rec = _node_state(state, node)["pids"].get("init")
@@ -281,7 +283,7 @@ def start_sshd(name: str, node: str) -> None:
     _wait(lambda: _sshd_answers(state, node), 5, f"sshd on {node}")
 
 
-def _sshd_answers(state: dict, node: str, timeout: float = 0.5) -> bool:
+def _sshd_answers(state: LabState, node: str, timeout: float = 0.5) -> bool:
     """Does the node's sshd answer on the lab's SSH port - from the controller, or from the bastion for the nodes
     the controller may not reach directly?"""
     addr, port, bastion = state["nodes"][node]["address"], state.get("ssh_port", SSH_PORT), state.get("bastion")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -49,6 +50,7 @@ from ddpfix.lab.plan import env_text, hosts_text, plan_lab
 from ddpfix.lab.prerequisites import check_prerequisites
 from ddpfix.lab.system import (
     SSH_PORT,
+    LabState,
     _kill,
     _lab_netns,
     _link_exists,
@@ -127,7 +129,7 @@ def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float
     sdir = state_dir(name)
     sdir.mkdir(mode=0o700, parents=True)
     _run(["mount", "-t", "tmpfs", "-o", "mode=0700,nosuid,nodev", f"ddpfix-lab-{name}", str(sdir)])
-    state: dict = {
+    state: LabState = {
         "version": 1,
         "name": name,
         "subnet": str(plan.subnet),
@@ -327,7 +329,7 @@ def _inventory_side_files(plan: LabPlan) -> list[str]:
 
 def _write_inventory(rt: Runtime, inv_dir: Path) -> Path:
     sdir, plan = rt.sdir, rt.plan
-    hosts: dict[str, dict] = {}
+    hosts: dict[str, dict[str, Any]] = {}
     for n in plan.nodes:
         hosts[n.name] = {"ansible_host": str(n.address), **n.hostvars}
     doc = {
@@ -423,7 +425,7 @@ def list_labs() -> list[str]:
     return sorted(p.name for p in STATE_ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def status_dict(st: LabStatus) -> dict:
+def status_dict(st: LabStatus) -> dict[str, Any]:
     return asdict(st)
 
 
@@ -439,7 +441,7 @@ def down(name: str = DEFAULT_NAME) -> bool:
     return existed
 
 
-def _kill_recorded(state: dict) -> None:
+def _kill_recorded(state: LabState) -> None:
     """Kill the lab's recorded processes, innermost first, so that each is reaped by its parent.
 
     Killing a node's PID 1 kills everything in its PID namespace; its `unshare` launcher then

@@ -12,12 +12,15 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ddpfix.app import ExitCode
 from ddpfix.lab.model import STATE_ROOT, LabError, state_dir, validate_name
 
+#: The lab's state file (`lab.json`): plan, PIDs with their start times, what was written where.
+LabState = dict[str, Any]
 SSH_PORT = 22
 
 
@@ -62,13 +65,13 @@ def _proc_start(pid: int) -> int | None:
     return int(fields[19])
 
 
-def pid_alive(rec: dict[str, int] | None) -> bool:
+def pid_alive(rec: Mapping[str, int] | None) -> bool:
     """Is the recorded process (`{"pid", "start"}`) still the same, running process?"""
-    return bool(rec) and _proc_start(rec["pid"]) == rec["start"]
+    return rec is not None and bool(rec) and _proc_start(rec["pid"]) == rec["start"]
 
 
-def _kill(rec: dict[str, int] | None, sig: int = signal.SIGKILL) -> None:
-    if pid_alive(rec):
+def _kill(rec: Mapping[str, int] | None, sig: int = signal.SIGKILL) -> None:
+    if rec is not None and pid_alive(rec):
         with contextlib.suppress(ProcessLookupError):
             os.kill(rec["pid"], sig)
 
@@ -184,21 +187,22 @@ def lab_mounts(name: str) -> list[str]:
 _STATE_LOCK = threading.RLock()
 
 
-def _save_state(sdir: Path, state: dict) -> None:
+def _save_state(sdir: Path, state: LabState) -> None:
     with _STATE_LOCK:  # `up` records PIDs from several threads
         tmp = sdir / f"lab.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(state, indent=2, default=str))
         tmp.replace(sdir / "lab.json")
 
 
-def _load_state(name: str) -> dict | None:
+def _load_state(name: str) -> LabState | None:
     try:
-        return json.loads((state_dir(name) / "lab.json").read_text())
+        state: LabState = json.loads((state_dir(name) / "lab.json").read_text())
+        return state
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def _require_state(name: str) -> dict:
+def _require_state(name: str) -> LabState:
     validate_name(name)
     state = _load_state(name)
     if state is None:
@@ -206,8 +210,9 @@ def _require_state(name: str) -> dict:
     return state
 
 
-def _node_state(state: dict, node: str) -> dict:
+def _node_state(state: LabState, node: str) -> dict[str, Any]:
     try:
-        return state["nodes"][node]
+        node_state: dict[str, Any] = state["nodes"][node]
+        return node_state
     except KeyError:
         raise LabError(f"lab {state['name']!r} has no node {node!r}", ExitCode.INVALID_INPUT) from None
