@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from ddpfix import lab
 from ddpfix.cli import cli
-from ddpfix.lab import prerequisites
+from ddpfix.lab import lifecycle, prerequisites
 from ddpfix.lab.scenarios import SCENARIOS
 
 CAP_SYS_TIME = 25
@@ -185,7 +185,7 @@ def test_failed_up_leaves_nothing(temp_lab, monkeypatch: pytest.MonkeyPatch) -> 
     def boom(rt, node):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(core, "_start_chrony", boom)
+    monkeypatch.setattr(lifecycle, "_start_chrony", boom)  # the name _build calls
     name = f"fail{os.getpid() % 100000}"
     with pytest.raises(lab.LabError, match="injected failure.*removed"):
         temp_lab(nodes=2, name=name)
