@@ -63,8 +63,13 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in (
     Setting("ANSIBLE_DEPRECATION_WARNINGS", (("defaults", "deprecation_warnings"),)),
     Setting("ANSIBLE_SYSTEM_WARNINGS", (("defaults", "system_warnings"),)),
     Setting("ANSIBLE_PYTHON_INTERPRETER", (("defaults", "interpreter_python"),)),
-    Setting("ANSIBLE_ROLES_PATH", (("defaults", "roles_path"),), ("DEFAULT_ROLES_PATH",)),
+    Setting("ANSIBLE_COLLECTIONS_PATH", (("defaults", "collections_path"), ("defaults", "collections_paths")),
+            ("ANSIBLE_COLLECTIONS_PATHS",)),
 )}
+
+
+#: Where Ansible looks for collections when nothing is configured.
+DEFAULT_COLLECTIONS_PATH = f"{Path('~/.ansible/collections').expanduser()}{os.pathsep}/usr/share/ansible/collections"
 
 
 @dataclass(frozen=True)
@@ -158,8 +163,8 @@ def extend_ssh_args(user: str | None, ours_control: str = CONTROL_PERSIST_ARGS,
 def overlay(defaults: Mapping[str, str], cfg: UserConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """ddpfix's Ansible env vars minus every setting the user set (file or environment).
 
-    `ANSIBLE_SSH_ARGS` is the user's value extended (see `extend_ssh_args`); `ANSIBLE_ROLES_PATH` is
-    ddpfix's roles first, then the user's; `ANSIBLE_CONFIG` names the user's file. Keys that are not in
+    `ANSIBLE_SSH_ARGS` is the user's value extended (see `extend_ssh_args`); `ANSIBLE_COLLECTIONS_PATH` is
+    ddpfix's collection first, then the user's; `ANSIBLE_CONFIG` names the user's file. Keys that are not in
     SETTINGS (ddpfix's private run files) are always kept."""
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
@@ -171,8 +176,9 @@ def overlay(defaults: Mapping[str, str], cfg: UserConfig, environ: Mapping[str, 
         user = cfg.value(setting, env)
         if key == "ANSIBLE_SSH_ARGS":
             out[key] = extend_ssh_args(user)
-        elif key == "ANSIBLE_ROLES_PATH":
-            out[key] = ours if user is None else f"{ours}{os.pathsep}{user}"
+        elif key == "ANSIBLE_COLLECTIONS_PATH":
+            # ddpfix's collection first, then the user's collections (or Ansible's default places).
+            out[key] = f"{ours}{os.pathsep}{user if user is not None else DEFAULT_COLLECTIONS_PATH}"
         elif key == "ANSIBLE_HOST_KEY_CHECKING":
             # ansible-runner turns host key checking off unless the variable is set: keep the user's
             # choice, or Ansible's own default (on).

@@ -9,24 +9,19 @@ the audit's check functions run unchanged. Only findings about this node are kep
 
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
 import time
 import types
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any, cast
-from unittest import mock
 
-from ddpfix import paths
+from ddpfix import collection
 from ddpfix.checks import (Context, HostFacts, check_env, check_facts, check_firewall, check_hostnames,
                            check_interfaces, check_master_addr, check_resolution, check_sysctls, check_time,
-                           firewall_lib, _from_placeholder)
+                           _from_placeholder)
 from ddpfix.findings import Finding, Severity, sort_key
 from ddpfix.inventory import Cluster
 from ddpfix.nodefacts import NodeFacts
-from ddpfix.plan import envfile_lib
 
 #: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).
 LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, check_time, check_interfaces,
@@ -39,29 +34,9 @@ NOT_LOCAL = frozenset({"probe.port-in-use", "time.skew", "netif.mtu-mismatch", "
 FAIL_AT = Severity.WARNING
 
 
-def _load(name: str, path: str, shims: Mapping[str, types.ModuleType]) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    with mock.patch.dict(sys.modules, shims):  # the module's `ansible.module_utils.*` imports, only while loading
-        spec.loader.exec_module(mod)
-    return mod
-
-
-@lru_cache(maxsize=1)
 def node_facts_module() -> types.ModuleType:
-    """roles/ddpfix_facts/library/ddpfix_node_facts.py, its module_utils imports served from the role's files
-    (Ansible itself need not be installed on the node)."""
-    utils = paths.roles_dir() / "ddpfix_facts" / "module_utils"
-    basic = types.ModuleType("ansible.module_utils.basic")
-    basic.AnsibleModule = None  # type: ignore[attr-defined]  # main() is not called here
-    nodeinfo = _load("ddpfix_nodeinfo", str(utils / "ddpfix_nodeinfo.py"), {})
-    fabric = _load("ddpfix_fabric", str(utils / "ddpfix_fabric.py"), {})
-    shims = {"ansible.module_utils.basic": basic, "ansible.module_utils.ddpfix_envfile": envfile_lib(),
-             "ansible.module_utils.ddpfix_firewall": firewall_lib(), "ansible.module_utils.ddpfix_nodeinfo": nodeinfo,
-             "ansible.module_utils.ddpfix_fabric": fabric}
-    return _load("ddpfix_node_facts", str(paths.roles_dir() / "ddpfix_facts" / "library" / "ddpfix_node_facts.py"),
-                 shims)
+    """plugins/modules/ddpfix_node_facts.py, run in-process (its `main()` is not called)."""
+    return collection.module("ddpfix_node_facts")
 
 
 def collect_local(cluster: Cluster, doc: Mapping[str, Any], node: str | None) -> tuple[str, dict[str, Any]]:

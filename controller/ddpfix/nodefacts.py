@@ -1,6 +1,6 @@
 """The shape of what the node modules return: `ddpfix_node_facts` (as `ansible_facts.ddpfix_node`, also run in-process
-by `ddpfix check --local`) and `ddpfix_probe` (its check run). Written from the modules (roles/ddpfix_facts/library/
-and its module_utils: `ddpfix_nodeinfo`, `ddpfix_envfile`, `ddpfix_firewall`, `ddpfix_fabric`), which stay
+by `ddpfix check --local`) and `ddpfix_probe` (its check run). Written from the modules (plugins/modules/ and the
+module_utils they use: `ddpfix_nodeinfo`, `ddpfix_envfile`, `ddpfix_firewall`, `ddpfix_fabric`), which stay
 stdlib-only Python for the nodes; the controller's checks, plan and verify read the facts through these types.
 
 Values from nodes are validated before anything is written from them (`plan.validate_facts`): the types say what a
@@ -55,6 +55,8 @@ class Sysctl(TypedDict):
     ip_local_port_range: list[int]  # [low, high]
     somaxconn: int
     ipv6_disabled: bool
+    # net.ipv4.conf.{all,default,IFACE}.rp_filter by conf name (0 off, 1 strict, 2 loose); not from older modules
+    rp_filter: NotRequired[dict[str, int]]
 
 
 class ChronyTracking(TypedDict, total=False):

@@ -28,6 +28,31 @@ def roles_dir() -> Path:
     return ansible_root() / "roles"
 
 
+COLLECTION = ("ddpfix", "cluster")
+
+
+def plugins_dir() -> Path:
+    """The collection's `plugins/` (modules, module_utils, filter and strategy plugins)."""
+    return ansible_root() / "plugins"
+
+
+def collections_dir() -> Path:
+    """A collections path in which `ddpfix.cluster` is this installation's content (checkout or wheel).
+
+    The content root (`ansible_root()`) is the collection; Ansible finds it through a symlink
+    `<state>/collections/ansible_collections/ddpfix/cluster`, made (or corrected) here."""
+    base = state_dir() / "collections"
+    link = base.joinpath("ansible_collections", *COLLECTION)
+    target = ansible_root()
+    if not (link.is_symlink() and Path(os.readlink(link)) == target):
+        link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = link.with_name(f".{link.name}.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target, target_is_directory=True)
+        os.replace(tmp, link)
+    return base
+
+
 def state_dir() -> Path:
     """Per-user state (run directories). Honours DDPFIX_STATE_DIR and XDG_STATE_HOME."""
     env = os.environ.get("DDPFIX_STATE_DIR")

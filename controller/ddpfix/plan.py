@@ -5,17 +5,15 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsi
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from types import ModuleType
 from typing import Any, cast
 
 from ddpfix import fabric as fab
-from ddpfix import paths
+from ddpfix import collection
 from ddpfix.inventory import Cluster, Node, is_hostname
 from ddpfix.nodefacts import NodeFacts
 
@@ -306,16 +304,10 @@ def fabric_env(node: Node, f: Mapping[str, Any] | None, gid_index: tuple[int, st
     return why
 
 
-@lru_cache(maxsize=1)
 def envfile_lib() -> ModuleType:
-    """The env file's managed-block functions (roles/ddpfix_env/module_utils/ddpfix_envfile.py), shared with the
-    node modules that write and read the block."""
-    path = paths.roles_dir() / "ddpfix_env" / "module_utils" / "ddpfix_envfile.py"
-    spec = importlib.util.spec_from_file_location("ddpfix_envfile", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The env file's managed-block functions (plugins/module_utils/ddpfix_envfile.py), shared with the node
+    modules that write and read the block."""
+    return collection.module_utils("ddpfix_envfile")
 
 
 def managed_block(text: str) -> str:

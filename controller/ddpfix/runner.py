@@ -158,7 +158,7 @@ def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
         "PATH": f"{ansible_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
         "ANSIBLE_HOME": str(state / "ansible"),
         "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
-        "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+        "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_dir()),
         "ANSIBLE_FORKS": str(forks),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15",

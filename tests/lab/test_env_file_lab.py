@@ -186,8 +186,8 @@ def test_foreign_file_refused_file_unchanged(lab2: Any, state: Path) -> None:
     play = state / "env.yml"
     state.mkdir(parents=True, exist_ok=True)
     play.write_text(yaml.safe_dump([{"hosts": "ddp_nodes", "gather_facts": False, "roles": [
-        {"role": "ddpfix_env", "ddpfix_env_path": "/etc/environment", "ddpfix_env_values": {"MASTER_ADDR": "10.0.0.1"}}]}]))
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(paths.roles_dir()), "ANSIBLE_NOCOLOR": "1"}
+        {"role": "ddpfix.cluster.ddpfix_env", "ddpfix_env_path": "/etc/environment", "ddpfix_env_values": {"MASTER_ADDR": "10.0.0.1"}}]}]))
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_dir()), "ANSIBLE_NOCOLOR": "1"}
     r = subprocess.run([str(Path(paths_ansible_bin()) / "ansible-playbook"), "-i", inv, str(play)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode != 0 and "/etc/environment exists and was not written by ddpfix" in r.stdout, r.stdout[-3000:]

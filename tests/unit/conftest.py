@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ddpfix import collection
 from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
 from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import Cluster, cluster_from_inventory_data
@@ -26,31 +27,27 @@ FIREWALL_FIXTURES = HERE / "fixtures" / "firewall"
 
 
 def load_role_module(relpath: str, name: str) -> ModuleType:
-    """Import a file from roles/ by path (they are not on the package path), once per session."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "roles" / relpath)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """A plugin of the ddpfix.cluster collection (`modules/NAME.py`, `module_utils/NAME.py`, `filter/NAME.py`),
+    imported under Ansible's own name for it."""
+    kind = relpath.split("/")[0]
+    return {"modules": collection.module, "module_utils": collection.module_utils,
+            "filter": collection.filter_plugin}[kind](name)
 
 
 def nodeinfo() -> ModuleType:
-    return load_role_module("ddpfix_facts/module_utils/ddpfix_nodeinfo.py", "ddpfix_nodeinfo")
+    return load_role_module("module_utils/ddpfix_nodeinfo.py", "ddpfix_nodeinfo")
 
 
 def envfile() -> ModuleType:
-    return load_role_module("ddpfix_env/module_utils/ddpfix_envfile.py", "ddpfix_envfile")
+    return load_role_module("module_utils/ddpfix_envfile.py", "ddpfix_envfile")
 
 
 def hosts_file_module() -> ModuleType:
-    return load_role_module("ddpfix_hosts/library/ddpfix_hosts_file.py", "ddpfix_hosts_file")
+    return load_role_module("modules/ddpfix_hosts_file.py", "ddpfix_hosts_file")
 
 
 def probe_plan_module() -> ModuleType:
-    return load_role_module("ddpfix_facts/filter_plugins/ddpfix_probe_plan.py", "ddpfix_probe_plan")
+    return load_role_module("filter/ddpfix_probe_plan.py", "ddpfix_probe_plan")
 
 
 def recorded(name: str) -> str:
@@ -143,7 +140,7 @@ SYSFS_FIXTURES = HERE / "fixtures" / "sysfs"
 
 
 def fabric_module() -> ModuleType:
-    return load_role_module("ddpfix_facts/module_utils/ddpfix_fabric.py", "ddpfix_fabric")
+    return load_role_module("module_utils/ddpfix_fabric.py", "ddpfix_fabric")
 
 
 def fabric_facts(tree: str, **kw: Any) -> dict[str, Any]:

@@ -67,6 +67,7 @@ def test_ddpfix_defaults_only_where_the_user_set_nothing(home: Path, tmp_path: P
     cwd = tmp_path / "work"
     path = cfg_file(cwd, "[defaults]\nremote_user = ops\ntimeout = 42 ; inline comment\nhost_key_checking = False\n"
                          "interpreter_python = /opt/py/bin/python3\nforks = 7\nroles_path = /srv/roles\n"
+                         "collections_path = /srv/collections\n"
                          "[ssh_connection]\nssh_args = -F /etc/ssh/cluster_config -o ProxyCommand=\"ssh -W %h:%p jump\"\n"
                          "pipelining = False\n")
     monkeypatch.chdir(cwd)
@@ -84,8 +85,8 @@ def test_ddpfix_defaults_only_where_the_user_set_nothing(home: Path, tmp_path: P
     # the user's ssh_args are kept verbatim (ProxyCommand with %h), ddpfix's connection reuse appended
     assert env["ANSIBLE_SSH_ARGS"].startswith('-F /etc/ssh/cluster_config -o ProxyCommand="ssh -W %h:%p jump"')
     assert "ControlPersist=60s" in env["ANSIBLE_SSH_ARGS"]
-    # ddpfix's roles first, then the user's
-    assert env["ANSIBLE_ROLES_PATH"].endswith(":/srv/roles")
+    # ddpfix's collection first, then the user's collections; the user's roles path is theirs
+    assert env["ANSIBLE_COLLECTIONS_PATH"].endswith(":/srv/collections") and "ANSIBLE_ROLES_PATH" not in env
     # set by nobody: ddpfix's defaults
     assert env["ANSIBLE_INJECT_FACT_VARS"] == "False" and env["ANSIBLE_HOME"].startswith(str(tmp_path / "state"))
     assert runner.default_forks(100, None, ansiblecfg.user_forks(ansiblecfg.load([]))) == 7

@@ -13,7 +13,7 @@ from conftest import load_role_module
 
 @pytest.fixture(scope="module")
 def cc() -> ModuleType:
-    return load_role_module("ddpfix_chrony/library/ddpfix_chrony_conf.py", "ddpfix_chrony_conf")
+    return load_role_module("modules/ddpfix_chrony_conf.py", "ddpfix_chrony_conf")
 
 
 # Debian 12's /etc/chrony/chrony.conf (directives only) and RHEL 9's /etc/chrony.conf

@@ -138,12 +138,6 @@ def test_forbidden_dirs() -> None:
     assert lib.forbidden_dir("/tmpfoo/x") is None and lib.forbidden_dir("/etc/ddpfix/ddp.env") is None
 
 
-def test_facts_symlink_shares_the_one_implementation() -> None:
-    link = ROOT / "roles" / "ddpfix_facts" / "module_utils" / "ddpfix_envfile.py"
-    assert link.is_symlink()
-    assert link.resolve() == (ROOT / "roles" / "ddpfix_env" / "module_utils" / "ddpfix_envfile.py").resolve()
-
-
 # ---------------------------------------------------------------- controller
 
 

@@ -15,7 +15,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "firewall")
-MOD_PATH = os.path.join(HERE, "..", "..", "roles", "ddpfix_facts", "module_utils", "ddpfix_firewall.py")
+MOD_PATH = os.path.join(HERE, "..", "..", "plugins", "module_utils", "ddpfix_firewall.py")
 
 
 def _load():

@@ -5,13 +5,11 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from ddpfix import collection
 from ddpfix.remediate import firewall_backend
 
 HERE = os.path.dirname(__file__)
-MOD_PATH = os.path.join(HERE, "..", "..", "roles", "ddpfix_firewall", "module_utils", "ddpfix_fw.py")
-spec = importlib.util.spec_from_file_location("ddpfix_fw", MOD_PATH)
-fw = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fw)
+fw = collection.module_utils("ddpfix_fw")
 
 CIDR = "192.168.77.0/24"
 LINE = f"-A INPUT -s {CIDR} -m comment --comment ddpfix-cluster -j ACCEPT"

@@ -82,7 +82,7 @@ def test_cli_exits_with_the_lock_code(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- node lock module
 
-lockmod = load_role_module("ddpfix_run/library/ddpfix_run_lock.py", "ddpfix_run_lock")
+lockmod = load_role_module("modules/ddpfix_run_lock.py", "ddpfix_run_lock")
 
 
 class _Failed(Exception):

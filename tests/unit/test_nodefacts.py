@@ -8,21 +8,38 @@ import json
 from typing import get_type_hints
 
 from conftest import FACTS, ROOT
-from ddpfix.nodefacts import ChronyTracking, EnvFile, Interface, NodeFacts, ProbeResult
+from ddpfix.nodefacts import (
+    ChronyTracking,
+    EnvFile,
+    Interface,
+    NodeFacts,
+    ProbeResult,
+    Sysctl,
+    TimeFacts,
+)
 
 
-def _module_fact_keys() -> set[str]:
-    """The keys of the dict literal `facts = {...}` that the facts module's collect() returns."""
-    tree = ast.parse((ROOT / "roles" / "ddpfix_facts" / "library" / "ddpfix_node_facts.py").read_text())
+def _facts_literal() -> ast.Dict:
+    """The dict literal `facts = {...}` that the facts module's collect() returns."""
+    tree = ast.parse((ROOT / "plugins" / "modules" / "ddpfix_node_facts.py").read_text())
     for node in ast.walk(tree):
         if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
                 and any(isinstance(t, ast.Name) and t.id == "facts" for t in node.targets)):
-            return {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            return node.value
     raise AssertionError("no `facts = {...}` in ddpfix_node_facts.py")
 
 
+def _keys(d: ast.Dict) -> dict[str, ast.expr]:
+    return {k.value: v for k, v in zip(d.keys, d.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
 def test_nodefacts_keys_are_the_modules_keys() -> None:
-    assert set(get_type_hints(NodeFacts)) == _module_fact_keys()
+    facts = _keys(_facts_literal())
+    assert set(get_type_hints(NodeFacts)) == set(facts)
+    for key, typed in (("sysctl", Sysctl), ("time", TimeFacts)):
+        literal = facts[key]
+        assert isinstance(literal, ast.Dict)
+        assert set(get_type_hints(typed)) == set(_keys(literal)), key
 
 
 def test_recorded_facts_fit_the_types() -> None:

@@ -41,7 +41,7 @@ pending: {description: Whether the rule is missing (what changed would be)., ret
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddpfix_fw import (iptables_bins, iptables_blocks, iptables_rule, iptables_tagged,
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (iptables_bins, iptables_blocks, iptables_rule, iptables_tagged,
                                            nft_blocking_input_chains, nft_rule_args, nft_tagged)
 
 

@@ -42,7 +42,7 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddpfix_fw import iptables_persisted, nft_snippet, with_include
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import iptables_persisted, nft_snippet, with_include
 
 
 def _read(path):

@@ -39,7 +39,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddpfix_fw import iptables_tagged, nft_tagged
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import iptables_tagged, nft_tagged
 
 DONE_SUFFIX = ".reverted"
 

@@ -69,7 +69,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddpfix_envfile import (
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import (
     BEGIN,
     NotOurs,
     body_block,

@@ -47,7 +47,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddpfix_nodeinfo import resolve
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import resolve
 
 
 def tcp_connect(address, port, bind_address, bind_ifname, timeout):

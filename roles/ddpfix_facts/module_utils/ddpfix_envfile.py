@@ -1,1 +1,0 @@
-../../ddpfix_env/module_utils/ddpfix_envfile.py

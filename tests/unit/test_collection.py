@@ -1,0 +1,52 @@
+"""The repository is the Ansible collection ddpfix.cluster: it builds, and the wheel ships the same content."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import yaml
+
+import ddpfix
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_collection_builds_with_the_node_content_and_nothing_of_the_controller(tmp_path: Path) -> None:
+    galaxy = Path(sys.executable).parent / "ansible-galaxy"
+    r = subprocess.run([str(galaxy), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tarball,) = tmp_path.glob("ddpfix-cluster-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+        manifest = json.load(tar.extractfile("MANIFEST.json"))  # type: ignore[arg-type]
+    assert manifest["collection_info"]["version"] == ddpfix.__version__
+    for must in ("plugins/modules/ddpfix_node_facts.py", "plugins/module_utils/ddpfix_envfile.py",
+                 "plugins/filter/ddpfix_probe_plan.py", "plugins/strategy/ddpfix_linear.py", "meta/runtime.yml",
+                 "playbooks/audit.yml", "playbooks/remediate.yml", "roles/ddpfix_facts/tasks/main.yml"):
+        assert must in names, must
+    assert not any(n.split("/")[0] in {"controller", "tests", "inventories", ".venv", "scripts"} for n in names)
+    assert not any(n.startswith("playbooks/collections") for n in names)
+
+
+def test_wheel_ships_every_playbook_and_the_collection_metadata() -> None:
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    shipped = cfg["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    for pb in sorted((ROOT / "playbooks").glob("*.yml")):
+        assert f"playbooks/{pb.name}" in shipped, pb.name
+    for part in ("roles", "plugins", "meta", "galaxy.yml"):
+        assert part in shipped, part
+
+
+def test_roles_and_playbooks_name_modules_by_fqcn() -> None:
+    modules = {p.stem for p in (ROOT / "plugins" / "modules").glob("*.py")}
+    for path in [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml"), *ROOT.glob("playbooks/*.yml")]:
+        text = path.read_text()
+        for mod in modules:
+            assert f" {mod}:" not in text.replace(f"ddpfix.cluster.{mod}:", ""), (path, mod)
+    assert yaml.safe_load((ROOT / "galaxy.yml").read_text())["namespace"] == "ddpfix"
