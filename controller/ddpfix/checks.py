@@ -21,7 +21,15 @@ from ddpfix import rules as registry
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
 from ddpfix.nodefacts import NodeFacts, ProbeResult
-from ddpfix.plan import CLUSTER_KEYS, NodePlan, cluster_nic, effective_cidr, plan_cluster, sanitize_facts, validate_facts
+from ddpfix.plan import (
+    CLUSTER_KEYS,
+    NodePlan,
+    cluster_nic,
+    effective_cidr,
+    plan_cluster,
+    sanitize_facts,
+    validate_facts,
+)
 from ddpfix.rules import Remedy, Rule, Severity, rules
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).

@@ -83,7 +83,8 @@ def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict
             continue
         hn = n.get("hostname")
         # a peer as the cluster file describes it (the facts that the checks read of a peer), not a full read
-        peer = cast(NodeFacts, {"hostname": hn, "cluster": {"address": n.get("address")}, "interfaces": [], "unread": []})
+        peer = cast(NodeFacts, {"hostname": hn, "cluster": {"address": n.get("address")}, "interfaces": [],
+                                "unread": []})
         hosts[name] = HostFacts(name, node=peer)
         if hn:
             peer_names[hn] = resolve(hn) or []

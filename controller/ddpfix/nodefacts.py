@@ -165,7 +165,8 @@ class ProbeConnect(TypedDict, total=False):
 
 
 class ProbeResult(TypedDict, total=False):
-    """`ddpfix_probe mode=check`: names resolved, routes to the peers, TCP connects to the master port and ring peers."""
+    """`ddpfix_probe mode=check`: names resolved, routes to the peers, TCP connects to the master port and ring
+    peers."""
 
     resolve: dict[str, list[str]]
     routes: dict[str, dict[str, Any]]

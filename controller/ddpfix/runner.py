@@ -279,8 +279,8 @@ def is_node_lock_task(t: TaskResult) -> bool:
 def lock_held_elsewhere(t: TaskResult, message: str) -> bool:
     """A failed node-lock task of role ddpfix_run reporting that another run holds the lock (exit 5); a lock
     module that broke is a failure of that host, not "locked"."""
-    return (t.status == "failed" and t.in_role(NODE_LOCK_ROLE) and (t.is_action("fail") or t.is_action(NODE_LOCK_MODULE))
-            and "is held by" in message)
+    return (t.status == "failed" and t.in_role(NODE_LOCK_ROLE)
+            and (t.is_action("fail") or t.is_action(NODE_LOCK_MODULE)) and "is held by" in message)
 
 
 class _Interrupt:

@@ -8,6 +8,7 @@ import json
 from typing import get_type_hints
 
 from conftest import FACTS, ROOT
+
 from ddpfix.nodefacts import (
     ChronyTracking,
     EnvFile,
@@ -30,7 +31,7 @@ def _facts_literal() -> ast.Dict:
 
 
 def _keys(d: ast.Dict) -> dict[str, ast.expr]:
-    return {k.value: v for k, v in zip(d.keys, d.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return {k.value: v for k, v in zip(d.keys, d.values, strict=True) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
 
 
 def test_nodefacts_keys_are_the_modules_keys() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ddpfix import audit, remediate
 from ddpfix.runner import (
     HostResult,

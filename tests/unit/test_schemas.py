@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+
 from ddpfix import clusterfile, report, schemas, verify
 from ddpfix.cli import cli
 

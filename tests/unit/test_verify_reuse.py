@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpfix import verify
 from ddpfix.checks import Thresholds
 from ddpfix.lab import plan_lab
