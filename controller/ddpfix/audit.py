@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import (
@@ -21,15 +21,14 @@ from ddpfix.checks import (
 from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import GROUP, Cluster
 from ddpfix.matrix import connectivity_matrix
+from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document
 from ddpfix.runner import RunResult, TaskResult, run_playbook
 
-#: The one task every node runs (it takes and releases the node lock itself; its name keeps the runner's lock prefix).
-FACTS_TASK = "lock | Take the ddpfix node lock, collect node facts"
-#: Only when the nodes do not all run at once: the detached probers' results (set_fact into ddpfix_node).
-PROBE_FACT_TASK = "probe | Keep the probe result"
+#: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
+FACTS_MODULE = "ddpfix_node_facts"
 #: Tag of the second round's tasks (collect detached probers), left out when every node runs at once.
 COLLECT_TAG = "ddpfix_facts_collect"
 #: Tasks the CLI leaves out (it has their information from its own events): the play's run marker and the facts'
@@ -107,14 +106,12 @@ def collect(
                 continue  # outside --limit: not audited, not a finding
             hosts[node.name] = HostFacts(node.name, reachable=False, error=NOT_RUN)
             continue
-        facts_task = hr.task(FACTS_TASK)
-        facts = ((facts_task.res if facts_task else {}).get("ansible_facts") or {}).get(FACTS_KEY)
-        kept = hr.task(PROBE_FACT_TASK)  # the second round's result, when there was one
-        if kept is not None and isinstance((kept.res.get("ansible_facts") or {}).get(FACTS_KEY), dict):
-            facts = kept.res["ansible_facts"][FACTS_KEY]
+        facts_task = hr.find(FACTS_MODULE, ran=True)  # by identity: the module, whatever the task is named
+        # the last task that returned the facts: the second round's (probe result folded in) when there was one
+        found = hr.fact(FACTS_KEY)
         hosts[node.name] = host_facts(
             node.name,
-            facts,
+            found[1] if found else None,
             error=hr.message,
             unreachable=hr.unreachable,
             collected_at=parse_event_time(facts_task.created) if facts_task else None,
@@ -156,8 +153,8 @@ def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str,
         name=name,
         reachable=not unreachable and node is not None,
         error=error,
-        node=dict(node) if node is not None else None,
-        probe=dict(probe) if probe is not None else None,
+        node=cast(NodeFacts, dict(node)) if node is not None else None,
+        probe=cast(ProbeResult, dict(probe)) if probe is not None else None,
         collected_at=collected_at,
         window=window,
     )
@@ -269,7 +266,9 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
             continue
         f = h.node or {}
         plan = plans.get(node.name)
-        t = (f.get("time") or {})
+        t: Mapping[str, Any] = f.get("time") or {}
+        envf: Mapping[str, Any] = f.get("env_file") or {}
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
         fw = f.get("firewall") or {}
         out[node.name] = {
             "reachable": bool(h.reachable),
@@ -282,8 +281,8 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
                 "time_daemons": t.get("daemons"),
                 "chrony_synchronised": (t.get("chrony_tracking") or {}).get("synchronised"),
                 "firewall": active_firewalls(fw),
-                "env_file": (f.get("env_file") or {}).get("exists"),
-                "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
+                "env_file": envf.get("exists"),
+                "ephemeral_range": sysctl.get("ip_local_port_range"),
                 "unread": [{"source": k, "reason": v} for k, v in sorted(unread_of(f).items())],
             },
         }

@@ -13,7 +13,7 @@ import socket
 import time
 import types
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ddpfix import collection
 from ddpfix.checks import (Context, HostFacts, check_env, check_facts, check_firewall, check_hostnames,
@@ -21,6 +21,7 @@ from ddpfix.checks import (Context, HostFacts, check_env, check_facts, check_fir
                            _from_placeholder)
 from ddpfix.findings import Finding, Severity, sort_key
 from ddpfix.inventory import Cluster
+from ddpfix.nodefacts import NodeFacts
 
 #: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).
 LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, check_time, check_interfaces,
@@ -81,11 +82,13 @@ def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict
         if name == me:
             continue
         hn = n.get("hostname")
-        hosts[name] = HostFacts(name, node={"hostname": hn, "cluster": {"address": n.get("address")},
-                                            "interfaces": [], "unread": []})
+        # a peer as the cluster file describes it (the facts that the checks read of a peer), not a full read
+        peer = cast(NodeFacts, {"hostname": hn, "cluster": {"address": n.get("address")}, "interfaces": [],
+                                "unread": []})
+        hosts[name] = HostFacts(name, node=peer)
         if hn:
             peer_names[hn] = resolve(hn) or []
-    hosts[me] = HostFacts(me, node=facts, probe={"resolve": peer_names}, collected_at=time.time())
+    hosts[me] = HostFacts(me, node=cast(NodeFacts, facts), probe={"resolve": peer_names}, collected_at=time.time())
     return Context(cluster=cluster, hosts=hosts)
 
 

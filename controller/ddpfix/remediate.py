@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
-from ddpfix.runner import RunResult, run_playbook
+from ddpfix.runner import RunResult, is_node_lock_task, run_playbook
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
 FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host
@@ -58,7 +58,7 @@ class Change:
     diff: str
 
 
-def firewall_backend(state: dict[str, Any], configured: str, blocking_layers: set[str]) -> str:
+def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers: set[str]) -> str:
     """Which firewall to change: the inventory's ddp_firewall, else the layer the audit found blocking,
     else the one that holds rules (firewalld before iptables before native nftables). `iptables-legacy`: the legacy
     tables block while `iptables` is the nft variant (the rule must go where the blocking rules are)."""
@@ -181,7 +181,7 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
                           f"{ACK_BROAD}: true in the inventory", ExitCode.INVALID_INPUT)
 
 
-def pin_target(interfaces: list[dict[str, Any]], ifname: str) -> tuple[str | None, str]:
+def pin_target(interfaces: Sequence[Mapping[str, Any]], ifname: str) -> tuple[str | None, str]:
     """The permanent MAC to pin `ifname` to, or (None, why not).
 
     Only a physical NIC (a bus device, no virtual kind) with a permanent MAC that no other interface of the node
@@ -261,7 +261,7 @@ def failures_of(run: RunResult) -> dict[str, str]:
         # the last failure of a step (a rescue's report, e.g. "reverted"); a node lock release failing afterwards
         # (the node went away) only follows from it
         failures = [t for t in r.tasks if t.status in ("failed", "unreachable")]
-        bad = next((t for t in reversed(failures) if not t.task.startswith("lock |")),
+        bad = next((t for t in reversed(failures) if not is_node_lock_task(t)),
                    failures[-1] if failures else None)
         if bad is None:
             out[h] = r.message

@@ -7,21 +7,22 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddpfix import ansiblecfg, nccl, paths
-from ddpfix.checks import Context, _is_loopback
+from ddpfix.checks import Context, _is_loopback, chrony_unsynchronised
 from ddpfix.fabric import has_rdma
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
 from ddpfix.envtemplate import write_needed
+from ddpfix.plan import managed_block
 from ddpfix.progress import Progress
-from ddpfix.runner import run_playbook
-
-BLOCK_RE = re.compile(r"# BEGIN ddpfix managed block\n(.*?)# END ddpfix managed block", re.S)
+from ddpfix.runner import HostResult, run_playbook
+#: The schema id of `ddpfix verify --format json` (controller/ddpfix/schemas/ddpfix.verify.v1.json).
+SCHEMA = "ddpfix.verify/v1"
 
 
 @dataclass
@@ -33,6 +34,13 @@ class Check:
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def document(cluster: Cluster, ok: bool, checks: Iterable[Check], torch: list[dict[str, Any]] | None,
+             nccl_doc: dict[str, Any] | None) -> dict[str, Any]:
+    """`ddpfix verify --format json` (schema `ddpfix.verify/v1`)."""
+    return {"schema": SCHEMA, "command": "verify", "inventory": list(cluster.inventories), "ok": ok,
+            "checks": [c.to_json() for c in checks], "torch": torch, "nccl": nccl_doc}
 
 
 @contextlib.contextmanager
@@ -111,7 +119,7 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         else:
             # ddpfix's part only (the managed block, none of its keys set again outside it), from the node's facts:
             # the file's content (the user's secrets) is not read back to the controller
-            ef = facts.get("env_file") or {}
+            ef: Mapping[str, Any] = facts.get("env_file") or {}
             same = not write_needed(ef, ctx.plan[name], ctx.cluster.env_template)
             shadowed = sorted(set(ef.get("outside_keys") or ()) & set(ctx.plan[name].env))
             out.append(Check(name, "env file present and as planned", same,
@@ -122,14 +130,8 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         loop = [a for a in addrs if _is_loopback(a)]
         out.append(Check(name, "hostname not on loopback", bool(addrs) and not loop,
                          f"{hn} -> {', '.join(addrs) or 'nothing'}"))
-        hosts_text = host.file("/etc/hosts").content_string
-        m = BLOCK_RE.search(hosts_text)
-        blocks[name] = m.group(1) if m else ""
-        chrony = host.process.filter(comm="chronyd")
-        tracking = host.run("chronyc -c -n tracking")
-        synced = tracking.rc == 0 and "Not synchronised" not in tracking.stdout and tracking.stdout.strip() != ""
-        out.append(Check(name, "chrony running and synchronised", bool(chrony) and synced,
-                         f"{len(chrony)} chronyd; tracking: {tracking.stdout.strip()[:80] or tracking.stderr.strip()[:80]}"))
+        blocks[name] = managed_block(host.file("/etc/hosts").content_string)
+        out.append(chrony_check(name, facts, ctx.thresholds.max_offset_s))
         fw_ids = sorted(i for i in by_host.get(name, set()) if i.startswith("firewall.") and i != "firewall.world-open")
         out.append(Check(name, "firewall admits the cluster CIDR", not fw_ids, ", ".join(fw_ids) or f"{ctx.cidr} allowed"))
         pr = ctx.hosts[name].probe or {}
@@ -143,6 +145,21 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         detail = ("present" if b else "no managed block") + ("" if len(distinct) == 1 else ": differs between nodes")
         out.append(Check(name, "managed /etc/hosts block identical on all nodes", len(distinct) == 1, detail))
     return out
+
+
+def chrony_check(name: str, facts: Mapping[str, Any], max_offset_s: float) -> Check:
+    """chronyd running and synchronised, judged as the audit judges it (`chrony_unsynchronised`) on the facts that
+    the audit of this verify run collected."""
+    t = facts.get("time") or {}
+    tr = t.get("chrony_tracking")
+    if "chronyd" not in (t.get("daemons") or []):
+        return Check(name, "chrony running and synchronised", False,
+                     f"no chronyd; time daemons: {', '.join(t.get('daemons') or []) or 'none'}")
+    problem = chrony_unsynchronised(tr, max_offset_s)
+    detail = (f"{problem[0]}: {problem[1]}" if problem else
+              f"chronyd synchronised to {tr.get('ref_name') if tr else '?'}, offset "
+              f"{float((tr or {}).get('system_offset') or 0.0):+.6f}s")
+    return Check(name, "chrony running and synchronised", problem is None, detail)
 
 
 CAUSES = [
@@ -175,6 +192,17 @@ def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
     return f"audit findings here: {', '.join(ids)}" if ids else "unknown: see the error text"
 
 
+#: The role that launches torchrun, and the module its launch task runs (one launch task runs per play: the backend's).
+VERIFY_ROLE = "ddpfix_verify"
+TORCHRUN_MODULE = "shell"
+
+
+def _torchrun_result(hr: HostResult | None) -> dict[str, Any]:
+    """The torchrun launch's result on one host (the role's shell task that ran), {} when there is none."""
+    t = hr.find(TORCHRUN_MODULE, role=VERIFY_ROLE, ran=True) if hr else None
+    return t.res if t else {}
+
+
 def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosity: int,
               progress: Progress | None, findings: Iterable[Finding]) -> list[dict[str, Any]]:
     run = run_playbook(
@@ -189,7 +217,7 @@ def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosi
     out = []
     for node in cluster.nodes:
         hr = run.hosts.get(node.name)
-        res = (hr.result("verify | torchrun") if hr else None) or {}
+        res = _torchrun_result(hr)
         if hr is None or hr.unreachable or not res:
             out.append({"host": node.name, "ok": False, "error": (hr.message if hr else "did not run"),
                         "cause": "node unreachable or the run failed before torchrun"})
@@ -326,7 +354,7 @@ def run_nccl(ctx: Context, *, sizes: tuple[int, ...], iters: int, min_busbw: flo
         out = {}
         for h in hosts:
             hr = run.hosts.get(h)
-            res = (hr.result("verify | nccl") if hr else None) or {}
+            res = _torchrun_result(hr)
             if hr is None or hr.unreachable or not res:
                 out[h] = {"host": h, "ok": False, "error": hr.message if hr else "did not run",
                           "cause": "node unreachable or the run failed before torchrun", "sweep": []}

@@ -173,13 +173,13 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
     if master_port and master_port not in listening:
         specs.append((addr, master_port, "master", True))  # skipped if a job binds it meanwhile
     socks, held, error = bind_listeners(specs)
-    facts = {"port": port if any(k == "peer" for _, _, k in held) else None,
+    listener = {"port": port if any(k == "peer" for _, _, k in held) else None,
              "master_port_listening": any(k == "master" for _, _, k in held), "error": error,
              "mode": "detached" if spec.get("detach") else "inline"}
     expect = {}
-    if facts["port"]:
+    if listener["port"]:
         expect["peer"] = int(spec.get("expect_peers") or 0)
-    if facts["master_port_listening"]:
+    if listener["master_port_listening"]:
         expect["master"] = int(spec.get("expect_master") or 0)
     now = time.time()
     wait = float(spec.get("wait") or 10)
@@ -199,8 +199,8 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
     pid, fd = fork_prober(socks, args, result_path)
     start = proc_start(pid)
     if detach:
-        facts.update(pid=pid, start=start, result_path=result_path)
-    return {"facts": facts, "pid": pid, "fd": fd, "detach": detach}
+        listener.update(pid=pid, start=start, result_path=result_path)
+    return {"facts": listener, "pid": pid, "fd": fd, "detach": detach}
 
 
 def finish_probe(spec, started, cluster, me):

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.plan import node_env
 
 if TYPE_CHECKING:
-    from ddpfix.lab.core import Runtime
+    from ddpfix.lab.daemons import Runtime
 
 STATE_ROOT = Path("/run/ddpfix-lab")
 DEFAULT_NAME = "ddpfix"
@@ -165,22 +166,8 @@ class LabPlan:
         raise KeyError(name)
 
     def env_for(self, node: NodePlan, **override: str) -> dict[str, str]:
-        """The env file ddpfix would write for `node`, with `override` applied."""
-        n = len(self.nodes)
-        env = {
-            "MASTER_ADDR": str(self.master.address),
-            "MASTER_PORT": str(self.master_port),
-            "NNODES": str(n),
-            "NODE_RANK": str(node.index - 1),
-            "NPROC_PER_NODE": "1",
-            "PET_NNODES": str(n),
-            "PET_NODE_RANK": str(node.index - 1),
-            "PET_NPROC_PER_NODE": "1",
-            "PET_MASTER_ADDR": str(self.master.address),
-            "PET_MASTER_PORT": str(self.master_port),
-            "GLOO_SOCKET_IFNAME": node.ifname,
-            "NCCL_SOCKET_IFNAME": f"={node.ifname}",
-        }
+        """The env file ddpfix would write for `node` (the plan's own launch keys), with `override` applied."""
+        env = node_env(str(self.master.address), self.master_port, len(self.nodes), node.index - 1, 1, node.ifname)
         env.update(override)
         return env
 
