@@ -470,11 +470,11 @@ def test_every_scenario_is_checked_and_documented() -> None:
 
 
 #: Fabric scenarios differ from `clean` only in node files and inventory variables: one lab, switched in place.
-FABRIC = [s for s in CHECKS if s.startswith("fabric-")]
+FABRIC_SCENARIOS = [s for s in CHECKS if s.startswith("fabric-")]
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("scenario", [s for s in CHECKS if s not in FABRIC])
+@pytest.mark.parametrize("scenario", [s for s in CHECKS if s not in FABRIC_SCENARIOS])
 def test_scenario_builds_its_fault(scenario: str, temp_lab) -> None:
     info = temp_lab(nodes=3, scenario=scenario)
     CHECKS[scenario](info)
@@ -486,11 +486,11 @@ def test_scenario_builds_its_fault(scenario: str, temp_lab) -> None:
 @pytest.fixture(scope="module")
 def fabric_lab(lab_factory):
     """Built by `lab up` with the first fabric scenario; apply_fabric gives it each other one as `up` would."""
-    return lab_factory(nodes=3, scenario=FABRIC[0], wait_sync=False)
+    return lab_factory(nodes=3, scenario=FABRIC_SCENARIOS[0], wait_sync=False)
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("scenario", FABRIC)
+@pytest.mark.parametrize("scenario", FABRIC_SCENARIOS)
 def test_fabric_scenario_builds_its_fault(scenario: str, fabric_lab) -> None:
     apply_fabric(fabric_lab, scenario)
     CHECKS[scenario](fabric_lab)
