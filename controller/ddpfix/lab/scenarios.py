@@ -23,7 +23,7 @@ import shlex
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ddpfix.app import ExitCode
 from ddpfix.lab.model import ENV_PATH, ExtraNic, LabError, LabPlan, NodePlan
@@ -1207,7 +1207,7 @@ def apply_fabric(info: LabInfo, scenario_name: str) -> None:
         prev = {"hostvars": {n.name: sorted(n.hostvars) for n in first.nodes}, "groupvars": sorted(first.groupvars),
                 "etc": {n.name: dict.fromkeys(_etc_files(n)) for n in first.nodes}}
     rt = _InPlace(sdir)
-    record: dict = {"scenario": scenario_name, "hostvars": {}, "groupvars": sorted(plan.groupvars), "etc": {}}
+    record: dict[str, Any] = {"scenario": scenario_name, "hostvars": {}, "groupvars": sorted(plan.groupvars), "etc": {}}
     restart: list[str] = []
     for n in plan.nodes:
         etc = rt.node_dir(n) / "etc"
@@ -1243,7 +1243,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _rewrite_inventory_vars(path: Path, plan: LabPlan, prev: dict) -> None:
+def _rewrite_inventory_vars(path: Path, plan: LabPlan, prev: dict[str, Any]) -> None:
     """Replace the variables a previous apply_fabric set with the plan's, keeping the header `lab down` checks."""
     import yaml
 
