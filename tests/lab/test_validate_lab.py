@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,22 +84,10 @@ def _set_hostname(info: Any, node: str, hostname: str) -> None:
     lab.node_exec(info.name, node, ["python3", "-c", "import socket, sys; socket.sethostname(sys.argv[1])", hostname])
 
 
-@pytest.fixture(scope="module")
-def loopback_lab(lab_factory):
-    """3 nodes, a hosts fix due on node2 and node3; each hostile-hostname case sets node2's name and restores it."""
-    return lab_factory(nodes=3, scenario="hostname-loopback")
-
-
-@pytest.fixture
-def hostile_node2(loopback_lab) -> Iterator[Callable[[str], None]]:
-    yield lambda hostname: _set_hostname(loopback_lab, "node2", hostname)
-    _set_hostname(loopback_lab, "node2", "node2")  # what `lab up` set (UTS); /etc is unchanged (snapshot)
-
-
 @pytest.mark.parametrize("hostname", ["evil {{ lookup('pipe', 'id') }}", "evil\n10.9.9.9 node1", "localhost"])
-def test_hostile_hostname_fact_reaches_no_node(loopback_lab, hostile_node2, hostname: str) -> None:
-    info = loopback_lab
-    hostile_node2(hostname)
+def test_hostile_hostname_fact_reaches_no_node(temp_lab, hostname: str) -> None:
+    info = temp_lab(nodes=3, scenario="hostname-loopback")  # a hosts fix is due on node2 and node3
+    _set_hostname(info, "node2", hostname)
     inv = str(info.inventory)
     code, doc = ddpfix_json(inv, "audit")
     bad = [f for f in doc["findings"] if f["id"] == "facts.invalid"]
