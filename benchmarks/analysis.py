@@ -15,8 +15,8 @@ Each size runs in a fresh child process (so its memory figures are its own) that
 3. re-runs the same phases under tracemalloc for the peak bytes allocated by the analysis (the input facts
    excluded), and reports the process's peak RSS (ru_maxrss: input facts + analysis + interpreter).
 
-With the `fixed` variant (run after `current` on the same inputs), the child monkeypatches `ddpfix.checks` with the index-based rewrites proposed in
-BENCHMARKS.md (nothing in the repository is changed) to show what they buy.
+With the `fixed` variant (run after `current` on the same inputs), the child monkeypatches `ddpfix.checks` with the
+index-based rewrites proposed in BENCHMARKS.md (nothing in the repository is changed) to show what they buy.
 """
 
 from __future__ import annotations
@@ -55,19 +55,20 @@ def build_cluster(m: int) -> tuple[Any, dict[str, Any]]:
     addrs = [str(net[11 + i]) for i in range(m)]
     std_hosts = [e for e in peer_t["node"]["hosts_file"] if e["addr"] in ("127.0.0.1", "::1", "ff02::1", "ff02::2")]
     hosts_lines = std_hosts + [
-        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"} for i, (n, a) in enumerate(zip(names, addrs))
+        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"}
+        for i, (n, a) in enumerate(zip(names, addrs, strict=True))
     ]
     hosts_json = json.dumps(hosts_lines)
     probe_ports = [40000 + i % 20000 for i in range(m)]
     inventory = {
-        "_meta": {"hostvars": {n: {"ansible_host": a} for n, a in zip(names, addrs)}},
+        "_meta": {"hostvars": {n: {"ansible_host": a} for n, a in zip(names, addrs, strict=True)}},
         "all": {"children": ["ungrouped", "ddp_nodes"]},
         "ddp_nodes": {"hosts": list(names)},
     }
     cluster = cluster_from_inventory_data(inventory)
     facts: dict[str, dict[str, Any]] = {}
     probes: dict[str, dict[str, Any]] = {}
-    for i, (n, a) in enumerate(zip(names, addrs)):
+    for i, (n, a) in enumerate(zip(names, addrs, strict=True)):
         t = master_t if i == 0 else peer_t
         node = copy.deepcopy(t["node"])
         node["cluster"] = {"address": a, "cidr": CIDR, "ifname": "eth0", "source": "cidr"}
@@ -86,15 +87,17 @@ def build_cluster(m: int) -> tuple[Any, dict[str, Any]]:
             "connects": [{"address": addrs[0], "error": None, "kind": "master", "name": names[0], "ok": True,
                           "port": 29500, "seconds": 0.0}]
             + [{"address": addrs[(i + k + 1) % m], "error": None, "kind": "peer",
-                "name": p, "ok": True, "port": probe_ports[(i + k + 1) % m], "seconds": 0.0} for k, p in enumerate(ring)],
-            "resolve": {p: [pa] for p, pa in zip(names, addrs) if p != n},
+                "name": p, "ok": True, "port": probe_ports[(i + k + 1) % m], "seconds": 0.0}
+               for k, p in enumerate(ring)],
+            "resolve": {p: [pa] for p, pa in zip(names, addrs, strict=True) if p != n},
             "routes": {pa: {"dev": "eth0", "src": a, "type": None, "via": None} for pa in addrs if pa != a},
         }
     # the env file ddpfix itself would write (a clean, remediated cluster)
     for n, p in plan_cluster(cluster, facts).items():
         facts[n]["env_file"] = {"exists": True, "path": "/etc/ddpfix/ddp.env", "values": dict(p.env)}
     collected = master_t["collected_at"]
-    hosts = {n: HostFacts(n, node=facts[n], probe=probes[n], collected_at=collected + facts[n]["now"] - master_t["node"]["now"])
+    hosts = {n: HostFacts(n, node=facts[n], probe=probes[n],
+                          collected_at=collected + facts[n]["now"] - master_t["node"]["now"])
              for n in names}
     return cluster, hosts
 
@@ -154,17 +157,20 @@ def apply_fixed_variant() -> None:
                 addrs = res.get(hn) or []
                 want = want_of[hn]
                 if not addrs:
-                    yield finding("hosts.peer-unresolvable", name, f"peer {peer}'s hostname {hn} does not resolve on {name}",
+                    yield finding("hosts.peer-unresolvable", name,
+                                  f"peer {peer}'s hostname {hn} does not resolve on {name}",
                                   f"getaddrinfo({hn!r}) on {name}: no address; {checks._hosts_lines(f, hn)}")
                     continue
                 first = addrs[0]
                 if want and first != want:
-                    where = "outside the cluster network " + str(ctx.cidr) if not ctx.in_cidr(first) else f"not {peer}'s cluster address {want}"
+                    where = ("outside the cluster network " + str(ctx.cidr) if not ctx.in_cidr(first)
+                             else f"not {peer}'s cluster address {want}")
                     yield finding("hosts.peer-mismatch", name, f"{hn} resolves to {first} on {name}, {where}",
                                   f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {checks._hosts_lines(f, hn)}")
         if len({frozenset(s) for s in families.values()}) > 1:
-            yield finding("addr.family-mismatch", None, "peer names resolve to different address families on different nodes",
-                          "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(families.items())))
+            per_node = "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(families.items()))
+            yield finding("addr.family-mismatch", None,
+                          "peer names resolve to different address families on different nodes", per_node)
 
     def check_routes(ctx):
         from ddpfix.findings import finding
@@ -173,7 +179,7 @@ def apply_fixed_variant() -> None:
         for p, pl in ctx.plan.items():
             if pl.address is not None:
                 by_addr.setdefault(pl.address, p)
-        for name, f in ctx.audited():
+        for name, _f in ctx.audited():
             routes = (ctx.hosts[name].probe or {}).get("routes") or {}
             ifname = ctx.plan[name].ifname
             for dst, r in routes.items():  # run_checks sorts the findings anyway: no per-node sort of N routes
@@ -182,8 +188,10 @@ def apply_fixed_variant() -> None:
                 if r.get("via") or (ifname and r.get("dev") != ifname):
                     peer = by_addr.get(dst, dst)
                     yield finding("route.via-gateway", name,
-                                  f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} instead of on-link on {ifname}",
-                                  f"ip route get {dst}: dev {r.get('dev')}" + (f" via {r['via']}" if r.get("via") else "")
+                                  f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} "
+                                  f"instead of on-link on {ifname}",
+                                  f"ip route get {dst}: dev {r.get('dev')}"
+                                  + (f" via {r['via']}" if r.get("via") else "")
                                   + (f" src {r['src']}" if r.get("src") else ""))
 
     real_fw = checks.firewall_lib()
@@ -295,7 +303,7 @@ def _profile(cluster: Any, hosts: dict[str, Any]) -> list[dict[str, Any]]:
     pr.disable()
     st = pstats.Stats(pr)
     rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
         if "ddpfix" in file or file.endswith("analysis.py"):
             rows.append({"function": f"{Path(file).name}:{line}:{func}", "calls": nc, "tottime_s": round(tt, 3),
                          "cumtime_s": round(ct, 3)})
@@ -359,7 +367,8 @@ def run_sizes(sizes: list[int], variants: list[str], budget_s: float = 60, profi
                 print(f"analysis {v:8s} {m:>5} nodes: did not finish within {x['budget_s']:.0f} s", file=sys.stderr)
             else:
                 print(f"analysis {v:8s} {m:>5} nodes: total {x['total_s']:.3f} s (checks {x['checks_s']:.3f}, "
-                      f"Context incl. plan {x['context_s']:.3f}, plan {x['plan_s']:.3f}, render_env {x['render_env_s']:.3f}); "
+                      f"Context incl. plan {x['context_s']:.3f}, plan {x['plan_s']:.3f}, "
+                      f"render_env {x['render_env_s']:.3f}); "
                       f"tracemalloc peak {x.get('tracemalloc_peak_mb', '-')} MB; process RSS {x['rss_peak_mb']} MB "
                       f"(inputs {r['rss_after_inputs_mb']} MB)", file=sys.stderr)
     return results

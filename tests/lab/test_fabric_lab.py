@@ -82,7 +82,7 @@ def test_memlock_low_found_and_fixed_for_new_logins(fabric_lab: Any) -> None:
 
 def test_clean_lab_has_no_fabric_facts_or_findings(fabric_lab: Any) -> None:
     apply_fabric(fabric_lab, "clean")  # back to what `lab up --scenario clean` builds
-    code, doc = ddpfix_json(str(fabric_lab.inventory), "audit")
+    _code, doc = ddpfix_json(str(fabric_lab.inventory), "audit")
     assert not fabric_findings(doc), doc["findings"]
 
 

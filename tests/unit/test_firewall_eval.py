@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -414,8 +415,8 @@ def _fake_run(outputs):
     calls = []
 
     def run(argv, timeout=10):
-        calls.append([os.path.basename(argv[0])] + argv[1:])
-        key = " ".join([os.path.basename(argv[0])] + argv[1:])
+        calls.append([os.path.basename(argv[0]), *argv[1:]])
+        key = " ".join([os.path.basename(argv[0]), *argv[1:]])
         return outputs.get(key, (127, "", "not found"))
     run.calls = calls
     return run
@@ -453,7 +454,7 @@ def test_collect_firewalld_cli_fallback():
 
 
 def test_module_is_stdlib_only_and_py36_syntax():
-    src = open(MOD_PATH).read()
+    src = Path(MOD_PATH).read_text()
     tree = ast.parse(src, feature_version=(3, 6))
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ddpfix.lab.model import LabError
 from ddpfix.lab.scenarios import SCENARIOS, fabric_plan
 
