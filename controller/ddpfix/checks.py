@@ -286,52 +286,62 @@ class _FirewallMemo:
         return self.open[k]
 
 
+#: A finding without its host: (id, summary, evidence, details).
+_Outcome = tuple[str, str, str, dict[str, Any]]
+
+
 def check_firewall(ctx: Context) -> Iterable[Finding]:
     memo = _FirewallMemo()
     # peer sources evaluated on each node: the first few cluster addresses (the node's own is skipped)
     candidates = [a for name, _ in ctx.audited() if (a := ctx.plan[name].address)]
     candidates = candidates[: ctx.thresholds.max_sources + 1]
+    # nodes with the same rule set, interface, sources, port range and role get the same answers: asked once
+    outcomes: dict[tuple[Any, ...], list[_Outcome]] = {}
     for name, f in ctx.audited():
-        skey, state = memo.ruleset(f.get("firewall") or {})
+        skey, rs = memo.ruleset(f.get("firewall") or {})
         iface = (f.get("cluster") or {}).get("ifname")
         own = ctx.plan[name].address
         sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
         lo, hi = (f.get("sysctl") or {}).get("ip_local_port_range", [32768, 60999])
-        port = ctx.cluster.master_port
-        if name == ctx.cluster.master:
-            for src in sources:
-                v = memo.evaluate(skey, state, src, port, iface)
-                if not v.allowed:
-                    yield finding(
-                        "firewall.master-port-blocked", name,
-                        f"TCP {src} -> {port} would be {_past(v.verdict)} by {v.layer}",
-                        v.evidence, cidr=ctx.cidr, port=port, layer=v.layer,
-                    )
-                    break
-            open_ev = memo.world_open(skey, state, port, ctx.cidr, iface) if ctx.cidr else None
-            if open_ev:
-                yield finding("firewall.world-open", name, f"master port {port} is open to any source",
-                              str(open_ev), cidr=ctx.cidr)
-        blocked = None
+        master = name == ctx.cluster.master
+        key = (skey, iface, tuple(sources), int(lo), int(hi), master)
+        if key not in outcomes:
+            outcomes[key] = list(_firewall_outcomes(ctx, memo, skey, rs, iface, sources, (int(lo), int(hi)), master))
+        for fid, summary, evidence, details in outcomes[key]:
+            yield finding(fid, name, summary, evidence, **details)
+
+
+def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: str, rs: firewall.Ruleset, iface: str | None,
+                       sources: list[str], ephemeral: tuple[int, int], master: bool) -> Iterable[_Outcome]:
+    lo, hi = ephemeral
+    port = ctx.cluster.master_port
+    if master:
         for src in sources:
-            for p in memo.sample_ports(skey, state, int(lo), int(hi), ctx.thresholds.peer_port_samples):
-                v = memo.evaluate(skey, state, src, p, iface)
-                if not v.allowed:
-                    blocked = (src, p, v)
-                    break
-            if blocked:
+            v = memo.evaluate(skey, rs, src, port, iface)
+            if not v.allowed:
+                yield ("firewall.master-port-blocked", f"TCP {src} -> {port} would be {_past(v.verdict)} by {v.layer}",
+                       v.evidence, {"cidr": ctx.cidr, "port": port, "layer": v.layer})
+                break
+        open_ev = memo.world_open(skey, rs, port, ctx.cidr, iface) if ctx.cidr else None
+        if open_ev:
+            yield "firewall.world-open", f"master port {port} is open to any source", open_ev, {"cidr": ctx.cidr}
+    blocked = None
+    for src in sources:
+        for p in memo.sample_ports(skey, rs, lo, hi, ctx.thresholds.peer_port_samples):
+            v = memo.evaluate(skey, rs, src, p, iface)
+            if not v.allowed:
+                blocked = (src, p, v)
                 break
         if blocked:
-            src, p, v = blocked
-            yield finding(
-                "firewall.peer-ports-blocked", name,
-                f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.verdict)} by {v.layer}",
-                v.evidence, cidr=ctx.cidr, range=f"{lo}-{hi}", layer=v.layer,
-            )
-        open_ev = memo.world_open(skey, state, (int(lo), int(hi)), ctx.cidr, iface) if ctx.cidr else None
-        if open_ev:
-            yield finding("firewall.world-open", name, f"ephemeral range {lo}-{hi} is open to any source",
-                          str(open_ev), cidr=ctx.cidr)
+            break
+    if blocked:
+        src, p, v = blocked
+        yield ("firewall.peer-ports-blocked",
+               f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.verdict)} by {v.layer}",
+               v.evidence, {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "layer": v.layer})
+    open_ev = memo.world_open(skey, rs, (lo, hi), ctx.cidr, iface) if ctx.cidr else None
+    if open_ev:
+        yield "firewall.world-open", f"ephemeral range {lo}-{hi} is open to any source", open_ev, {"cidr": ctx.cidr}
 
 
 # ---------------------------------------------------------------- probes
