@@ -249,36 +249,32 @@ def check_facts(ctx: Context) -> Iterable[Finding]:
 
 
 class _FirewallMemo:
-    """The firewall evaluator, one parsed rule set per distinct content and each answer memoised (clusters usually
+    """The firewall evaluator: one parsed rule set per distinct content and each answer memoised (clusters usually
     share one configuration: 2,000 nodes are then parsed and evaluated once)."""
 
     def __init__(self) -> None:
-        self.rulesets: dict[str, firewall.Ruleset] = {}
-        self.evaluated: dict[tuple[str, str, int, str | None], firewall.Verdict] = {}
-        self.samples: dict[tuple[str, int, int, int], list[int]] = {}
-        self.open: dict[tuple[str, int | tuple[int, int], str, str | None], str | None] = {}
+        self.rulesets = firewall.Rulesets()
+        self.evaluated: dict[tuple[int, str, int, str | None], firewall.Verdict] = {}
+        self.samples: dict[tuple[int, int, int, int], list[int]] = {}
+        self.open: dict[tuple[int, int | tuple[int, int], str, str | None], str | None] = {}
 
-    def ruleset(self, state: Mapping[str, Any]) -> tuple[str, firewall.Ruleset]:
-        key = firewall.Ruleset.digest(state)
-        rs = self.rulesets.get(key)
-        if rs is None:
-            rs = self.rulesets[key] = firewall.Ruleset(state)
-        return key, rs
+    def ruleset(self, state: Mapping[str, Any]) -> tuple[int, firewall.Ruleset]:
+        return self.rulesets.get(state)
 
-    def evaluate(self, key: str, rs: firewall.Ruleset, src: str, port: int, iface: str | None) -> firewall.Verdict:
+    def evaluate(self, key: int, rs: firewall.Ruleset, src: str, port: int, iface: str | None) -> firewall.Verdict:
         k = (key, src, port, iface)
         v = self.evaluated.get(k)
         if v is None:
             v = self.evaluated[k] = firewall.evaluate(rs, src, port, iface=iface)
         return v
 
-    def sample_ports(self, key: str, rs: firewall.Ruleset, lo: int, hi: int, n: int) -> list[int]:
+    def sample_ports(self, key: int, rs: firewall.Ruleset, lo: int, hi: int, n: int) -> list[int]:
         k = (key, lo, hi, n)
         if k not in self.samples:
             self.samples[k] = firewall.sample_ports(rs, lo, hi, n)
         return self.samples[k]
 
-    def world_open(self, key: str, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str,
+    def world_open(self, key: int, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str,
                    iface: str | None) -> str | None:
         k = (key, port, cidr, iface)
         if k not in self.open:
@@ -311,7 +307,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
             yield finding(fid, name, summary, evidence, **details)
 
 
-def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: str, rs: firewall.Ruleset, iface: str | None,
+def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: int, rs: firewall.Ruleset, iface: str | None,
                        sources: list[str], ephemeral: tuple[int, int], master: bool) -> Iterable[_Outcome]:
     lo, hi = ephemeral
     port = ctx.cluster.master_port

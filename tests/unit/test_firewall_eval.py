@@ -406,3 +406,29 @@ def test_ports_blocked_and_sample_ports(ipt):
 def test_nft_evidence_without_text_falls_back_to_json(nft):
     r = ok(dict(nft, nft_text=None), "10.20.1.1", 40000)
     assert r.allowed and r.evidence.startswith("nft inet filter input: [") and "32768" in r.evidence
+
+
+# --------------------------------------------------------------------------- Rulesets (one parse per distinct rule set)
+
+def test_rulesets_share_equal_rules_despite_timestamps_and_counters(ipt):
+    other = copy.deepcopy(ipt)
+    other["iptables"] = other["iptables"].replace("23:34:09", "23:59:59").replace(":INPUT DROP [0:0]",
+                                                                                  ":INPUT DROP [812:90210]")
+    other["nft_text"] = other["nft_text"].replace("counter packets 0 bytes 0", "counter packets 7 bytes 420", 1)
+    other["nft"]["nftables"][-1] = dict(other["nft"]["nftables"][-1])  # JSON: compared through the text
+    other["errors"] = ["ip6tables-save: rc=1 boom"]  # not a rule
+    rs = fw.Rulesets()
+    a, b = rs.get(ipt), rs.get(other)
+    assert a[0] == b[0] and a[1] is b[1] and len(rs.all) == 1
+    assert "counter packets" not in ok(other, "10.20.1.1", 29500, iface="eth1").evidence  # evidence never shows them
+
+
+def test_rulesets_keep_different_rules_apart(ipt, nft):
+    changed = dict(ipt, iptables=ipt["iptables"].replace("--dport 29600 -j ACCEPT", "--dport 29601 -j ACCEPT"))
+    no_text = dict(nft, nft_text=None)
+    no_text2 = dict(no_text, nft={"nftables": nft["nft"]["nftables"][:-1] + [{"rule": {"family": "inet"}}]})
+    rs = fw.Rulesets()
+    ids = [rs.get(s)[0] for s in (ipt, changed, nft, no_text, no_text2, {})]
+    assert len(set(ids)) == 6
+    assert rs.get(copy.deepcopy(changed))[0] == ids[1]
+    assert rs.all[ids[1]].evaluate(fw.Packet.of("1.2.3.4", 29600, "eth0")).verdict == "drop"

@@ -26,6 +26,8 @@ from ddpfix.firewall.verdict import (
 CONTINUE = frozenset({"counter", "log", "meta", "ct", "mangle", "notrack", "set", "quota",
                       "dup", "comment", "synproxy", "continue"})
 _HOOKS = {"prerouting": 0, "input": 1}
+#: A counter's values in `nft list` text: they change with traffic, not with the rules (evidence shows `counter`).
+COUNTERS = re.compile(r"counter packets \d+ bytes \d+")
 
 Json = Any  # a value of nft's JSON output
 Field = tuple[str, Any]  # (kind, the packet's value of it); kind "false": cannot apply, "?": unknown
@@ -105,7 +107,7 @@ def text_index(text: str | None) -> dict[tuple[str, str, str, int], str]:
             continue
         m = re.match(r"(.*\S)\s+# handle (\d+)$", s)
         if m and table and chain:
-            out[(table[0], table[1], chain, int(m.group(2)))] = m.group(1)
+            out[(table[0], table[1], chain, int(m.group(2)))] = COUNTERS.sub("counter", m.group(1))
     return out
 
 

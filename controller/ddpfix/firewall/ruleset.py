@@ -13,9 +13,7 @@ means "some non-loopback interface".
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -74,11 +72,6 @@ class Ruleset:
         raw = state.get("nft")
         self.nft = nft.Ruleset.of(raw, _text(state.get("nft_text"))) if raw else None
 
-    @staticmethod
-    def digest(state: Mapping[str, Any]) -> str:
-        """A hash of the facts' content: equal rule sets (the usual case across a cluster) share one digest."""
-        return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
-
     @property
     def firewalld_active(self) -> bool:
         return self.firewalld is not None and self.firewalld.active
@@ -132,6 +125,57 @@ class Ruleset:
 
 
 State = Ruleset | Mapping[str, Any]
+#: The keys of the facts that the evaluator reads (`errors` and `unread` are not rules).
+EVALUATED = ("firewalld", "iptables", "iptables_legacy", "ip6tables", "nft", "nft_text")
+
+
+#: What differs between nodes with the same rules: the time in iptables-save's comment lines, packet counters.
+_IPT_NOISE = re.compile(r"^(#[^\n]*?) on [^\n]*$|^(:\S+ \S+) \[\d+:\d+\]$|^\[\d+:\d+\] ", re.MULTILINE)
+
+
+def _same_rules(key: str, v: Any) -> Any:
+    """The value of facts[key] with what does not change the rules taken out (the time iptables-save ran, packet
+    counters), and the nft JSON as its size when the nft text (the same rule set, counters aside) is there."""
+    if not isinstance(v, str):
+        return v
+    if key == "nft_text":
+        return nft.COUNTERS.sub("counter", v) if "counter packets" in v else v
+    return _IPT_NOISE.sub(r"\1\2", v)
+
+
+def _shape(v: Any) -> object:
+    """A cheap, hashable stand-in for a value: texts as they are, containers by their size."""
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    return (type(v).__name__, len(v)) if hasattr(v, "__len__") else type(v).__name__
+
+
+class Rulesets:
+    """The distinct rule sets of a cluster, each parsed once (nodes usually share one configuration).
+
+    Two nodes share an entry when everything the evaluator reads is equal, apart from what never changes a verdict:
+    the time in iptables-save's comments and packet counters (iptables-save's `[packets:bytes]`, nft's `counter
+    packets N bytes M`; evidence never shows them). Facts are looked up by a cheap fingerprint (the rule texts,
+    hashed in C; the JSON parts by their size), then compared. `nft -j`'s JSON is compared only where `nft -a`'s text
+    of the same rule set is missing: deep-comparing (or serialising to hash) a firewalld rule set's JSON costs more
+    than evaluating it, and its counters would make every node's differ."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[object, ...], list[tuple[dict[str, Any], int]]] = {}
+        self.all: list[Ruleset] = []
+
+    def get(self, state: Mapping[str, Any]) -> tuple[int, Ruleset]:
+        """-> (an id that is equal for equal rule sets, the parsed rule set)."""
+        same = {k: _same_rules(k, state.get(k)) for k in EVALUATED}
+        if same["nft_text"] and same["nft"]:
+            same["nft"] = _shape(same["nft"].get("nftables") if isinstance(same["nft"], Mapping) else same["nft"])
+        bucket = self._seen.setdefault(tuple(_shape(same[k]) for k in EVALUATED), [])
+        for seen, i in bucket:
+            if seen == same:
+                return i, self.all[i]
+        self.all.append(Ruleset(state))
+        bucket.append((same, len(self.all) - 1))
+        return len(self.all) - 1, self.all[-1]
 
 
 def ruleset(state: State) -> Ruleset:
