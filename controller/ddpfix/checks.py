@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ddpfix import firewall
-from ddpfix.fabric import check_fabric
+from ddpfix import rules as registry
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
 from ddpfix.plan import CLUSTER_KEYS, NodePlan, effective_cidr, plan_cluster, sanitize_facts, validate_facts
+from ddpfix.rules import Remedy, Rule, Severity, rules
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
 NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
@@ -31,46 +32,16 @@ FIREWALL_SOURCES = frozenset({"firewalld", "iptables", "ip6tables", "iptables-le
 _HOSTS, _IFACES, _ENV = frozenset({"hosts_file"}), frozenset({"interfaces"}), frozenset({"env_file"})
 _FABRIC = frozenset({"fabric"})
 
-#: Which node fact sources (the `unread[].source` names of ddpfix_node_facts) each check reads. When one of them could
-#: not be read on a node, the check is "not evaluated" there: never a pass.
-DEPENDS_ON: dict[str, frozenset[str]] = {
-    "firewall.master-port-blocked": FIREWALL_SOURCES | _IFACES,
-    "firewall.peer-ports-blocked": FIREWALL_SOURCES | _IFACES,
-    "firewall.world-open": FIREWALL_SOURCES | _IFACES,
-    "probe.port-in-use": frozenset({"listening"}),
-    "hosts.hostname-loopback": _HOSTS,
-    "hosts.peer-unresolvable": _HOSTS,
-    "hosts.peer-mismatch": _HOSTS,
-    "addr.family-mismatch": _HOSTS,
-    "time.no-daemon": frozenset({"processes"}),
-    "time.unsynchronized": frozenset({"processes", "chronyc"}),
-    "netif.missing": _IFACES | _ENV,
-    "netif.name-mismatch": _IFACES | _ENV,
-    "netif.autoselect-wrong": _IFACES | _ENV,
-    "netif.mtu-mismatch": _IFACES,
-    "netif.down": _IFACES,
-    "net.master-port-ephemeral": frozenset({"sysctl"}),
-    "net.somaxconn-low": frozenset({"sysctl"}),
-    "env.missing": _ENV,
-    "env.inconsistent": _ENV,
-    "addr.master-not-private": _ENV,
-    **{fid: _FABRIC for fid in ("fabric.port-down", "fabric.rate-mismatch", "fabric.link-layer-mixed",
-                                "fabric.roce-no-v2-gid", "fabric.gid-index-differs", "fabric.pkey-mismatch",
-                                "fabric.peermem-missing", "fabric.nccl-version-mismatch")},
-    "fabric.memlock-low": _FABRIC | frozenset({"memlock_units"}),
-    "fabric.hca-includes-mgmt": _FABRIC | _ENV | _IFACES,
-    "fabric.no-uverbs": _FABRIC | frozenset({"fabric_dev"}),
-    "fabric.efa-provider-missing": _FABRIC | frozenset({"fi_info"}),
-}
-#: Checks that only look at the master's facts.
-MASTER_ONLY = frozenset({"firewall.master-port-blocked", "probe.port-in-use", "net.master-port-ephemeral",
-                         "net.somaxconn-low"})
-#: Findings that stay true on partial facts, so they are still reported: a packet must pass every firewall layer, so
-#: one layer that blocks it blocks it; what getaddrinfo answered is what the training process gets. Every other
-#: finding of a check that depends on an unread source is withdrawn (its input was a placeholder) and the check is
-#: listed as not evaluated.
-SOUND_ON_PARTIAL = frozenset({"firewall.master-port-blocked", "firewall.peer-ports-blocked", "hosts.hostname-loopback",
-                              "hosts.peer-unresolvable", "hosts.peer-mismatch", "addr.family-mismatch"})
+#: How remediate fixes findings (see ddpfix.rules.Remedy); the roles' fix tasks carry the rule ids as tags.
+FIREWALL = Remedy("ddpfix_firewall", "firewall")
+VIA_FIREWALL = Remedy("ddpfix_firewall", "firewall", how="firewall", on_target=True)
+HOSTS = Remedy("ddpfix_hosts", "hosts")
+HOSTS_BLOCK = Remedy("ddpfix_hosts", "hosts", how="hosts block")
+CHRONY = Remedy("ddpfix_chrony", "time")
+ENV = Remedy("ddpfix_env", "env")
+ENV_FILE = Remedy("ddpfix_env", "env", how="env file")
+PIN_IFNAME = Remedy("ddpfix_ifname", "pin_ifname", how="--pin-ifnames")
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 @dataclass
@@ -188,6 +159,10 @@ def active_firewalls(fw: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------- reachability
 
 
+@rules(
+    Rule("host.unreachable", E, "node not reachable over SSH (the others are still fully audited)",
+         "Make the node reachable over SSH (sshd running, key, known_hosts, network) and re-run."),
+)
 def check_unreachable(ctx: Context) -> Iterable[Finding]:
     for n in ctx.cluster.nodes:
         h = ctx.hosts.get(n.name)
@@ -198,6 +173,15 @@ def check_unreachable(ctx: Context) -> Iterable[Finding]:
             yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
 
 
+@rules(
+    Rule("facts.incomplete", W,
+         "a fact source could not be read on the node (no permission, e.g. `iptables-save`/`nft` as a non-root SSH "
+         "user; a missing tool; a timeout): names each source and the tool's error. The checks that read it are listed "
+         "per host as **not evaluated** (JSON `hosts.NODE.not_evaluated: [{id, reason}]`, a \"NOT EVALUATED\" table), "
+         "never as passed",
+         "Let the SSH user read them (root, or become: true with passwordless sudo) or install the missing tool, then "
+         "re-run; until then the checks listed as not evaluated say nothing about this node."),
+)
 def check_incomplete(ctx: Context) -> Iterable[Finding]:
     for name, _ in ctx.audited():
         unread = ctx.unread(name)
@@ -212,8 +196,9 @@ def check_incomplete(ctx: Context) -> Iterable[Finding]:
 def _blind_ids(ctx: Context, name: str, unread: Mapping[str, str]) -> dict[str, str]:
     """finding id -> why it cannot be evaluated on `name` (the first unread source it reads)."""
     out: dict[str, str] = {}
-    for fid, sources in DEPENDS_ON.items():
-        if fid in MASTER_ONLY and name != ctx.cluster.master:
+    master_only = registry.master_only()
+    for fid, sources in registry.depends_on().items():
+        if fid in master_only and name != ctx.cluster.master:
             continue
         missing = sorted(sources & set(unread))
         if missing:
@@ -238,6 +223,11 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
     return out
 
 
+@rules(
+    Rule("facts.invalid", E, "the node returned a hostname/address ddpfix will not write anywhere (see \"Refused inputs\")",
+         "Fix {fact} on the node (e.g. hostnamectl set-hostname with an RFC 1123 name); ddpfix leaves it out of every "
+         "peer's files and refuses to remediate or write env files until it is fixed."),
+)
 def check_facts(ctx: Context) -> Iterable[Finding]:
     for name, problems in ctx.invalid.items():
         for fact, value, why in problems:
@@ -286,6 +276,19 @@ class _FirewallMemo:
 _Outcome = tuple[str, str, str, dict[str, Any]]
 
 
+@rules(
+    Rule("firewall.master-port-blocked", E,
+         "firewalld/iptables/nftables on the master drops/rejects TCP to the master port from the cluster CIDR",
+         "Allow TCP from {cidr} to port {port} on the master (ddpfix remediate adds {cidr} as a trusted source / an "
+         "ACCEPT rule).",
+         remedies=(FIREWALL,), reads=FIREWALL_SOURCES | _IFACES, master_only=True, sound_on_partial=True),
+    Rule("firewall.peer-ports-blocked", E, "a node's firewall blocks TCP from peers on the ephemeral range NCCL/Gloo use",
+         "Allow TCP from {cidr} to the ephemeral range {range} (ddpfix remediate trusts {cidr} on this node).",
+         remedies=(FIREWALL,), reads=FIREWALL_SOURCES | _IFACES, sound_on_partial=True),
+    Rule("firewall.world-open", W, "the master port or ephemeral range is open to any source by an explicit rule",
+         "Replace the rule with one limited to source {cidr}; ddpfix adds the CIDR-limited rule but never removes yours.",
+         reads=FIREWALL_SOURCES | _IFACES, manual="ddpfix only adds CIDR rules"),
+)
 def check_firewall(ctx: Context) -> Iterable[Finding]:
     memo = _FirewallMemo()
     # peer sources evaluated on each node: the first few cluster addresses (the node's own is skipped)
@@ -343,6 +346,19 @@ def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: int, rs: firewal
 # ---------------------------------------------------------------- probes
 
 
+@rules(
+    Rule("probe.master-port-unreachable", E,
+         "TCP connect from this node to MASTER_ADDR:MASTER_PORT fails (refused / timed out / no route)",
+         "Fix the firewall/route on the path to the master {target}; re-run audit to confirm the connect succeeds.",
+         remedies=(VIA_FIREWALL,)),
+    Rule("probe.peer-unreachable", E, "TCP from this node to a peer's probe port (in its ephemeral range) fails",
+         "Open the peer's ephemeral range to {cidr} and check the route between the two nodes.",
+         remedies=(VIA_FIREWALL,)),
+    Rule("probe.port-in-use", E, "something already listens on the master port on the master",
+         "Stop the process holding port {port} on the master, or choose another ddp_master_port outside the ephemeral "
+         "range.",
+         reads=frozenset({"listening"}), master_only=True),
+)
 def check_probes(ctx: Context) -> Iterable[Finding]:
     master = ctx.cluster.master
     mf = ctx.facts.get(master)
@@ -378,6 +394,16 @@ def pr_src(f: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- names
 
 
+@rules(
+    Rule("hosts.hostname-loopback", E, "the hostname resolves to 127.0.0.0/8 or ::1 (Gloo advertises loopback)",
+         "Map the hostname to its cluster address in /etc/hosts and take it off the loopback line (ddpfix remediate).",
+         remedies=(HOSTS,), reads=_HOSTS, sound_on_partial=True),
+    Rule("hosts.duplicate-hostname", E, "two nodes share a hostname (cloned VMs)",
+         "Give {nodes} each a unique hostname (hostnamectl set-hostname <new-name> on each) and a fresh "
+         "/etc/machine-id; not changed automatically."),
+    Rule("hosts.duplicate-machine-id", W, "two nodes share /etc/machine-id",
+         "Regenerate it on the clone: rm /etc/machine-id && systemd-machine-id-setup; not changed automatically."),
+)
 def check_hostnames(ctx: Context) -> Iterable[Finding]:
     by_hostname: dict[str, list[str]] = {}
     by_mid: dict[str, list[str]] = {}
@@ -402,6 +428,18 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
                           f"/etc/machine-id = {mid} on {', '.join(names)}")
 
 
+@rules(
+    Rule("hosts.peer-unresolvable", E, "a peer's hostname does not resolve on this node",
+         "Add the managed /etc/hosts block mapping every node to its cluster address (ddpfix remediate).",
+         remedies=(HOSTS,), reads=_HOSTS, sound_on_partial=True),
+    Rule("hosts.peer-mismatch", E, "a peer's hostname resolves to another address than its cluster address",
+         "Use the same managed /etc/hosts block on every node (ddpfix remediate); remove stale entries.",
+         remedies=(HOSTS,), reads=_HOSTS, sound_on_partial=True),
+    Rule("addr.family-mismatch", W, "peers' names resolve to IPv4 on some nodes and IPv6 on others",
+         "Use IPv4 literals for MASTER_ADDR and IPv4 /etc/hosts entries (ddpfix remediate); or "
+         "NCCL_SOCKET_FAMILY=AF_INET.",
+         remedies=(HOSTS_BLOCK,), reads=_HOSTS, sound_on_partial=True),
+)
 def check_resolution(ctx: Context) -> Iterable[Finding]:
     """The resolution matrix: every node resolves every peer's hostname to that peer's cluster address."""
     counts = Counter(f.get("hostname") for _, f in ctx.audited() if f.get("hostname"))
@@ -437,6 +475,22 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
 # ---------------------------------------------------------------- time
 
 
+@rules(
+    Rule("time.no-daemon", W, "no chronyd/ntpd/timesyncd/ptp4l running",
+         "Install and run chrony with common servers (ddp_ntp_servers) or the master as local source "
+         "(ddp_ntp_local_master).",
+         remedies=(CHRONY,), reads=frozenset({"processes"}),
+         still_open="chronyd was started but is not running: see its log on the node"),
+    Rule("time.unsynchronized", W, "chrony not synchronised, or its offset above 0.1 s",
+         "Give chrony reachable sources (ddp_ntp_servers or ddp_ntp_local_master) with iburst and makestep; ddpfix "
+         "remediate configures it.",
+         remedies=(CHRONY,), reads=frozenset({"processes", "chronyc"}),
+         still_open="chronyd runs with the ddpfix sources but has not synchronised to them: check that the sources "
+                    "answer NTP from this node and that chronyd reads the configuration ddpfix edited "
+                    "(ddpfix_chrony_conf_path)"),
+    Rule("time.skew", W, "clock readings differ between nodes by more than `--max-skew` (1 s)",
+         "Synchronise every node to the same sources (chrony); elastic rendezvous heartbeats compare wall clocks."),
+)
 def check_time(ctx: Context) -> Iterable[Finding]:
     offsets: dict[str, float] = {}
     for name, f in ctx.audited():
@@ -531,6 +585,28 @@ def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[s
     return out
 
 
+@rules(
+    Rule("netif.missing", E,
+         "the configured socket interface (override or env file's NCCL/GLOO_SOCKET_IFNAME, NCCL grammar) does not "
+         "exist or has no address in the CIDR",
+         "Set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME per node to the node's own cluster interface (ddpfix env --apply).",
+         remedies=(ENV_FILE,), reads=_IFACES | _ENV),
+    Rule("netif.name-mismatch", W, "the cluster NIC has different names while one name is configured for all",
+         "Write per-node interface names (ddpfix env files) instead of one cluster-wide name; optionally pin names "
+         "(--pin-ifnames).",
+         remedies=(ENV_FILE, PIN_IFNAME), reads=_IFACES | _ENV),
+    Rule("netif.autoselect-wrong", W,
+         "with no IFNAME set, NCCL's default order or Gloo's hostname path would pick a non-cluster interface",
+         "Set NCCL_SOCKET_IFNAME=={ifname} and GLOO_SOCKET_IFNAME={ifname} on this node (ddpfix env --apply writes "
+         "them).",
+         remedies=(ENV_FILE,), reads=_IFACES | _ENV),
+    Rule("netif.mtu-mismatch", W, "cluster interface MTUs differ",
+         "Set the same MTU on every node's cluster interface (and the switch); not changed automatically.",
+         reads=_IFACES),
+    Rule("netif.down", E, "the cluster interface is down",
+         "Bring the interface up (ip link set {ifname} up) and fix its configuration; not changed automatically.",
+         reads=_IFACES),
+)
 def check_interfaces(ctx: Context) -> Iterable[Finding]:
     names: dict[str, str] = {}
     mtus: dict[str, int] = {}
@@ -603,6 +679,11 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
 # ---------------------------------------------------------------- addresses, routes, sysctls
 
 
+@rules(
+    Rule("route.via-gateway", W, "the route to a peer leaves through a gateway or another interface",
+         "Make the peer on-link on the cluster interface (fix the netmask or remove the host route); not changed "
+         "automatically."),
+)
 def check_routes(ctx: Context) -> Iterable[Finding]:
     for name, f in ctx.audited():
         routes = (ctx.hosts[name].probe or {}).get("routes") or {}
@@ -617,6 +698,11 @@ def check_routes(ctx: Context) -> Iterable[Finding]:
                           + (f" src {r['src']}" if r.get("src") else ""))
 
 
+@rules(
+    Rule("addr.master-not-private", E, "an env file's MASTER_ADDR is not the master's address in the cluster CIDR",
+         "Use the master's private address in {cidr} as MASTER_ADDR (ddpfix env --apply writes it).",
+         remedies=(ENV_FILE,), reads=_ENV),
+)
 def check_master_addr(ctx: Context) -> Iterable[Finding]:
     want = ctx.plan[ctx.cluster.master].address if ctx.cluster.master in ctx.plan else None
     for name, f in ctx.audited():
@@ -629,6 +715,15 @@ def check_master_addr(ctx: Context) -> Iterable[Finding]:
                           f"{(f.get('env_file') or {}).get('path')}: MASTER_ADDR={got}", cidr=ctx.cidr)
 
 
+@rules(
+    Rule("net.master-port-ephemeral", W, "the master port is inside the ephemeral range",
+         "Choose a ddp_master_port outside net.ipv4.ip_local_port_range, or an outgoing socket may take it (errno 98).",
+         reads=frozenset({"sysctl"}), master_only=True),
+    Rule("net.somaxconn-low", W, "`net.core.somaxconn` below the world size",
+         "Raise net.core.somaxconn above the world size on the master (sysctl -w net.core.somaxconn={want} and persist "
+         "it in /etc/sysctl.d/).",
+         reads=frozenset({"sysctl"}), master_only=True),
+)
 def check_sysctls(ctx: Context) -> Iterable[Finding]:
     mf = ctx.facts.get(ctx.cluster.master)
     if not mf:
@@ -646,9 +741,63 @@ def check_sysctls(ctx: Context) -> Iterable[Finding]:
                       f"net.core.somaxconn = {sc['somaxconn']}", want=max(4096, 2 * world))
 
 
+RP_FILTER_STRICT = 1  # net.ipv4.conf.*.rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
+
+
+@rules(
+    Rule("net.rp-filter-strict", W,
+         "strict reverse-path filtering (rp_filter 1, the larger of conf.all and the interface's) on the cluster "
+         "interface of a node with more than one IPv4 interface: cluster packets whose route back leaves by another "
+         "interface are dropped without a trace",
+         "Use loose mode on {ifname}: sysctl -w net.ipv4.conf.{ifname}.rp_filter=2 and persist it as "
+         "net.ipv4.conf.{ifname}.rp_filter = 2 in /etc/sysctl.d/90-ddpfix-rp-filter.conf (the kernel uses the larger "
+         "of conf.all and conf.{ifname}, so 2 wins over a strict conf.all). A warning, not an error: strict mode only "
+         "drops a packet when the route back to its source leaves by another interface (a default route or "
+         "host route on {others}), which depends on routes and peers' addresses. Not changed automatically.",
+         reads=frozenset({"interfaces", "rp_filter"})),
+)
+def check_rp_filter(ctx: Context) -> Iterable[Finding]:
+    for name, f in ctx.audited():
+        rp = (f.get("sysctl") or {}).get("rp_filter")
+        ifname = ctx.plan[name].ifname
+        if not isinstance(rp, Mapping) or not ifname:
+            continue  # facts of a ddpfix that did not read rp_filter; no cluster interface (netif.missing)
+        homed = [i for i in f.get("interfaces") or []
+                 if _inet(i) and "LOOPBACK" not in (i.get("flags") or []) and "UP" in (i.get("flags") or [])]
+        if len(homed) < 2:
+            continue
+        try:
+            values = {k: int(rp[k]) for k in ("all", ifname) if k in rp}
+        except (TypeError, ValueError):
+            continue
+        if ifname not in values:
+            continue
+        effective = max(values.values())
+        if effective != RP_FILTER_STRICT:
+            continue
+        others = [i["name"] for i in homed if i.get("name") != ifname]
+        yield finding("net.rp-filter-strict", name,
+                      f"{ifname}, the cluster interface of {name}, filters reverse paths strictly while {name} has "
+                      f"{len(homed)} IPv4 interfaces: cluster traffic whose route back leaves by "
+                      f"{', '.join(others)} is dropped",
+                      f"net.ipv4.conf.all.rp_filter = {values.get('all', '?')}, "
+                      f"net.ipv4.conf.{ifname}.rp_filter = {values[ifname]} (effective {effective}, strict); "
+                      "IPv4 interfaces: " + ", ".join(f"{i['name']} {','.join(_inet(i))}" for i in homed),
+                      ifname=ifname, others=", ".join(others))
+
+
 # ---------------------------------------------------------------- env files
 
 
+@rules(
+    Rule("env.missing", I, "no env file yet",
+         "Write it: ddpfix env -i INVENTORY --apply (or ddpfix remediate --apply).",
+         remedies=(ENV,), reads=_ENV),
+    Rule("env.inconsistent", E,
+         "env files disagree between nodes, ranks duplicated / not 0..N-1, or differ from the plan",
+         "Rewrite them: ddpfix env -i INVENTORY --apply.",
+         remedies=(ENV,), reads=_ENV),
+)
 def check_env(ctx: Context) -> Iterable[Finding]:
     existing: dict[str, dict[str, str]] = {}
     for name, f in ctx.audited():
@@ -684,36 +833,24 @@ def check_env(ctx: Context) -> Iterable[Finding]:
                           "; ".join(diff))
 
 
-CHECKS = (
-    check_unreachable,
-    check_incomplete,
-    check_facts,
-    check_firewall,
-    check_probes,
-    check_hostnames,
-    check_resolution,
-    check_time,
-    check_interfaces,
-    check_routes,
-    check_master_addr,
-    check_sysctls,
-    check_env,
-    check_fabric,
-)
-
-
 def run_checks(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
-    for check in CHECKS:
-        out.extend(f for f in check(ctx) if not _from_placeholder(ctx, f))
+    for reg in registry.registered():
+        own = {r.id for r in reg.rules}
+        for f in reg.check(ctx):
+            if f.id not in own:  # a programming error: every id is declared by the check that reports it
+                raise AssertionError(f"{reg.check.__name__} reported {f.id}, which it does not declare")
+            if not _from_placeholder(ctx, f):
+                out.append(f)
     return sorted(dict.fromkeys(out), key=sort_key)
 
 
 def _from_placeholder(ctx: Context, f: Finding) -> bool:
     """A per-host finding computed from a source that was not read on that host (and not sound on partial facts)."""
-    if f.host is None or f.id in SOUND_ON_PARTIAL or f.id not in DEPENDS_ON:
+    rule = registry.RULES[f.id]
+    if f.host is None or rule.sound_on_partial or not rule.reads:
         return False
-    return bool(DEPENDS_ON[f.id] & set(ctx.unread(f.host)))
+    return bool(rule.reads & set(ctx.unread(f.host)))
 
 
 def parse_event_time(created: str) -> float | None:

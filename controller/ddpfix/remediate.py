@@ -16,13 +16,16 @@ from ddpfix import clusterfile
 from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
 from ddpfix.progress import Progress
+from ddpfix.rules import fixed_by
 from ddpfix.runner import RunResult, run_playbook
 
-FIREWALL_IDS = {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
-PROBE_IDS = {"probe.master-port-unreachable", "probe.peer-unreachable"}
-HOSTS_IDS = {"hosts.hostname-loopback", "hosts.peer-unresolvable", "hosts.peer-mismatch"}
-TIME_IDS = {"time.no-daemon", "time.unsynchronized"}
-LIMITS_IDS = {"fabric.memlock-low"}
+# Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
+FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host
+PROBE_IDS = fixed_by("firewall", on_target=True)  # fixed on the node the probe could not reach
+HOSTS_IDS = fixed_by("hosts")
+TIME_IDS = fixed_by("time")
+LIMITS_IDS = fixed_by("limits")
+ENV_IDS = fixed_by("env")
 
 
 @dataclass
@@ -95,9 +98,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     audited = dict(ctx.audited())
     # unreachable nodes (read but no facts); nodes outside --limit are not written, and need not be read
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and n.name not in audited]
-    write_env = env and (only is None or "env.inconsistent" in only or "env.missing" in only
-                         or bool(only & {"netif.missing", "netif.autoselect-wrong", "netif.name-mismatch", "addr.master-not-private",
-                                         "fabric.hca-includes-mgmt"}))
+    write_env = env and (only is None or bool(only & ENV_IDS))
     if write_env and missing and not allow_partial:
         refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")

@@ -13,7 +13,7 @@ short_description: Collect the facts ddpfix needs from one cluster node (read-on
 description:
   - Reads interfaces and addresses (C(ip -j addr)), the node's hostname and how it resolves (C(getaddrinfo), as Gloo and c10d do),
     C(/etc/hosts), the time-sync daemon and C(chronyc -c tracking), the firewall state (firewalld, C(iptables-save), C(nft -j)),
-    sysctls (ephemeral port range, somaxconn, IPv6), listening TCP ports and an existing ddpfix env file.
+    sysctls (ephemeral port range, somaxconn, IPv6, rp_filter of all/default/each interface), listening TCP ports and an existing ddpfix env file.
   - With I(probe_listen), also starts short-lived TCP listeners (a probe port in the ephemeral range, and the master port on the
     master when it is free) bound to the cluster address. They exit by themselves after I(listen_seconds); the C(ddpfix_probe)
     module stops them earlier. Nothing else on the node is changed. Runs the same in check mode.
@@ -49,7 +49,7 @@ ansible_facts:
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
     C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces), C(hosts_file),
-    C(sysctl), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), C(memlock_units), and the firewall layers C(firewalld), C(iptables),
+    C(sysctl), C(rp_filter), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), C(memlock_units), and the firewall layers C(firewalld), C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -291,6 +291,16 @@ def collect(p):
     if not port_range or not somaxconn:
         not_read("sysctl", "/proc/sys/net: net.ipv4.ip_local_port_range or net.core.somaxconn unreadable")
     port_range = port_range or ["32768", "60999"]
+    rp_filter = {}  # net.ipv4.conf.{all,default,IFACE}.rp_filter (per network namespace)
+    for conf in ["all", "default"] + [i["name"] for i in ifaces if i.get("name")]:
+        text, why = read_or_why("/proc/sys/net/ipv4/conf/%s/rp_filter" % conf)
+        if text is None and why is None and conf not in ("all", "default"):
+            continue  # an interface without IPv4 configuration (or gone meanwhile)
+        try:
+            rp_filter[conf] = int(text)
+        except (TypeError, ValueError):
+            not_read("rp_filter", why or "/proc/sys/net/ipv4/conf/%s/rp_filter: %r is not a number" % (conf, text))
+            break
     lo, hi = int(port_range[0]), int(port_range[1])
     tcp, why4 = read_or_why("/proc/net/tcp")
     tcp6, _ = read_or_why("/proc/net/tcp6")
@@ -350,6 +360,7 @@ def collect(p):
             "ip_local_port_range": [lo, hi],
             "somaxconn": int((somaxconn or ["4096"])[0]),
             "ipv6_disabled": (sysctl("net.ipv6.conf.all.disable_ipv6") or ["0"])[0] == "1",
+            "rp_filter": rp_filter,
         },
         "listening": listening,
         "time": {"daemons": daemons, "chrony_tracking": tracking},

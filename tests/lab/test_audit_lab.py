@@ -35,13 +35,17 @@ import yaml
 
 from ddpfix import lab
 from ddpfix.findings import RULES
-from ddpfix.lab.scenarios import WRONG_PEER_ADDR
+from ddpfix.lab.scenarios import SCENARIOS, WRONG_PEER_ADDR
 
 pytestmark = pytest.mark.lab
 
 LAB_A = ("firewalld-master,iptables-worker,peer-mismatch,hostname-loopback,mtu-mismatch,route-via-gateway,"
          "port-in-use,somaxconn-low,machine-id-clone,autoselect-wrong")
-LAB_B = "world-open,peer-unresolvable,env-wrong,netif-down,chrony-unsynced,family-mismatch"
+#: Scenarios that declare what the audit must report (`Scenario.expect`, e.g. rp-filter-strict) join lab B, so a new
+#: finding's scenario adds no lab bring-up; their expectations join EXPECTED below.
+DECLARED = [s for s in SCENARIOS.values() if s.expect]
+LAB_B = ",".join(["world-open,peer-unresolvable,env-wrong,netif-down,chrony-unsynced,family-mismatch"]
+                 + [s.name for s in DECLARED])
 LAB_C = "ifname-mismatch,duplicate-hostname,chrony-absent,clock-skew"
 
 #: ids no lab can produce, with the reason (asserted to be exactly the ids missing from EXPECTED)
@@ -238,7 +242,7 @@ EXPECTED: list[tuple[str, str, str | None, Callable[[Audited], list[str]]]] = [
     ("env.inconsistent", "lab_b", None,
      lambda a: [f"node1: MASTER_ADDR={a.addr('node1')}", f"node3: MASTER_ADDR={a.addr('node2')}"]),
     ("env.inconsistent", "lab_b", "node3", lambda a: [f"MASTER_ADDR={a.addr('node2')} (want {a.addr('node1')})"]),
-]
+] + [(e.id, "lab_b", e.host, lambda a, e=e: e.evidence(a.info)) for s in DECLARED for e in s.expect]
 
 
 def test_every_finding_id_has_a_lab_test() -> None:

@@ -621,8 +621,65 @@ def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
 # ============================================================ the tests
 
 
+# ------------------------------------------------------------ declarative fixtures: fixtures/rules/<id>.json
+#
+# {"id": ..., "fail": [CASE...], "pass": [CASE...]}; a CASE is {"name", "merge": {node: {...}}, "append": {node: {...}},
+# "host" (fail only; null: cluster-wide), "evidence": [...], "fix": [...]}: `merge` is merged into the recorded clean
+# cluster's per-node documents (dicts recursively, anything else replaced), `append` extends their lists.
+
+RULE_FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "rules"
+
+
+def _rule_fixtures() -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(RULE_FIXTURES.glob("*.json"))}
+
+
+def _merge(dst: dict[str, Any], src: dict[str, Any], append: bool = False) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v, append)
+        elif append and isinstance(v, list):
+            dst.setdefault(k, []).extend(copy.deepcopy(v))
+        else:
+            dst[k] = copy.deepcopy(v)
+
+
+def _apply_case(sim: Sim, case: dict[str, Any]) -> None:
+    for node, doc in (case.get("merge") or {}).items():
+        _merge(sim.docs[node], doc)
+    for node, doc in (case.get("append") or {}).items():
+        _merge(sim.docs[node], doc, append=True)
+
+
+_FILE_CASES = [(fid, kind, i) for fid, doc in _rule_fixtures().items() for kind in ("fail", "pass")
+               for i in range(len(doc.get(kind) or []))]
+
+
+def test_rule_fixture_files_name_a_rule_and_have_both_cases() -> None:
+    for stem, doc in _rule_fixtures().items():
+        assert doc["id"] == stem and stem in RULES, stem
+        assert doc.get("fail") and doc.get("pass"), f"{stem}: needs a failing and a passing case"
+
+
+@pytest.mark.parametrize(("fid", "kind", "i"), _FILE_CASES, ids=[f"{f}:{k}{i}" for f, k, i in _FILE_CASES])
+def test_rule_fixture_file(sim: Sim, fid: str, kind: str, i: int) -> None:
+    case = _rule_fixtures()[fid][kind][i]
+    _apply_case(sim, case)
+    found = [f for f in sim.findings() if f.id == fid]
+    if kind == "pass":
+        assert found == [], f"{case['name']}: {[(f.host, f.evidence) for f in found]}"
+        return
+    on_host = [f for f in found if f.host == case["host"]]
+    assert on_host, f"{case['name']}: {fid} reported on {[f.host for f in found]}, expected {case['host']}"
+    for f in on_host:
+        assert all(e in f.evidence for e in case.get("evidence") or []), (case["evidence"], f.evidence)
+        assert all(x in f.fix for x in case.get("fix") or []), (case.get("fix"), f.fix)
+        text = f"{f.message} {f.evidence} {f.fix}"
+        assert "{" not in f.fix and not re.search(r"\bNone\b|\b(IF|NAME)\b|=N\b", text), text
+
+
 def test_every_finding_id_has_a_failing_fixture() -> None:
-    covered = {k.split(":")[0] for k in CASES}
+    covered = {k.split(":")[0] for k in CASES} | {d["id"] for d in _rule_fixtures().values() if d.get("fail")}
     assert covered == set(RULES), f"missing: {sorted(set(RULES) - covered)}; unknown: {sorted(covered - set(RULES))}"
 
 
@@ -790,11 +847,11 @@ def test_hidden_processes_withdraw_time_no_daemon(sim: Sim) -> None:
 
 
 def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
-    from ddpfix.checks import DEPENDS_ON, MASTER_ONLY, SOUND_ON_PARTIAL
+    from ddpfix import rules
 
-    assert set(DEPENDS_ON) | MASTER_ONLY | SOUND_ON_PARTIAL <= set(RULES)
+    assert set(rules.depends_on()) | rules.master_only() | rules.sound_on_partial() <= set(RULES)
     doc = (ROOT / "plugins" / "modules" / "ddpfix_node_facts.py").read_text()
-    for src in set().union(*DEPENDS_ON.values()):
+    for src in set().union(*rules.depends_on().values()):
         assert f"C({src})" in doc, src
 
 

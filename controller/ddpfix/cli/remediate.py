@@ -16,12 +16,14 @@ from ddpfix.progress import Progress
 from ddpfix.remediate import (build_plan, cluster_files_refusal, failures_of, not_effective, preflight,
                               remaining_fixable, run_remediation)
 from ddpfix.report import document
+from ddpfix.rules import fixable_ids
 
 
 @click.command("remediate")
 @global_options
 @click.option("--apply", "apply", is_flag=True, help="Make the changes (default: dry run, nothing touched).")
-@click.option("--only", help="Comma-separated finding ids to fix (default: every fixable finding).")
+@click.option("--only", help="Comma-separated finding ids to fix (default: every fixable finding): "
+              + ", ".join(fixable_ids()) + ".")
 @click.option("--allow-partial", is_flag=True, help="Write env files even when some nodes are unreachable.")
 @click.option("--pin-ifnames", is_flag=True,
               help="Also write a systemd .link file pinning each node's cluster NIC name to its MAC (effective at next boot).")
@@ -41,6 +43,10 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         unknown = sorted(only_ids - set(RULES))
         if unknown:
             raise DdpfixError(f"--only: unknown finding id(s): {', '.join(unknown)}", ExitCode.INVALID_INPUT)
+        detect_only = [i for i in RULES if i in only_ids and not RULES[i].fixable]
+        if detect_only:
+            raise DdpfixError(f"--only: not fixed by remediate (detect-only): {', '.join(detect_only)}; fixable ids: "
+                              f"{', '.join(fixable_ids())}", ExitCode.INVALID_INPUT)
     cluster = cluster_of(app)
     quiet = fmt not in ("text", "table")
     err = Console(stderr=True, soft_wrap=True)
@@ -136,16 +142,8 @@ def _exit_line(code: ExitCode, apply: bool, remaining: list, failed: dict, refus
     return f"exit 1: {', '.join(parts) or 'see above'}"
 
 
-_WHY_NOT_EFFECTIVE = {
-    "time.unsynchronized": "chronyd runs with the ddpfix sources but has not synchronised to them: check that the "
-                           "sources answer NTP from this node and that chronyd reads the configuration ddpfix edited "
-                           "(ddpfix_chrony_conf_path)",
-    "time.no-daemon": "chronyd was started but is not running: see its log on the node",
-}
-
-
 def _not_effective_text(f: Finding) -> str:
-    why = _WHY_NOT_EFFECTIVE.get(f.id)
+    why = RULES[f.id].still_open
     return (f"{f.id} on {f.host or 'the cluster'} is still open after the fix was applied (the fix did not take "
             f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 

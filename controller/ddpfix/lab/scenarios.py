@@ -27,9 +27,20 @@ from ddpfix.lab.model import ExtraNic, LabError, LabPlan, NodePlan
 
 if TYPE_CHECKING:
     from ddpfix.lab.core import Runtime
+    from ddpfix.lab.model import LabInfo
 
 PUBLIC_MASTER_ADDR = "203.0.113.10"  # TEST-NET-3: configuration text only, never contacted
 WRONG_PEER_ADDR = "198.51.100.7"  # TEST-NET-2: configuration text only, never contacted
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What `ddpfix audit` must report on a 3-node lab built with this scenario (asserted by tests/lab/test_audit_lab.py,
+    which audits every scenario that declares its expectations in one shared lab)."""
+
+    id: str  # finding id
+    host: str | None  # inventory name (node1..node3); None: cluster-wide
+    evidence: Callable[[LabInfo], list[str]]  # substrings the finding's evidence must contain, from the lab's facts
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,7 @@ class Scenario:
     findings: tuple[str, ...]  # audit finding ids the scenario must produce
     min_nodes: int
     apply: Callable[[LabPlan], None]
+    expect: tuple[Expect, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -48,9 +60,11 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, summary: str, findings: tuple[str, ...] = (), min_nodes: int = 1):
+def scenario(name: str, summary: str, findings: tuple[str, ...] = (), min_nodes: int = 1,
+             expect: tuple[Expect, ...] = ()):
     def deco(fn: Callable[[LabPlan], None]) -> Callable[[LabPlan], None]:
-        SCENARIOS[name] = Scenario(name, summary, findings, min_nodes, fn)
+        ids = findings or tuple(dict.fromkeys(e.id for e in expect))
+        SCENARIOS[name] = Scenario(name, summary, ids, min_nodes, fn, expect)
         return fn
 
     return deco
@@ -747,6 +761,33 @@ def _somaxconn_low(plan: LabPlan) -> None:
     smaller than the number of ranks dialling it at once. sysctl of node1's namespace only.
     Finding: net.somaxconn-low on node1."""
     plan.master.sysctls["net.core.somaxconn"] = str(len(plan.nodes) - 1)
+
+
+STORAGE_NET = ipaddress.ip_network("172.31.0.0/24")  # a second IPv4 network inside a node (never routed out)
+
+
+@scenario(
+    "rp-filter-strict",
+    "node2 is multi-homed (a second IPv4 NIC stor0) and its cluster NIC has strict reverse-path filtering (rp_filter 1)",
+    min_nodes=2,
+    expect=(Expect("net.rp-filter-strict", "node2", lambda info: [
+        f"net.ipv4.conf.{info.node('node2').ifname}.rp_filter = 1 (effective 1, strict)",
+        f"{info.node('node2').ifname} {info.node('node2').address}", f"stor0 {STORAGE_NET.network_address + 12}"]),),
+)
+def _rp_filter_strict(plan: LabPlan) -> None:
+    """Strict reverse-path filtering on a multi-homed node. node2 gets a second IPv4 interface `stor0`
+    (172.31.0.<10+i>/24; a veth whose peer `stor0p` stays inside the node), created after the cluster NIC so NCCL's
+    default order still picks the cluster NIC, and its network namespace has net.ipv4.conf.<cluster NIC>.rp_filter = 1 (net.ipv4.conf.* is per network namespace;
+    conf.all stays 0). The lab's own traffic still flows (every peer is on-link on the cluster NIC), as on a real node
+    until a route back leaves by the other NIC. Finding: net.rp-filter-strict on node2."""
+    if plan.subnet.overlaps(STORAGE_NET):
+        raise LabError(f"scenario rp-filter-strict uses {STORAGE_NET} inside node2: pick another --subnet",
+                       ExitCode.INVALID_INPUT)
+    node = second(plan)
+    node.post_ip += ["link add stor0 type veth peer name stor0p",
+                     f"addr add {STORAGE_NET.network_address + 10 + node.index}/{STORAGE_NET.prefixlen} dev stor0",
+                     "link set stor0p up", "link set stor0 up"]
+    node.sysctls[f"net.ipv4.conf.{node.ifname}.rp_filter"] = "1"
 
 
 def ula_address(plan: LabPlan, node: NodePlan) -> str:

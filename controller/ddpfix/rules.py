@@ -1,0 +1,229 @@
+"""The rule registry: every finding id, declared once, next to the check that reports it.
+
+A check is a pure function over the audit `Context` that yields findings. It declares the rules it reports with
+`@rules(Rule(...), ...)` right above it (see ``ddpfix.checks`` and ``ddpfix.fabric``). Everything else reads this
+registry: the report (severity, fixable, fix text), ``remediate --only`` (its allowed values), the remediate plan
+(which findings turn on which role), the role tags (tested: every fix task carries its rule id as a tag), the
+"not evaluated" bookkeeping (which fact sources a rule reads) and the README's findings table
+(``python -m ddpfix.rules --markdown``; tested against README.md).
+
+Adding a finding: see CONTRIBUTING.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpfix.checks import Context
+    from ddpfix.findings import Finding
+
+#: The modules whose checks register rules, in report/README order.
+CHECK_MODULES = ("ddpfix.checks", "ddpfix.fabric")
+
+
+class Severity(enum.IntEnum):
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        return cls[text.upper()]
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """How `ddpfix remediate` fixes a finding: the role whose fix tasks carry the rule id as a tag, and the field
+    of the per-host remediate plan (``ddpfix.remediate.HostPlan``) that turns the role on."""
+
+    role: str  # roles/<role>
+    plan: str  # HostPlan field: firewall | hosts | time | env | limits | pin_ifname
+    how: str = ""  # README "auto-fixed" column, e.g. "env file"; empty: "yes"
+    #: True: the fix is made on the node the finding's probe could not reach (probe.*), not on the finding's host
+    on_target: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    title: str  # what the check detects (one line: the README table's "detects" column)
+    #: The fix, shown per finding. Every ``{name}`` is filled from the finding's fix values (``finding(..., name=...)``)
+    #: with the real host, interface, port or CIDR; a test fails on an unfilled field.
+    fix: str
+    remedies: tuple[Remedy, ...] = ()  # empty: detect-only
+    reads: frozenset[str] = frozenset()  # node fact sources (`unread[].source`) the check reads
+    master_only: bool = False  # the check only looks at the master's facts
+    #: still reported when a source it reads was not read (true on partial facts; otherwise withdrawn)
+    sound_on_partial: bool = False
+    manual: str = ""  # README "auto-fixed" column of a detect-only rule, e.g. "ddpfix only adds CIDR rules"
+    still_open: str = ""  # remediate --apply: what to look at when the finding is still open after its fix ran
+
+    @property
+    def fixable(self) -> bool:
+        return bool(self.remedies)
+
+    @property
+    def auto_fixed(self) -> str:
+        """The README table's "auto-fixed" cell."""
+        if not self.remedies:
+            return f"no ({self.manual})" if self.manual else "no"
+        how = self.remedies[0].how
+        if self.remedies[0].on_target:
+            return f"via {how}" if how else "yes"
+        return f"yes ({how})" if how else "yes"
+
+
+Check = Callable[["Context"], Iterable["Finding"]]
+
+
+@dataclass(frozen=True)
+class Registered:
+    check: Check
+    rules: tuple[Rule, ...]
+
+
+_CHECKS: list[Registered] = []
+_RULES: dict[str, Rule] = {}
+_loaded = False
+
+
+def rules(*declared: Rule) -> Callable[[Check], Check]:
+    """Register a check with the rules (finding ids) it reports. A check may only report its own rules."""
+
+    def deco(fn: Check) -> Check:
+        for r in declared:
+            if r.id in _RULES:
+                raise ValueError(f"rule {r.id} declared twice")
+            _RULES[r.id] = r
+        _CHECKS.append(Registered(fn, declared))
+        return fn
+
+    return deco
+
+
+def load() -> None:
+    """Import every module that registers checks (once)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for m in CHECK_MODULES:
+            importlib.import_module(m)
+
+
+def _ordered() -> list[Registered]:
+    """Registered checks in CHECK_MODULES order, then declaration order (whatever order the modules were imported)."""
+    load()
+    rank = {m: i for i, m in enumerate(CHECK_MODULES)}
+    return sorted(_CHECKS, key=lambda r: rank.get(r.check.__module__, len(rank)))
+
+
+class _Registry(Mapping[str, Rule]):
+    """id -> Rule, in CHECK_MODULES then declaration order; loads the check modules on first use."""
+
+    def __getitem__(self, key: str) -> Rule:
+        load()
+        return _RULES[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([r.id for reg in _ordered() for r in reg.rules])
+
+    def __len__(self) -> int:
+        load()
+        return len(_RULES)
+
+
+RULES: Mapping[str, Rule] = _Registry()
+
+
+def registered() -> list[Registered]:
+    """Every registered check with the rules it declares, in CHECK_MODULES then registration order."""
+    return _ordered()
+
+
+def checks() -> list[Check]:
+    """Every registered check, in registration order."""
+    return [r.check for r in _ordered()]
+
+
+def fixable_ids() -> list[str]:
+    """The finding ids `ddpfix remediate` can fix: the allowed values of ``--only``."""
+    return [r.id for r in RULES.values() if r.fixable]
+
+
+def fixed_by(plan: str, *, on_target: bool | None = None) -> frozenset[str]:
+    """The ids whose remedy is the remediate plan field `plan` (optionally only those fixed on the probe's target)."""
+    return frozenset(r.id for r in RULES.values() for m in r.remedies
+                     if m.plan == plan and (on_target is None or m.on_target == on_target))
+
+
+def role_ids(role: str) -> frozenset[str]:
+    """The ids a role fixes (the tags its fix tasks carry)."""
+    return frozenset(r.id for r in RULES.values() for m in r.remedies if m.role == role)
+
+
+def depends_on() -> dict[str, frozenset[str]]:
+    return {r.id: r.reads for r in RULES.values() if r.reads}
+
+
+def master_only() -> frozenset[str]:
+    return frozenset(r.id for r in RULES.values() if r.master_only)
+
+
+def sound_on_partial() -> frozenset[str]:
+    return frozenset(r.id for r in RULES.values() if r.sound_on_partial)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown() -> str:
+    """The README's findings table (between the `<!-- rules:begin -->` / `<!-- rules:end -->` markers)."""
+    lines = ["| id | severity | detects | auto-fixed |", "|---|---|---|---|"]
+    lines += [f"| `{r.id}` | {r.severity.label} | {_cell(r.title)} | {_cell(r.auto_fixed)} |" for r in RULES.values()]
+    return "\n".join(lines) + "\n"
+
+
+def to_json() -> list[dict[str, Any]]:
+    return [{"id": r.id, "severity": r.severity.label, "title": r.title, "fixable": r.fixable,
+             "remedies": [{"role": m.role, "plan": m.plan} for m in r.remedies]} for r in RULES.values()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m ddpfix.rules", description="Print the rule registry.")
+    ap.add_argument("--markdown", action="store_true", help="the README findings table")
+    ap.add_argument("--readme", metavar="PATH", help="rewrite the table between the rules markers of this README")
+    args = ap.parse_args(argv)
+    if args.readme:
+        from pathlib import Path
+
+        path = Path(args.readme)
+        text = path.read_text()
+        begin, end = "<!-- rules:begin -->\n", "<!-- rules:end -->"
+        if begin not in text or end not in text:
+            sys.stderr.write(f"{path}: no {begin.strip()} ... {end} section\n")
+            return 2
+        head, rest = text.split(begin, 1)
+        path.write_text(head + begin + markdown() + end + rest.split(end, 1)[1])
+        return 0
+    sys.stdout.write(markdown() if args.markdown else json.dumps(to_json(), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    # run the imported module (the one the checks register with), not this __main__ copy
+    raise SystemExit(importlib.import_module("ddpfix.rules").main())
