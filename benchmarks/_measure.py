@@ -19,6 +19,7 @@ Reported (JSON):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -102,10 +103,8 @@ def main() -> int:
     # leftovers (ControlPersist masters) are now our children: stop and reap them
     left = _children(me)
     for pid in left:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     ut, st, mx = ru.ru_utime, ru.ru_stime, ru.ru_maxrss
     lut = lst = 0.0
     deadline = time.monotonic() + 10
@@ -117,10 +116,8 @@ def main() -> int:
         if pid == 0:
             if time.monotonic() > deadline:
                 for q in _children(me):
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(q, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                 deadline = time.monotonic() + 10
             time.sleep(0.02)
             continue
@@ -131,7 +128,8 @@ def main() -> int:
         "argv": argv, "rc": rc, "wall_s": round(wall, 3),
         "cpu_user_s": round(ut + lut, 3), "cpu_sys_s": round(st + lst, 3), "cpu_s": round(ut + st + lut + lst, 3),
         "leftover_procs": len(left), "leftover_cpu_s": round(lut + lst, 3),
-        "maxrss_mb": round(mx / 1024, 1), "tree_rss_peak_mb": round(peak["rss"] / 2**20, 1), "tree_procs_peak": peak["procs"],
+        "maxrss_mb": round(mx / 1024, 1), "tree_rss_peak_mb": round(peak["rss"] / 2**20, 1),
+        "tree_procs_peak": peak["procs"],
         "machine_cpu_s": round(busy1 - busy0, 2), "load1_before": round(load0, 2),
     }
     with open(out_json, "w") as f:

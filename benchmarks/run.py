@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import datetime as dt
 import glob
 import importlib.metadata as md
@@ -61,8 +62,10 @@ def log(msg: str) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    mem_kb = int(next(ln.split()[1] for ln in open("/proc/meminfo") if ln.startswith("MemTotal")))
-    model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    mem_kb = int(next(ln.split()[1] for ln in meminfo if ln.startswith("MemTotal")))
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), "?")
     ssh = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
 
     def ver(p: str) -> str:
@@ -75,7 +78,8 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(), "cpu_model": model, "mem_gib": round(mem_kb / 2**20, 1),
         "kernel": platform.release(), "python": platform.python_version(),
         "ansible_core": ver("ansible-core"), "ansible_runner": ver("ansible-runner"), "ddpfix": ver("ddpfix"),
-        "openssh": ssh, "node_python": subprocess.run(["/usr/bin/python3", "-V"], capture_output=True, text=True).stdout.strip(),
+        "openssh": ssh,
+        "node_python": subprocess.run(["/usr/bin/python3", "-V"], capture_output=True, text=True).stdout.strip(),
     }
 
 
@@ -114,7 +118,8 @@ def lab_up(name: str, n: int, inv_dir: Path, tmp: Path) -> tuple[Any, dict[str, 
                     (mini / f).write_text(ast.unparse(ast.parse(src)) + "\n")
                 core._PKG = mini  # type: ignore[attr-defined]
                 notes["lab_argv_workaround"] = True
-                log(f"lab up {n} nodes hit E2BIG (lab launcher argv > 128 KiB); retrying with comment-free node scripts")
+                log(f"lab up {n} nodes hit E2BIG (lab launcher argv > 128 KiB); "
+                    "retrying with comment-free node scripts")
                 continue
             if "overlaps" in str(exc):
                 continue
@@ -175,7 +180,8 @@ class Runner:
                 os.environ.pop("DDPFIX_STATE_DIR", None)
             else:
                 os.environ["DDPFIX_STATE_DIR"] = saved
-        argv = [ANSIBLE, "ddp_nodes", "-i", str(self.inv), "-m", "setup", "-a", "gather_subset=network", "-f", str(self.forks)]
+        argv = [ANSIBLE, "ddp_nodes", "-i", str(self.inv), "-m", "setup", "-a", "gather_subset=network",
+                "-f", str(self.forks)]
         res = self._run(kind, argv, self._env(state, aenv), state)
         text = Path(res["stdout_path"]).read_text(errors="replace")
         res["hosts_ok"] = text.count("| SUCCESS")
@@ -188,10 +194,8 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
     """Per-task timings and probe connections from one ansible-runner run's job events."""
     evs = []
     for f in glob.glob(str(run_dir / "artifacts" / "*" / "job_events" / "*.json")):
-        try:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
             evs.append(json.loads(Path(f).read_text()))
-        except (OSError, json.JSONDecodeError):
-            pass
     evs.sort(key=lambda e: e.get("counter", 0))
 
     def ts(e: dict[str, Any]) -> float:
@@ -285,12 +289,15 @@ def experiment_variants(tmp: Path, n: int) -> list[dict[str, Any]]:
     few = max(2, min(4, n // 4))
     return [
         {"id": "default", "label": "ddpfix settings as shipped", "env": {}},
-        {"id": "pipelining-off", "label": "ANSIBLE_PIPELINING=False", "env": {"BENCH_ENV": json.dumps({"ANSIBLE_PIPELINING": "False"})}},
+        {"id": "pipelining-off", "label": "ANSIBLE_PIPELINING=False",
+         "env": {"BENCH_ENV": json.dumps({"ANSIBLE_PIPELINING": "False"})}},
         {"id": "controlpersist-off", "label": "no ControlMaster/ControlPersist (new SSH connection per task)",
          "env": {"BENCH_ENV": json.dumps({"ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ServerAliveInterval=15"})}},
-        {"id": "inject-facts-on", "label": "ANSIBLE_INJECT_FACT_VARS=True", "env": {"BENCH_ENV": json.dumps({"ANSIBLE_INJECT_FACT_VARS": "True"})}},
+        {"id": "inject-facts-on", "label": "ANSIBLE_INJECT_FACT_VARS=True",
+         "env": {"BENCH_ENV": json.dumps({"ANSIBLE_INJECT_FACT_VARS": "True"})}},
         {"id": f"forks-{few}", "label": f"--forks {few} (instead of one per host)", "env": {}, "forks": few},
-        {"id": "strategy-free", "label": "ANSIBLE_STRATEGY=free", "env": {"BENCH_ENV": json.dumps({"ANSIBLE_STRATEGY": "free"})}},
+        {"id": "strategy-free", "label": "ANSIBLE_STRATEGY=free",
+         "env": {"BENCH_ENV": json.dumps({"ANSIBLE_STRATEGY": "free"})}},
         {"id": "no-event-files", "label": "event handler returns False (ansible-runner writes no job_events/*.json)",
          "env": {"BENCH_NO_EVENT_FILES": "1"}},
         {"id": "only-failed-event-data", "label": "ansible-runner only_failed_event_data=True", "once": True,
@@ -348,7 +355,8 @@ def make_clean(name: str, info: Any) -> int:
     facts = {
         n.name: {"hostname": by[n.name].hostname,
                  "cluster": {"address": by[n.name].address, "cidr": cluster.cluster_cidr, "ifname": by[n.name].ifname},
-                 "interfaces": [{"name": by[n.name].ifname, "addrs": [{"family": "inet", "local": by[n.name].address}]}]}
+                 "interfaces": [{"name": by[n.name].ifname,
+                                 "addrs": [{"family": "inet", "local": by[n.name].address}]}]}
         for n in cluster.nodes
     }
     path = cluster.env_path
@@ -396,7 +404,8 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
                 x["rep"] = i
                 cleanup_state(x)
                 out["runs"].append(x)
-                log(f"  {kind}: {x['wall_s']:.2f} s, changes {x.get('changes')}, changed {x.get('changed')}, rc {x['rc']}, "
+                log(f"  {kind}: {x['wall_s']:.2f} s, changes {x.get('changes')}, changed {x.get('changed')}, "
+                    f"rc {x['rc']}, "
                     f"findings {','.join(x.get('finding_ids') or []) or 'none'}")
     finally:
         try:
@@ -439,8 +448,10 @@ def main() -> int:
                     help="instead: the Ansible settings experiments at --experiments-at (about 8 min at 16)")
     ap.add_argument("--experiments-at", default="16")
     ap.add_argument("--experiment-rounds", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="smoke run: sizes 4,8, 2 pairs, 1 remediate run, analysis 100,1000")
-    ap.add_argument("--json", help="default benchmarks/results.json (benchmarks/results-experiments.json with --experiments)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: sizes 4,8, 2 pairs, 1 remediate run, analysis 100,1000")
+    ap.add_argument("--json",
+                    help="default benchmarks/results.json (benchmarks/results-experiments.json with --experiments)")
     ap.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
     ap.add_argument("--keep", action="store_true", help="keep the temporary run directory")
     args = ap.parse_args()
@@ -468,7 +479,8 @@ def main() -> int:
         "other_labs_before": [x for x in lab.list_labs() if x != name],
         "sizes": [],
     }
-    log(f"machine {results['machine']['cores']} cores, {results['machine']['mem_gib']} GiB; load {results['load_before']}; "
+    log(f"machine {results['machine']['cores']} cores, {results['machine']['mem_gib']} GiB; "
+        f"load {results['load_before']}; "
         f"other labs running: {results['other_labs_before'] or 'none'}")
     try:
         if args.experiments:

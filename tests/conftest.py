@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -64,7 +64,7 @@ class LabPool:
         for name in reversed(self.names):
             try:
                 lab.down(name)
-            except Exception as exc:  # keep tearing the others down
+            except Exception as exc:  # noqa: BLE001 - keep tearing the others down
                 errors.append(f"{name}: {exc}")
         self.names.clear()
         if errors:

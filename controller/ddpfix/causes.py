@@ -46,7 +46,8 @@ def attribute_causes(findings: Iterable[Finding], master: str | None) -> list[Fi
     for f in fl:
         cause: str | None = None
         if f.id == "probe.master-port-unreachable":
-            cause = first("firewall.master-port-blocked", master or f.var("target")) or first("route.via-gateway", f.host)
+            cause = (first("firewall.master-port-blocked", master or f.var("target"))
+                     or first("route.via-gateway", f.host))
         elif f.id == "probe.peer-unreachable" and f.var("target"):
             cause = first("firewall.peer-ports-blocked", f.var("target")) or first("route.via-gateway", f.host)
         elif f.id in ("hosts.peer-unresolvable", "hosts.peer-mismatch"):

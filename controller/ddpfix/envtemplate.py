@@ -34,7 +34,8 @@ def render_body(template: str | None, plan: NodePlan) -> tuple[list[str], dict[s
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(path.parent)), trim_blocks=True,
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
     try:
-        text = env.get_template(path.name).render(ddpfix_env_values=dict(plan.env), ddpfix_env_comment=env_comment(plan),
+        text = env.get_template(path.name).render(ddpfix_env_values=dict(plan.env),
+                                                  ddpfix_env_comment=env_comment(plan),
                                                   ddpfix_env_key_comments=dict(plan.comments),
                                                   inventory_hostname=plan.name)
     except jinja2.TemplateError as exc:

@@ -187,7 +187,8 @@ E, W = Severity.ERROR, Severity.WARNING
     Rule("fabric.hca-includes-mgmt", W,
          "NCCL_IB_HCA (env file or `ddp_nccl_ib_hca`) includes the SSH/management NIC or an HCA 4x slower than the "
          "data rails",
-         "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} (ddp_nccl_ib_hca; ddpfix env --apply derives it).",
+         "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} "
+         "(ddp_nccl_ib_hca; ddpfix env --apply derives it).",
          remedies=(Remedy("ddpfix_env", "env", how="env file"),), reads=_FABRIC | _ENV | _IFACES),
     Rule("fabric.memlock-low", E,
          "RDMA node whose SSH session's memlock limit is below unlimited (or `ddp_memlock`)",
@@ -246,7 +247,8 @@ def _port_down(ctx: Context, nodes: list[tuple[str, dict[str, Any]]]) -> Iterabl
             if not (others or listed or not any_up):
                 continue  # an unused port that is down everywhere
             why = (f"ACTIVE on {', '.join(others)}" if others else
-                   f"selected by NCCL_IB_HCA={hca[0]} ({hca[1]})" if listed and hca else "no port of this node is ACTIVE")
+                   f"selected by NCCL_IB_HCA={hca[0]} ({hca[1]})" if listed and hca else
+                   "no port of this node is ACTIVE")
             yield finding("fabric.port-down", n, f"RDMA port {key} on {n} is {p.get('state')} ({why})",
                           f"{_sysfs(f, d, p, 'state')}: {p.get('state_num')}: {p.get('state')}; "
                           f"phys_state: {p.get('phys_state_num')}: {p.get('phys_state')}",
@@ -258,14 +260,16 @@ def _rates(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> 
     for n, f in nodes:  # the same port on each node, on the same link layer (a mixed layer is its own finding)
         for d, p in data_rails(f, addr[n]):
             if p.get("rate_gbps"):
-                by_key.setdefault((pname(d, p), str(p.get("link_layer"))), {})[n] = (float(p["rate_gbps"]), str(p.get("rate")))
+                rate = (float(p["rate_gbps"]), str(p.get("rate")))
+                by_key.setdefault((pname(d, p), str(p.get("link_layer"))), {})[n] = rate
     for (key, _), rates in sorted(by_key.items()):
         best = max(r for r, _ in rates.values())
         best_on = sorted(n for n, (r, _) in rates.items() if r == best)
         for n, (r, text) in sorted(rates.items()):
             if r < best:
                 want = rates[best_on[0]][1]
-                yield finding("fabric.rate-mismatch", n, f"RDMA port {key} on {n} runs at {r:g} Gb/s, {best:g} Gb/s on {', '.join(best_on)}",
+                yield finding("fabric.rate-mismatch", n,
+                              f"RDMA port {key} on {n} runs at {r:g} Gb/s, {best:g} Gb/s on {', '.join(best_on)}",
                               f"{key} rate: {text}; {best_on[0]}: {want}", port=key, want=want)
 
 
@@ -273,7 +277,8 @@ def _link_layers(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str
     per_node = {n: sorted({str(p.get("link_layer")) for _, p in data_rails(f, addr[n])}) for n, f in nodes}
     per_node = {n: v for n, v in per_node.items() if v}
     if len({tuple(v) for v in per_node.values()}) > 1:
-        yield finding("fabric.link-layer-mixed", None, "the data rails' link layers differ between nodes (InfiniBand and RoCE cannot talk)",
+        yield finding("fabric.link-layer-mixed", None,
+                      "the data rails' link layers differ between nodes (InfiniBand and RoCE cannot talk)",
                       ", ".join(f"{n}: {'+'.join(v)}" for n, v in sorted(per_node.items())))
 
 
@@ -286,13 +291,16 @@ def _roce(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> I
             g = v2_ipv4_gid(p)
             ndev = ", ".join(d.get("netdevs") or []) or "its netdev"
             if g is None:
-                table = "; ".join(f"{x['index']} {x.get('type')} {x.get('gid')}" for x in p.get("gids") or []) or "no GID"
-                yield finding("fabric.roce-no-v2-gid", n, f"RoCE port {pname(d, p)} on {n} has no RoCE v2 GID with an IPv4 address",
+                gids = p.get("gids") or []
+                table = "; ".join(f"{x['index']} {x.get('type')} {x.get('gid')}" for x in gids) or "no GID"
+                yield finding("fabric.roce-no-v2-gid", n,
+                              f"RoCE port {pname(d, p)} on {n} has no RoCE v2 GID with an IPv4 address",
                               f"{_sysfs(f, d, p, 'gids')}: {table}", port=pname(d, p), ndev=ndev, dev=d.get("name"))
             elif n not in index:
                 index[n] = (int(g["index"]), pname(d, p))
     if len({i for i, _ in index.values()}) > 1:
-        yield finding("fabric.gid-index-differs", None, "the RoCE v2 IPv4 GID index differs between nodes (one NCCL_IB_GID_INDEX cannot fit all)",
+        yield finding("fabric.gid-index-differs", None,
+                      "the RoCE v2 IPv4 GID index differs between nodes (one NCCL_IB_GID_INDEX cannot fit all)",
                       ", ".join(f"{n}: {k} RoCE v2 IPv4 GID index {i}" for n, (i, k) in sorted(index.items())),
                       indexes=", ".join(f"{n}={i}" for n, (i, _) in sorted(index.items())))
 
@@ -306,7 +314,8 @@ def _pkeys(nodes: list[tuple[str, dict[str, Any]]]) -> Iterable[Finding]:
     # 0xffff (full member) and 0x7fff (limited) share a partition; what must agree is the 15-bit partition number
     parts = {n: int(v.rsplit("=", 1)[1], 16) & 0x7FFF for n, v in per_node.items() if re.search(r"=0x[0-9a-fA-F]+$", v)}
     if len(set(parts.values())) > 1:
-        yield finding("fabric.pkey-mismatch", None, "the InfiniBand ports' default P_Key (partition) differs between nodes",
+        yield finding("fabric.pkey-mismatch", None,
+                      "the InfiniBand ports' default P_Key (partition) differs between nodes",
                       ", ".join(f"{n}: {v}" for n, v in sorted(per_node.items())))
 
 
@@ -320,7 +329,8 @@ def _hca_mgmt(ctx: Context, nodes: list[tuple[str, dict[str, Any]]], addr: Mappi
             hit = [p for p in d.get("ports") or [] if hca_selects(hca[0], str(d.get("name")), p.get("port"))]
             if why and hit:
                 rails = ",".join(sorted({str(x.get("name")) for x, _ in data_rails(f, addr[n])})) or "the data HCAs"
-                yield finding("fabric.hca-includes-mgmt", n, f"NCCL_IB_HCA on {n} includes {d.get('name')}, not a data rail ({why})",
+                yield finding("fabric.hca-includes-mgmt", n,
+                              f"NCCL_IB_HCA on {n} includes {d.get('name')}, not a data rail ({why})",
                               f"{hca[1]}: NCCL_IB_HCA={hca[0]}; {d.get('name')}: {why}", rails=f"={rails}")
 
 
@@ -336,12 +346,12 @@ def _host_setup(nodes: list[tuple[str, dict[str, Any]]], want_kib: int | None) -
     for n, f in nodes:
         fb = fabric(f)
         ml = fb.get("memlock") or {}
-        soft = ml.get("soft")
-        limits = [ml] + list((fb.get("memlock_units") or {}).values())
+        limits = [ml, *(fb.get("memlock_units") or {}).values()]
         low = [x for x in limits if x.get("soft") is not None and memlock_low(int(x["soft"]), want_kib)]
         if low:
             yield finding("fabric.memlock-low", n,
-                          f"the memlock limit on {n} is {_human(int(low[0]['soft']))} ({low[0].get('source') or 'SSH session'}), "
+                          f"the memlock limit on {n} is {_human(int(low[0]['soft']))} "
+                          f"({low[0].get('source') or 'SSH session'}), "
                           f"RDMA needs {want}",
                           "; ".join(f"RLIMIT_MEMLOCK of the {x.get('source') or 'SSH session'}: soft {x['soft']} "
                                     f"({_human(int(x['soft']))}), hard {x.get('hard')} "
@@ -354,10 +364,14 @@ def _host_setup(nodes: list[tuple[str, dict[str, Any]]], want_kib: int | None) -
         ib = [d for d in devices(f) if not is_efa(d)]
         mods = fb.get("modules") or {}
         if fb.get("gpu") and ib and not any(mods.values()):
-            yield finding("fabric.peermem-missing", n, f"{n} has GPUs and RDMA but no GPUDirect RDMA module loaded (NCCL stages through host memory)",
+            yield finding("fabric.peermem-missing", n,
+                          f"{n} has GPUs and RDMA but no GPUDirect RDMA module loaded "
+                          "(NCCL stages through host memory)",
                           f"{fb.get('sysfs_root') or '/sys'}/module: nvidia present; nvidia_peermem and gdrdrv absent")
         efa = (fb.get("efa") or {})
         fi = efa.get("fi_info") or {}
         if efa.get("devices") and fi.get("ran") and not fi.get("ok"):
-            yield finding("fabric.efa-provider-missing", n, f"{n} has EFA devices ({', '.join(efa['devices'])}) but libfabric lists no efa provider",
-                          f"{fi.get('path')} -p efa: {fi.get('error') or 'providers: ' + ', '.join(fi.get('providers') or [])}")
+            providers = "providers: " + ", ".join(fi.get("providers") or [])
+            yield finding("fabric.efa-provider-missing", n,
+                          f"{n} has EFA devices ({', '.join(efa['devices'])}) but libfabric lists no efa provider",
+                          f"{fi.get('path')} -p efa: {fi.get('error') or providers}")

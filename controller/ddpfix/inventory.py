@@ -407,6 +407,42 @@ def _assign_ranks(names: list[str], master: str, hostvars: Mapping[str, Mapping[
     return ranks
 
 
+def cluster_from_hostvars(groups: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]],
+                          inventories: Sequence[str] = ()) -> Cluster:
+    """The same cluster from what a play sees (the ansible-playbook path, where extra vars such as a survey's
+    `ddp_cluster_cidr` are part of every host's variables): only the `ddp_*` variables and `ansible_host` of the
+    cluster's hosts are read, then validated by `cluster_from_inventory_data`.
+
+    `groups`: the group tree as `ansible-inventory --list` writes it (`{group: {"hosts": [...], "children": [...]}}`,
+    the same host order as the CLI's), or the play's flat `groups` variable (`{group: [hosts]}`: Ansible's order,
+    the same unless the cluster group has grandchild groups)."""
+    tree: dict[str, Any] = {str(g): (dict(v) if isinstance(v, Mapping) else {"hosts": [str(h) for h in v or []]})
+                            for g, v in groups.items()}
+    group = GROUP if GROUP in tree else "all"
+    names = _group_hosts(tree, group)
+    data: dict[str, Any] = {**tree, "_meta": {"hostvars": {}}}
+    for h in names:
+        hv = hostvars.get(h) or {}
+        data["_meta"]["hostvars"][h] = {str(k): plain(hv[k]) for k in list(hv)
+                                        if str(k).startswith("ddp_") or k == "ansible_host"}
+    return cluster_from_inventory_data(data, inventories)
+
+
+def plain(value: Any) -> Any:
+    """Plain Python containers and scalars of a value Ansible handed over (its own str/dict/list subclasses)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
 def load_cluster(inventories: Sequence[str]) -> Cluster:
     from ddpfix.runner import list_inventory
 

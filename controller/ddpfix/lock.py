@@ -9,6 +9,7 @@ The node-side lock (``/run/ddpfix.lock``, role ``ddpfix_run``) carries the same 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -78,10 +79,8 @@ class ControllerLock:
 
     def release(self) -> None:
         if self.fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, 0)
-            except OSError:
-                pass
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
 

@@ -35,7 +35,8 @@ def connectivity_matrix(ctx: Context) -> dict[str, Any]:
     for row in nodes:
         cells[row] = {}
         facts = ctx.facts.get(row)
-        probe = (ctx.hosts.get(row).probe if ctx.hosts.get(row) else None) or {}
+        host = ctx.hosts.get(row)
+        probe = (host.probe if host else None) or {}
         connects = {c.get("name"): c for c in probe.get("connects") or []}
         resolve = probe.get("resolve") or {}
         for col in nodes:

@@ -19,7 +19,8 @@ RESULT_PREFIX = "DDPFIX_NCCL_RESULT "
 # `host:pid:tid [dev] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>`
 _NET_USING = re.compile(r"NCCL INFO NET/(IB|Socket|OFI|IBext[^ ]*) : Using (.*?)(?:\s*;\s*OOB (\S+))?\s*$")
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
-_VIA = re.compile(r"NCCL INFO Channel \d+/\d+ : .* via (NET/[A-Za-z]+\w*|P2P/\w+|SHM|P2P|COLLNET/\w+)(?:/\d+)?(/GDRDMA)?")
+_VIA = re.compile(r"NCCL INFO Channel \d+/\d+ : .* via "
+                  r"(NET/[A-Za-z]+\w*|P2P/\w+|SHM|P2P|COLLNET/\w+)(?:/\d+)?(/GDRDMA)?")
 _OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)")
 _NO_DEVICE = re.compile(r"NET/IB ?: No device found")
 _WARN = re.compile(r"NCCL WARN (.+?)\s*$")
@@ -68,7 +69,8 @@ class Transport:
         """IB / RoCE / EFA / Socket / intra-node (no network used) / unknown."""
         net = (self.network or "").lower()
         inter = [v for v in self.via if v.startswith("NET/")]
-        if self.ofi_provider == "efa" or "libfabric" in net or any(v.startswith("NET/OFI") or "Libfabric" in v for v in inter):
+        ofi = any(v.startswith("NET/OFI") or "Libfabric" in v for v in inter)
+        if self.ofi_provider == "efa" or "libfabric" in net or ofi:
             return "EFA" if self.ofi_provider in (None, "efa") else f"OFI/{self.ofi_provider}"
         if net == "socket" or any(v.startswith("NET/Socket") for v in inter):
             return "Socket"
@@ -101,9 +103,8 @@ def parse_transport(log: str) -> Transport:
             t.ofi_provider = m.group(1)
         elif _NO_DEVICE.search(line):
             t.no_ib_device = True
-        elif m := _WARN.search(line):
-            if m.group(1) not in t.warnings:
-                t.warnings.append(m.group(1))
+        elif (m := _WARN.search(line)) and m.group(1) not in t.warnings:
+            t.warnings.append(m.group(1))
         if m := _VERSION.search(line):
             t.version = m.group(1)
     net = (t.network or "").lower()

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-_STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "running": "cyan", "waiting": "dim"}
+_STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "running": "cyan",
+          "waiting": "dim"}
 
 
 class Progress:

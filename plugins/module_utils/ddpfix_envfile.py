@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The env file's managed block: stdlib-only, pure functions shared by the ``ddpfix_env_file`` module (writes the
 block), the ``ddpfix_node_facts`` module (reads it; ``roles/ddpfix_facts/module_utils`` holds a symlink to this
 file) and the controller (renders the block, loaded by path).
@@ -171,11 +170,11 @@ def check_values(values):
     """Error message for a key or value the block cannot hold unquoted (same meaning for bash, systemd, docker)."""
     for k, v in values.items():
         if not KEY_RE.match(str(k)):
-            return "env key %r is not a valid variable name" % (k,)
+            return f"env key {k!r} is not a valid variable name"
         if not SAFE_VALUE_RE.match(str(v)):
-            return ("env value %s=%r would need quoting, and bash (set -a; .), systemd EnvironmentFile= and docker "
-                    "--env-file would not read it alike (docker keeps quotes and backslashes): only letters, digits and "
-                    "_ . , : / = @ %% + ^ - are written" % (k, v))
+            return (f"env value {k}={v!r} would need quoting, and bash (set -a; .), systemd EnvironmentFile= and "
+                    "docker --env-file would not read it alike (docker keeps quotes and backslashes): only letters, "
+                    "digits and _ . , : / = @ % + ^ - are written")
     return None
 
 
@@ -187,9 +186,9 @@ def render_block(values, comment="", key_comments=None):
     for k, v in values.items():
         why = (key_comments or {}).get(k)
         if why:
-            lines.append("# %s: %s" % (k, " ".join(str(why).split())))
-        lines.append("%s=%s" % (k, v))
-    return lines + [END]
+            lines.append("# {}: {}".format(k, " ".join(str(why).split())))
+        lines.append(f"{k}={v}")
+    return [*lines, END]
 
 
 def parse_body(body):
@@ -209,10 +208,10 @@ def parse_body(body):
         if not text or text.startswith("#"):
             continue
         if line != text or "=" not in text:
-            return lines, values, "env template line %d is not KEY=VALUE (no spaces around it): %r" % (n, line)
+            return lines, values, f"env template line {n} is not KEY=VALUE (no spaces around it): {line!r}"
         key, value = text.split("=", 1)
         if key in values:
-            return lines, values, "env template line %d assigns %s a second time" % (n, key)
+            return lines, values, f"env template line {n} assigns {key} a second time"
         values[key] = value
     return lines, values, check_values(values)
 
@@ -280,4 +279,4 @@ def redact(text):
 
 
 def redact_values(values):
-    return dict((k, REDACTED if is_secret(k) else v) for k, v in values.items())
+    return {k: REDACTED if is_secret(k) else v for k, v in values.items()}

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Read-only GPU fabric facts (InfiniBand, RoCE, EFA) from sysfs and /dev, for ddpfix_node_facts.
 
 Layout read (kernel ABI, Documentation/ABI/stable/sysfs-class-infiniband; drivers/infiniband/core/sysfs.c):
@@ -18,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import errno
 import os
 import re
@@ -43,21 +43,21 @@ def _read(path):
     try:
         with open(path) as f:
             return f.read().strip(), None
-    except (OSError, IOError) as exc:
+    except OSError as exc:
         if getattr(exc, "errno", None) in (errno.ENOENT, errno.ENOTDIR):
             return None, None
-        return None, "%s: %s" % (path, getattr(exc, "strerror", None) or exc)
+        return None, "{}: {}".format(path, getattr(exc, "strerror", None) or exc)
     except UnicodeDecodeError as exc:
-        return None, "%s: not text (%s)" % (path, exc)
+        return None, f"{path}: not text ({exc})"
 
 
 def _listdir(path):
     try:
         return sorted(os.listdir(path)), None
-    except (OSError, IOError) as exc:
+    except OSError as exc:
         if getattr(exc, "errno", None) in (errno.ENOENT, errno.ENOTDIR):
             return [], None
-        return [], "%s: %s" % (path, getattr(exc, "strerror", None) or exc)
+        return [], "{}: {}".format(path, getattr(exc, "strerror", None) or exc)
 
 
 def _numkey(s):
@@ -89,7 +89,7 @@ def ipv4_of_gid(gid):
         hi, lo = int(parts[6], 16), int(parts[7], 16)
     except ValueError:
         return None
-    return "%d.%d.%d.%d" % (hi >> 8, hi & 255, lo >> 8, lo & 255)
+    return f"{hi >> 8}.{hi & 255}.{lo >> 8}.{lo & 255}"
 
 
 def read_port(pdir, unread):
@@ -132,10 +132,8 @@ def read_devices(sysfs_root):
     for dev in names:
         ddir = os.path.join(base, dev)
         driver = None
-        try:
+        with contextlib.suppress(OSError):
             driver = os.path.basename(os.readlink(os.path.join(ddir, "device", "driver")))
-        except OSError:
-            pass
         netdevs, _ = _listdir(os.path.join(ddir, "device", "net"))
         numa, _ = _read(os.path.join(ddir, "device", "numa_node"))
         ports = []
@@ -172,7 +170,7 @@ def unit_memlock(units, timeout=5):
     for unit in units or []:
         rc, text, err = _run(["systemctl", "show", "-p", "LimitMEMLOCK", "-p", "LimitMEMLOCKSoft", "--", unit], timeout)
         if rc != 0:
-            whys.append("systemctl show %s: %s" % (unit, (err.strip().splitlines() or ["rc=%s" % rc])[-1][:200]))
+            whys.append("systemctl show {}: {}".format(unit, (err.strip().splitlines() or [f"rc={rc}"])[-1][:200]))
             continue
         vals = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
 
@@ -182,18 +180,18 @@ def unit_memlock(units, timeout=5):
 
         hard, soft = num(vals.get("LimitMEMLOCK")), num(vals.get("LimitMEMLOCKSoft") or vals.get("LimitMEMLOCK"))
         if soft is None or hard is None:
-            whys.append("systemctl show %s: unparsable LimitMEMLOCK %r" % (unit, vals.get("LimitMEMLOCK")))
+            whys.append("systemctl show {}: unparsable LimitMEMLOCK {!r}".format(unit, vals.get("LimitMEMLOCK")))
             continue
-        out[unit] = {"soft": soft, "hard": hard, "source": "systemd unit %s" % unit}
+        out[unit] = {"soft": soft, "hard": hard, "source": f"systemd unit {unit}"}
     return out, whys
 
 
 def _run(argv, timeout):
     try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        p = subprocess.run(argv, capture_output=True, timeout=timeout)
         return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
-        return 124, "", "timed out after %ss" % timeout
+        return 124, "", f"timed out after {timeout}s"
     except OSError as exc:
         return 127, "", str(exc)
 
@@ -203,10 +201,11 @@ def fi_info_efa(timeout=5, path=None):
     `path`: the fi_info to run (else PATH, then the AWS EFA installer's /opt/amazon/efa/bin)."""
     exe = path or shutil.which("fi_info") or next((p for p in FI_INFO_PATHS if os.access(p, os.X_OK)), None)
     if not exe:
-        return {"ran": False, "ok": False, "path": None, "error": "fi_info not installed (libfabric / the EFA installer)"}
+        return {"ran": False, "ok": False, "path": None,
+                "error": "fi_info not installed (libfabric / the EFA installer)"}
     rc, out, err = _run([exe, "-p", "efa"], timeout)
     providers = sorted(set(re.findall(r"^\s*provider:\s*(\S+)", out, re.M)))
-    line = next((ln.strip() for ln in (err or out).splitlines() if ln.strip()), "") or "rc=%s" % rc
+    line = next((ln.strip() for ln in (err or out).splitlines() if ln.strip()), "") or f"rc={rc}"
     return {"ran": True, "ok": rc == 0 and "efa" in providers, "path": exe, "providers": providers,
             "error": None if rc == 0 and "efa" in providers else line[:200]}
 
@@ -217,8 +216,8 @@ def nccl_version(python, timeout=20):
         return None, "no ddp_python"
     rc, out, err = _run([python, "-c", NCCL_VERSION_CODE], timeout)
     if rc != 0:
-        line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "rc=%s" % rc)
-        return None, "%s: %s" % (python, line[:200])
+        line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), f"rc={rc}")
+        return None, f"{python}: {line[:200]}"
     v = out.strip().splitlines()[-1] if out.strip() else ""
     return (v if re.match(r"^\d+(\.\d+)*$", v) else None), (None if v else "no version printed")
 
@@ -233,7 +232,7 @@ def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, 
     base = os.path.join(sysfs_root, "class", "infiniband")
     if not os.path.isdir(base):
         if os.path.exists(base) or os.path.lexists(base):
-            unread.append({"source": "fabric", "reason": "%s: not a directory" % base})
+            unread.append({"source": "fabric", "reason": f"{base}: not a directory"})
         return facts, unread
     devices, whys = read_devices(sysfs_root)
     for why in whys:

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """ddpfix firewall logic shared by the role's modules, free of Ansible so unit tests can import it.
 
 ddpfix adds exactly one kind of rule: accept from the cluster CIDR, tagged with COMMENT. Everything here finds,
@@ -25,7 +24,7 @@ IPTABLES_NFT_CHAINS = {"INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"
 def iptables_bins(variant):
     """(iptables, iptables-save, iptables-restore) for variant legacy | nft | auto (the distribution default)."""
     if variant in ("legacy", "nft"):
-        return ("iptables-%s" % variant, "iptables-%s-save" % variant, "iptables-%s-restore" % variant)
+        return (f"iptables-{variant}", f"iptables-{variant}-save", f"iptables-{variant}-restore")
     return ("iptables", "iptables-save", "iptables-restore")
 
 
@@ -100,7 +99,7 @@ def iptables_persisted(text, cidr, comment=COMMENT):
     at = start + 1
     while at < end and (lines[at].startswith(":") or lines[at].startswith("#") or not lines[at].strip()):
         at += 1
-    new = lines[:at] + [want] + lines[at:]
+    new = [*lines[:at], want, *lines[at:]]
     return "\n".join(new) + "\n", ""
 
 
@@ -117,7 +116,8 @@ def _is_drop_expr(expr):
 
 def nft_blocking_input_chains(ruleset):
     """Native nftables base chains on the input hook (ip/inet) that can drop: policy drop, or a drop/reject
-    rule of their own (a chain that only jumps elsewhere, like kube-proxy's, is left alone). firewalld's tables and iptables-nft's chains are skipped (those layers have their own backends)."""
+    rule of their own (a chain that only jumps elsewhere, like kube-proxy's, is left alone). firewalld's tables and
+    iptables-nft's chains are skipped (those layers have their own backends)."""
     items = _items(ruleset)
     chains = []
     for it in items:
@@ -150,7 +150,7 @@ def nft_tagged(ruleset, comment=COMMENT):
 
 
 def nft_rule_args(cidr, comment=COMMENT):
-    return ["ip", "saddr", cidr, "accept", "comment", '"%s"' % comment]
+    return ["ip", "saddr", cidr, "accept", "comment", f'"{comment}"']
 
 
 def nft_snippet(chains, cidr, comment=COMMENT):
@@ -159,14 +159,14 @@ def nft_snippet(chains, cidr, comment=COMMENT):
            "# Managed by ddpfix: lets the cluster network in (loaded by an include at the end of the main config).",
            "# Only ddpfix's own rule lives here; remove the include block from the main config to drop it."]
     for fam, table, chain in chains:
-        out.append("insert rule %s %s %s %s" % (fam, table, chain, " ".join(nft_rule_args(cidr, comment))))
+        out.append("insert rule {} {} {} {}".format(fam, table, chain, " ".join(nft_rule_args(cidr, comment))))
     return "\n".join(out) + "\n"
 
 
 def with_include(text, include_path):
     """Main config text with one managed block at the end that includes `include_path` (replacing an old block)."""
-    block = "%s\ninclude \"%s\"\n%s\n" % (BEGIN, include_path, END)
-    pat = re.compile(r"^%s\n.*?^%s\n?" % (re.escape(BEGIN), re.escape(END)), re.M | re.S)
+    block = f"{BEGIN}\ninclude \"{include_path}\"\n{END}\n"
+    pat = re.compile(rf"^{re.escape(BEGIN)}\n.*?^{re.escape(END)}\n?", re.M | re.S)
     if pat.search(text):
         return pat.sub(lambda _m: block, text, count=1)
     if text and not text.endswith("\n"):

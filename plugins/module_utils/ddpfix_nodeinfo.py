@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Stdlib-only readers for node facts (run on the node inside ddpfix modules; unit-tested on the controller).
 
 Each function turns one machine-readable source into plain data. No checks live here:
@@ -7,6 +6,7 @@ the findings are computed by the controller (``ddpfix.checks``) from this data.
 
 from __future__ import absolute_import, division, print_function
 
+import contextlib
 import ipaddress
 import os
 import shlex
@@ -19,7 +19,7 @@ TIME_DAEMONS = ("chronyd", "ntpd", "ntpsec", "systemd-timesyn", "openntpd", "tim
 
 def _ip(s):
     try:
-        return ipaddress.ip_address(u"%s" % s)
+        return ipaddress.ip_address(str(s))
     except ValueError:
         return None
 
@@ -48,7 +48,7 @@ def cluster_interface(ifaces, cidr, master_ip, override=""):
     net = None
     if cidr:
         try:
-            net = ipaddress.ip_network(u"%s" % cidr, strict=False)
+            net = ipaddress.ip_network(str(cidr), strict=False)
         except ValueError:
             net = None
     mip = _ip(master_ip)
@@ -57,8 +57,8 @@ def cluster_interface(ifaces, cidr, master_ip, override=""):
             for a in i.get("addrs", []):
                 if a.get("family") != "inet" or not a.get("local"):
                     continue
-                cand = ipaddress.ip_network(u"%s/%s" % (a["local"], a["prefixlen"]), strict=False)
-                if mip in cand and cand.prefixlen > 0 and not ipaddress.ip_address(u"%s" % a["local"]).is_loopback:
+                cand = ipaddress.ip_network("{}/{}".format(a["local"], a["prefixlen"]), strict=False)
+                if mip in cand and cand.prefixlen > 0 and not ipaddress.ip_address(str(a["local"])).is_loopback:
                     net = cand
                     break
             if net is not None:
@@ -141,16 +141,12 @@ def parse_chronyc_tracking(text):
         return None
     out = dict(zip(TRACKING_FIELDS, parts))
     for k in ("stratum",):
-        try:
+        with contextlib.suppress(ValueError):
             out[k] = int(out[k])
-        except ValueError:
-            pass
-    for k in ("ref_time", "system_offset", "last_offset", "rms_offset", "frequency_ppm", "residual_freq_ppm", "skew_ppm",
-              "root_delay", "root_dispersion", "update_interval"):
-        try:
+    for k in ("ref_time", "system_offset", "last_offset", "rms_offset", "frequency_ppm", "residual_freq_ppm",
+              "skew_ppm", "root_delay", "root_dispersion", "update_interval"):
+        with contextlib.suppress(ValueError):
             out[k] = float(out[k])
-        except ValueError:
-            pass
     out["synchronised"] = out["leap_status"] != "Not synchronised" and out["ref_id"] not in ("00000000", "0")
     return out
 
@@ -180,7 +176,7 @@ def running_time_daemons(proc="/proc"):
         try:
             with open(os.path.join(proc, pid, "comm")) as f:
                 comm = f.read().strip()
-        except (OSError, IOError):
+        except OSError:
             continue
         if comm in TIME_DAEMONS:
             found.add(comm)

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Find the configuration file chronyd reads and whether it reads ddpfix's drop-in (read-only)."""
 
 from __future__ import absolute_import, division, print_function
@@ -54,7 +53,7 @@ def _read(path):
     try:
         with open(path) as f:
             return f.read()
-    except (IOError, OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -81,7 +80,7 @@ def running_chronyd(proc="/proc"):
                     continue
             with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
                 return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
-        except (IOError, OSError):
+        except OSError:
             continue
     return None
 
@@ -115,7 +114,7 @@ def find_conf(explicit="", proc="/proc", exists=os.path.exists, read=_read):
     for path, var in OPTION_FILES:
         f = conf_from_options_file(read(path), var)
         if f:
-            return f, "-f in %s %s" % (path, var)
+            return f, f"-f in {path} {var}"
     default = DEBIAN_CONF if exists("/etc/debian_version") else RHEL_CONF
     other = RHEL_CONF if default == DEBIAN_CONF else DEBIAN_CONF
     if not exists(default) and exists(other):
@@ -207,8 +206,8 @@ def inspect(conf_path="", dropin_dir="", proc="/proc"):
         "dropin_dir_exists": os.path.isdir(ddir),
         "dropin_file": dfile,
         "included": reads(found, dfile),
-        "include_line": "confdir %s" % ddir,
-        "directives": ["%s:%d: %s %s" % (f, n, k, " ".join(a)) for f, n, k, a in found],
+        "include_line": f"confdir {ddir}",
+        "directives": [f"{f}:{n}: {k} {' '.join(a)}" for f, n, k, a in found],
         "service": service_name(),
         "chronyd": chronyd,
     }
@@ -222,7 +221,7 @@ def main():
     for key in ("conf_path", "dropin_dir"):
         v = module.params[key]
         if v and (not v.startswith("/") or any(c.isspace() for c in v)):
-            module.fail_json(msg="ddpfix_chrony_%s must be an absolute path without whitespace, got %r" % (key, v))
+            module.fail_json(msg=f"ddpfix_chrony_{key} must be an absolute path without whitespace, got {v!r}")
     module.exit_json(changed=False, **inspect(module.params["conf_path"], module.params["dropin_dir"]))
 
 

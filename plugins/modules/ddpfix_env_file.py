@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Keep ddpfix's managed block in the env file; the rest of the file stays the user's."""
 
 from __future__ import absolute_import, division, print_function
@@ -11,7 +10,8 @@ DOCUMENTATION = r"""
 module: ddpfix_env_file
 short_description: ddpfix's managed block of KEY=value lines in a node's env file
 description:
-  - Ensures a block between C(# BEGIN ddpfix managed block) and C(# END ddpfix managed block) holding exactly
+  - >-
+    Ensures a block between C(# BEGIN ddpfix managed block) and C(# END ddpfix managed block) holding exactly
     I(values). Lines outside the block are kept verbatim; an assignment outside the block of a key the block sets is
     commented out (C(# ddpfix: superseded: ...)) because bash, systemd C(EnvironmentFile=) and C(docker --env-file)
     all let the last assignment win.
@@ -56,19 +56,24 @@ EXAMPLES = r"""
 
 RETURN = r"""
 target: {description: The file written (the symlink's target when I(path) is a link)., returned: always, type: str}
-owner: {description: "Before the change: block, header (older ddpfix), foreign (adopted) or new.", returned: always, type: str}
+owner:
+  description: "Before the change: block, header (older ddpfix), foreign (adopted) or new."
+  returned: always
+  type: str
 superseded: {description: Keys whose assignments outside the block were commented out., returned: always, type: list}
 created_dirs: {description: Directories created for the file., returned: always, type: list}
 backup_file: {description: Path of the backup, returned: changed and backup, type: str}
 """
 
 import array
+import contextlib
 import errno
 import fcntl
 import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import (
     BEGIN,
     NotOurs,
@@ -97,7 +102,7 @@ def attr_flags(path):
         buf = array.array("l", [0])
         fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
         return buf[0]
-    except (OSError, IOError):
+    except OSError:
         return 0
     finally:
         os.close(fd)
@@ -107,31 +112,31 @@ def immutable_msg(path):
     flags = attr_flags(path)
     if flags & (FS_IMMUTABLE_FL | FS_APPEND_FL):
         what = "immutable (chattr +i)" if flags & FS_IMMUTABLE_FL else "append-only (chattr +a)"
-        return ("%s is %s: ddpfix will not change it; run `chattr -%s %s` on the node if it may change, "
-                "then rerun" % (path, what, "i" if flags & FS_IMMUTABLE_FL else "a", path))
+        return ("{} is {}: ddpfix will not change it; run `chattr -{} {}` on the node if it may change, "
+                "then rerun".format(path, what, "i" if flags & FS_IMMUTABLE_FL else "a", path))
     return None
 
 
 def resolve(module, path):
     """The real file to write for `path` (following a symlink), after the safety checks."""
     if not os.path.isabs(path):
-        module.fail_json(msg="ddp_env_path must be an absolute path, got %r" % path)
+        module.fail_json(msg=f"ddp_env_path must be an absolute path, got {path!r}")
     bad = forbidden_dir(os.path.normpath(path))
     if bad:
-        module.fail_json(msg="ddp_env_path %s is under %s: choose a persistent, private place such as "
-                             "/etc/ddpfix/ddp.env" % (path, bad))
+        module.fail_json(msg=f"ddp_env_path {path} is under {bad}: choose a persistent, private place such as "
+                             "/etc/ddpfix/ddp.env")
     target = os.path.realpath(path)
     if os.path.islink(path):
         if not os.path.exists(target):
-            module.fail_json(msg="ddp_env_path %s is a symlink to %s, which does not exist: create the target or "
-                                 "remove the link" % (path, target))
+            module.fail_json(msg=f"ddp_env_path {path} is a symlink to {target}, which does not exist: create the "
+                                 "target or remove the link")
         bad = forbidden_dir(target)
         if bad:
-            module.fail_json(msg="ddp_env_path %s is a symlink into %s (%s): not followed" % (path, bad, target))
+            module.fail_json(msg=f"ddp_env_path {path} is a symlink into {bad} ({target}): not followed")
     if os.path.isdir(target):
-        module.fail_json(msg="ddp_env_path %s is a directory" % path)
+        module.fail_json(msg=f"ddp_env_path {path} is a directory")
     if os.path.exists(target) and not os.path.isfile(target):
-        module.fail_json(msg="ddp_env_path %s is not a regular file" % path)
+        module.fail_json(msg=f"ddp_env_path {path} is not a regular file")
     return target
 
 
@@ -170,7 +175,7 @@ def main():
         lines, values, bad = parse_body(p["body"])
         block = body_block(lines)
     else:
-        values = dict((str(k), str(v)) for k, v in p["values"].items())
+        values = {str(k): str(v) for k, v in p["values"].items()}
         bad = check_values(values)
     if bad:
         module.fail_json(msg=bad)
@@ -181,21 +186,21 @@ def main():
         try:
             with open(target) as f:
                 before = f.read()
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="cannot read %s: %s" % (target, exc))
+        except OSError as exc:
+            module.fail_json(msg=f"cannot read {target}: {exc}")
     owner = ownership(before) if exists else "new"
     try:
         after, superseded = merge(before, values, p["comment"], adopt=may_adopt(path, target, p["adopt"]),
                                    block=block)
     except NotOurs:
-        module.fail_json(msg="ddp_env_path %s exists and was not written by ddpfix (no '%s'): ddpfix does not "
+        module.fail_json(msg="ddp_env_path {} exists and was not written by ddpfix (no '{}'): ddpfix does not "
                              "overwrite it; set ddp_env_adopt: true to add ddpfix's block to it (its other lines are "
-                             "kept), or choose another ddp_env_path" % (path if path == target else
-                                                                        "%s (-> %s)" % (path, target), BEGIN))
+                             "kept), or choose another ddp_env_path".format(path if path == target else
+                                                                        f"{path} (-> {target})", BEGIN))
     try:
         new_dirs = [] if exists else missing_dirs(target)
     except OSError as exc:
-        module.fail_json(msg="cannot create the directory of %s: %s is not a directory" % (path, exc.filename))
+        module.fail_json(msg=f"cannot create the directory of {path}: {exc.filename} is not a directory")
     changed = not exists or before != after
     result = dict(changed=changed, path=path, target=target, owner=owner, superseded=superseded,
                   created_dirs=new_dirs,
@@ -216,7 +221,7 @@ def main():
             os.chmod(d, 0o755)  # the umask would narrow it
         except OSError as exc:
             if exc.errno != errno.EEXIST:
-                module.fail_json(msg="cannot create %s: %s" % (d, exc))
+                module.fail_json(msg=f"cannot create {d}: {exc}")
     if exists and p["backup"]:
         result["backup_file"] = module.backup_local(target)
     st = os.stat(target) if exists else None
@@ -228,23 +233,19 @@ def main():
         with os.fdopen(fd, "w") as f:
             f.write(after)
         os.chmod(tmp, mode)
-        try:
+        with contextlib.suppress(OSError):
             os.chown(tmp, uid, gid)
-        except OSError:
-            pass
-    except (IOError, OSError) as exc:
+    except OSError as exc:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
-        module.fail_json(msg="cannot write %s: %s" % (target, exc))
+        module.fail_json(msg=f"cannot write {target}: {exc}")
     # atomic rename in the target's own directory (a symlink stays a symlink); on EBUSY (bind-mounted file)
     # Ansible falls back to an in-place write
     module.atomic_move(tmp, target, unsafe_writes=True)
     if not exists:  # atomic_move gives a new file the umask's mode
         os.chmod(target, mode)
-        try:
+        with contextlib.suppress(OSError):
             os.chown(target, uid, gid)
-        except OSError:
-            pass
     module.exit_json(**result)
 
 

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Arm, cancel or run the automatic revert of ddpfix's firewall rule (like iptables-apply)."""
 
 from __future__ import absolute_import, division, print_function
@@ -14,7 +13,8 @@ description:
   - C(armed) - starts a detached process on the node (double fork, new session, no systemd needed) that sleeps
     I(timeout) seconds and then removes exactly ddpfix's rule (the rules tagged with I(comment) for iptables/nftables,
     the I(cidr) source of I(zone) in firewalld's runtime, the ufw rule allowing I(cidr)). Its PID is in I(pidfile).
-  - C(cancelled) - the change was confirmed: stops the armed process. Fails, saying so, when the revert already ran.
+  - >-
+    C(cancelled) - the change was confirmed: stops the armed process. Fails, saying so, when the revert already ran.
   - C(reverted) - removes ddpfix's rule now and stops the armed process.
 options:
   state: {description: What to do., type: str, required: true, choices: [armed, cancelled, reverted]}
@@ -39,6 +39,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import iptables_tagged, nft_tagged
 
 DONE_SUFFIX = ".reverted"
@@ -66,11 +67,11 @@ def revert(p):
         rc, out, _ = _run([ipt + "-save", "-t", "filter"])
         if rc == 0:
             for args in iptables_tagged(out, comment):
-                argv = [ipt, "-D", "INPUT"] + args
+                argv = [ipt, "-D", "INPUT", *args]
                 if _run(argv)[0] == 0:
                     done.append(" ".join(argv))
     elif backend == "firewalld":
-        argv = ["firewall-cmd", "--zone=%s" % p["zone"], "--remove-source=%s" % cidr]
+        argv = ["firewall-cmd", "--zone={}".format(p["zone"]), f"--remove-source={cidr}"]
         if _run(argv)[0] == 0:
             done.append(" ".join(argv))
     elif backend == "ufw":
@@ -82,9 +83,9 @@ def revert(p):
 
 def _starttime(pid):
     try:
-        with open("/proc/%d/stat" % pid) as f:
+        with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[19]
-    except (IOError, OSError, IndexError):
+    except (OSError, IndexError):
         return None
 
 
@@ -94,7 +95,7 @@ def _armed(pidfile):
         with open(pidfile) as f:
             pid_s, start = f.read().split()[:2]
         pid = int(pid_s)
-    except (IOError, OSError, ValueError):
+    except (OSError, ValueError):
         return None, False
     return pid, _starttime(pid) == start
 
@@ -103,8 +104,8 @@ def arm(module, p):
     pidfile = p["pidfile"]
     pid, alive = _armed(pidfile)
     if alive:
-        module.fail_json(msg="a firewall revert is already armed on this node (PID %d in %s): another ddpfix run is "
-                             "changing the firewall" % (pid, pidfile))
+        module.fail_json(msg=f"a firewall revert is already armed on this node (PID {pid} in {pidfile}): another "
+                             "ddpfix run is changing the firewall")
     for path in (pidfile, pidfile + DONE_SUFFIX):
         if os.path.exists(path):
             os.unlink(path)
@@ -124,7 +125,7 @@ def arm(module, p):
                 os.dup2(null, fd)
             me = os.getpid()
             with open(pidfile + ".tmp", "w") as f:
-                f.write("%d %s\n" % (me, _starttime(me)))
+                f.write(f"{me} {_starttime(me)}\n")
             os.rename(pidfile + ".tmp", pidfile)
             os.write(w, str(me).encode())
             os.close(w)
@@ -132,8 +133,8 @@ def arm(module, p):
             time.sleep(p["timeout"])
             done = revert(p)
             with open(pidfile + DONE_SUFFIX, "w") as f:
-                f.write("%s reverted after %ds: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), p["timeout"],
-                                                         "; ".join(done) or "nothing left to remove"))
+                what = "; ".join(done) or "nothing left to remove"
+                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} reverted after {p['timeout']}s: {what}\n")
             os.unlink(pidfile)
         finally:
             os._exit(0)
@@ -181,7 +182,7 @@ def main():
     p = module.params
     if p["state"] == "armed":
         if p["timeout"] < 5:
-            module.fail_json(msg="ddpfix_firewall_revert_timeout must be at least 5 seconds, got %d" % p["timeout"])
+            module.fail_json(msg=f"ddpfix_firewall_revert_timeout must be at least 5 seconds, got {p['timeout']}")
         arm(module, p)
     if p["state"] == "cancelled":
         was_armed = stop(p["pidfile"])
@@ -189,7 +190,8 @@ def main():
         if not was_armed and os.path.exists(done):
             with open(done) as f:
                 msg = f.read().strip()
-            module.fail_json(msg="the change was confirmed too late: the automatic revert already ran (reverted: %s)" % msg)
+            module.fail_json(msg=f"the change was confirmed too late: the automatic revert already ran "
+                                 f"(reverted: {msg})")
         module.exit_json(changed=was_armed)
     stop(p["pidfile"])
     removed = revert(p)

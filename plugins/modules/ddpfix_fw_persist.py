@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Persist only ddpfix's firewall rule, validated by the firewall's own parser before it replaces anything."""
 
 from __future__ import absolute_import, division, print_function
@@ -15,7 +14,8 @@ description:
     C(/etc/sysconfig/nftables.conf)), writes its include file holding only ddpfix's C(insert rule) lines for
     I(chains), and one managed C(include) block at the end of the config. The whole config (with the include) must
     pass C(nft -c -f) before either file is replaced.
-  - C(iptables) - in each existing I(iptables_paths) file, inserts ddpfix's C(-A INPUT) line at the top of the
+  - >-
+    C(iptables) - in each existing I(iptables_paths) file, inserts ddpfix's C(-A INPUT) line at the top of the
     C(*filter) section (a text edit: live chains of Docker, fail2ban etc. are never dumped into it). The new text
     must pass C(iptables-restore --test) of the variant that was changed.
   - Old files are backed up and stay when validation fails (the module then fails with the tool's error). Files are
@@ -26,9 +26,17 @@ options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
   cidr: {description: Cluster network., type: str, required: true}
   comment: {description: Tag of the rule., type: str, default: ddpfix-cluster}
-  chains: {description: "nftables: chains that get the rule, 'family table chain'.", type: list, elements: str, default: []}
+  chains:
+    description: "nftables: chains that get the rule, 'family table chain'."
+    type: list
+    elements: str
+    default: []
   nft_layouts: {description: "nftables: list of {config, include}.", type: list, elements: dict, default: []}
-  iptables_paths: {description: "iptables: rules files (each edited only if present).", type: list, elements: path, default: []}
+  iptables_paths:
+    description: "iptables: rules files (each edited only if present)."
+    type: list
+    elements: path
+    default: []
   iptables_restore: {description: "iptables-restore command of the variant.", type: str, default: iptables-restore}
 """
 
@@ -42,7 +50,12 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import iptables_persisted, nft_snippet, with_include
+
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
+    iptables_persisted,
+    nft_snippet,
+    with_include,
+)
 
 
 def _read(path):
@@ -62,7 +75,7 @@ def _write(module, path, text, mode):
 
 
 def _fail_tool(module, what, err, result):
-    module.fail_json(msg="%s: %s (the old file stays, nothing was written)" % (what, " ".join(err.split())[:600]),
+    module.fail_json(msg="{}: {} (the old file stays, nothing was written)".format(what, " ".join(err.split())[:600]),
                      **result)
 
 
@@ -73,8 +86,8 @@ def nftables(module, p, result):
             layout = lay
             break
     if layout is None:
-        result["runtime_only"] = ("no nftables config file (%s): ddpfix's rule is lost at the next boot"
-                                  % ", ".join(lay.get("config", "?") for lay in p["nft_layouts"]))
+        configs = ", ".join(lay.get("config", "?") for lay in p["nft_layouts"])
+        result["runtime_only"] = f"no nftables config file ({configs}): ddpfix's rule is lost at the next boot"
         return
     config, include = layout["config"], layout["include"]
     chains = [c.split() for c in p["chains"]]
@@ -104,7 +117,7 @@ def nftables(module, p, result):
         {"before": old_main, "after": new_main, "before_header": config, "after_header": config},
     ]
     if rc != 0:
-        _fail_tool(module, "nft -c -f %s with ddpfix's include %s fails" % (config, include), err or out, result)
+        _fail_tool(module, f"nft -c -f {config} with ddpfix's include {include} fails", err or out, result)
     result["changed"] = True
     if module.check_mode:
         return
@@ -123,8 +136,8 @@ def nftables(module, p, result):
 def iptables(module, p, result):
     existing = [x for x in p["iptables_paths"] if os.path.exists(x)]
     if not existing:
-        result["runtime_only"] = ("no iptables rules file (%s): ddpfix's rule is lost at the next boot"
-                                  % ", ".join(p["iptables_paths"]))
+        paths = ", ".join(p["iptables_paths"])
+        result["runtime_only"] = f"no iptables rules file ({paths}): ddpfix's rule is lost at the next boot"
         return
     restore = module.get_bin_path(p["iptables_restore"], required=True)
     todo, skipped = [], []
@@ -132,7 +145,7 @@ def iptables(module, p, result):
         old = _read(path)
         new, why = iptables_persisted(old, p["cidr"], p["comment"])
         if why:
-            skipped.append("%s %s" % (path, why))
+            skipped.append(f"{path} {why}")
             continue
         if new is None:
             continue
@@ -146,7 +159,7 @@ def iptables(module, p, result):
         result["files"].append(path)
         result["diff"].append({"before": old, "after": new, "before_header": path, "after_header": path})
         if rc != 0:
-            _fail_tool(module, "%s --test of %s with ddpfix's line fails" % (p["iptables_restore"], path),
+            _fail_tool(module, "{} --test of {} with ddpfix's line fails".format(p["iptables_restore"], path),
                        err or out, result)
         todo.append((path, new))
     if skipped and len(skipped) == len(existing):

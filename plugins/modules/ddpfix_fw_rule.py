@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Runtime only: let the cluster CIDR in through iptables INPUT or the native nftables input chains that drop."""
 
 from __future__ import absolute_import, division, print_function
@@ -21,9 +20,18 @@ options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
   cidr: {description: Cluster network (IPv4)., type: str, required: true}
   comment: {description: Tag of the rule., type: str, default: ddpfix-cluster}
-  iptables_variant: {description: iptables flavour whose rules block (auto - the default iptables, or the other variant when only that one's INPUT chain drops)., type: str, default: auto, choices: [auto, legacy, nft]}
+  iptables_variant:
+    description: >-
+      iptables flavour whose rules block (auto - the default iptables, or the other variant when only that one's
+      INPUT chain drops).
+    type: str
+    default: auto
+    choices: [auto, legacy, nft]
   plan_only: {description: Change nothing and report C(pending) (changed stays false)., type: bool, default: false}
-  test_break_ssh: {description: Lab fault injection only - also add a ddpfix-tagged drop of TCP port 22., type: bool, default: false}
+  test_break_ssh:
+    description: Lab fault injection only - also add a ddpfix-tagged drop of TCP port 22.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -33,7 +41,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-chains: {description: "nftables: every chain that holds (or would hold) ddpfix's rule, as 'family table chain'.", returned: always, type: list}
+chains:
+  description: "nftables: every chain that holds (or would hold) ddpfix's rule, as 'family table chain'."
+  returned: always
+  type: list
 iptables: {description: The iptables command used., returned: always, type: str}
 pending: {description: Whether the rule is missing (what changed would be)., returned: always, type: bool}
 """
@@ -41,8 +52,16 @@ pending: {description: Whether the rule is missing (what changed would be)., ret
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (iptables_bins, iptables_blocks, iptables_rule, iptables_tagged,
-                                           nft_blocking_input_chains, nft_rule_args, nft_tagged)
+
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
+    iptables_bins,
+    iptables_blocks,
+    iptables_rule,
+    iptables_tagged,
+    nft_blocking_input_chains,
+    nft_rule_args,
+    nft_tagged,
+)
 
 
 def main():
@@ -60,7 +79,7 @@ def main():
     p = module.params
     cidr, comment = p["cidr"], p["comment"]
     if cidr.endswith("/0") or "/" not in cidr:
-        module.fail_json(msg="refusing to open to %r: give the cluster network" % cidr)
+        module.fail_json(msg=f"refusing to open to {cidr!r}: give the cluster network")
     ipt, ipt_save, _ = iptables_bins(p["iptables_variant"])
     result = dict(changed=False, chains=[], iptables=ipt)
     cmds = []
@@ -69,7 +88,7 @@ def main():
         save = module.get_bin_path(ipt_save, required=True)
         rc, out, err = module.run_command([save, "-t", "filter"])
         if rc != 0:
-            module.fail_json(msg="%s -t filter failed: %s" % (ipt_save, err.strip()))
+            module.fail_json(msg=f"{ipt_save} -t filter failed: {err.strip()}")
         if p["iptables_variant"] == "auto" and not iptables_blocks(out):
             # legacy and nft iptables both in use: the rule goes to the variant whose INPUT chain blocks
             for alt in ("legacy", "nft"):
@@ -84,7 +103,7 @@ def main():
                     break
         rule = iptables_rule(cidr, comment)
         if rule not in iptables_tagged(out, comment):
-            cmds.append([exe, "-I", "INPUT", "1"] + rule)
+            cmds.append([exe, "-I", "INPUT", "1", *rule])
         if cmds and p["test_break_ssh"]:
             cmds.append([exe, "-I", "INPUT", "1", "-p", "tcp", "--dport", "22", "-m", "comment", "--comment", comment,
                          "-j", "DROP"])
@@ -92,29 +111,29 @@ def main():
         nft = module.get_bin_path("nft", required=True)
         rc, out, err = module.run_command([nft, "-j", "list", "ruleset"])
         if rc != 0:
-            module.fail_json(msg="nft -j list ruleset failed: %s" % err.strip())
+            module.fail_json(msg=f"nft -j list ruleset failed: {err.strip()}")
         ruleset = json.loads(out or "{}")
         tagged = {(f, t, c) for f, t, c, _h in nft_tagged(ruleset, comment)}
         chains = nft_blocking_input_chains(ruleset)
         result["chains"] = [" ".join(c) for c in chains]
         for f, t, c in chains:
             if (f, t, c) not in tagged:
-                cmds.append([nft, "insert", "rule", f, t, c] + nft_rule_args(cidr, comment))
+                cmds.append([nft, "insert", "rule", f, t, c, *nft_rule_args(cidr, comment)])
                 if p["test_break_ssh"]:
                     cmds.append([nft, "insert", "rule", f, t, c, "tcp", "dport", "22", "drop", "comment",
-                                 '"%s"' % comment])
+                                 f'"{comment}"'])
     result["pending"] = bool(cmds)
     if p["plan_only"]:
         module.exit_json(**result)
     result["changed"] = bool(cmds)
-    shown = [" ".join(c[:1] + [a if " " not in a else "'%s'" % a for a in c[1:]]) for c in cmds]
+    shown = [" ".join(c[:1] + [a if " " not in a else f"'{a}'" for a in c[1:]]) for c in cmds]
     result["diff"] = {"before": "", "after": "".join(s + "\n" for s in shown),
                       "before_header": "live rule set", "after_header": "runtime commands"}
     if cmds and not module.check_mode:
         for c in cmds:
             rc, _, err = module.run_command(c)
             if rc != 0:
-                module.fail_json(msg="%s failed: %s" % (" ".join(c), err.strip()), **result)
+                module.fail_json(msg="{} failed: {}".format(" ".join(c), err.strip()), **result)
     module.exit_json(**result)
 
 

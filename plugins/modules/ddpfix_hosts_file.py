@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Keep a managed block in /etc/hosts and make its names appear nowhere else (e.g. on 127.0.1.1)."""
 
 from __future__ import absolute_import, division, print_function
@@ -14,7 +13,8 @@ description:
   - Ensures a block between C(# BEGIN ddpfix managed block) and C(# END ddpfix managed block) with exactly I(entries).
   - Removes every name the block manages from all other lines (the Debian C(127.0.1.1 HOSTNAME) line, stale entries),
     dropping lines left without names. C(localhost) lines are otherwise left alone.
-  - Never manages the reserved names (C(localhost), C(localhost.localdomain), C(localhost4*), C(localhost6*), C(ip6-*)):
+  - >-
+    Never manages the reserved names (C(localhost), C(localhost.localdomain), C(localhost4*), C(localhost6*), C(ip6-*)):
     an entry naming one, or with a name that is not an RFC 1123 host name or an address that is not an IP address,
     fails the task before anything is written. Lines carrying reserved names keep them.
   - Backs the file up before changing it and writes atomically; when the file is a bind mount (containers), where a
@@ -36,6 +36,7 @@ backup_file: {description: Path of the backup, returned: changed and backup, typ
 removed: {description: Lines changed or removed outside the block, returned: always, type: list}
 """
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -61,17 +62,17 @@ def is_reserved(name):
 def entry_problem(entry):
     """Why an entry must not be written (None: it may)."""
     try:
-        ipaddress.ip_address(u"%s" % entry["address"])
+        ipaddress.ip_address(str(entry["address"]))
     except ValueError:
-        return "address %r is not an IP address" % (entry["address"],)
+        return "address {!r} is not an IP address".format(entry["address"])
     if not entry["names"]:
-        return "entry for %s has no names" % entry["address"]
+        return "entry for {} has no names".format(entry["address"])
     for n in entry["names"]:
         labels = n.split(".")
         if len(n) > 253 or not all(_LABEL.match(lbl) for lbl in labels) or all(lbl.isdigit() for lbl in labels):
-            return "name %r is not an RFC 1123 host name" % (n,)
+            return f"name {n!r} is not an RFC 1123 host name"
         if is_reserved(n):
-            return "name %r is reserved (loopback/IPv6 well-known names are never managed)" % (n,)
+            return f"name {n!r} is reserved (loopback/IPv6 well-known names are never managed)"
     return None
 
 
@@ -99,13 +100,13 @@ def render(text, entries):
             keep = [n for n in parts[1:] if n not in managed]
             removed.append(line)
             if keep:
-                out.append("\t".join([parts[0]] + keep) + ((" #" + comment) if sep else ""))
+                out.append("\t".join([parts[0], *keep]) + ((" #" + comment) if sep else ""))
             continue
         out.append(line)
     while out and not out[-1].strip():
         out.pop()
-    block = [BEGIN, NOTE] + ["%s\t%s" % (e["address"], " ".join(e["names"])) for e in entries] + [END]
-    return "\n".join(out + [""] + block) + "\n", removed
+    block = [BEGIN, NOTE] + ["{}\t{}".format(e["address"], " ".join(e["names"])) for e in entries] + [END]
+    return "\n".join([*out, "", *block]) + "\n", removed
 
 
 def main():
@@ -122,17 +123,17 @@ def main():
     # target, and the link stays a link; a dangling link is refused
     path = os.path.realpath(link)
     if os.path.islink(link) and not os.path.exists(path):
-        module.fail_json(msg="refused: %s is a symlink to %s, which does not exist; nothing changed" % (link, path))
+        module.fail_json(msg=f"refused: {link} is a symlink to {path}, which does not exist; nothing changed")
     try:
         with open(path) as f:
             before = f.read()
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot read %s: %s" % (path, exc))
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read {path}: {exc}")
     entries = [{"address": str(e["address"]), "names": [str(n) for n in e["names"]]} for e in module.params["entries"]]
     for e in entries:
         problem = entry_problem(e)
         if problem:
-            module.fail_json(msg="refused: %s; %s not changed" % (problem, path))
+            module.fail_json(msg=f"refused: {problem}; {path} not changed")
     after, removed = render(before, entries)
     result = dict(changed=before != after, removed=removed, target=path if path != link else None,
                   diff={"before": before, "after": after, "before_header": path, "after_header": path})
@@ -144,10 +145,8 @@ def main():
         with os.fdopen(fd, "w") as f:
             f.write(after)
         os.chmod(tmp, st.st_mode & 0o7777)
-        try:
+        with contextlib.suppress(OSError):
             os.chown(tmp, st.st_uid, st.st_gid)
-        except OSError:
-            pass
         # atomic rename; on EBUSY (bind-mounted file) Ansible falls back to an in-place write
         module.atomic_move(tmp, path, unsafe_writes=True)
     module.exit_json(**result)

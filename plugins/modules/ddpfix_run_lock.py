@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """The ddpfix node lock (one run at a time per node) and the remediation write pre-flight."""
 
 from __future__ import absolute_import, division, print_function
@@ -11,24 +10,34 @@ DOCUMENTATION = r"""
 module: ddpfix_run_lock
 short_description: Take or release the ddpfix node lock; check that files can be written
 description:
-  - C(state=present) creates I(path) (a JSON file naming the holder run) unless another run holds it. The same run
+  - >-
+    C(state=present) creates I(path) (a JSON file naming the holder run) unless another run holds it. The same run
     taking it again refreshes it. A lock whose file was not refreshed for I(stale_minutes) (its run died) is taken
     over, and the result says so. The lock lives in /run (tmpfs): a reboot clears it.
   - C(state=absent) removes I(path) when this run holds it (never another run's lock).
-  - C(state=writable) fails when one of I(paths) cannot be written (read-only file system, immutable file, no
+  - >-
+    C(state=writable) fails when one of I(paths) cannot be written (read-only file system, immutable file, no
     permission): the file itself and its directory (ddpfix writes atomically: a temporary file, then a rename), or
     the nearest existing parent when the file does not exist yet. Changes nothing.
 options:
   state: {description: present, absent or writable., type: str, choices: [present, absent, writable], default: present}
   path: {description: The lock file., type: path, default: /run/ddpfix.lock}
-  holder: {description: "The run: run_id (required for present/absent), pid, controller, command, started.", type: dict, default: {}}
+  holder:
+    description: "The run: run_id (required for present/absent), pid, controller, command, started."
+    type: dict
+    default: {}
   stale_minutes: {description: Age after which a lock is taken over., type: int, default: 20}
   paths: {description: Files to check (state=writable)., type: list, elements: path, default: []}
 """
 
 EXAMPLES = r"""
 - ddpfix_run_lock:
-    holder: {run_id: 3f2a9c, pid: 4242, controller: ops1, command: ddpfix audit -i inv, started: "2026-01-01T10:00:00+0000"}
+    holder:
+      run_id: 3f2a9c
+      pid: 4242
+      controller: ops1
+      command: ddpfix audit -i inv
+      started: "2026-01-01T10:00:00+0000"
 """
 
 RETURN = r"""
@@ -37,6 +46,7 @@ taken_over: {description: The stale holder that was replaced, or null, returned:
 unwritable: {description: "path -> reason (state=writable)", returned: state=writable, type: dict}
 """
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -47,7 +57,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def describe(h):
-    return "run %s (pid %s on %s, started %s: %s)" % (
+    return "run {} (pid {} on {}, started {}: {})".format(
         h.get("run_id", "?"), h.get("pid", "?"), h.get("controller", "?"), h.get("started", "?"), h.get("command", "?"))
 
 
@@ -56,15 +66,15 @@ def read_lock(path):
         with open(path) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}, os.stat(path).st_mtime
-    except (OSError, IOError, ValueError):
+    except (OSError, ValueError):
         try:
             return {}, os.stat(path).st_mtime
-        except (OSError, IOError):
+        except OSError:
             return None, None
 
 
 def write_lock(path, holder):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(holder, f)
         f.write("\n")
@@ -75,13 +85,13 @@ def write_lock(path, holder):
 def present(module, path, holder, stale_s):
     try:
         return _present(module, path, holder, stale_s)
-    except (IOError, OSError) as exc:
+    except OSError as exc:
         if getattr(exc, "errno", None) not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
         # An SSH user who may not write /run (no root, no become) can change nothing on this node either: the run
         # goes on without the node lock (the controller's lock still keeps runs from one controller apart).
         return dict(holder=holder, taken_over=None,
-                    unlocked="node lock %s not taken: %s (uid %d)" % (path, exc.strerror, os.getuid()))
+                    unlocked=f"node lock {path} not taken: {exc.strerror} (uid {os.getuid()})")
 
 
 def _present(module, path, holder, stale_s):
@@ -95,9 +105,9 @@ def _present(module, path, holder, stale_s):
             age = time.time() - (mtime or 0)
             if age < stale_s:
                 module.fail_json(
-                    msg="ddpfix node lock %s is held by %s; wait for it to finish (a lock of a run that died is "
-                        "taken over after %d minutes, or remove %s once you know that run is gone)"
-                        % (path, describe(current), stale_s // 60, path),
+                    msg=f"ddpfix node lock {path} is held by {describe(current)}; wait for it to finish (a lock of a "
+                        f"run that died is taken over after {stale_s // 60} minutes, or remove {path} once you know "
+                        "that run is gone)",
                     holder=current, lock=path, locked=True)
             taken_over = dict(current, age_seconds=int(age))
         write_lock(path, dict(holder, node_pid=os.getpid(), taken_at=time.time()))
@@ -109,10 +119,8 @@ def _present(module, path, holder, stale_s):
 def absent(path, holder):
     current, _ = read_lock(path)
     if current is not None and current.get("run_id") == holder["run_id"]:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
         return True
     return False
 
@@ -131,8 +139,8 @@ def writable(paths):
         for t in targets:
             if not os.access(t, os.W_OK):
                 reason = "read-only file system" if _readonly(t) else (
-                    "immutable (chattr -i %s)" % t if _immutable(t) else "not writable")
-                bad[p] = "%s: %s" % (t, reason)
+                    f"immutable (chattr -i {t})" if _immutable(t) else "not writable")
+                bad[p] = f"{t}: {reason}"
                 break
     return bad
 
@@ -155,7 +163,7 @@ def _immutable(path):
             return bool(buf[0] & 0x10)  # FS_IMMUTABLE_FL
         finally:
             os.close(fd)
-    except (OSError, IOError, ImportError):
+    except (OSError, ImportError):
         return False
 
 
@@ -174,7 +182,7 @@ def main():
     if p["state"] == "writable":
         bad = writable(p["paths"])
         if bad:
-            module.fail_json(msg="cannot write: " + "; ".join("%s (%s)" % (k, v) for k, v in sorted(bad.items())),
+            module.fail_json(msg="cannot write: " + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items())),
                              unwritable=bad)
         module.exit_json(changed=False, unwritable={})
     holder = p["holder"] or {}

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The linear strategy, plus a graceful stop: once the file named by DDPFIX_STOP_FILE exists (the ddpfix controller
 creates it on Ctrl-C/SIGTERM), no new step starts. A step is a play-level task (in ddpfix's plays: one role, e.g.
 the firewall fix with its runtime change, connection check and persistence); a role already started runs to its end,

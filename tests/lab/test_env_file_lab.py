@@ -214,10 +214,10 @@ def test_existing_directory_mode_and_owner_never_changed(lab2: Any, state: Path)
     for n in info.nodes:
         sh(info, n.name, "mkdir -p /etc/ddp-private && chmod 0700 /etc/ddp-private && chown 65534:65534 /etc/ddp-private")
     with inventory_vars(info, ddp_env_path="/etc/ddp-private/ddp.env"):
-        code, out, err = ddpfix(inv, "env", "--apply")
+        code, _out, err = ddpfix(inv, "env", "--apply")
         assert code == 0, err
     with inventory_vars(info, ddp_env_path="/etc/ddp-private/new/ddp.env"):
-        code, out, err = ddpfix(inv, "env", "--apply")
+        code, _out, err = ddpfix(inv, "env", "--apply")
         assert code == 0, err
     for n in info.nodes:
         assert sh(info, n.name, "stat -c '%a %u:%g' /etc/ddp-private").stdout.strip() == "700 65534:65534"
@@ -228,22 +228,22 @@ def test_existing_directory_mode_and_owner_never_changed(lab2: Any, state: Path)
 
 def test_symlinked_env_file_target_updated_link_kept(lab2: Any, state: Path) -> None:
     info, inv = lab2, str(lab2.inventory)
-    code, _, err = ddpfix(inv, "env", "--apply")
+    code, _out, err = ddpfix(inv, "env", "--apply")
     assert code == 0, err
     for n in info.nodes:  # the file moves to a shared-config place; the usual path becomes a link to it
         sh(info, n.name, "mkdir -p /etc/shared-cfg && mv /etc/ddpfix/ddp.env /etc/shared-cfg/ddp.env && "
                          "sed -i 's/^NODE_RANK=.*/NODE_RANK=9/' /etc/shared-cfg/ddp.env && "
                          "ln -s ../shared-cfg/ddp.env /etc/ddpfix/ddp.env")
-    code, out, err = ddpfix(inv, "env", "--apply")
+    code, _out, err = ddpfix(inv, "env", "--apply")
     assert code == 0, err
     for rank, n in enumerate(info.nodes):
         assert sh(info, n.name, "readlink /etc/ddpfix/ddp.env").stdout.strip() == "../shared-cfg/ddp.env"
         assert f"NODE_RANK={rank}\n" in cat(info, n.name, "/etc/shared-cfg/ddp.env")
-    code, out, err = ddpfix(inv, "env", "--apply")
+    code, _out, err = ddpfix(inv, "env", "--apply")
     assert code == 0 and all(f"{n.name}: /etc/ddpfix/ddp.env unchanged" in err for n in info.nodes), err
     # a dangling link is refused with a message naming it, nothing created
     sh(info, "node2", "rm /etc/shared-cfg/ddp.env")
-    code, out, err = ddpfix(inv, "env", "--apply")
+    code, _out, err = ddpfix(inv, "env", "--apply")
     assert code == 2 and "/etc/ddpfix/ddp.env" in err and "symlink" in err, err
     assert sh(info, "node2", "test -e /etc/shared-cfg/ddp.env", check=False).returncode == 1
     for n in info.nodes:
@@ -252,7 +252,7 @@ def test_symlinked_env_file_target_updated_link_kept(lab2: Any, state: Path) -> 
 
 def test_immutable_file_named_with_chattr(lab2: Any, state: Path) -> None:
     info, inv = lab2, str(lab2.inventory)
-    code, _, err = ddpfix(inv, "env", "--apply")
+    code, _out, err = ddpfix(inv, "env", "--apply")
     assert code == 0, err
     sh(info, "node2", "sed -i 's/^NODE_RANK=.*/NODE_RANK=9/' /etc/ddpfix/ddp.env")
     r = sh(info, "node2", "chattr +i /etc/ddpfix/ddp.env", check=False)

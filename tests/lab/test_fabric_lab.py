@@ -70,7 +70,7 @@ def test_memlock_low_found_and_fixed_for_new_logins(temp_lab: Any) -> None:
 
 
 def test_clean_lab_has_no_fabric_facts_or_findings(clean_lab: Any) -> None:
-    code, doc = ddpfix_json(str(clean_lab.inventory), "audit")
+    _code, doc = ddpfix_json(str(clean_lab.inventory), "audit")
     assert not fabric_findings(doc), doc["findings"]
 
 

@@ -97,7 +97,7 @@ def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_pa
     assert code == 5 and "run otherrun (pid 999999 on elsewhere" in err and node in err, err
     assert checksums(clean_lab) == before
     assert json.loads(node_sh(clean_lab, node, "cat /run/ddpfix.lock"))["run_id"] == "otherrun"  # not removed
-    assert [n for n in leftovers(clean_lab)] == [node]  # the others released theirs
+    assert list(leftovers(clean_lab)) == [node]  # the others released theirs
     node_sh(clean_lab, node, "touch -d '-21 minutes' /run/ddpfix.lock")  # its run died 21 minutes ago
     code, doc, err = run_cli(clean_lab.inventory, tmp_path / "state", "audit")
     assert code == 0 and "probe.port-in-use" not in ids(doc), (doc.get("findings"), err)
@@ -106,7 +106,7 @@ def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_pa
 
 def test_master_port_taken_by_a_job_is_never_bound(temp_lab: Any, tmp_path: Path) -> None:
     info = temp_lab(nodes=2, scenario="port-in-use", wait_sync=False)
-    code, doc, err = run_cli(info.inventory, tmp_path / "state", "audit")
+    _code, doc, err = run_cli(info.inventory, tmp_path / "state", "audit")
     assert "probe.port-in-use" in ids(doc), err
     master = info.nodes[0].name
     # only the job's listener holds the port (ddpfix never bound it), and ddpfix left nothing when the audit returned
@@ -196,7 +196,7 @@ def test_sigint_during_apply_then_rerun_converges(broken: Any, tmp_path: Path) -
 def test_pin_ifnames_skips_bridges_and_veths(temp_lab: Any, tmp_path: Path) -> None:
     # node2 has docker0 and a bridge with a veth; every lab NIC (the cluster NICs too) is a veth: nothing is pinned
     info = temp_lab(nodes=2, scenario="autoselect-wrong", wait_sync=False)
-    code, doc, err = run_cli(info.inventory, tmp_path / "state", "remediate", "--apply", "--pin-ifnames")
+    _code, doc, err = run_cli(info.inventory, tmp_path / "state", "remediate", "--apply", "--pin-ifnames")
     for node in info.nodes:
         notes = doc["notes"].get(node.name, [])
         assert any("not pinned" in n and "veth interface, not a physical NIC" in n for n in notes), (notes, err)

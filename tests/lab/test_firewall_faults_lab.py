@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from click.testing import CliRunner
 
 from ddpfix import lab

@@ -187,7 +187,7 @@ def test_failed_up_leaves_nothing(temp_lab, monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(core, "_start_chrony", boom)
     name = f"fail{os.getpid() % 100000}"
-    with pytest.raises(lab.LabError, match="injected failure.*removed"):
+    with pytest.raises(lab.LabError, match=r"injected failure.*removed"):
         temp_lab(nodes=2, name=name)
     assert leftovers(name, []) == []
 

@@ -6,7 +6,8 @@ import ipaddress
 import json
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import yaml
@@ -157,7 +158,7 @@ def check_peer_unresolvable(info) -> None:
 def check_peer_mismatch(info) -> None:
     assert resolve(info, "node1", "node2") == [WRONG_PEER_ADDR]
     assert resolve(info, "node3", "node2") == [info.nodes[1].address]
-    assert not ipaddress.ip_address(WRONG_PEER_ADDR) in ipaddress.ip_network(info.subnet)
+    assert ipaddress.ip_address(WRONG_PEER_ADDR) not in ipaddress.ip_network(info.subnet)
 
 
 def check_duplicate_hostname(info) -> None:
@@ -192,8 +193,8 @@ def check_autoselect_wrong(info) -> None:
     bridge = next(i for i in index if i.startswith("br-"))
     assert index[bridge] < index["eth0"] and index["docker0"] < index["eth0"]
     assert addrs[bridge] == ["172.18.0.1"] and addrs["docker0"] == ["172.17.0.1"]
-    first_v4 = [x["ifname"] for x in sorted(ls, key=lambda x: x["ifindex"])
-                if addrs[x["ifname"]] and x["ifname"] != "lo" and not x["ifname"].startswith(("docker", "virbr"))][0]
+    first_v4 = next(x["ifname"] for x in sorted(ls, key=lambda x: x["ifindex"])
+                if addrs[x["ifname"]] and x["ifname"] != "lo" and not x["ifname"].startswith(("docker", "virbr")))
     assert first_v4 == bridge  # NCCL's default choice is not the cluster NIC
     assert env_file(info, "node2") is None
     assert "docker0" not in [x["ifname"] for x in links(info, "node1")]
@@ -314,7 +315,7 @@ def check_machine_id_clone(info) -> None:
 def check_somaxconn_low(info) -> None:
     val = {n.name: int(sh(info, n.name, "cat /proc/sys/net/core/somaxconn").stdout) for n in info.nodes}
     assert val["node1"] == 2 < len(info.nodes) and val["node2"] >= 128
-    assert int(open("/proc/sys/net/core/somaxconn").read()) >= 128  # the host's namespace is untouched
+    assert int(Path("/proc/sys/net/core/somaxconn").read_text()) >= 128  # the host's namespace is untouched
 
 
 def check_family_mismatch(info) -> None:

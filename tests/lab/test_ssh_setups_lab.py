@@ -173,13 +173,13 @@ def test_ansible_cfg_next_to_the_inventory_is_honoured(bare_lab: Any, tmp_path: 
     inv = bare_inventory(bare_lab, tmp_path / "inv2")
     (inv.parent / "ansible.cfg").write_text(USER_CFG)
     monkeypatch.chdir(tmp_path)
-    code, doc = ddpfix_json(str(inv.parent), "audit")  # -i DIR
+    _code, doc = ddpfix_json(str(inv.parent), "audit")  # -i DIR
     assert doc["summary"]["reachable"] == 2 and not doc["summary"]["unreachable"], doc["hosts"]
     # ANSIBLE_CONFIG beats the file next to the inventory, as it beats every other
     other = tmp_path / "other.cfg"
     other.write_text("[defaults]\nremote_user = nobody-here\nremote_port = 2222\n")
     monkeypatch.setenv("ANSIBLE_CONFIG", str(other))
-    code, doc = ddpfix_json(str(inv), "audit")
+    _code, doc = ddpfix_json(str(inv), "audit")
     assert doc["summary"]["unreachable"] == 2, doc["hosts"]
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
+from test_remediate_lab import ddpfix, ddpfix_json, snapshot
 
 from ddpfix import lab
-from test_remediate_lab import ddpfix, ddpfix_json, snapshot
 
 pytestmark = pytest.mark.lab
 
@@ -75,7 +75,7 @@ def test_bad_input_exit_2_names_value_changes_nothing(fw_lab, tmp_path: Path, gv
 def test_broad_cidr_with_ack_is_applied(fw_lab, tmp_path: Path) -> None:
     """The acknowledgement lets the same run through (dry run only: nothing changes)."""
     inv = _inventory_with(fw_lab, tmp_path, {"ddp_cluster_cidr": "192.168.0.0/15", "ddp_cluster_cidr_ack_broad": True})
-    code, out, err = ddpfix(inv, "remediate")
+    code, _out, err = ddpfix(inv, "remediate")
     assert code == 1 and "ddpfix: error" not in err, (code, err[-1500:])
 
 
@@ -93,11 +93,11 @@ def test_hostile_hostname_fact_reaches_no_node(temp_lab, hostname: str) -> None:
     bad = [f for f in doc["findings"] if f["id"] == "facts.invalid"]
     assert code == 1 and bad and bad[0]["host"] == "node2" and bad[0]["severity"] == "error", doc["findings"]
     before = snapshot(info)
-    code, out, err = ddpfix(inv, "remediate", "--apply")
+    code, _out, err = ddpfix(inv, "remediate", "--apply")
     assert code == 2, (code, err[-2000:])
     assert f"node2 returned hostname {hostname!r}" in err and len(err.strip().splitlines()) == 1, err
     assert snapshot(info) == before
-    code, out, err = ddpfix(inv, "env", "--apply")  # env files neither
+    code, _out, err = ddpfix(inv, "env", "--apply")  # env files neither
     assert code == 2 and "node2 returned hostname" in err, err
     assert snapshot(info) == before
 

@@ -6,9 +6,7 @@ fixtures/facts/record.py (see its docstring); tests mutate a fresh deep copy of 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any

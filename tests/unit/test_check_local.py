@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import Sim
+
 from ddpfix import clusterfile, local
 from ddpfix.cli import cli
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from conftest import ROOT, Sim, at_least, fabric_facts, firewall_fixture, nodeinfo, recorded
+
 from ddpfix.checks import Context, HostFacts, Thresholds, nccl_select, not_evaluated, run_checks
 from ddpfix.findings import RULES, Severity
 
@@ -860,7 +860,7 @@ def test_report_shows_not_evaluated_per_host(sim: Sim) -> None:
 
     from rich.console import Console
 
-    from ddpfix.cli.common import host_summaries
+    from ddpfix.audit import host_summaries
     from ddpfix.report import document, render_table
 
     _nonroot_firewall(sim, "node1")
@@ -918,7 +918,7 @@ def test_nccl_select_default_skips_docker_lo_virbr_and_keeps_index_order() -> No
 
 
 def test_nccl_select_default_prefers_ib() -> None:
-    ifaces = IFACES + [{"name": "ib0", "index": 99, "addrs": [{"family": "inet", "local": "10.9.0.1", "prefixlen": 24}]}]
+    ifaces = [*IFACES, {"name": "ib0", "index": 99, "addrs": [{"family": "inet", "local": "10.9.0.1", "prefixlen": 24}]}]
     assert _names(None, ifaces) == ["ib0"]
 
 

@@ -133,10 +133,10 @@ def _expand(line: str, samples: dict[str, str]) -> Iterator[list[str]]:
         if w.startswith("-") and "/" in w:
             w = w.split("/")[0]
         if not w.startswith("-") and "/" in w and variants[0][-1:] == ["lab"]:
-            variants = [v + [alt] for v in variants for alt in w.split("/")]
+            variants = [[*v, alt] for v in variants for alt in w.split("/")]
             continue
         w = samples.get(w, w)
-        variants = [v + [w] for v in variants]
+        variants = [[*v, w] for v in variants]
     yield from variants
 
 

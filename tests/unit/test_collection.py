@@ -45,8 +45,17 @@ def test_wheel_ships_every_playbook_and_the_collection_metadata() -> None:
 
 def test_roles_and_playbooks_name_modules_by_fqcn() -> None:
     modules = {p.stem for p in (ROOT / "plugins" / "modules").glob("*.py")}
+
+    def tasks(node: object) -> list[dict[str, object]]:
+        """Every task-like mapping (one with a `name`) in a YAML document; variables named like a module are not."""
+        if isinstance(node, list):
+            return [t for x in node for t in tasks(x)]
+        if isinstance(node, dict):
+            return ([node] if "name" in node else []) + [t for v in node.values() for t in tasks(v)]
+        return []
+
     for path in [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml"), *ROOT.glob("playbooks/*.yml")]:
-        text = path.read_text()
-        for mod in modules:
-            assert f" {mod}:" not in text.replace(f"ddpfix.cluster.{mod}:", ""), (path, mod)
+        for task in tasks(yaml.safe_load(path.read_text())):
+            for mod in modules:
+                assert mod not in task, (path, mod, task.get("name"))
     assert yaml.safe_load((ROOT / "galaxy.yml").read_text())["namespace"] == "ddpfix"

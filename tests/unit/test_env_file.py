@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, Sim, envfile, nodeinfo
 
 from ddpfix.plan import env_comment, env_not_ours, env_write_needed, plan_cluster, render_env
@@ -88,7 +87,7 @@ def test_old_whole_file_format_converted_keeping_user_keys() -> None:
     assert lib.ownership(OLD) == "header"
     text, superseded = lib.merge(OLD, VALUES, "node node2 (rank 1)")
     assert superseded == []
-    assert text.splitlines() == ["NCCL_DEBUG=WARN", ""] + BLOCK
+    assert text.splitlines() == ["NCCL_DEBUG=WARN", "", *BLOCK]
     assert lib.managed_text(OLD) == OLD
 
 

@@ -26,7 +26,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import envfile
 
 # ------------------------------------------------------------------ the parsers

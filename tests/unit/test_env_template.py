@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-
 from conftest import Sim, envfile
+
 from ddpfix.app import DdpfixError
 from ddpfix.envtemplate import render_body, render_file, write_needed
 from ddpfix.plan import env_comment, plan_cluster, render_env
@@ -53,7 +54,7 @@ def test_bad_template_output_is_refused_naming_the_variable(sim: Sim, tmp_path: 
 
 def test_missing_template_is_an_inventory_error(sim: Sim) -> None:
     sim.set_var(None, ddp_env_template="/nonexistent/ddp.env.j2")
-    with pytest.raises(DdpfixError, match="ddp_env_template '/nonexistent/ddp.env.j2': no readable file"):
+    with pytest.raises(DdpfixError, match=re.escape("ddp_env_template '/nonexistent/ddp.env.j2': no readable file")):
         sim.cluster()
 
 

@@ -58,7 +58,7 @@ def test_unreadable_port_is_unread_not_empty(tmp_path: Path) -> None:
     ports = tmp_path / "t" / "sys" / "class" / "infiniband" / "mlx5_0" / "ports"
     os.chmod(ports, 0)
     try:
-        facts, unread = fabric_module().collect(str(tmp_path / "t" / "sys"), str(tmp_path / "t" / "dev"), run_tools=False)
+        _facts, unread = fabric_module().collect(str(tmp_path / "t" / "sys"), str(tmp_path / "t" / "dev"), run_tools=False)
     finally:
         os.chmod(ports, 0o755)
     assert unread and unread[0]["source"] == "fabric"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import hosts_file_module, nodeinfo, recorded
 
 hf = hosts_file_module()
@@ -30,7 +29,7 @@ CORPUS = {"debian": DEBIAN, "debian-short": DEBIAN_SHORT, "stale": STALE, "docke
 
 def test_block_appended_after_existing_lines() -> None:
     text, removed = hf.render("127.0.0.1\tlocalhost\n", ENTRIES)
-    assert text.splitlines() == ["127.0.0.1\tlocalhost", ""] + BLOCK
+    assert text.splitlines() == ["127.0.0.1\tlocalhost", "", *BLOCK]
     assert removed == []
 
 

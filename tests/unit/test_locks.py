@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import load_role_module, nodeinfo, recorded
+
 from ddpfix import lock as ddlock
 from ddpfix import runner
 from ddpfix.app import DdpfixError, ExitCode

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conftest import Sim, nodeinfo, recorded
+
 from ddpfix.remediate import HostPlan, build_plan, not_effective
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-
 from conftest import Sim, nodeinfo
+
 from ddpfix.plan import CLUSTER_KEYS, effective_cidr, hosts_block, plan_cluster, render_env
 
 
@@ -45,7 +45,7 @@ def test_process_vars_need_one_process_per_node(sim: Sim) -> None:
     from ddpfix.app import DdpfixError
 
     sim.set_var(None, ddp_env_process_vars=True, ddp_nproc_per_node=2)
-    with pytest.raises(DdpfixError, match="ddp_env_process_vars.*ddp_nproc_per_node: 1"):
+    with pytest.raises(DdpfixError, match=r"ddp_env_process_vars.*ddp_nproc_per_node: 1"):
         sim.cluster()
     sim.set_var(None, ddp_env_process_vars="maybe", ddp_nproc_per_node=1)
     with pytest.raises(DdpfixError, match="ddp_env_process_vars must be a boolean, got 'maybe'"):

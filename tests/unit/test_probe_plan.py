@@ -8,7 +8,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from conftest import FACTS, Sim, probe_plan_module
 
 pp = probe_plan_module()
@@ -121,3 +120,15 @@ def test_hostile_peer_values_are_no_probe_targets() -> None:
     assert args["names"] == ["node3"]
     assert args["route_to"] == ["192.168.77.13"]
     assert [c["name"] for c in args["connect"] if c["kind"] == "peer"] == ["node3"]
+
+
+def test_only_live_nodes_are_dialled_facts_of_other_slices_still_resolved() -> None:
+    """A slice of the sliced fact-cache pattern: node1..node3 have cached facts, only node3 and node4 run now.
+    Their listeners are the only ones up: no connect to another slice's node (not even the master's port), but
+    every node with facts is still resolved and routed to."""
+    hv, order = _hostvars(4)
+    a = pp.ddpfix_probe_args(hv, "node3", order, "node1", 29500, 2, ["node3", "node4"])
+    assert a["connect"] == [{"name": "node4", "address": "192.168.77.14", "port": 40004, "kind": "peer"}]
+    assert a["names"] == ["node1", "node2", "node4"]
+    assert a["route_to"] == ["192.168.77.11", "192.168.77.12", "192.168.77.14"]
+    assert pp.ddpfix_probe_args(hv, "node3", order, "node1", 29500, 2, order) == _args(hv, order, "node3", peers=2)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import Sim
+
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.checks import Context, HostFacts, run_checks
 from ddpfix.remediate import build_plan, preflight, remediate_extravars
@@ -79,5 +79,5 @@ def test_preflight_refuses_bad_facts_and_unacknowledged_broad_cidr(sim: Sim) -> 
     sim.set_var(None, ddp_cluster_cidr_ack_broad=True)
     preflight(_ctx(sim, ["node1", "node2", "node3"]), {"node1": HostPlan(firewall="iptables")}, apply=True)
     sim.set_var(None, ddp_cluster_cidr="")
-    with pytest.raises(DdpfixError, match="the master node1 was not read .set ddp_cluster_cidr"):
+    with pytest.raises(DdpfixError, match=r"the master node1 was not read \(set ddp_cluster_cidr"):
         preflight(_ctx(sim, ["node2"]), {}, apply=True)

@@ -121,8 +121,8 @@ def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
             f"--user-data-dir={tmp_path / 'profile'}", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
-    cells = dict(((m[0], m[1]), m[2]) for m in re.findall(
-        r'data-row="([^"]+)" data-col="([^"]+)" data-state="([^"]+)"', dom))
+    cells = {(m[0], m[1]): m[2] for m in re.findall(
+        r'data-row="([^"]+)" data-col="([^"]+)" data-state="([^"]+)"', dom)}
     assert cells[("node3", "node2")] == "refused" and cells[("node2", "node3")] == "ok"
     assert cells[("node1", "node1")] == "self"
     assert "Root causes" in dom and "firewall.master-port-blocked" in dom

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 from conftest import ROOT
+
 from ddpfix import rules
 from ddpfix.remediate import HostPlan
 from ddpfix.rules import RULES
@@ -116,6 +117,7 @@ def test_markdown_generator_runs_as_a_module() -> None:
 
 def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
     from conftest import Sim
+
     from ddpfix import checks
     from ddpfix.findings import finding
 
@@ -134,6 +136,7 @@ def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
 
 def test_only_accepts_fixable_ids(tmp_path: Path) -> None:
     from click.testing import CliRunner
+
     from ddpfix.cli import cli
 
     inv = tmp_path / "hosts.yml"

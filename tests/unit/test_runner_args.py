@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ddpfix.app import DdpfixError
 from ddpfix.checks import Context, HostFacts
 from ddpfix.inventory import cluster_from_inventory_data
 from ddpfix.remediate import HostPlan, run_remediation
@@ -43,7 +44,7 @@ def test_5000_hosts_extravars_do_not_reach_the_command_line(monkeypatch: pytest.
         raise KeyboardInterrupt  # stop here: nothing runs
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
-    with pytest.raises(Exception):
+    with pytest.raises(DdpfixError):  # the KeyboardInterrupt, reported as an interrupted run
         run_remediation(ctx, plans, apply=False, limit=None, forks=None, verbosity=0, progress=None)
     cmd = seen["command"]
     assert max(len(a) for a in cmd) < 4096 and sum(len(a) for a in cmd) < 16384, [a[:80] for a in cmd]

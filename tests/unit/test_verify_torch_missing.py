@@ -27,7 +27,7 @@ def _results(sim: Any, monkeypatch: pytest.MonkeyPatch, stderr: dict[str, str]) 
 
 
 def test_torch_missing_everywhere_is_one_line(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    results = _results(sim, monkeypatch, {h: NO_TORCH for h in sim.docs})
+    results = _results(sim, monkeypatch, dict.fromkeys(sim.docs, NO_TORCH))
     line = verify.torch_missing_line(results)
     assert line is not None and "\n" not in line
     assert line.startswith(f"verify --torch: torch is missing on {', '.join(sim.docs)}: ")
@@ -42,13 +42,13 @@ def test_torch_missing_on_one_node_names_that_node(sim: Any, monkeypatch: pytest
 
 
 def test_ddp_python_not_found(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    results = _results(sim, monkeypatch, {h: NO_PYTHON for h in sim.docs})
+    results = _results(sim, monkeypatch, dict.fromkeys(sim.docs, NO_PYTHON))
     line = verify.torch_missing_line(results)
     assert line is not None and line.startswith("verify --torch: ddp_python is missing on ") and "/opt/nope" in line
 
 
 def test_other_failures_keep_the_table(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert verify.torch_missing_line(_results(sim, monkeypatch, {h: GLOO_WAIT for h in sim.docs})) is None
+    assert verify.torch_missing_line(_results(sim, monkeypatch, dict.fromkeys(sim.docs, GLOO_WAIT))) is None
 
 
 def test_cli_prints_one_line(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,7 +59,7 @@ def test_cli_prints_one_line(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import ddpfix.cli.verify as verify_cli
     from ddpfix.cli import cli
 
-    results = _results(sim, monkeypatch, {h: NO_TORCH for h in sim.docs})
+    results = _results(sim, monkeypatch, dict.fromkeys(sim.docs, NO_TORCH))
     monkeypatch.setattr(verify_cli, "cluster_of", lambda app: sim.cluster())
     monkeypatch.setattr(verify_cli, "run_audit", lambda *a, **k: SimpleNamespace(context=sim.context(), findings=[]))
     monkeypatch.setattr(verify_cli, "run_torch", lambda *a, **k: results)

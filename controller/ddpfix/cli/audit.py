@@ -5,15 +5,11 @@ from __future__ import annotations
 import click
 
 from ddpfix.app import Application, ExitCode
-from ddpfix.audit import run_audit
-from ddpfix.causes import attribute_causes
-from ddpfix.checks import Thresholds, not_evaluated
-from ddpfix.cli.common import (cluster_of, emit, global_options, host_summaries, output_options, probe_options,
-                               split_skipped)
-from ddpfix.matrix import connectivity_matrix, render_matrix_text
-from ddpfix.findings import Severity
+from ddpfix.audit import audit_report, failing, run_audit
+from ddpfix.checks import Thresholds
+from ddpfix.cli.common import cluster_of, emit, global_options, output_options, probe_options
+from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
-from ddpfix.report import document
 
 
 @click.command("audit")
@@ -39,21 +35,13 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
                            probe_peers=probe_peers, probe_timeout=probe_timeout, progress=progress,
                            thresholds=Thresholds(max_skew_s=max_skew))
     ctx = result.context
-    findings, skipped = split_skipped(attribute_causes(result.findings, cluster.master), skip, cluster)
-    grid = connectivity_matrix(ctx)
-    doc = document("audit", cluster.inventories,
-                   host_summaries(ctx.hosts, ctx.plan, ctx.cluster, not_evaluated(ctx, result.findings)), findings,
-                   {"cluster": {"master": cluster.master, "master_port": cluster.master_port, "cidr": ctx.cidr,
-                                "world_size": cluster.world_size},
-                    "matrix": grid if probe else None},
-                   skipped=skipped)
-    threshold = Severity.parse(fail_on)
-    failing = [f for f in findings if f.severity >= threshold]
-    code = ExitCode.FINDINGS if failing else ExitCode.OK
-    exit_line = (f"exit {int(code)}: {len(failing)} finding{'s' if len(failing) != 1 else ''} at or above {fail_on}"
-                 if failing else f"exit 0: nothing at or above {fail_on}")
+    doc, findings = audit_report(ctx, result.findings, probe=probe, skip=skip)
+    failing_ = failing(findings, fail_on)
+    code = ExitCode.FINDINGS if failing_ else ExitCode.OK
+    exit_line = (f"exit {int(code)}: {len(failing_)} finding{'s' if len(failing_) != 1 else ''} at or above {fail_on}"
+                 if failing_ else f"exit 0: nothing at or above {fail_on}")
     if matrix and fmt in ("text", "table"):
-        click.echo(render_matrix_text(grid) + "\n")
+        click.echo(render_matrix_text(doc["matrix"]) + "\n")
     emit(doc, fmt, output, exit_line)
     if code:
         raise SystemExit(int(code))

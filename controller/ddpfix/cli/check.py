@@ -31,15 +31,16 @@ def command(app: Application, local: bool, cluster_file: str, node: str | None, 
     Output and exit status follow LBNL NHC: healthy: exit 0, no output (-v: one OK line); a failure: one line
     `ERROR: ddpfix: <id>: <message>` (the first; -v: all) and exit 1; a missing or bad cluster file: exit 2.
     Checked: hostname not on loopback, peers resolve to their cluster addresses, the cluster interface exists,
-    is up and in the CIDR, the env file exists and matches the cluster file, the firewall lets the cluster CIDR reach the
-    master port and the ephemeral range, the time daemon is synchronised, the master port is outside the ephemeral
+    is up and in the CIDR, the env file exists and matches the cluster file, the firewall lets the cluster CIDR reach
+    the master port and the ephemeral range, the time daemon is synchronised, the master port is outside the ephemeral
     range. Findings listed in the inventory's ddp_skip_findings are accepted.
     """
     verbose = max(verbose, app.verbosity)
     if not local:
         raise DdpfixError("ddpfix check runs on the node itself: pass --local (ddpfix audit checks the whole cluster)",
                           ExitCode.INVALID_INPUT)
-    from ddpfix import clusterfile, local as loc
+    from ddpfix import clusterfile
+    from ddpfix import local as loc
 
     try:
         cluster, doc = clusterfile.load(cluster_file)

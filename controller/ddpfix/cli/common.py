@@ -12,10 +12,7 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.checks import HostFacts, active_firewalls, unread_of
 from ddpfix.inventory import Cluster, load_cluster
-from ddpfix.plan import NodePlan
-from ddpfix.findings import Finding
 from ddpfix.render import EXTENSIONS, FORMATS, RENDERERS, render_text
 from ddpfix.report import render_table, to_json
 
@@ -69,19 +66,6 @@ def output_options(f: F) -> F:
     return f
 
 
-def split_skipped(findings: list[Finding], skip: str | None, cluster: Cluster) -> tuple[list[Finding], list[Finding]]:
-    """(kept, skipped): findings accepted by --skip or ddp_skip_findings (`ID` anywhere, `ID@HOST` on one host)."""
-    from ddpfix.inventory import parse_skip
-
-    rules = set(cluster.skip_findings) | set(parse_skip(skip or "", "--skip"))
-    if not rules:
-        return findings, []
-    kept, skipped = [], []
-    for f in findings:
-        (skipped if f.id in rules or f"{f.id}@{f.host or 'cluster'}" in rules else kept).append(f)
-    return kept, skipped
-
-
 def render(doc: Mapping[str, Any], fmt: str, exit_line: str | None = None) -> str:
     if fmt == "json":
         return to_json(doc)
@@ -131,39 +115,3 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | Non
             click.echo(exit_line)
     else:
         sys.stdout.write(render(doc, fmt, exit_line))
-
-
-def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], cluster: Cluster,
-                   not_evaluated: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
-    """Per host: reachability, the main facts, what could not be read (`facts.unread`) and the checks that were
-    therefore not evaluated (`not_evaluated: [{id, reason}]`, present on every reachable host)."""
-    out: dict[str, Any] = {}
-    for node in cluster.nodes:
-        h = hosts.get(node.name)
-        if h is None:
-            continue
-        f = h.node or {}
-        plan = plans.get(node.name)
-        t = (f.get("time") or {})
-        fw = f.get("firewall") or {}
-        out[node.name] = {
-            "reachable": bool(h.reachable),
-            "address": node.address,
-            "rank": node.rank,
-            "facts": {} if not h.reachable else {
-                "hostname": f.get("hostname"),
-                "cluster_address": plan.address if plan else None,
-                "cluster_ifname": plan.ifname if plan else None,
-                "time_daemons": t.get("daemons"),
-                "chrony_synchronised": (t.get("chrony_tracking") or {}).get("synchronised"),
-                "firewall": active_firewalls(fw),
-                "env_file": (f.get("env_file") or {}).get("exists"),
-                "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
-                "unread": [{"source": k, "reason": v} for k, v in sorted(unread_of(f).items())],
-            },
-        }
-        if h.reachable:
-            out[node.name]["not_evaluated"] = list((not_evaluated or {}).get(node.name, []))
-        if not h.reachable:
-            out[node.name]["error"] = h.error
-    return out

@@ -24,11 +24,14 @@ from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 @click.command("env")
 @global_options
 @click.option("--apply", "apply", is_flag=True, help="Write the env file on every node (default: print them).")
-@click.option("--local-dir", type=click.Path(file_okay=False), help="Also write <host>.env files here, on this machine.")
-@click.option("--allow-partial", is_flag=True, help="Proceed when some nodes are unreachable (their ranks stay reserved).")
+@click.option("--local-dir", type=click.Path(file_okay=False),
+              help="Also write <host>.env files here, on this machine.")
+@click.option("--allow-partial", is_flag=True,
+              help="Proceed when some nodes are unreachable (their ranks stay reserved).")
 @click.option("--node", "node", metavar="NAME", help="Only this node's file (an inventory name).")
 @click.option("--stdout", "to_stdout", is_flag=True,
-              help="Print only the file of --node, as the block would be written, for a launch script (nothing is written).")
+              help="Print only the file of --node, as the block would be written, for a launch script "
+                   "(nothing is written).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sbatch"]), default="text", show_default=True,
               help="sbatch: print the `srun ... torchrun` line for these nodes (reads no node).")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
@@ -66,7 +69,8 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         raise DdpfixError("--node chooses the file printed; to write on some nodes use --limit", ExitCode.INVALID_INPUT)
     with Progress(cluster.names, "ddpfix env: facts",
                   enabled=None if fmt == "text" and not to_stdout else False) as progress:
-        ctx, _ = collect(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, probe=False, progress=progress)
+        ctx, _ = collect(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, probe=False,
+                         progress=progress)
     # written: the nodes read (--limit chooses them); the plan itself is the whole inventory's
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and not ctx.facts.get(n.name)]
     for host, problems in ctx.invalid.items():
@@ -81,8 +85,8 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         raise SystemExit(int(ExitCode.FINDINGS))
     unusable = [n for n, p in ctx.plan.items() if n in ctx.hosts and n not in missing and not p.address]
     if missing and not allow_partial:
-        click.echo(f"ddpfix: refused: {', '.join(missing)} unreachable; writing env files now would leave an incomplete "
-                   "rank set (ranks never shift). Fix the node or pass --allow-partial.", err=True)
+        click.echo(f"ddpfix: refused: {', '.join(missing)} unreachable; writing env files now would leave an "
+                   "incomplete rank set (ranks never shift). Fix the node or pass --allow-partial.", err=True)
         raise SystemExit(int(ExitCode.FINDINGS))
     if unusable:
         raise DdpfixError(f"no address in the cluster network {ctx.cidr} on: {', '.join(unusable)} "
@@ -96,7 +100,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         sys.stdout.write(files[node])  # type: ignore[index]
         return
     if apply:
-        not_ours = {n: why for n in files if (why := env_not_ours((ctx.facts.get(n) or {}).get("env_file") or {},
+        not_ours = {n: reason for n in files if (reason := env_not_ours((ctx.facts.get(n) or {}).get("env_file") or {},
                                                                   cluster.env_adopt))}
         if not_ours:  # refused before any node is touched, so no node gets a new file
             raise DdpfixError(env_refusal(not_ours), ExitCode.INVALID_INPUT)
@@ -113,7 +117,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     if apply:
         plans = {n: HostPlan(env=dict(ctx.plan[n].env), env_comment=env_comment(ctx.plan[n]),
                           env_key_comments=dict(ctx.plan[n].comments)) for n in files}
-        run, changes = run_remediation(ctx, plans, apply=True, limit=app.limit, forks=app.forks,
+        run, _changes = run_remediation(ctx, plans, apply=True, limit=app.limit, forks=app.forks,
                                        verbosity=app.verbosity, progress=None)
         failed = {h: r.message for h, r in run.hosts.items() if r.failed or r.unreachable}
         for h in sorted(files):

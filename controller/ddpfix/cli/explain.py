@@ -1,8 +1,10 @@
-"""`ddpfix explain`: which known failure an error log shows, the checks that look at its cause, and (with -i) the answer."""
+"""`ddpfix explain`: which known failure an error log shows, the checks that look at its cause, and (with -i) the
+answer."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from typing import IO
@@ -63,7 +65,7 @@ def _confirm(app: Application, diagnoses: list[Diagnosis]) -> bool:
 
 
 def _wrap(text: str, indent: str) -> str:
-    width = max(60, min(120, click.get_terminal_size()[0] if hasattr(click, "get_terminal_size") else 100))
+    width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
     return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -28,7 +29,7 @@ def slurm(nodelist: str | None, vars_file: str | None, output: str | None) -> No
 
     from ddpfix.slurm import inventory_from_allocation, inventory_yaml
 
-    extra = {}
+    extra: dict[str, Any] = {}
     if vars_file:
         extra = yaml.safe_load(Path(vars_file).read_text()) or {}
         if not isinstance(extra, dict):

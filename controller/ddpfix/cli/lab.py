@@ -106,7 +106,8 @@ def status_cmd(app: Application, name: str, fmt: str) -> None:
         doc["healthy"] = healthy
         click.echo(json.dumps(doc, indent=2))
     elif not st.nodes:
-        click.echo(f"lab {name}: " + ("partly present (no state file): run 'ddpfix lab down'" if st.exists else "not running"))
+        state = "partly present (no state file): run 'ddpfix lab down'" if st.exists else "not running"
+        click.echo(f"lab {name}: {state}")
     else:
         rows = [("node", "hostname", "address", "ifname", "pid", "alive", "sshd", "processes")]
         for n in st.nodes:
@@ -116,7 +117,7 @@ def status_cmd(app: Application, name: str, fmt: str) -> None:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         click.echo(f"lab {name}: {st.subnet}, scenario {', '.join(st.scenarios)}")
         for r in rows:
-            click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         click.echo(f"inventory: {st.inventory}")
     if st.exists and not healthy:
         raise SystemExit(int(ExitCode.FINDINGS))

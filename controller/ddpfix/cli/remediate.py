@@ -7,14 +7,23 @@ from rich.console import Console
 from rich.markup import escape
 
 from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.audit import run_audit
+from ddpfix.audit import host_summaries, run_audit, split_skipped
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import not_evaluated
-from ddpfix.cli.common import cluster_of, emit, global_options, host_summaries, output_options, split_skipped
+from ddpfix.cli.common import cluster_of, emit, global_options, output_options
 from ddpfix.findings import RULES, Finding
 from ddpfix.progress import Progress
-from ddpfix.remediate import (build_plan, cluster_files_refusal, failures_of, not_effective, preflight,
-                              remaining_fixable, run_remediation)
+from ddpfix.remediate import (
+    Change,
+    HostPlan,
+    build_plan,
+    cluster_files_refusal,
+    failures_of,
+    not_effective,
+    preflight,
+    remaining_fixable,
+    run_remediation,
+)
 from ddpfix.report import document
 from ddpfix.rules import fixable_ids
 
@@ -26,7 +35,8 @@ from ddpfix.rules import fixable_ids
               + ", ".join(fixable_ids()) + ".")
 @click.option("--allow-partial", is_flag=True, help="Write env files even when some nodes are unreachable.")
 @click.option("--pin-ifnames", is_flag=True,
-              help="Also write a systemd .link file pinning each node's cluster NIC name to its MAC (effective at next boot).")
+              help="Also write a systemd .link file pinning each node's cluster NIC name to its MAC "
+                   "(effective at next boot).")
 @output_options
 @click.pass_obj
 def command(app: Application, apply: bool, only: str | None, allow_partial: bool, pin_ifnames: bool, fmt: str,
@@ -59,9 +69,9 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     todo = {h: p for h, p in plans.items() if not p.empty}
     if ctx.invalid:  # a node returned values ddpfix will not write: refused even when nothing else is planned
         preflight(ctx, todo, apply=apply)
-    changes: list = []
+    changes: list[Change] = []
     failed: dict[str, str] = {}
-    changed: dict[str, int] = {h: 0 for h in sorted(plans)}
+    changed: dict[str, int] = dict.fromkeys(sorted(plans), 0)
     if todo:  # nothing planned anywhere: no play to run (and nothing to re-audit)
         with Progress(list(todo), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
                       enabled=None if not quiet else False) as progress:
@@ -78,7 +88,8 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     after = None
     if apply and not interrupted and (any(changed.values()) or failed):
         try:
-            with Progress(cluster.names, "ddpfix remediate: re-audit", enabled=None if not quiet else False) as progress:
+            with Progress(cluster.names, "ddpfix remediate: re-audit",
+                          enabled=None if not quiet else False) as progress:
                 after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
         except DdpfixError as exc:
             if exc.code != ExitCode.INTERRUPTED:
@@ -128,7 +139,8 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     raise SystemExit(int(code))
 
 
-def _exit_line(code: ExitCode, apply: bool, remaining: list, failed: dict, refusals: list, changes: list) -> str:
+def _exit_line(code: ExitCode, apply: bool, remaining: list[Finding], failed: dict[str, str], refusals: list[str],
+               changes: list[Change]) -> str:
     if code == ExitCode.INTERRUPTED:
         return "exit 6: interrupted; run the same command again to finish"
     if not apply:
@@ -148,7 +160,8 @@ def _not_effective_text(f: Finding) -> str:
             f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 
 
-def _print_changes(con: Console, changes: list, apply: bool, failed: dict, refusals: list, plans: dict) -> None:
+def _print_changes(con: Console, changes: list[Change], apply: bool, failed: dict[str, str], refusals: list[str],
+                   plans: dict[str, HostPlan]) -> None:
     verb = "changed" if apply else "would change"
     if not changes:
         con.print(f"[green]no changes[/] ({'applied' if apply else 'dry run'})")

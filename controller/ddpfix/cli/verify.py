@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from rich.console import Console
@@ -11,25 +12,28 @@ from rich.table import Table
 from ddpfix.app import Application, ExitCode
 from ddpfix.audit import run_audit
 from ddpfix.cli.common import cluster_of, global_options
+from ddpfix.nccl import DEFAULT_SIZES, format_size, parse_sizes
 from ddpfix.progress import Progress
 from ddpfix.report import SCHEMA, to_json
-from ddpfix.nccl import DEFAULT_SIZES, format_size, parse_sizes
 from ddpfix.verify import nccl_skip_line, run_nccl, run_torch, testinfra_checks, torch_missing_line
 
 
 @click.command("verify")
 @global_options
-@click.option("--torch", "torch_", is_flag=True, help="Also run a real torch.distributed Gloo all-reduce with torchrun.")
+@click.option("--torch", "torch_", is_flag=True,
+              help="Also run a real torch.distributed Gloo all-reduce with torchrun.")
 @click.option("--no-checks", is_flag=True, help="Skip the testinfra end-state checks (e.g. only the torch run).")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
               help="gloo: CPU all-reduce, one process per node. nccl: GPU all-reduce sweep, one process per GPU, with "
                    "bus bandwidth and the transport NCCL chose (implies --torch).")
 @click.option("--sizes", default=None, metavar="LIST",
               help="nccl: message sizes of the sweep, e.g. 8M,64M,1G (default 8M..1G, doubling).")
-@click.option("--iters", type=click.IntRange(1, 1000), default=20, show_default=True, help="nccl: timed all-reduces per size.")
+@click.option("--iters", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="nccl: timed all-reduces per size.")
 @click.option("--min-busbw", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GBPS",
               help="nccl: fail when the bus bandwidth at the largest size is below GBPS (GB/s).")
-@click.option("--pairs", is_flag=True, help="nccl: also run two-node sweeps over the ring of neighbour pairs (names the slow pair).")
+@click.option("--pairs", is_flag=True,
+              help="nccl: also run two-node sweeps over the ring of neighbour pairs (names the slow pair).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_obj
 def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes: str | None, iters: int,
@@ -54,12 +58,14 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
     torch_results = None
     nccl_doc = None
     if backend == "nccl":
-        with Progress(cluster.names, "ddpfix verify: NCCL all-reduce sweep", enabled=None if not quiet else False) as progress:
+        with Progress(cluster.names, "ddpfix verify: NCCL all-reduce sweep",
+                      enabled=None if not quiet else False) as progress:
             nccl_doc = run_nccl(audit.context, sizes=size_list, iters=iters, min_busbw=min_busbw, pairs=pairs,
                                 limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress,
                                 findings=audit.findings)
     elif torch_:
-        with Progress(cluster.names, "ddpfix verify: torch all-reduce", enabled=None if not quiet else False) as progress:
+        with Progress(cluster.names, "ddpfix verify: torch all-reduce",
+                      enabled=None if not quiet else False) as progress:
             torch_results = run_torch(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
                                       progress=progress, findings=audit.findings)
     ok = all(c.ok for c in checks) and (torch_results is None or all(r["ok"] for r in torch_results))
@@ -87,7 +93,8 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
             for col in ("host", "result", "detail"):
                 t.add_column(col, overflow="fold")
             for r in torch_results:
-                detail = (f"rank {r['result']['rank']}/{r['result']['world_size']} sum={r['result']['sum']} in {r['result']['seconds']}s"
+                res = r.get("result") or {}
+                detail = (f"rank {res['rank']}/{res['world_size']} sum={res['sum']} in {res['seconds']}s"
                           if r["ok"] else f"{r.get('error')}\nlikely cause: {r.get('cause')}")
                 t.add_row(r["host"], "[green]ok[/]" if r["ok"] else "[red]FAIL[/]", detail.replace("[", r"\["))
             con.print(t)
@@ -102,8 +109,9 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
     raise SystemExit(int(ExitCode.OK if ok else ExitCode.FINDINGS))
 
 
-def _print_nccl(con: Console, doc: dict) -> None:
-    t = Table(title="NCCL all-reduce sweep (torchrun, one process per GPU); busbw = algbw * 2(n-1)/n", title_justify="left")
+def _print_nccl(con: Console, doc: dict[str, Any]) -> None:
+    t = Table(title="NCCL all-reduce sweep (torchrun, one process per GPU); busbw = algbw * 2(n-1)/n",
+              title_justify="left")
     for col in ("host", "result", "transport", "size", "time (us)", "algbw GB/s", "busbw GB/s"):
         t.add_column(col, overflow="fold")
     for e in doc["gang"]:
@@ -112,10 +120,12 @@ def _print_nccl(con: Console, doc: dict) -> None:
         if not e.get("sweep"):
             t.add_row(e["host"], res, kind, "", "", "", (e.get("error") or "").replace("[", r"\["))
         for i, p in enumerate(e.get("sweep") or []):
-            t.add_row(e["host"] if i == 0 else "", res if i == 0 else "", kind if i == 0 else "", format_size(p["size"]),
+            first = i == 0
+            t.add_row(e["host"] if first else "", res if first else "", kind if first else "", format_size(p["size"]),
                       f"{p['time_us']:g}", f"{p['algbw']:g}", f"{p['busbw']:g}")
         if e.get("sweep") and e.get("error"):
-            t.add_row("", "", "", "", "", "", (e["error"] + "\nlikely cause: " + str(e.get("cause"))).replace("[", r"\["))
+            detail = e["error"] + "\nlikely cause: " + str(e.get("cause"))
+            t.add_row("", "", "", "", "", "", detail.replace("[", r"\["))
     con.print(t)
     if doc.get("pairs") is not None:
         pt = Table(title="NCCL two-node sweeps over the ring of pairs", title_justify="left")

@@ -21,8 +21,8 @@ PREFIX = "DDPFIX_NCCL_RESULT "
 def main() -> int:
     host = socket.gethostname()
     if not torch.cuda.is_available():
-        print(PREFIX + json.dumps({"ok": False, "hostname": host, "skipped": True,
-                                   "error": f"torch.cuda.is_available() is False on {host}: no GPU for NCCL"}), flush=True)
+        error = f"torch.cuda.is_available() is False on {host}: no GPU for NCCL"
+        print(PREFIX + json.dumps({"ok": False, "hostname": host, "skipped": True, "error": error}), flush=True)
         return 3
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)

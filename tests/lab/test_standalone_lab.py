@@ -1,0 +1,144 @@
+"""The playbooks stand alone: `ansible-playbook` finds what `ddpfix audit` finds, on one lab.
+
+One 3-node lab (module scope) with two faults: node2 and node3 put their hostname on 127.0.1.1
+(hosts.hostname-loopback) and node3's iptables rejects TCP to its ephemeral range (firewall.peer-ports-blocked,
+probe.peer-unreachable on the nodes that dial it). In order:
+
+- `ddpfix audit -i INV --format json` and `ansible-playbook -i INV playbooks/audit.yml -e ddpfix_report=PATH`
+  report the same findings (id, host, severity) in the same `ddpfix.report/v1` document;
+- the sliced fact-cache pattern (AWX job slicing): two `--limit` slices of the facts play write a jsonfile fact
+  cache, then the analysis alone (`-e ddpfix_collect=false`) reads it. Every finding from facts is the single
+  run's. Probes need both ends at once: a slice dials only the nodes of that slice (never a listener of another
+  slice, which is gone), so the probe findings over the cache are a subset of the single run's, never a false one;
+- `ansible-playbook playbooks/remediate.yml --check` plans and reports changes without the CLI
+  (`-e ddpfix_only=hosts.hostname-loopback`), and without --check (`--tags hosts.hostname-loopback`) fixes the
+  hostname fault and nothing else (the re-audit no longer reports it); last, as it changes the lab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ROOT / "playbooks"
+SCENARIO = "hostname-loopback,iptables-worker"
+ONLY = "hosts.hostname-loopback"
+
+
+def env(tmp: Path, **extra: str) -> dict[str, str]:
+    e = {**os.environ, "DDPFIX_STATE_DIR": str(tmp / "state"), "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1",
+         # the checkout's ddpfix package, as the action plugin finds it in a checkout without an install
+         "PYTHONPATH": os.pathsep.join([str(ROOT / "controller"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    for k in ("DDPFIX_INVENTORY", "DDPFIX_LIMIT", "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION"):
+        e.pop(k, None)
+    e.update(extra)
+    return e
+
+
+def playbook(name: str, inventory: Path, *args: str, tmp: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "ansible-playbook"
+    return subprocess.run([str(exe), "-i", str(inventory), str(PLAYBOOKS / name), *args], capture_output=True,
+                          text=True, timeout=600, env=env(tmp, **extra_env), cwd=str(tmp), check=False)
+
+
+def keys(doc: dict[str, Any]) -> set[tuple[str, str | None, str]]:
+    return {(f["id"], f["host"], f["severity"]) for f in doc["findings"]}
+
+
+def probe_ids(ks: set[tuple[str, str | None, str]]) -> set[tuple[str, str | None, str]]:
+    return {k for k in ks if k[0].startswith("probe.")}
+
+
+@pytest.fixture(scope="module")
+def lab_info(lab_factory):
+    return lab_factory(nodes=3, scenario=SCENARIO)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("standalone")
+
+
+@pytest.fixture(scope="module")
+def cli_doc(lab_info, work: Path) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", "-i", str(lab_info.inventory),
+                        "audit", "--format", "json"], capture_output=True, text=True, timeout=300, env=env(work),
+                       check=False)
+    assert r.returncode == 1, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def test_audit_playbook_reports_what_the_cli_reports(lab_info, work: Path, cli_doc: dict[str, Any]) -> None:
+    report = work / "audit.json"
+    r = playbook("audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", tmp=work)
+    assert r.returncode == 2, r.stdout[-4000:]  # the play fails: errors reach the default threshold (warning)
+    assert "findings at or above warning" in r.stdout
+    doc = json.loads(report.read_text())
+    assert doc["schema"] == cli_doc["schema"] == "ddpfix.report/v1"
+    assert keys(doc) == keys(cli_doc), (sorted(keys(doc)), sorted(keys(cli_doc)))
+    assert {("hosts.hostname-loopback", "node2", "error"), ("hosts.hostname-loopback", "node3", "error"),
+            ("firewall.peer-ports-blocked", "node3", "error"), ("probe.peer-unreachable", "node1", "error"),
+            ("probe.peer-unreachable", "node2", "error")} <= keys(doc)
+    assert doc["hosts"] == cli_doc["hosts"]
+    assert doc["summary"] == cli_doc["summary"]
+    # the threshold: nothing fails at ddpfix_fail_on=none, and the report is still written
+    r = playbook("audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
+                 "-e", "ddpfix_facts_probe=false", tmp=work)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert probe_ids(keys(json.loads(report.read_text()))) == set()
+
+
+def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, cli_doc: dict[str, Any]) -> None:
+    cache = work / "fact_cache"
+    cached = {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache)}
+    for limit in ("node1,node2", "node3"):
+        r = playbook("audit.yml", lab_info.inventory, "--limit", limit, "-e", "ddpfix_analyze=false", tmp=work,
+                     **cached)
+        assert r.returncode == 0, r.stdout[-4000:]
+        assert "ddpfix audit (analysis on the controller)" in r.stdout and "skipping: no hosts matched" in r.stdout
+    report = work / "sliced.json"
+    r = playbook("audit.yml", lab_info.inventory, "-e", "ddpfix_collect=false", "-e", f"ddpfix_report={report}",
+                 tmp=work, **cached)
+    assert r.returncode == 2, r.stdout[-4000:]
+    doc = json.loads(report.read_text())
+    single = keys(cli_doc)
+    sliced = keys(doc)
+    # every finding from facts is the single run's
+    assert sliced - probe_ids(sliced) == single - probe_ids(single), (sorted(sliced), sorted(single))
+    # probes: only within a slice, never a false failure across slices
+    assert probe_ids(sliced) <= probe_ids(single)
+    assert doc["summary"]["reachable"] == 3
+    # a node without facts in the cache is not read (never a pass): an empty cache reads nothing
+    empty = {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(work / "empty_cache")}
+    r = playbook("audit.yml", lab_info.inventory, "-e", "ddpfix_collect=false", "-e", f"ddpfix_report={report}",
+                 "-e", "ddpfix_fail_on=none", tmp=work, **empty)
+    assert r.returncode == 0, r.stdout[-4000:]
+    doc = json.loads(report.read_text())
+    assert doc["summary"]["reachable"] == 0
+    assert all(h["error"] == "no facts in the fact cache" for h in doc["hosts"].values())
+
+
+def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path) -> None:
+    r = playbook("remediate.yml", lab_info.inventory, "--check", "--diff", "-e", f"ddpfix_only={ONLY}", tmp=work)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "changed=0" not in r.stdout.split("PLAY RECAP")[-1].split("node3")[1].splitlines()[0], r.stdout[-2000:]
+    assert "127.0.1.1" in r.stdout  # the diff of /etc/hosts
+    # the fix tasks carry their finding ids as tags: the audit and plan plays run whatever --tags select
+    r = playbook("remediate.yml", lab_info.inventory, "--tags", ONLY, tmp=work)
+    assert r.returncode == 0, r.stdout[-4000:]
+    report = work / "after.json"
+    r = playbook("audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
+                 "-e", "ddpfix_facts_probe=false", tmp=work)
+    assert r.returncode == 0, r.stdout[-4000:]
+    after = keys(json.loads(report.read_text()))
+    assert not {k for k in after if k[0] == ONLY}, sorted(after)
+    assert ("firewall.peer-ports-blocked", "node3", "error") in after  # not in --tags: left as it was
