@@ -9,7 +9,8 @@ Each (size, variant, repeat) runs in a fresh child process (so its memory figure
 1. builds a clean cluster of M nodes with the shapes of the recorded clean 3-node cluster
    (tests/unit/fixtures/facts/clean3, read the same way as tests/unit/conftest.py's `Sim`): every node's
    `ddpfix_node` facts (interfaces, /etc/hosts, chrony tracking, the firewall state recorded on a real machine, an
-   env file with the values ddpfix would write, a host firewall admitting the cluster: `HOST_FIREWALL`) and its `ddpfix_probe` result (master + 2 ring-peer connects). Each
+   env file with the values ddpfix would write, a host firewall admitting the cluster: `HOST_FIREWALL`) and its
+   `ddpfix_probe` result (master + 2 ring-peer connects). Each
    node's facts are separate objects (as when each host's JSON is decoded on its own): equal firewall rule sets are
    equal in content, never shared. The variant is the shape of the facts:
 
@@ -80,19 +81,20 @@ def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
     addrs = [str(net[11 + i]) for i in range(m)]
     std_hosts = [e for e in peer_t["node"]["hosts_file"] if e["addr"] in ("127.0.0.1", "::1", "ff02::1", "ff02::2")]
     hosts_lines = std_hosts + [
-        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"} for i, (n, a) in enumerate(zip(names, addrs))
+        {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"}
+        for i, (n, a) in enumerate(zip(names, addrs, strict=True))
     ]
     hosts_json = json.dumps(hosts_lines)
     probe_ports = [40000 + i % 20000 for i in range(m)]
     inventory = {
-        "_meta": {"hostvars": {n: {"ansible_host": a} for n, a in zip(names, addrs)}},
+        "_meta": {"hostvars": {n: {"ansible_host": a} for n, a in zip(names, addrs, strict=True)}},
         "all": {"children": ["ungrouped", "ddp_nodes"]},
         "ddp_nodes": {"hosts": list(names)},
     }
     cluster = cluster_from_inventory_data(inventory)
     facts: dict[str, dict[str, Any]] = {}
     probes: dict[str, dict[str, Any]] = {}
-    for i, (n, a) in enumerate(zip(names, addrs)):
+    for i, (n, a) in enumerate(zip(names, addrs, strict=True)):
         t = master_t if i == 0 else peer_t
         node = copy.deepcopy(t["node"])
         node["cluster"] = {"address": a, "cidr": CIDR, "ifname": "eth0", "source": "cidr"}
@@ -116,15 +118,18 @@ def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
             "connects": [{"address": addrs[0], "error": None, "kind": "master", "name": names[0], "ok": True,
                           "port": 29500, "seconds": 0.0}]
             + [{"address": addrs[(i + k + 1) % m], "error": None, "kind": "peer",
-                "name": p, "ok": True, "port": probe_ports[(i + k + 1) % m], "seconds": 0.0} for k, p in enumerate(ring)],
-            "resolve": {p: [pa] for p, pa in zip(names, addrs) if p != n} if full else {},
-            "routes": {pa: {"dev": "eth0", "src": a, "type": None, "via": None} for pa in addrs if pa != a} if full else {},
+                "name": p, "ok": True, "port": probe_ports[(i + k + 1) % m], "seconds": 0.0}
+               for k, p in enumerate(ring)],
+            "resolve": {p: [pa] for p, pa in zip(names, addrs, strict=True) if p != n} if full else {},
+            "routes": ({pa: {"dev": "eth0", "src": a, "type": None, "via": None} for pa in addrs if pa != a}
+                       if full else {}),
         }
     # the env file ddpfix itself would write (a clean, remediated cluster)
     for n, p in plan_cluster(cluster, facts).items():
         facts[n]["env_file"] = {"exists": True, "path": "/etc/ddpfix/ddp.env", "values": dict(p.env)}
     collected = master_t["collected_at"]
-    hosts = {n: HostFacts(n, node=facts[n], probe=probes[n], collected_at=collected + facts[n]["now"] - master_t["node"]["now"])
+    hosts = {n: HostFacts(n, node=facts[n], probe=probes[n],
+                          collected_at=collected + facts[n]["now"] - master_t["node"]["now"])
              for n in names}
     return cluster, hosts
 
@@ -191,7 +196,7 @@ def _profile(cluster: Any, hosts: dict[str, Any]) -> list[dict[str, Any]]:
     pr.disable()
     st = pstats.Stats(pr)
     rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
         if "ddpfix" in file or file.endswith("analysis.py"):
             rows.append({"function": f"{Path(file).name}:{line}:{func}", "calls": nc, "tottime_s": round(tt, 3),
                          "cumtime_s": round(ct, 3)})
@@ -226,8 +231,8 @@ def run_one(m: int, variant: str, budget_s: float, profile: bool) -> dict[str, A
 
 # ---------------------------------------------------------------- driver
 
-_MEDIAN_KEYS = ("context_s", "checks_s", "plan_s", "render_env_s", "total_s", "cpu_s", "tracemalloc_peak_mb", "rss_peak_mb",
-                "rss_after_inputs_mb")
+_MEDIAN_KEYS = ("context_s", "checks_s", "plan_s", "render_env_s", "total_s", "cpu_s", "tracemalloc_peak_mb",
+                "rss_peak_mb", "rss_after_inputs_mb")
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -274,7 +279,8 @@ def run_sizes(sizes: list[int], variants: list[str], budget_s: float = 60, profi
             x = row["variants"][variant] = _median(runs)
             row["rss_after_inputs_mb"] = max(row.get("rss_after_inputs_mb", 0), x.get("rss_after_inputs_mb", 0))
             if x.get("timed_out"):
-                print(f"analysis {variant:10s} {m:>5} nodes: did not finish within {x['budget_s']:.0f} s", file=sys.stderr)
+                print(f"analysis {variant:10s} {m:>5} nodes: did not finish within {x['budget_s']:.0f} s",
+                      file=sys.stderr)
             else:
                 print(f"analysis {variant:10s} {m:>5} nodes (median of {len(runs)}): total {x['total_s']:.3f} s, "
                       f"CPU {x['cpu_s']:.3f} s "
@@ -296,14 +302,16 @@ def section(results: list[dict[str, Any]]) -> str:
              "the process's CPU time for the same; *peak RSS*: the "
              "controller process at its peak, the facts included. Targets (issue 10): < 2 s and < 500 MB at 2,000 "
              "nodes."), "",
-             "| nodes | facts | total s | CPU s | run_checks s | peak RSS MB | RSS after the facts MB | analysis allocations MB | findings |",
+             "| nodes | facts | total s | CPU s | run_checks s | peak RSS MB | RSS after the facts MB "
+             "| analysis allocations MB | findings |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         for v, x in r["variants"].items():
             if x.get("timed_out"):
                 lines.append(f"| {r['nodes']} | {v} | > {x['budget_s']:.0f} | – | – | – | – | – | – |")
                 continue
-            lines.append(f"| {r['nodes']} | {v} | **{x['total_s']:.2f}** | {x['cpu_s']:.2f} | {x['checks_s']:.2f} | **{x['rss_peak_mb']:.0f}** | "
+            lines.append(f"| {r['nodes']} | {v} | **{x['total_s']:.2f}** | {x['cpu_s']:.2f} | {x['checks_s']:.2f} | "
+                         f"**{x['rss_peak_mb']:.0f}** | "
                          f"{x['rss_after_inputs_mb']:.0f} | {x.get('tracemalloc_peak_mb', '–')} | {x['findings']} |")
     return "\n".join(lines) + "\n"
 

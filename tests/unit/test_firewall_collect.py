@@ -7,6 +7,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 
 from ddpfix import collection
 from ddpfix import firewall as evaluator
@@ -30,8 +31,8 @@ def _fake_run(outputs):
     calls = []
 
     def run(argv, timeout=10):
-        calls.append([os.path.basename(argv[0])] + argv[1:])
-        key = " ".join([os.path.basename(argv[0])] + argv[1:])
+        calls.append([os.path.basename(argv[0]), *argv[1:]])
+        key = " ".join([os.path.basename(argv[0]), *argv[1:]])
         return outputs.get(key, (127, "", "not found"))
     run.calls = calls
     return run
@@ -69,7 +70,7 @@ def test_collect_firewalld_cli_fallback():
 
 
 def test_module_is_stdlib_only_and_py36_syntax():
-    src = open(MOD_PATH).read()
+    src = Path(MOD_PATH).read_text()
     tree = ast.parse(src, feature_version=(3, 6))
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
@@ -144,7 +145,7 @@ def test_collect_reads_the_layers_concurrently_in_a_fixed_order():
     done = []
 
     def run(argv, timeout=10):
-        key = " ".join([os.path.basename(argv[0])] + argv[1:])
+        key = " ".join([os.path.basename(argv[0]), *argv[1:]])
         if key in outs:
             time.sleep({"iptables-save": 0.2, "ip6tables-save": 0.1}.get(key, 0))  # finish in reverse order
             barrier.wait()

@@ -426,7 +426,7 @@ def test_rulesets_share_equal_rules_despite_timestamps_and_counters(ipt):
 def test_rulesets_keep_different_rules_apart(ipt, nft):
     changed = dict(ipt, iptables=ipt["iptables"].replace("--dport 29600 -j ACCEPT", "--dport 29601 -j ACCEPT"))
     no_text = dict(nft, nft_text=None)
-    no_text2 = dict(no_text, nft={"nftables": nft["nft"]["nftables"][:-1] + [{"rule": {"family": "inet"}}]})
+    no_text2 = dict(no_text, nft={"nftables": [*nft["nft"]["nftables"][:-1], {"rule": {"family": "inet"}}]})
     rs = fw.Rulesets()
     ids = [rs.get(s)[0] for s in (ipt, changed, nft, no_text, no_text2, {})]
     assert len(set(ids)) == 6

@@ -18,5 +18,5 @@ from ddpfix.firewall.ruleset import (
 )
 from ddpfix.firewall.verdict import Action, LayerResult, Packet, Verdict
 
-__all__ = ["SCHEMA", "TEST_NET_SOURCES", "Action", "LayerResult", "Packet", "Ruleset", "Rulesets", "State", "Verdict", "evaluate",
-           "ports_blocked", "sample_ports", "world_open"]
+__all__ = ["SCHEMA", "TEST_NET_SOURCES", "Action", "LayerResult", "Packet", "Ruleset", "Rulesets", "State", "Verdict",
+           "evaluate", "ports_blocked", "sample_ports", "world_open"]

@@ -149,7 +149,8 @@ def parse_rich(rule: str) -> RichRule | None:
     return r
 
 
-def service_ports(fw: Firewalld, name: str, seen: set[str] | None = None) -> tuple[list[tuple[str, str]], list[str]] | None:
+def service_ports(fw: Firewalld, name: str,
+                  seen: set[str] | None = None) -> tuple[list[tuple[str, str]], list[str]] | None:
     """-> (ports [(p, proto)], protocols) of a service incl. its includes, or None if its definition is unknown."""
     seen = seen or set()
     svc = fw.services.get(name)

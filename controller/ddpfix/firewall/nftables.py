@@ -47,9 +47,10 @@ class Table:
 
     def is_iptables_nft(self) -> bool:
         """A table that iptables-nft created (its rules are counted by iptables-save already)."""
-        return self.name == "filter" and self.family in ("ip", "ip6") and bool(
-            {"INPUT", "FORWARD", "OUTPUT"} & set(self.chains)
-            or any("xt" in e for rs in self.rules.values() for r in rs for e in r.get("expr") or [] if isinstance(e, dict)))
+        if self.name != "filter" or self.family not in ("ip", "ip6"):
+            return False
+        return bool({"INPUT", "FORWARD", "OUTPUT"} & set(self.chains)) or any(
+            isinstance(e, dict) and "xt" in e for rs in self.rules.values() for r in rs for e in r.get("expr") or [])
 
 
 @dataclass
@@ -174,7 +175,7 @@ def _elem_match(kind: str, val: Any, el: Json) -> bool | None:
         return None
     if kind == "proto":
         num = PROTO_NUM.get(val)
-        return el == val or el == num or str(el) == str(num)
+        return el in (val, num) or str(el) == str(num)
     if kind == "iface":
         return iface_match(el, val, "*") if isinstance(el, str) else None
     if kind == "flags":
@@ -186,7 +187,7 @@ def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> bool
     kind, val = _left(m.get("left"), pkt)
     if kind == "false":
         return False
-    if val is None and kind != "iface" or kind == "?":
+    if (val is None and kind != "iface") or kind == "?":
         return None
     op: Json = m.get("op", "==")
     right: Json = m.get("right")
@@ -266,7 +267,8 @@ def _render(rule: dict[str, Json]) -> str:
                       sort_keys=True)
 
 
-def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool, skip_ipt_families: Collection[str | None]) -> LayerResult | None:
+def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
+             skip_ipt_families: Collection[str | None]) -> LayerResult | None:
     """Every base filter chain on prerouting/input of the packet's families must accept.
 
     ``skip_firewalld``: firewalld's own tables are evaluated through its zone model; ``skip_ipt_families``: families
@@ -295,7 +297,8 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool, skip_ipt_families: 
     for _, _, key, base in bases:
         t, label = tables[key], "nft {} {}".format(*key)
 
-        def decide(chain: str, n: int, rule: dict[str, Json], t: Table = t, label: str = label) -> tuple[Step, str | None, str]:
+        def decide(chain: str, n: int, rule: dict[str, Json], t: Table = t,
+                   label: str = label) -> tuple[Step, str | None, str]:
             handle = rule.get("handle")
             txt = rs.texts.get((t.family, t.name, chain, handle if isinstance(handle, int) else -1)) or _render(rule)
             ref = f"{label} {chain}: {txt}"
