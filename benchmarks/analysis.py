@@ -254,8 +254,10 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_sizes(sizes: list[int], variants: list[str], budget_s: float = 60, profile_at: int | None = None,
-              python: str = sys.executable, repeat: int = 3) -> list[dict[str, Any]]:
-    """{"nodes", "rss_after_inputs_mb", "variants": {variant: medians of the repeats}} per size."""
+              python: str = sys.executable, repeat: int = 1) -> list[dict[str, Any]]:
+    """{"nodes", "rss_after_inputs_mb", "variants": {variant: medians of the repeats}} per size.
+
+    One run per size and variant unless asked (benchmarks/run.py's time budget); the command line's default is 3."""
     results = []
     for m in sizes:
         row: dict[str, Any] = {"nodes": m, "variants": {}}
