@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Firewall facts for ddpfix: node-side collection only (stdlib only, Python >= 3.6).
 
 ``collect(run=None)`` runs on the node (read-only, short timeouts, missing binaries
@@ -68,36 +67,36 @@ def _default_run(argv, timeout=10):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return 124, "", "timeout after %ss" % timeout
+        return 124, "", f"timeout after {timeout}s"
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def _which(name):
     # type: (str) -> str
-    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]:
+    for d in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/sbin", "/sbin", "/usr/bin", "/bin"]:
         p = os.path.join(d, name)
         if d and os.path.isfile(p) and os.access(p, os.X_OK):
             return p
     return name  # let run() report "not found"
 
 
-class _Reader(object):
+class _Reader:
     """One layer's reads: their errors, unread sources and missing tools, kept apart from the other readers'."""
 
     def __init__(self, run):
         self.run, self.errors, self.unread, self.missing = run, [], [], []
 
     def text(self, argv, what, source=None):
-        rc, out, err = self.run([_which(argv[0])] + argv[1:], timeout=10)
+        rc, out, err = self.run([_which(argv[0]), *argv[1:]], timeout=10)
         if rc == 0:
             return out
         if rc == 127:
             if source:
                 self.missing.append(argv[0])
             return None
-        line = _first_line(err or out) or "rc=%s" % rc
-        reason = line if line.startswith(argv[0]) else "%s: %s" % (what, line)
-        self.errors.append("%s: rc=%s %s" % (what, rc, (err or out).strip()[:200]))
+        line = _first_line(err or out) or f"rc={rc}"
+        reason = line if line.startswith(argv[0]) else f"{what}: {line}"
+        self.errors.append(f"{what}: rc={rc} {(err or out).strip()[:200]}")
         if source:
             self.unread.append({"source": source, "reason": reason})
         return None
@@ -106,9 +105,9 @@ class _Reader(object):
         """Run fn(self); an unexpected exception makes the layer unread instead of failing the fact gathering."""
         try:
             fn(self)
-        except Exception as exc:
-            self.errors.append("%s: %s" % (source, exc))
-            self.unread.append({"source": source, "reason": "%s: %s" % (source, _first_line(str(exc)))})
+        except Exception as exc:  # noqa: BLE001 - any failure of one reader makes its layer unread, never the task
+            self.errors.append(f"{source}: {exc}")
+            self.unread.append({"source": source, "reason": f"{source}: {_first_line(str(exc))}"})
 
 
 def collect(run=None, use_dbus=True, proc="/proc"):
@@ -126,13 +125,13 @@ def collect(run=None, use_dbus=True, proc="/proc"):
         if rc == 0 and "running" in out and "not running" not in out:
             try:
                 state["firewalld"] = _collect_firewalld(r.run, use_dbus, r.errors)
-            except Exception as exc:  # never fail the whole fact gathering
-                r.errors.append("firewalld: %s" % exc)
+            except Exception as exc:  # noqa: BLE001 - never fail the whole fact gathering: the layer is unread
+                r.errors.append(f"firewalld: {exc}")
                 r.unread.append({"source": "firewalld", "reason": "firewalld runs but its configuration could not "
-                                 "be read: %s" % _first_line(str(exc))})
+                                 f"be read: {_first_line(str(exc))}"})
         elif rc not in (127, 252) and _process_running("firewalld", proc):
             # 252 = not running; a firewalld process that firewall-cmd cannot ask (D-Bus denied, timeout) is unread
-            reason = "firewall-cmd --state: %s" % (_first_line(err or out) or "rc=%s" % rc)
+            reason = "firewall-cmd --state: %s" % (_first_line(err or out) or f"rc={rc}")
             r.errors.append(reason)
             r.unread.append({"source": "firewalld", "reason": reason})
 
@@ -152,8 +151,8 @@ def collect(run=None, use_dbus=True, proc="/proc"):
         try:
             state["nft"] = json.loads(nj) if nj.strip() else {"nftables": []}
         except ValueError as exc:
-            r.errors.append("nft -j: unparsable JSON (%s)" % exc)
-            r.unread.append({"source": "nft", "reason": "nft -j list ruleset: unparsable JSON (%s)" % exc})
+            r.errors.append(f"nft -j: unparsable JSON ({exc})")
+            r.unread.append({"source": "nft", "reason": f"nft -j list ruleset: unparsable JSON ({exc})"})
         state["nft_text"] = r.text(["nft", "-a", "list", "ruleset"], "nft -a")
 
     jobs = [("firewalld", firewalld), ("iptables", iptables), ("ip6tables", ip6tables), ("nft", nft)]
@@ -195,7 +194,7 @@ def _process_running(comm, proc="/proc"):
             with open(os.path.join(proc, pid, "comm")) as fh:
                 if fh.read().strip() == comm:
                     return True
-        except (IOError, OSError):
+        except OSError:
             continue
     return False
 
@@ -219,14 +218,14 @@ def _collect_firewalld(run, use_dbus, errors):
         with open("/etc/firewalld/firewalld.conf") as fh:
             m = re.search(r"^\s*AllowZoneDrifting\s*=\s*(\S+)", fh.read(), re.M)
             fw["allow_zone_drifting"] = bool(m and m.group(1).lower() in ("yes", "true"))
-    except (IOError, OSError):
+    except OSError:
         pass
     get_service = None
     if use_dbus:
         try:
             get_service = _collect_firewalld_dbus(fw)
-        except Exception as exc:  # ImportError, DBusException, FirewallError
-            errors.append("firewalld D-Bus client unavailable, using firewall-cmd: %s" % exc)
+        except Exception as exc:  # noqa: BLE001 - ImportError, DBusException, FirewallError: use firewall-cmd
+            errors.append(f"firewalld D-Bus client unavailable, using firewall-cmd: {exc}")
             fw.update(zones={}, source="cli")
     get_service = get_service or _collect_firewalld_cli(fw, run)
     # services used by the zones directly or in rich rules, with their includes
@@ -242,8 +241,8 @@ def _collect_firewalld(run, use_dbus, errors):
             continue
         try:
             s = get_service(name)
-        except Exception as exc:
-            errors.append("firewalld service %r: %s" % (name, exc))
+        except Exception as exc:  # noqa: BLE001 - a service that cannot be read is reported, the zone still is
+            errors.append(f"firewalld service {name!r}: {exc}")
             continue
         fw["services"][name] = {"ports": [[str(p), str(q)] for p, q in s.get("ports") or []],
                                 "protocols": list(s.get("protocols") or []),
@@ -281,9 +280,10 @@ def parse_list_all(text):
             key, _, val = line.strip().partition(":")
             cur[key] = [] if key == "rich rules" else val.split()
     out = {}
+    def pp(z, k):
+        return [p.split("/", 1) for p in z.get(k) or [] if "/" in p]
     for name, z in zones.items():
-        pp = lambda k: [p.split("/", 1) for p in z.get(k) or [] if "/" in p]  # noqa: E731
-        d = dict(z, ports=pp("ports"), source_ports=pp("source-ports"), rich_rules=z.get("rich rules"),
+        d = dict(z, ports=pp(z, "ports"), source_ports=pp(z, "source-ports"), rich_rules=z.get("rich rules"),
                  target=(z.get("target") or [None])[0],
                  ingress_priority=(z.get("ingress-priority") or [0])[0])
         out[name] = dict(_norm_zone(d), _flags=z["_flags"])
@@ -293,9 +293,9 @@ def parse_list_all(text):
 def _collect_firewalld_cli(fw, run):
     """Fill fw from firewall-cmd text output; returns the service getter."""
     def fc(*args):
-        rc, out, err = run([_which("firewall-cmd")] + list(args), timeout=15)
+        rc, out, err = run([_which("firewall-cmd"), *list(args)], timeout=15)
         if rc != 0:
-            raise RuntimeError("firewall-cmd %s: rc=%s %s" % (" ".join(args), rc, err.strip()[:200]))
+            raise RuntimeError("firewall-cmd {}: rc={} {}".format(" ".join(args), rc, err.strip()[:200]))
         return out
 
     def service(name):  # `firewall-cmd --info-service=NAME`: "  ports: 80/tcp" lines

@@ -69,13 +69,12 @@ def test_collect_firewalld_cli_fallback():
     assert any("--info-service=ssh" in e for e in st["errors"])  # missing definition: reported
 
 
-def test_module_is_stdlib_only_and_py36_syntax():
+def test_module_is_stdlib_only_and_py37_syntax():
     src = Path(MOD_PATH).read_text()
-    tree = ast.parse(src, feature_version=(3, 6))
+    tree = ast.parse(src, feature_version=(3, 7))  # the nodes' Python floor (ansible-core 2.17, pyproject.toml)
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert mods <= {"__future__", "json", "os", "re", "subprocess", "threading", "firewall"}
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)]  # no f-strings
 
 
 def test_default_run_missing_binary_and_timeout():
