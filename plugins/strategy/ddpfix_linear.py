@@ -17,6 +17,7 @@ author: ddpfix
 """
 
 import os
+from typing import Any
 
 from ansible.playbook.handler import Handler
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy
@@ -24,8 +25,19 @@ from ansible.utils.display import Display
 
 display = Display()
 
-#: Tasks that still run after a stop request (the node-lock release).
-KEEP_PREFIX = "lock | "
+#: Tasks that still run after a stop request: the node lock's includes (role ddpfix_run, its lock and unlock task
+#: files), known by what they include, whatever they are named.
+LOCK_ROLE = "ddpfix_run"
+LOCK_TASK_FILES = ("lock", "unlock")
+
+
+def is_lock_include(task: Any) -> bool:
+    """An include_role/import_role of ddpfix_run's lock or unlock tasks (FQCN or short names)."""
+    if str(task.action).rsplit(".", 1)[-1] not in ("include_role", "import_role"):
+        return False
+    args = task.args or {}
+    return (str(args.get("name") or "").rsplit(".", 1)[-1] == LOCK_ROLE
+            and str(args.get("tasks_from") or "").removesuffix(".yml") in LOCK_TASK_FILES)
 
 
 def stop_requested() -> bool:
@@ -42,7 +54,7 @@ class StrategyModule(LinearStrategy):
             task = host_tasks[0][1]
             name = task.get_name() or ""
             if (isinstance(task, Handler) or task._role is not None
-                    or task.action in ("meta", "ansible.builtin.meta") or KEEP_PREFIX in name):
+                    or task.action in ("meta", "ansible.builtin.meta") or is_lock_include(task)):
                 return host_tasks  # a role that started finishes; the lock is always released
             display.display(f"ddpfix: stop requested, not starting: {name}")
             # the iterator has already moved these hosts past the task: dropping it skips it
