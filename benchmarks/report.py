@@ -497,6 +497,9 @@ def render_summary(sm: dict[str, Any]) -> str:
         spans = "; ".join(f"`{t['task'][:60]}` {t['span_s']} s (per host median {t['host_median_s']} s)"
                           for t in s.get("audit_tasks") or [])
         L.append(f"- N={s['n']}: {spans or '–'}")
+    extra = Path(__file__).resolve().parent / "analysis-at-scale.md"  # the analysis benchmark's section (its own run)
+    if extra.exists():
+        L += ["", extra.read_text().rstrip()]
     return "\n".join(L) + "\n"
 
 

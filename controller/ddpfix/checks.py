@@ -1,22 +1,20 @@
 """Every audit check, as pure functions over all hosts' facts (no I/O, no hosts needed to test).
 
 Per-node facts come from the ``ddpfix_node_facts`` module (readers in the role's module_utils), probe
-results from ``ddpfix_probe``. Firewall rule evaluation is the role's ``ddpfix_firewall`` module_utils,
-loaded here so the one implementation serves both sides.
+results from ``ddpfix_probe``. Firewall rule evaluation is the ``ddpfix.firewall`` package (the node's collector only
+reads the rule sets).
 """
 
 from __future__ import annotations
 
-import json
 import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from types import ModuleType
 from typing import Any
 
-from ddpfix import collection
+from ddpfix import firewall
 from ddpfix import rules as registry
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
@@ -122,10 +120,6 @@ def unread_of(facts: Mapping[str, Any] | None) -> dict[str, str]:
         if isinstance(u, Mapping) and u.get("source"):
             out.setdefault(str(u["source"]), str(u.get("reason") or "not read"))
     return out
-
-
-def firewall_lib() -> ModuleType:
-    return collection.module_utils("ddpfix_firewall")
 
 
 def _cluster_if(actual: str | None) -> str:
@@ -255,32 +249,41 @@ def check_facts(ctx: Context) -> Iterable[Finding]:
 
 
 class _FirewallMemo:
-    """The firewall evaluator, memoised per distinct rule set (clusters usually share one configuration)."""
+    """The firewall evaluator: one parsed rule set per distinct content and each answer memoised (clusters usually
+    share one configuration: 2,000 nodes are then parsed and evaluated once)."""
 
     def __init__(self) -> None:
-        self.fw = firewall_lib()
-        self.cache: dict[tuple[Any, ...], Any] = {}
+        self.rulesets = firewall.Rulesets()
+        self.evaluated: dict[tuple[int, str, int, str | None], firewall.Verdict] = {}
+        self.samples: dict[tuple[int, int, int, int], list[int]] = {}
+        self.open: dict[tuple[int, int | tuple[int, int], str, str | None], str | None] = {}
 
-    def _key(self, state: Mapping[str, Any]) -> str:
-        return json.dumps(state, sort_keys=True, default=str)
+    def ruleset(self, state: Mapping[str, Any]) -> tuple[int, firewall.Ruleset]:
+        return self.rulesets.get(state)
 
-    def evaluate(self, skey: str, state: Mapping[str, Any], src: str, port: int, iface: str | None) -> dict[str, Any]:
-        k = ("e", skey, src, port, iface)
-        if k not in self.cache:
-            self.cache[k] = self.fw.evaluate(state, src, port, iface=iface)
-        return self.cache[k]
+    def evaluate(self, key: int, rs: firewall.Ruleset, src: str, port: int, iface: str | None) -> firewall.Verdict:
+        k = (key, src, port, iface)
+        v = self.evaluated.get(k)
+        if v is None:
+            v = self.evaluated[k] = firewall.evaluate(rs, src, port, iface=iface)
+        return v
 
-    def sample_ports(self, skey: str, state: Mapping[str, Any], lo: int, hi: int, n: int) -> list[int]:
-        k = ("s", skey, lo, hi, n)
-        if k not in self.cache:
-            self.cache[k] = self.fw.sample_ports(state, lo, hi, n)
-        return self.cache[k]
+    def sample_ports(self, key: int, rs: firewall.Ruleset, lo: int, hi: int, n: int) -> list[int]:
+        k = (key, lo, hi, n)
+        if k not in self.samples:
+            self.samples[k] = firewall.sample_ports(rs, lo, hi, n)
+        return self.samples[k]
 
-    def world_open(self, skey: str, state: Mapping[str, Any], port: Any, cidr: str, iface: str | None) -> Any:
-        k = ("w", skey, port, cidr, iface)
-        if k not in self.cache:
-            self.cache[k] = self.fw.world_open(state, port, cidr, iface=iface)
-        return self.cache[k]
+    def world_open(self, key: int, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str,
+                   iface: str | None) -> str | None:
+        k = (key, port, cidr, iface)
+        if k not in self.open:
+            self.open[k] = firewall.world_open(rs, port, cidr, iface=iface)
+        return self.open[k]
+
+
+#: A finding without its host: (id, summary, evidence, details).
+_Outcome = tuple[str, str, str, dict[str, Any]]
 
 
 @rules(
@@ -299,52 +302,57 @@ class _FirewallMemo:
 def check_firewall(ctx: Context) -> Iterable[Finding]:
     memo = _FirewallMemo()
     # peer sources evaluated on each node: the first few cluster addresses (the node's own is skipped)
-    candidates = [ctx.plan[name].address for name, _ in ctx.audited() if ctx.plan[name].address]
+    candidates = [a for name, _ in ctx.audited() if (a := ctx.plan[name].address)]
     candidates = candidates[: ctx.thresholds.max_sources + 1]
+    # nodes with the same rule set, interface, sources, port range and role get the same answers: asked once
+    outcomes: dict[tuple[Any, ...], list[_Outcome]] = {}
     for name, f in ctx.audited():
-        state: Mapping[str, Any] = f.get("firewall") or {}
-        skey = memo._key(state)
+        skey, rs = memo.ruleset(f.get("firewall") or {})
         cl: Mapping[str, Any] = f.get("cluster") or {}
         iface = cl.get("ifname")
         own = ctx.plan[name].address
         sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
         sysctl: Mapping[str, Any] = f.get("sysctl") or {}
         lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
-        port = ctx.cluster.master_port
-        if name == ctx.cluster.master:
-            for src in sources:
-                v = memo.evaluate(skey, state, src, port, iface)
-                if not v.get("allowed", True):
-                    yield finding(
-                        "firewall.master-port-blocked", name,
-                        f"TCP {src} -> {port} would be {_past(v.get('verdict'))} by {v.get('layer')}",
-                        str(v.get("evidence")), cidr=ctx.cidr, port=port, layer=v.get("layer"),
-                    )
-                    break
-            open_ev = memo.world_open(skey, state, port, ctx.cidr, iface) if ctx.cidr else None
-            if open_ev:
-                yield finding("firewall.world-open", name, f"master port {port} is open to any source",
-                              str(open_ev), cidr=ctx.cidr)
-        blocked = None
+        master = name == ctx.cluster.master
+        key = (skey, iface, tuple(sources), int(lo), int(hi), master)
+        if key not in outcomes:
+            outcomes[key] = list(_firewall_outcomes(ctx, memo, skey, rs, iface, sources, (int(lo), int(hi)), master))
+        for fid, summary, evidence, details in outcomes[key]:
+            yield finding(fid, name, summary, evidence, **details)
+
+
+def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: int, rs: firewall.Ruleset, iface: str | None,
+                       sources: list[str], ephemeral: tuple[int, int], master: bool) -> Iterable[_Outcome]:
+    lo, hi = ephemeral
+    port = ctx.cluster.master_port
+    if master:
         for src in sources:
-            for p in memo.sample_ports(skey, state, int(lo), int(hi), ctx.thresholds.peer_port_samples):
-                v = memo.evaluate(skey, state, src, p, iface)
-                if not v.get("allowed", True):
-                    blocked = (src, p, v)
-                    break
-            if blocked:
+            v = memo.evaluate(skey, rs, src, port, iface)
+            if not v.allowed:
+                yield ("firewall.master-port-blocked", f"TCP {src} -> {port} would be {_past(v.verdict)} by {v.layer}",
+                       v.evidence, {"cidr": ctx.cidr, "port": port, "layer": v.layer})
+                break
+        open_ev = memo.world_open(skey, rs, port, ctx.cidr, iface) if ctx.cidr else None
+        if open_ev:
+            yield "firewall.world-open", f"master port {port} is open to any source", open_ev, {"cidr": ctx.cidr}
+    blocked = None
+    for src in sources:
+        for p in memo.sample_ports(skey, rs, lo, hi, ctx.thresholds.peer_port_samples):
+            v = memo.evaluate(skey, rs, src, p, iface)
+            if not v.allowed:
+                blocked = (src, p, v)
                 break
         if blocked:
-            src, p, v = blocked
-            yield finding(
-                "firewall.peer-ports-blocked", name,
-                f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.get('verdict'))} by {v.get('layer')}",
-                str(v.get("evidence")), cidr=ctx.cidr, range=f"{lo}-{hi}", layer=v.get("layer"),
-            )
-        open_ev = memo.world_open(skey, state, (int(lo), int(hi)), ctx.cidr, iface) if ctx.cidr else None
-        if open_ev:
-            yield finding("firewall.world-open", name, f"ephemeral range {lo}-{hi} is open to any source",
-                          str(open_ev), cidr=ctx.cidr)
+            break
+    if blocked:
+        src, p, v = blocked
+        yield ("firewall.peer-ports-blocked",
+               f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.verdict)} by {v.layer}",
+               v.evidence, {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "layer": v.layer})
+    open_ev = memo.world_open(skey, rs, (lo, hi), ctx.cidr, iface) if ctx.cidr else None
+    if open_ev:
+        yield "firewall.world-open", f"ephemeral range {lo}-{hi} is open to any source", open_ev, {"cidr": ctx.cidr}
 
 
 # ---------------------------------------------------------------- probes

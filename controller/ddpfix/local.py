@@ -16,9 +16,20 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from ddpfix import collection
-from ddpfix.checks import (Context, HostFacts, check_env, check_facts, check_firewall, check_hostnames,
-                           check_interfaces, check_master_addr, check_resolution, check_sysctls, check_time,
-                           _from_placeholder)
+from ddpfix.checks import (
+    Context,
+    HostFacts,
+    _from_placeholder,
+    check_env,
+    check_facts,
+    check_firewall,
+    check_hostnames,
+    check_interfaces,
+    check_master_addr,
+    check_resolution,
+    check_sysctls,
+    check_time,
+)
 from ddpfix.findings import Finding, Severity, sort_key
 from ddpfix.inventory import Cluster
 from ddpfix.nodefacts import NodeFacts
@@ -44,7 +55,7 @@ def collect_local(cluster: Cluster, doc: Mapping[str, Any], node: str | None) ->
     mod = node_facts_module()
     master = next((n for n in doc["nodes"] if n["name"] == cluster.master), None) or {}
     me = _which(doc, node)
-    params = {"cluster_cidr": cluster.cluster_cidr or "", "master_address": master.get("address") or cluster.master,
+    params: dict[str, Any] = {"cluster_cidr": cluster.cluster_cidr or "", "master_address": master.get("address") or cluster.master,
               "master_port": cluster.master_port, "is_master": me == cluster.master if me else False,
               "socket_ifname": (cluster.node(me).socket_ifname if me else None) or "", "env_path": cluster.env_path,
               "probe": None, "lock_path": "/run/ddpfix.lock", "run_id": "",

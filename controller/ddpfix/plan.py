@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, cast
 
-from ddpfix import fabric as fab
 from ddpfix import collection
+from ddpfix import fabric as fab
 from ddpfix.inventory import Cluster, Node, is_hostname
 from ddpfix.nodefacts import NodeFacts
 
@@ -264,9 +264,11 @@ def common_gid_index(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | N
             idx[n.name] = i
             versions.append(fab.version_tuple(fab.fabric(f).get("nccl_version")))
     values = set(idx.values())
-    if len(values) != 1 or None in values:
+    if len(values) != 1:
         return None
     (i,) = values
+    if i is None:
+        return None
     if versions and all(v is not None and v[:2] >= fab.NCCL_AUTO_GID for v in versions):
         return None  # NCCL >= 2.21 finds the RoCE v2 GID itself
     if i == fab.NCCL_OLD_DEFAULT_GID:
@@ -322,7 +324,8 @@ def env_comment(plan: NodePlan) -> str:
 
 
 def render_env(plan: NodePlan) -> str:
-    """The env file ddpfix writes where none exists: its managed block alone (an existing file keeps its other lines)."""
+    """The env file ddpfix writes where none exists: its managed block alone (an existing file keeps its other
+    lines)."""
     return "\n".join(envfile_lib().render_block(plan.env, env_comment(plan), plan.comments)) + "\n"
 
 
@@ -342,9 +345,16 @@ def env_not_ours(env_file: Mapping[str, Any], adopt: bool) -> str | None:
     if env_file.get("exists") and not env_file.get("readable", True):
         return f"ddp_env_path {path} exists but cannot be read: {env_file.get('error') or 'not readable'}"
     lib = envfile_lib()
-    if env_file.get("exists") and env_file.get("owner") == "foreign" and not lib.may_adopt(path, env_file.get("target"), adopt):
-        return (f"ddp_env_path {path} exists and was not written by ddpfix (no '{lib.BEGIN}'): "
-                "set ddp_env_adopt: true to add ddpfix's block to it (its other lines are kept), or choose another ddp_env_path")
+    if (
+        env_file.get("exists")
+        and env_file.get("owner") == "foreign"
+        and not lib.may_adopt(path, env_file.get("target"), adopt)
+    ):
+        return (
+            f"ddp_env_path {path} exists and was not written by ddpfix (no '{lib.BEGIN}'): "
+            "set ddp_env_adopt: true to add ddpfix's block to it (its other lines are kept), "
+            "or choose another ddp_env_path"
+        )
     return None
 
 

@@ -8,6 +8,7 @@ none, and returns typed per-host results.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -300,10 +301,8 @@ class _Interrupt:
     def _handler(self, signum: int, frame: object) -> None:
         self.signals += 1
         if self.signals == 1:
-            try:
+            with contextlib.suppress(OSError):
                 self.stop_file.write_text(f"{signal.Signals(signum).name}\n")
-            except OSError:
-                pass
             print("ddpfix: interrupted: finishing the running tasks, starting no new one "
                   "(interrupt again to kill the run now)", file=sys.stderr, flush=True)
         elif self.signals == 2:

@@ -1,5 +1,9 @@
 """GPU fabric checks on real lab hosts: synthetic RDMA sysfs trees per node (see scenarios.fabric_everywhere), the
-facts module reading them over SSH, the findings through `ddpfix audit -i INV`, memlock fixed by `remediate --apply`."""
+facts module reading them over SSH, the findings through `ddpfix audit -i INV`, memlock fixed by `remediate --apply`.
+
+One 2-node lab serves every case: a fabric scenario differs from `clean` only in node files and inventory
+variables, so `apply_fabric` switches the running lab to each case in place (as `lab up --scenario CASE` would
+have built it) before the audit."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from ddpfix.cli import cli
+from ddpfix.lab.scenarios import apply_fabric
 
 pytestmark = pytest.mark.lab
 
@@ -43,17 +48,23 @@ FABRIC_CASES = [
 LAB_COVERED = {fid for _, want in FABRIC_CASES for fid, _ in want} | {"fabric.memlock-low"}
 
 
+@pytest.fixture(scope="module")
+def fabric_lab(lab_factory: Any) -> Any:
+    """The module's one lab, built by `lab up` with the first case; each test applies its own case to it."""
+    return lab_factory(nodes=2, scenario=FABRIC_CASES[0][0], wait_sync=False)
+
+
 @pytest.mark.parametrize(("scenario", "want"), FABRIC_CASES)
-def test_scenario_yields_its_finding(temp_lab: Any, scenario: str, want: set[tuple[str, str | None]]) -> None:
-    info = temp_lab(nodes=2, scenario=scenario, wait_sync=False)
-    code, doc = ddpfix_json(str(info.inventory), "audit")
+def test_scenario_yields_its_finding(fabric_lab: Any, scenario: str, want: set[tuple[str, str | None]]) -> None:
+    apply_fabric(fabric_lab, scenario)
+    code, doc = ddpfix_json(str(fabric_lab.inventory), "audit")
     assert code == 1
     assert fabric_findings(doc) == want, doc["findings"]
 
 
-def test_memlock_low_found_and_fixed_for_new_logins(temp_lab: Any) -> None:
-    info = temp_lab(nodes=2, scenario="fabric-memlock-low", wait_sync=False)
-    inv = str(info.inventory)
+def test_memlock_low_found_and_fixed_for_new_logins(fabric_lab: Any) -> None:
+    apply_fabric(fabric_lab, "fabric-memlock-low")
+    inv = str(fabric_lab.inventory)
     code, doc = ddpfix_json(inv, "audit")
     assert fabric_findings(doc) == {("fabric.memlock-low", "node2")}, doc["findings"]
     f = next(f for f in doc["findings"] if f["id"] == "fabric.memlock-low")
@@ -69,18 +80,20 @@ def test_memlock_low_found_and_fixed_for_new_logins(temp_lab: Any) -> None:
     assert again["changed"].get("node2", 0) == 0, again["changes"]
 
 
-def test_clean_lab_has_no_fabric_facts_or_findings(clean_lab: Any) -> None:
-    _code, doc = ddpfix_json(str(clean_lab.inventory), "audit")
+def test_clean_lab_has_no_fabric_facts_or_findings(fabric_lab: Any) -> None:
+    apply_fabric(fabric_lab, "clean")  # back to what `lab up --scenario clean` builds
+    _code, doc = ddpfix_json(str(fabric_lab.inventory), "audit")
     assert not fabric_findings(doc), doc["findings"]
 
 
 @pytest.mark.torch
-def test_verify_nccl_on_the_lab(clean_lab: Any) -> None:
+def test_verify_nccl_on_the_lab(fabric_lab: Any) -> None:
     """One real NCCL sweep where the nodes have a GPU; without one the command says so per node and the test skips."""
     torch = pytest.importorskip("torch")
-    r = CliRunner().invoke(cli, ["-i", str(clean_lab.inventory), "env", "--apply"], catch_exceptions=False)
+    apply_fabric(fabric_lab, "clean")
+    r = CliRunner().invoke(cli, ["-i", str(fabric_lab.inventory), "env", "--apply"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    code, doc = ddpfix_json(str(clean_lab.inventory), "verify", "--backend", "nccl", "--no-checks", "--sizes", "8M,64M",
+    code, doc = ddpfix_json(str(fabric_lab.inventory), "verify", "--backend", "nccl", "--no-checks", "--sizes", "8M,64M",
                             "--iters", "5")
     gang = doc["nccl"]["gang"]
     if not torch.cuda.is_available():

@@ -30,7 +30,9 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
     wheel = next((base / "dist").glob("ddpfix-*.whl"))
     venv = base / "venv"
     subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=120)
-    r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", str(wheel)],
+    # --no-compile: byte-compiling the ~16k modules of ansible and its collections costs minutes; Python compiles
+    # what it imports, and the lab runs only a few of them
+    r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-compile", str(wheel)],
                        check=False, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "ANSIBLE_", "DDPFIX_"))}

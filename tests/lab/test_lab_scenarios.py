@@ -1,4 +1,5 @@
-"""Each lab scenario really builds its fault (one 3-node lab per scenario, checked inside the nodes)."""
+"""Each lab scenario really builds its fault (one 3-node lab per scenario, checked inside the nodes; the fabric
+scenarios share one lab that apply_fabric switches from scenario to scenario)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from ddpfix import lab
-from ddpfix.lab.scenarios import PUBLIC_MASTER_ADDR, SCENARIOS, SSH_SETUPS, WRONG_PEER_ADDR
+from ddpfix.lab.scenarios import PUBLIC_MASTER_ADDR, SCENARIOS, SSH_SETUPS, WRONG_PEER_ADDR, apply_fabric
 
 LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); time.sleep(30)"
 
@@ -469,13 +470,32 @@ def test_every_scenario_is_checked_and_documented() -> None:
         assert s.name in ("clean", "hosts-bindmount", "docker-tables", *SSH_SETUPS) or s.findings, s.name
 
 
+#: Fabric scenarios differ from `clean` only in node files and inventory variables: one lab, switched in place.
+FABRIC_SCENARIOS = [s for s in CHECKS if s.startswith("fabric-")]
+
+
 @pytest.mark.lab
-@pytest.mark.parametrize("scenario", list(CHECKS))
+@pytest.mark.parametrize("scenario", [s for s in CHECKS if s not in FABRIC_SCENARIOS])
 def test_scenario_builds_its_fault(scenario: str, temp_lab) -> None:
     info = temp_lab(nodes=3, scenario=scenario)
     CHECKS[scenario](info)
     # every node stays reachable over SSH with strict host key checking
     for n in info.nodes:
+        assert lab.ssh_banner(n.address)
+
+
+@pytest.fixture(scope="module")
+def fabric_lab(lab_factory):
+    """Built by `lab up` with the first fabric scenario; apply_fabric gives it each other one as `up` would."""
+    return lab_factory(nodes=3, scenario=FABRIC_SCENARIOS[0], wait_sync=False)
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("scenario", FABRIC_SCENARIOS)
+def test_fabric_scenario_builds_its_fault(scenario: str, fabric_lab) -> None:
+    apply_fabric(fabric_lab, scenario)
+    CHECKS[scenario](fabric_lab)
+    for n in fabric_lab.nodes:
         assert lab.ssh_banner(n.address)
 
 

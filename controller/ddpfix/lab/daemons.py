@@ -138,17 +138,39 @@ def _start_nodes(rt: Runtime) -> None:
                       [str(d / "log"), "/var/log"],
                       [str(d / "chrony"), "/var/lib/chrony"], [str(d / "machine-id"), "/var/lib/dbus/machine-id"]],
         }
-        argv = ["nsenter", f"--net=/run/netns/{n.netns}", "--",
-                "unshare", "--mount", "--uts", "--ipc", "--pid", "--fork", "--kill-child=SIGKILL", "--propagation", "private", "--",
-                *DROP_SYS_TIME, "/usr/bin/python3", "-I", "-c", (_PKG / "_nodeinit.py").read_text(), json.dumps(cfg)]
+        argv = [
+            "nsenter",
+            f"--net=/run/netns/{n.netns}",
+            "--",
+            "unshare",
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--pid",
+            "--fork",
+            "--kill-child=SIGKILL",
+            "--propagation",
+            "private",
+            "--",
+            *DROP_SYS_TIME,
+            "/usr/bin/python3",
+            "-I",
+            "-c",
+            (_PKG / "_nodeinit.py").read_text(),
+            json.dumps(cfg),
+        ]
         launches.append([argv, str(sdir / "logs" / f"{n.name}.log")])
     launch_file = sdir / "launches.json"
     launch_file.write_text(json.dumps(launches))
-    sup = subprocess.Popen(
-        [*DROP_SYS_TIME, "/usr/bin/python3", "-I", "-c", (_PKG / "_supervisor.py").read_text(), str(launch_file)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(sdir / "logs" / "supervisor.log", "ab"),
-        start_new_session=True, close_fds=True,
-    )
+    with open(sdir / "logs" / "supervisor.log", "ab") as sup_log:  # the child keeps its own copy of the descriptor
+        sup = subprocess.Popen(
+            [*DROP_SYS_TIME, "/usr/bin/python3", "-I", "-c", (_PKG / "_supervisor.py").read_text(), str(launch_file)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=sup_log,
+            start_new_session=True,
+            close_fds=True,
+        )
     start = None
     _wait(lambda: _proc_start(sup.pid) is not None or sup.poll() is not None, 2, "the lab supervisor")
     start = _proc_start(sup.pid)
@@ -171,7 +193,7 @@ def _start_nodes(rt: Runtime) -> None:
     def all_ready() -> bool:
         if sup.poll() is not None and not all((rt.node_dir(n) / "ready.json").exists() for n in plan.nodes):
             raise LabError(f"the node launcher exited early: {_log_tail(sdir)}", ExitCode.RUN_FAILED)
-        return all([ready(n) for n in plan.nodes])
+        return all(ready(n) for n in plan.nodes)
 
     _wait(all_ready, 15, "the nodes to start")
 
@@ -201,9 +223,23 @@ def chrony_tracking(name: str, node: str) -> dict[str, str] | None:
     res = node_exec(name, node, ["chronyc", "-c", "tracking"], check=False, timeout=10)
     if res.returncode != 0 or not res.stdout.strip():
         return None
-    keys = ["ref_id", "ref_name", "stratum", "ref_time", "system_time", "last_offset", "rms_offset", "frequency",
-            "residual_freq", "skew", "root_delay", "root_dispersion", "update_interval", "leap_status"]
-    return dict(zip(keys, res.stdout.strip().split(",")))
+    keys = [
+        "ref_id",
+        "ref_name",
+        "stratum",
+        "ref_time",
+        "system_time",
+        "last_offset",
+        "rms_offset",
+        "frequency",
+        "residual_freq",
+        "skew",
+        "root_delay",
+        "root_dispersion",
+        "update_interval",
+        "leap_status",
+    ]
+    return dict(zip(keys, res.stdout.strip().split(","), strict=False))
 
 
 def wait_synchronised(name: str, timeout: float = 30.0) -> None:
@@ -224,11 +260,14 @@ def wait_synchronised(name: str, timeout: float = 30.0) -> None:
     try:
         _wait(check, timeout, "chrony to synchronise", interval=0.25)
     except LabError:
-        raise LabError(f"chrony not synchronised after {timeout:g} s on {', '.join(pending)}", ExitCode.RUN_FAILED) from None
+        raise LabError(
+            f"chrony not synchronised after {timeout:g} s on {', '.join(pending)}", ExitCode.RUN_FAILED
+        ) from None
 
 
-def node_exec(name: str, node: str, argv: Sequence[str], *, input: str | None = None, check: bool = True,
-              timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def node_exec(
+    name: str, node: str, argv: Sequence[str], *, input: str | None = None, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run argv inside a node (all its namespaces, CAP_SYS_TIME dropped, clean env with TMPDIR).
 
     Returns the CompletedProcess (text); raises LabError when `check` and the exit status is not 0."""
@@ -289,6 +328,20 @@ def _sshd_answers(state: LabState, node: str, timeout: float = 0.5) -> bool:
     addr, port, bastion = state["nodes"][node]["address"], state.get("ssh_port", SSH_PORT), state.get("bastion")
     if not bastion or bastion == node:
         return ssh_banner(addr, port, timeout)
-    res = _run(["ip", "netns", "exec", state["nodes"][bastion]["netns"], "nc", "-z", "-w", str(max(1, round(timeout))),
-                addr, str(port)], check=False, timeout=10)
+    res = _run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            state["nodes"][bastion]["netns"],
+            "nc",
+            "-z",
+            "-w",
+            str(max(1, round(timeout))),
+            addr,
+            str(port),
+        ],
+        check=False,
+        timeout=10,
+    )
     return res.returncode == 0

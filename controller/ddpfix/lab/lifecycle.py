@@ -89,7 +89,9 @@ def up(name: str = DEFAULT_NAME, nodes: int = DEFAULT_NODES, scenario: str | Seq
     inv_dir = Path(inventory_dir if inventory_dir is not None else Path("inventories") / "lab").absolute()
     with _locked(name):
         if state_dir(name).exists() or _lab_netns(name) or _link_exists(host_link(name)):
-            raise LabError(f"lab {name!r} already exists: run 'ddpfix lab down --name {name}' first", ExitCode.INVALID_INPUT)
+            raise LabError(
+                f"lab {name!r} already exists: run 'ddpfix lab down --name {name}' first", ExitCode.INVALID_INPUT
+            )
         for f in ["hosts.yml", *_inventory_side_files(plan)]:
             _check_inventory_free(inv_dir / f, name)
         _check_subnet_free(plan)
@@ -98,7 +100,7 @@ def up(name: str = DEFAULT_NAME, nodes: int = DEFAULT_NODES, scenario: str | Seq
         except BaseException as exc:
             try:
                 _teardown(name)
-            except Exception as exc2:  # pragma: no cover - reported with the original error
+            except Exception as exc2:  # noqa: BLE001 - reported with the original error, which is re-raised
                 raise LabError(f"{_msg(exc)}; cleanup also failed: {_msg(exc2)}", ExitCode.RUN_FAILED) from exc
             if isinstance(exc, LabError):
                 raise
@@ -116,11 +118,19 @@ def _check_inventory_free(path: Path, name: str) -> None:
         return
     head = path.read_text(errors="replace")[:300]
     if not head.startswith(INVENTORY_MARKER):
-        raise LabError(f"{path} exists and was not written by 'ddpfix lab up': pass another --inventory-dir",
-                       ExitCode.INVALID_INPUT)
-    other = head.splitlines()[0].removeprefix(INVENTORY_MARKER).strip().split()[0] if head.splitlines()[0] != INVENTORY_MARKER else ""
+        raise LabError(
+            f"{path} exists and was not written by 'ddpfix lab up': pass another --inventory-dir",
+            ExitCode.INVALID_INPUT,
+        )
+    other = (
+        head.splitlines()[0].removeprefix(INVENTORY_MARKER).strip().split()[0]
+        if head.splitlines()[0] != INVENTORY_MARKER
+        else ""
+    )
     if other and other != name and state_dir(other).exists():
-        raise LabError(f"{path} belongs to the running lab {other!r}: pass another --inventory-dir", ExitCode.INVALID_INPUT)
+        raise LabError(
+            f"{path} belongs to the running lab {other!r}: pass another --inventory-dir", ExitCode.INVALID_INPUT
+        )
 
 
 def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float) -> LabInfo:
@@ -147,8 +157,14 @@ def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float
         "inventory_dirs_created": [str(p) for p in [inv_dir, *inv_dir.parents] if not p.exists()],
         "supervisor": None,
         "nodes": {
-            n.name: {"hostname": n.hostname, "address": str(n.address), "ifname": n.ifname, "netns": n.netns,
-                     "pids": {}} for n in plan.nodes
+            n.name: {
+                "hostname": n.hostname,
+                "address": str(n.address),
+                "ifname": n.ifname,
+                "netns": n.netns,
+                "pids": {},
+            }
+            for n in plan.nodes
         },
     }
     _save_state(sdir, state)
@@ -203,9 +219,19 @@ def _prepare_node_files(rt: Runtime, n: NodePlan) -> None:
     d.mkdir(parents=True)
     _run(["cp", "-a", "/etc", str(d / "etc")])
     etc = d / "etc"
-    for sub, mode in (("run", 0o755), ("run/sshd", 0o755), ("run/tmp", 0o1777), ("run/lock", 0o1777),
-                      ("run/dbus", 0o755), ("run/user", 0o755), ("root", 0o700), ("root/.ssh", 0o700),
-                      ("log", 0o755), ("chrony", 0o750), ("home", 0o755)):
+    for sub, mode in (
+        ("run", 0o755),
+        ("run/sshd", 0o755),
+        ("run/tmp", 0o1777),
+        ("run/lock", 0o1777),
+        ("run/dbus", 0o755),
+        ("run/user", 0o755),
+        ("root", 0o700),
+        ("root/.ssh", 0o700),
+        ("log", 0o755),
+        ("chrony", 0o750),
+        ("home", 0o755),
+    ):
         p = d / sub
         p.mkdir(exist_ok=True)
         p.chmod(mode)
@@ -225,28 +251,39 @@ def _prepare_node_files(rt: Runtime, n: NodePlan) -> None:
     for key in (etc / "ssh").glob("ssh_host_*"):
         key.unlink()
     _keygen(etc / "ssh" / "ssh_host_ed25519_key", f"root@{n.hostname}")
-    _write(etc / "ssh" / "sshd_config.d" / "00-ddpfix-lab.conf", "\n".join([
-        f"# ddpfix lab node: key-only {plan.ssh_user} login on the lab address",
-        f"ListenAddress {n.address}" if plan.ssh_port == SSH_PORT else f"ListenAddress {n.address}:{plan.ssh_port}",
-        "HostKey /etc/ssh/ssh_host_ed25519_key",
-        "PermitRootLogin prohibit-password" if plan.ssh_user == "root" else "PermitRootLogin no",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "UseDNS no",
-        "X11Forwarding no",
-        "MaxStartups 100:30:200",
-        "MaxSessions 100",
-        f"SetEnv TMPDIR={NODE_TMPDIR}",
-        "PidFile /run/sshd.pid",
-        "",
-    ]))
+    _write(
+        etc / "ssh" / "sshd_config.d" / "00-ddpfix-lab.conf",
+        "\n".join(
+            [
+                f"# ddpfix lab node: key-only {plan.ssh_user} login on the lab address",
+                f"ListenAddress {n.address}"
+                if plan.ssh_port == SSH_PORT
+                else f"ListenAddress {n.address}:{plan.ssh_port}",
+                "HostKey /etc/ssh/ssh_host_ed25519_key",
+                "PermitRootLogin prohibit-password" if plan.ssh_user == "root" else "PermitRootLogin no",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "UseDNS no",
+                "X11Forwarding no",
+                "MaxStartups 100:30:200",
+                "MaxSessions 100",
+                f"SetEnv TMPDIR={NODE_TMPDIR}",
+                "PidFile /run/sshd.pid",
+                "",
+            ]
+        ),
+    )
     # chrony: never touch the real clock (-x); no pool (the lab has no way out)
-    _write(etc / "default" / "chrony", "# ddpfix lab: -x = never adjust the system clock (shared with the host)\n"
-                                       'DAEMON_OPTS="-F 1 -x"\n')
+    _write(
+        etc / "default" / "chrony",
+        '# ddpfix lab: -x = never adjust the system clock (shared with the host)\nDAEMON_OPTS="-F 1 -x"\n',
+    )
     conf = etc / "chrony" / "chrony.conf"
     if conf.exists():
-        lines = [ln for ln in conf.read_text().splitlines() if not ln.lstrip().startswith(("pool ", "server ", "peer "))]
+        lines = [
+            ln for ln in conf.read_text().splitlines() if not ln.lstrip().startswith(("pool ", "server ", "peer "))
+        ]
         _write(conf, "\n".join(lines) + "\n")
     if n.chrony == "master" or (n.chrony is None and n.index == 1):
         lab_conf = f"# ddpfix lab: node1 serves time to the lab\nlocal stratum 8\nallow {plan.subnet}\n"
@@ -282,8 +319,11 @@ def _add_user(d: Path, plan: LabPlan) -> None:
     user, uid, etc = plan.ssh_user, lab_uid(), d / "etc"
     if any(line.split(":")[0] == user for line in (etc / "passwd").read_text().splitlines()):
         raise LabError(f"user {user!r} already exists in this machine's /etc/passwd", ExitCode.RUN_FAILED)
-    for db, line in (("passwd", f"{user}:x:{uid}:{uid}:ddpfix lab user:/home/{user}:/bin/bash"),
-                     ("group", f"{user}:x:{uid}:"), ("shadow", f"{user}:*:20000:0:99999:7:::")):
+    for db, line in (
+        ("passwd", f"{user}:x:{uid}:{uid}:ddpfix lab user:/home/{user}:/bin/bash"),
+        ("group", f"{user}:x:{uid}:"),
+        ("shadow", f"{user}:*:20000:0:99999:7:::"),
+    ):
         with open(etc / db, "a") as fh:  # appending keeps the file's mode and owner (shadow: 0640 root:shadow)
             fh.write(line + "\n")
     home = d / "home" / user
@@ -291,8 +331,11 @@ def _add_user(d: Path, plan: LabPlan) -> None:
         p.mkdir(mode=0o700)
         os.chown(p, uid, uid)
     if plan.sudo:
-        _write(etc / "sudoers.d" / f"ddpfix-lab-{user}", f"# ddpfix lab: passwordless sudo\n{user} ALL=(ALL:ALL) NOPASSWD: ALL\n",
-               0o440)
+        _write(
+            etc / "sudoers.d" / f"ddpfix-lab-{user}",
+            f"# ddpfix lab: passwordless sudo\n{user} ALL=(ALL:ALL) NOPASSWD: ALL\n",
+            0o440,
+        )
 
 
 def _write_client_files(rt: Runtime) -> None:
@@ -314,11 +357,24 @@ def ssh_config_text(plan: LabPlan, sdir: Path) -> str:
     if plan.bastion:
         jump = plan.node(plan.bastion)
         hidden = [n for n in plan.nodes if n is not jump]
-        cfg += [f"Host {' '.join([*(n.name for n in hidden), *(str(n.address) for n in hidden)])}",
-                f"  ProxyJump {jump.address}"]
-    cfg += ["Host *", f"  User {plan.ssh_user}", f"  Port {plan.ssh_port}", f"  IdentityFile {sdir / 'id_ed25519'}",
-            "  IdentitiesOnly yes", f"  UserKnownHostsFile {sdir / 'known_hosts'}", "  GlobalKnownHostsFile /dev/null",
-            "  StrictHostKeyChecking yes", "  BatchMode yes", "  ConnectTimeout 5", "  LogLevel ERROR", ""]
+        cfg += [
+            f"Host {' '.join([*(n.name for n in hidden), *(str(n.address) for n in hidden)])}",
+            f"  ProxyJump {jump.address}",
+        ]
+    cfg += [
+        "Host *",
+        f"  User {plan.ssh_user}",
+        f"  Port {plan.ssh_port}",
+        f"  IdentityFile {sdir / 'id_ed25519'}",
+        "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {sdir / 'known_hosts'}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  StrictHostKeyChecking yes",
+        "  BatchMode yes",
+        "  ConnectTimeout 5",
+        "  LogLevel ERROR",
+        "",
+    ]
     return "\n".join(cfg)
 
 
@@ -343,7 +399,7 @@ def _write_inventory(rt: Runtime, inv_dir: Path) -> Path:
                         **({"ansible_become": True} if plan.become else {}),
                         "ansible_ssh_private_key_file": str(sdir / "id_ed25519"),
                         "ansible_ssh_common_args": f"-o UserKnownHostsFile={sdir / 'known_hosts'} "
-                                                   "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
+                        "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "ddp_master": plan.master.name,
                         "ddp_master_port": plan.master_port,
@@ -358,8 +414,10 @@ def _write_inventory(rt: Runtime, inv_dir: Path) -> Path:
         }
     }
     path = inv_dir / "hosts.yml"
-    header = (f"{INVENTORY_MARKER} {plan.name}\n# written by 'ddpfix lab up' (scenarios: {', '.join(plan.scenarios)});"
-              f" removed by 'ddpfix lab down --name {plan.name}'\n")
+    header = (
+        f"{INVENTORY_MARKER} {plan.name}\n# written by 'ddpfix lab up' (scenarios: {', '.join(plan.scenarios)});"
+        f" removed by 'ddpfix lab down --name {plan.name}'\n"
+    )
     inv_dir.mkdir(parents=True, exist_ok=True)
     if plan.bastion:
         # What a user with a bastion writes: an ansible.cfg next to the inventory whose ssh_args name an ssh_config
@@ -391,8 +449,14 @@ def info(name: str = DEFAULT_NAME) -> LabInfo:
         ssh_port=state.get("ssh_port", SSH_PORT),
         bastion=state.get("bastion"),
         nodes=[
-            NodeInfo(name=n, hostname=s["hostname"], address=s["address"], ifname=s["ifname"], netns=s["netns"],
-                     pid=s["pids"].get("init", {}).get("pid", 0))
+            NodeInfo(
+                name=n,
+                hostname=s["hostname"],
+                address=s["address"],
+                ifname=s["ifname"],
+                netns=s["netns"],
+                pid=s["pids"].get("init", {}).get("pid", 0),
+            )
             for n, s in state["nodes"].items()
         ],
     )
@@ -404,17 +468,31 @@ def status(name: str = DEFAULT_NAME) -> LabStatus:
     state = _load_state(name)
     if state is None:
         return LabStatus(name=name, exists=bool(_lab_netns(name)) or state_dir(name).exists())
-    out = LabStatus(name=name, exists=True, subnet=state["subnet"], scenarios=list(state["scenarios"]),
-                    inventory=state.get("inventory"), state_dir=str(state_dir(name)))
+    out = LabStatus(
+        name=name,
+        exists=True,
+        subnet=state["subnet"],
+        scenarios=list(state["scenarios"]),
+        inventory=state.get("inventory"),
+        state_dir=str(state_dir(name)),
+    )
     with ThreadPoolExecutor(max_workers=8) as pool:
-        reach = dict(zip(state["nodes"], pool.map(lambda n: _sshd_answers(state, n), state["nodes"])))
+        reach = dict(zip(state["nodes"], pool.map(lambda n: _sshd_answers(state, n), state["nodes"]), strict=False))
     for n, s in state["nodes"].items():
         procs = {k: pid_alive(v) for k, v in s["pids"].items() if k not in ("init", "launcher")}
-        out.nodes.append(NodeStatus(
-            name=n, hostname=s["hostname"], address=s["address"], ifname=s["ifname"], netns=s["netns"],
-            pid=s["pids"].get("init", {}).get("pid", 0), alive=pid_alive(s["pids"].get("init")),
-            sshd=reach[n], processes=procs,
-        ))
+        out.nodes.append(
+            NodeStatus(
+                name=n,
+                hostname=s["hostname"],
+                address=s["address"],
+                ifname=s["ifname"],
+                netns=s["netns"],
+                pid=s["pids"].get("init", {}).get("pid", 0),
+                alive=pid_alive(s["pids"].get("init")),
+                sshd=reach[n],
+                processes=procs,
+            )
+        )
     return out
 
 
@@ -466,8 +544,9 @@ def _kill_recorded(state: LabState) -> None:
         with contextlib.suppress(LabError):
             _wait(lambda: not any(pid_alive(r) for r in rest), 2, "")
     if any(pid_alive(r) for r in rest):
-        raise LabError(f"processes of lab {name!r} did not exit: {[r['pid'] for r in rest if pid_alive(r)]}",
-                       ExitCode.RUN_FAILED)
+        raise LabError(
+            f"processes of lab {name!r} did not exit: {[r['pid'] for r in rest if pid_alive(r)]}", ExitCode.RUN_FAILED
+        )
     for r in sup:  # reap it if it is our child (tests call up() and down() in one process)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(r["pid"], os.WNOHANG)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.plan import node_env
@@ -63,7 +64,9 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
         )
     for reserved in ("172.17.0.0/16", "172.18.0.0/16", "198.51.100.0/24", "203.0.113.0/24"):
         if net.overlaps(ipaddress.ip_network(reserved)):
-            raise LabError(f"invalid --subnet {text!r}: overlaps {reserved}, which scenarios use", ExitCode.INVALID_INPUT)
+            raise LabError(
+                f"invalid --subnet {text!r}: overlaps {reserved}, which scenarios use", ExitCode.INVALID_INPUT
+            )
     return net
 
 
@@ -119,7 +122,7 @@ class NodePlan:
     sysctls: dict[str, str] = field(default_factory=dict)
     extra_nics: list[ExtraNic] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # extra files in the node's /etc copy: path -> text
-    tasks: list[Callable[["Runtime", "NodePlan"], None]] = field(default_factory=list)  # after sshd is up
+    tasks: list[Callable[[Runtime, NodePlan], None]] = field(default_factory=list)  # after sshd is up
 
 
 @dataclass

@@ -29,8 +29,10 @@ def _check_subnet_free(plan: LabPlan) -> None:
         except ValueError:
             continue
         if net.overlaps(plan.subnet):
-            raise LabError(f"subnet {plan.subnet} overlaps {dst} (dev {r.get('dev', '?')}) on this machine: pass another --subnet",
-                           ExitCode.INVALID_INPUT)
+            raise LabError(
+                f"subnet {plan.subnet} overlaps {dst} (dev {r.get('dev', '?')}) on this machine: pass another --subnet",
+                ExitCode.INVALID_INPUT,
+            )
 
 
 def free_subnet() -> str:
@@ -42,10 +44,8 @@ def free_subnet() -> str:
     for r in json.loads(out or "[]"):
         dst = r.get("dst")
         if dst and dst != "default":
-            try:
+            with contextlib.suppress(ValueError):
                 used.append(ipaddress.ip_network(dst, strict=False))
-            except ValueError:
-                pass
     for o in random.sample(range(100, 250), 150):
         net = ipaddress.ip_network(f"192.168.{o}.0/24")
         if not any(net.overlaps(u) for u in used):
@@ -59,7 +59,12 @@ def _create_network(plan: LabPlan) -> None:
     for n in plan.nodes:  # interfaces that must index before the cluster NIC
         _ip_batch(n.pre_links, n.netns)
     links = [f"link add {host_link(plan.name)} type veth peer name uplink netns {sw}"]
-    sw_cmds = ["link add br0 type bridge", "link set br0 up", "link set dev uplink master br0", "link set dev uplink up"]
+    sw_cmds = [
+        "link add br0 type bridge",
+        "link set br0 up",
+        "link set dev uplink master br0",
+        "link set dev uplink up",
+    ]
     for n in plan.nodes:
         links.append(f"link add {n.ifname} netns {n.netns} type veth peer name n{n.index} netns {sw}")
         sw_cmds += [f"link set n{n.index} master br0", f"link set n{n.index} up"]
@@ -76,8 +81,11 @@ def _create_network(plan: LabPlan) -> None:
         cmds = ["link set lo up"]
         if n.mtu:
             cmds.append(f"link set {n.ifname} mtu {n.mtu}")
-        cmds += [f"addr add {n.address}/{plan.subnet.prefixlen} dev {n.ifname}", f"link set {n.ifname} up",
-                 f"route add default via {plan.gateway} dev {n.ifname}"]
+        cmds += [
+            f"addr add {n.address}/{plan.subnet.prefixlen} dev {n.ifname}",
+            f"link set {n.ifname} up",
+            f"route add default via {plan.gateway} dev {n.ifname}",
+        ]
         for x in n.extra_nics:
             if x.address:
                 cmds.append(f"addr add {x.address} dev {x.ifname}")
@@ -96,13 +104,15 @@ def _block_direct_ssh(plan: LabPlan) -> None:
     """The lab switch drops the controller's SSH to every node but the bastion (a network ACL, outside the nodes:
     their own firewalls stay as the scenarios made them)."""
     jump = plan.node(plan.bastion or "")
-    ruleset = "\n".join([
-        "table bridge ddpfix_lab_bastion {",
-        "  chain forward {",
-        "    type filter hook forward priority 0; policy accept;",
-        f'    iifname "uplink" ip daddr != {jump.address} tcp dport {plan.ssh_port} drop',
-        "  }",
-        "}",
-        "",
-    ])
+    ruleset = "\n".join(
+        [
+            "table bridge ddpfix_lab_bastion {",
+            "  chain forward {",
+            "    type filter hook forward priority 0; policy accept;",
+            f'    iifname "uplink" ip daddr != {jump.address} tcp dport {plan.ssh_port} drop',
+            "  }",
+            "}",
+            "",
+        ]
+    )
     _run(["ip", "netns", "exec", switch_netns(plan.name), "nft", "-f", "-"], input=ruleset)

@@ -33,10 +33,7 @@ def plan_lab(name: str = DEFAULT_NAME, nodes: int = DEFAULT_NODES, scenario: str
         names = _scn.parse_scenarios(scenario, nodes)
     else:
         names = _scn.parse_scenarios(",".join(scenario), nodes)
-    if isinstance(ifnames, str):
-        ifs = [x.strip() for x in ifnames.split(",") if x.strip()]
-    else:
-        ifs = list(ifnames or [])
+    ifs = [x.strip() for x in ifnames.split(",") if x.strip()] if isinstance(ifnames, str) else list(ifnames or [])
     ifs = [validate_ifname(x) for x in ifs] or ["eth0"]
     plan = LabPlan(name=name, subnet=net, nodes=[], scenarios=names)
     if net.network_address + 10 + 2 * nodes + 1 >= plan.gateway:

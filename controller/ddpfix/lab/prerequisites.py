@@ -60,4 +60,6 @@ def check_prerequisites(scenarios: Sequence[str] = ()) -> None:
     if missing:
         pkgs = " ".join(sorted(missing))
         what = ", ".join(b for bs in missing.values() for b in bs)
-        raise LabError(f"missing {what}: install the Debian package(s) {pkgs} (apt-get install {pkgs})", ExitCode.PREREQUISITE)
+        raise LabError(
+            f"missing {what}: install the Debian package(s) {pkgs} (apt-get install {pkgs})", ExitCode.PREREQUISITE
+        )

@@ -34,7 +34,9 @@ def _run(argv: Sequence[str], *, input: str | None = None, check: bool = True, t
         raise LabError(f"{' '.join(argv[:6])}: timed out after {timeout:g} s", ExitCode.RUN_FAILED) from exc
     if check and res.returncode != 0:
         msg = (res.stderr or res.stdout).strip().splitlines()
-        raise LabError(f"{' '.join(argv[:6])} failed (rc {res.returncode}): {msg[-1] if msg else ''}", ExitCode.RUN_FAILED)
+        raise LabError(
+            f"{' '.join(argv[:6])} failed (rc {res.returncode}): {msg[-1] if msg else ''}", ExitCode.RUN_FAILED
+        )
     return res
 
 
@@ -59,7 +61,7 @@ def _proc_start(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
@@ -162,8 +164,10 @@ def _lab_netns(name: str) -> set[str]:
     """Namespaces of lab `name` that exist now (by derived name)."""
     prefix = f"ddpfix-{name}-"
     return {
-        ns for ns in _netns_list()
-        if ns.startswith(prefix) and (ns[len(prefix):] == "sw" or (ns[len(prefix):].startswith("node") and ns[len(prefix) + 4:].isdigit()))
+        ns
+        for ns in _netns_list()
+        if ns.startswith(prefix)
+        and (ns[len(prefix) :] == "sw" or (ns[len(prefix) :].startswith("node") and ns[len(prefix) + 4 :].isdigit()))
     }
 
 
@@ -179,7 +183,7 @@ def lab_mounts(name: str) -> list[str]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             mp = line.split()[4]
-            if mp == sd or mp.startswith(sd + "/") or mp in own_ns or mp.startswith(f"/run/netns/ddpfix-{name}-node"):
+            if mp == sd or mp.startswith((sd + "/", f"/run/netns/ddpfix-{name}-node")) or mp in own_ns:
                 out.append(mp)
     return out
 

@@ -1,0 +1,346 @@
+"""nftables (``nft -j list ruleset``): the base chains of type filter on the prerouting and input hooks, by hook then
+priority, each walked like the kernel does. The JSON stays as nft wrote it (its schema is nft's, see
+libnftables-json(5)); it is indexed once per ruleset."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpfix.firewall.verdict import (
+    PROTO_NUM,
+    Address,
+    LayerResult,
+    Packet,
+    Step,
+    iface_match,
+    in_net,
+    walk,
+)
+
+#: Statements that do not end the rule (they count, log, set metadata, ... and the rule goes on).
+CONTINUE = frozenset({"counter", "log", "meta", "ct", "mangle", "notrack", "set", "quota",
+                      "dup", "comment", "synproxy", "continue"})
+_HOOKS = {"prerouting": 0, "input": 1}
+#: A counter's values in `nft list` text: they change with traffic, not with the rules (evidence shows `counter`).
+COUNTERS = re.compile(r"counter packets \d+ bytes \d+")
+
+Json = Any  # a value of nft's JSON output
+Field = tuple[str, Any]  # (kind, the packet's value of it); kind "false": cannot apply, "?": unknown
+
+
+@dataclass
+class Table:
+    family: str
+    name: str
+    chains: dict[str, dict[str, Json]] = field(default_factory=dict)
+    rules: dict[str, list[dict[str, Json]]] = field(default_factory=dict)
+    sets: dict[str, list[Json]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.family, self.name
+
+    def is_iptables_nft(self) -> bool:
+        """A table that iptables-nft created (its rules are counted by iptables-save already)."""
+        if self.name != "filter" or self.family not in ("ip", "ip6"):
+            return False
+        return bool({"INPUT", "FORWARD", "OUTPUT"} & set(self.chains)) or any(
+            isinstance(e, dict) and "xt" in e for rs in self.rules.values() for r in rs for e in r.get("expr") or [])
+
+
+@dataclass
+class Ruleset:
+    tables: dict[tuple[str, str], Table]
+    texts: dict[tuple[str, str, str, int], str]  # (family, table, chain, handle) -> `nft -a` rule text
+
+    @classmethod
+    def of(cls, nft: Json, text: str | None) -> Ruleset:
+        return cls(index(nft), text_index(text))
+
+
+def index(nft: Json) -> dict[tuple[str, str], Table]:
+    """`nft -j list ruleset` -> {(family, table): Table}."""
+    tables: dict[tuple[str, str], Table] = {}
+    objs = nft.get("nftables") if isinstance(nft, dict) else None
+    for obj in objs if isinstance(objs, list) else []:
+        if not isinstance(obj, dict) or len(obj) != 1:
+            continue
+        kind, o = next(iter(obj.items()))
+        if not isinstance(o, dict):
+            continue
+        if kind == "table" and "family" in o and "name" in o:
+            key = (str(o["family"]), str(o["name"]))
+            tables.setdefault(key, Table(*key))
+        elif kind in ("chain", "rule", "set", "map") and "family" in o and "table" in o:
+            key = (str(o["family"]), str(o["table"]))
+            t = tables.setdefault(key, Table(*key))
+            if kind == "chain" and "name" in o:
+                t.chains[str(o["name"])] = o
+            elif kind == "rule" and "chain" in o:
+                t.rules.setdefault(str(o["chain"]), []).append(o)
+            elif kind in ("set", "map") and "name" in o:
+                t.sets[str(o["name"])] = list(o.get("elem") or [])
+    return tables
+
+
+def text_index(text: str | None) -> dict[tuple[str, str, str, int], str]:
+    """`nft -a list ruleset` -> {(family, table, chain, handle): 'rule text'}."""
+    out: dict[tuple[str, str, str, int], str] = {}
+    table: tuple[str, str] | None = None
+    chain: str | None = None
+    for line in (text or "").splitlines():
+        s = line.strip()
+        m = re.match(r"table (\S+) (\S+) \{", s)
+        if m:
+            table, chain = (m.group(1), m.group(2)), None
+            continue
+        m = re.match(r"chain (\S+) \{", s)
+        if m:
+            chain = m.group(1).strip('"')
+            continue
+        if s == "}":
+            chain = None
+            continue
+        m = re.match(r"(.*\S)\s+# handle (\d+)$", s)
+        if m and table and chain:
+            out[(table[0], table[1], chain, int(m.group(2)))] = COUNTERS.sub("counter", m.group(1))
+    return out
+
+
+def _left(left: Json, pkt: Packet) -> Field:
+    """-> (kind, value) of the packet field; value None = unknown; kind 'false' = cannot apply."""
+    if isinstance(left, dict) and isinstance(left.get("payload"), dict):
+        p = left["payload"]
+        proto, fld = p.get("protocol"), p.get("field")
+        if proto in ("ip", "ip6"):
+            if (proto == "ip") != (pkt.family == 4):
+                return "false", None
+            if fld == "saddr":
+                return "addr", pkt.src
+            if fld == "daddr":
+                return "addr", pkt.dst
+            if fld in ("protocol", "nexthdr"):
+                return "proto", pkt.proto
+            return "?", None
+        if proto in ("ether", "vlan", "arp", "ll", "nh"):
+            return "?", None
+        if proto != "th" and proto != pkt.proto:
+            return "false", None  # e.g. icmpv6 type / udp dport on a TCP packet
+        return ("port", pkt.dport) if fld == "dport" else ("port", None)
+    if isinstance(left, dict) and isinstance(left.get("meta"), dict):
+        meta: dict[str, Field] = {
+            "iifname": ("iface", pkt.iface), "iif": ("iface", pkt.iface), "l4proto": ("proto", pkt.proto),
+            "protocol": ("str", "ip" if pkt.family == 4 else "ip6"), "nfproto": ("str", f"ipv{pkt.family}"),
+            "pkttype": ("str", "host")}
+        return meta.get(left["meta"].get("key"), ("?", None))
+    if isinstance(left, dict) and isinstance(left.get("ct"), dict):  # a NEW, non-DNATed connection
+        ct: dict[str, Field] = {"state": ("str", "new"), "status": ("flags", set()), "direction": ("str", "original")}
+        return ct.get(left["ct"].get("key"), ("?", None))
+    return "?", None
+
+
+def _elems(right: Json, sets: dict[str, list[Json]]) -> list[Json]:
+    if isinstance(right, str) and right.startswith("@"):
+        return [e["elem"]["val"] if isinstance(e, dict) and isinstance(e.get("elem"), dict) else e
+                for e in sets.get(right[1:], [])]
+    if isinstance(right, dict) and "set" in right:
+        return list(right["set"])
+    if isinstance(right, list):
+        return list(right)
+    return [right]
+
+
+def _elem_match(kind: str, val: Any, el: Json) -> bool | None:
+    if isinstance(el, dict) and isinstance(el.get("elem"), dict):
+        el = el["elem"].get("val")
+    try:
+        if kind == "addr":
+            addr: Address = val
+            if isinstance(el, dict) and isinstance(el.get("prefix"), dict):
+                return in_net(addr, "{}/{}".format(el["prefix"]["addr"], el["prefix"]["len"]))
+            if isinstance(el, dict) and isinstance(el.get("range"), list):
+                lo, hi = (ipaddress.ip_address(str(x)) for x in el["range"])
+                return lo.version == addr.version == hi.version and lo <= addr <= hi  # type: ignore[operator]
+            return in_net(addr, el) if isinstance(el, str) else None
+        if kind == "port":
+            if isinstance(el, dict) and isinstance(el.get("range"), list):
+                return bool(int(el["range"][0]) <= val <= int(el["range"][1]))
+            return bool(val == int(el))
+    except (TypeError, ValueError, KeyError):
+        return None
+    if kind == "proto":
+        num = PROTO_NUM.get(val)
+        return el in (val, num) or str(el) == str(num)
+    if kind == "iface":
+        return iface_match(el, val, "*") if isinstance(el, str) else None
+    if kind == "flags":
+        return el in val if isinstance(el, str) else None
+    return el == val if isinstance(el, (str, int)) else None
+
+
+def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> bool | None:
+    kind, val = _left(m.get("left"), pkt)
+    if kind == "false":
+        return False
+    if (val is None and kind != "iface") or kind == "?":
+        return None
+    op: Json = m.get("op", "==")
+    right: Json = m.get("right")
+    if op in ("<", ">", "<=", ">="):
+        if not isinstance(val, int):  # an unknown interface, a string field
+            return None
+        try:
+            r, v = int(right), val
+        except (TypeError, ValueError):
+            return None
+        return {"<": v < r, ">": v > r, "<=": v <= r, ">=": v >= r}[op]
+    if op not in ("==", "!=", "in"):
+        return None
+    res = [_elem_match(kind, val, e) for e in _elems(right, sets)]
+    hit = True if True in res else (None if None in res else False)
+    if hit is None:
+        return None
+    return hit if op != "!=" else not hit
+
+
+def _verdict(e: Json) -> tuple[str, str | None] | None:
+    """A verdict statement -> (accept|drop|reject|return|queue|jump|goto, jump target)."""
+    if not isinstance(e, dict):
+        return None
+    for k in ("accept", "drop", "reject", "return", "queue"):
+        if k in e:
+            return k, None
+    for k in ("jump", "goto"):
+        if k in e and isinstance(e[k], dict):
+            return k, str(e[k].get("target"))
+    return None
+
+
+_STEPS: dict[str, Step] = {"accept": "accept", "drop": "drop", "reject": "reject", "return": "return",
+                           "jump": "jump", "goto": "goto"}
+Outcome = tuple[str, str | None]  # ("nomatch" | "unknown" | "queue" | a Step, jump target)
+
+
+def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> Outcome:
+    """-> ('nomatch'|'unknown'|'queue'|verdict, target). Statements before the verdict are ignored."""
+    unknown = False
+    for e in rule.get("expr") or []:
+        if not isinstance(e, dict) or not e:
+            continue
+        k = next(iter(e))
+        if k == "match" and isinstance(e["match"], dict):
+            r = _match(e["match"], pkt, sets)
+            if r is False:
+                return "nomatch", None
+            unknown = unknown or r is None
+        elif k == "vmap" and isinstance(e["vmap"], dict):
+            if unknown:
+                return "unknown", None
+            kind, val = _left(e["vmap"].get("key"), pkt)
+            if kind == "false":
+                return "nomatch", None
+            data = e["vmap"].get("data")
+            pairs = _elems(data, sets) if not isinstance(data, dict) else data.get("set", [])
+            for pair in pairs:
+                if isinstance(pair, list) and len(pair) == 2:
+                    m = _elem_match(kind, val, pair[0]) if kind != "?" else None
+                    if m is None:
+                        return "unknown", None
+                    if m:
+                        return _verdict(pair[1]) or ("unknown", None)
+            return "nomatch", None
+        elif (v := _verdict(e)) is not None:
+            return ("unknown", None) if unknown else v
+        elif k in ("xt", "limit") or k not in CONTINUE:
+            unknown = True
+    return ("unknown", None) if unknown else ("nomatch", None)
+
+
+def _render(rule: dict[str, Json]) -> str:
+    """Fallback evidence when `nft -a list ruleset` text is missing: the rule's JSON."""
+    return json.dumps([e for e in rule.get("expr") or [] if not (isinstance(e, dict) and "counter" in e)],
+                      sort_keys=True)
+
+
+def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
+             skip_ipt_families: Collection[str | None]) -> LayerResult | None:
+    """Every base filter chain on prerouting/input of the packet's families must accept.
+
+    ``skip_firewalld``: firewalld's own tables are evaluated through its zone model; ``skip_ipt_families``: families
+    whose iptables-nft tables were already evaluated from iptables-save. -> None when no base chain can refuse."""
+    tables, notes = rs.tables, []
+    fams = ("ip", "inet") if pkt.family == 4 else ("ip6", "inet")
+    bases: list[tuple[int, int, tuple[str, str], str]] = []
+    for key, t in sorted(tables.items()):
+        if key[0] not in fams or (skip_firewalld and key[1] == "firewalld"):
+            continue
+        if key[0] in skip_ipt_families and t.is_iptables_nft():
+            continue
+        for c in t.chains.values():
+            if c.get("hook") in _HOOKS and c.get("type", "filter") == "filter":
+                try:
+                    prio = int(c.get("prio", 0))
+                except (TypeError, ValueError):
+                    prio = 0
+                bases.append((_HOOKS[c["hook"]], prio, key, str(c.get("name"))))
+    bases.sort()
+    if not bases or all(not tables[k].rules.get(n) and tables[k].chains[n].get("policy", "accept") == "accept"
+                        for _, _, k, n in bases):
+        return None
+    explicit: str | None = None
+    last: str | None = None
+    for _, _, key, base in bases:
+        t, label = tables[key], "nft {} {}".format(*key)
+
+        def decide(chain: str, n: int, rule: dict[str, Json], t: Table = t,
+                   label: str = label) -> tuple[Step, str | None, str]:
+            handle = rule.get("handle")
+            txt = rs.texts.get((t.family, t.name, chain, handle if isinstance(handle, int) else -1)) or _render(rule)
+            ref = f"{label} {chain}: {txt}"
+            v, target = _rule(rule, pkt, t.sets)
+            if v == "unknown":
+                notes.append("not evaluated (unsupported expression, treated as non-matching): " + ref)
+            elif v == "queue":
+                notes.append("queue verdict (userspace decides), ignored: " + ref)
+            elif v in ("jump", "goto") and target not in t.chains:
+                notes.append("jump to unknown chain, ignored: " + ref)
+            elif v in _STEPS:
+                return _STEPS[v], target, ref
+            return None, None, ref
+
+        def rules_of(chain: str, t: Table = t) -> list[dict[str, Json]]:
+            return t.rules.get(chain, [])
+        verdict, ref = walk(base, rules_of, decide)
+        by_rule = verdict is not None
+        if verdict is None or ref is None:
+            policy = t.chains[base].get("policy", "accept")
+            verdict = "accept" if policy == "accept" else "drop"  # nft knows no other policy: never read as a pass
+            ref = f"{label} {base} policy {policy}"
+        if verdict != "accept":
+            return LayerResult("nftables", verdict, True, ref, tuple(notes))
+        if by_rule:
+            explicit = explicit or ref
+        else:
+            last = last or ref
+    return LayerResult("nftables", "accept", bool(explicit), explicit or last or "", tuple(notes))
+
+
+def port_marks(nft: Json) -> set[int]:
+    """Ints on the right of a "... dport" match anywhere in the nft JSON."""
+    marks: set[int] = set()
+
+    def visit(o: Json, in_port: bool) -> None:
+        if isinstance(o, dict) and isinstance(o.get("match"), dict):
+            visit(o["match"].get("right"), '"dport"' in json.dumps(o["match"].get("left")))
+        elif isinstance(o, (dict, list)):
+            for v in (o.values() if isinstance(o, dict) else o):
+                visit(v, in_port)
+        elif in_port and isinstance(o, int) and not isinstance(o, bool):
+            marks.add(o)
+    visit(nft, False)
+    return marks
