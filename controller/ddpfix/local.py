@@ -55,12 +55,23 @@ def collect_local(cluster: Cluster, doc: Mapping[str, Any], node: str | None) ->
     mod = node_facts_module()
     master = next((n for n in doc["nodes"] if n["name"] == cluster.master), None) or {}
     me = _which(doc, node)
-    params: dict[str, Any] = {"cluster_cidr": cluster.cluster_cidr or "", "master_address": master.get("address") or cluster.master,
-              "master_port": cluster.master_port, "is_master": me == cluster.master if me else False,
-              "socket_ifname": (cluster.node(me).socket_ifname if me else None) or "", "env_path": cluster.env_path,
-              "probe": None, "lock_path": "/run/ddpfix.lock", "run_id": "",
-              # fabric facts as the facts role reads them by default (no torch NCCL query, no launcher units)
-              "sysfs_root": "/sys", "dev_root": "/dev", "python": "", "launcher_units": [], "fi_info": ""}
+    params: dict[str, Any] = {
+        "cluster_cidr": cluster.cluster_cidr or "",
+        "master_address": master.get("address") or cluster.master,
+        "master_port": cluster.master_port,
+        "is_master": me == cluster.master if me else False,
+        "socket_ifname": (cluster.node(me).socket_ifname if me else None) or "",
+        "env_path": cluster.env_path,
+        "probe": None,
+        "lock_path": "/run/ddpfix.lock",
+        "run_id": "",
+        # fabric facts as the facts role reads them by default (no torch NCCL query, no launcher units)
+        "sysfs_root": "/sys",
+        "dev_root": "/dev",
+        "python": "",
+        "launcher_units": [],
+        "fi_info": "",
+    }
     facts = mod.collect(params)  # is_master only matters for the probe listeners, which are not started here
     if me is None:
         me = _match(doc, facts)
@@ -94,8 +105,9 @@ def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict
             continue
         hn = n.get("hostname")
         # a peer as the cluster file describes it (the facts that the checks read of a peer), not a full read
-        peer = cast(NodeFacts, {"hostname": hn, "cluster": {"address": n.get("address")}, "interfaces": [],
-                                "unread": []})
+        peer = cast(
+            NodeFacts, {"hostname": hn, "cluster": {"address": n.get("address")}, "interfaces": [], "unread": []}
+        )
         hosts[name] = HostFacts(name, node=peer)
         if hn:
             peer_names[hn] = resolve(hn) or []

@@ -199,7 +199,8 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
     broad = cidr_needs_ack(ctx.cidr)
     if apply and broad and not c.cidr_ack_broad and any(p.firewall != "none" for p in plans.values()):
         raise DdpfixError(
-            f"ddp_cluster_cidr {ctx.cidr!r} {broad}: opening the firewall to it needs {ACK_BROAD}: true in the inventory",
+            f"ddp_cluster_cidr {ctx.cidr!r} {broad}: "
+            f"opening the firewall to it needs {ACK_BROAD}: true in the inventory",
             ExitCode.INVALID_INPUT,
         )
 

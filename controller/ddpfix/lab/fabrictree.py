@@ -103,12 +103,21 @@ def roce_port(addr: str, ndev: str, *, v2_index: int = 3, state: str = "ACTIVE",
               with_v2: bool = True) -> Port:
     """A RoCE port as mlx5 fills its GID table: link-local v1/v2 at 0/1, the IPv4 address as v1 and v2 after."""
     ll = "fe80:0000:0000:0000:0a5e:45ff:fe00:" + f"{sum(int(x) for x in addr.split('.')):04x}"
-    gids = [Gid(0, ll, "IB/RoCE v1", ndev), Gid(1, ll, "RoCE v2", ndev), Gid(v2_index - 1, ipv4_gid(addr), "IB/RoCE v1", ndev)]
+    gids = [
+        Gid(0, ll, "IB/RoCE v1", ndev),
+        Gid(1, ll, "RoCE v2", ndev),
+        Gid(v2_index - 1, ipv4_gid(addr), "IB/RoCE v1", ndev),
+    ]
     if with_v2:
         gids.append(Gid(v2_index, ipv4_gid(addr), "RoCE v2", ndev))
     return Port(state=state, rate=rate, link_layer="Ethernet", gids=gids)
 
 
 def ib_port(guid_tail: str, *, state: str = "ACTIVE", rate: str = "200 Gb/sec (4X HDR)", pkey0: str = "0xffff") -> Port:
-    return Port(state=state, rate=rate, link_layer="InfiniBand", pkey0=pkey0,
-                gids=[Gid(0, "fe80:0000:0000:0000:" + guid_tail, "IB/RoCE v1", None)])
+    return Port(
+        state=state,
+        rate=rate,
+        link_layer="InfiniBand",
+        pkey0=pkey0,
+        gids=[Gid(0, "fe80:0000:0000:0000:" + guid_tail, "IB/RoCE v1", None)],
+    )

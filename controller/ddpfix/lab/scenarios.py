@@ -21,9 +21,10 @@ import ipaddress
 import json
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ddpfix.app import ExitCode
 from ddpfix.lab.model import ENV_PATH, ExtraNic, LabError, LabPlan, NodePlan
@@ -38,8 +39,8 @@ WRONG_PEER_ADDR = "198.51.100.7"  # TEST-NET-2: configuration text only, never c
 
 @dataclass(frozen=True)
 class Expect:
-    """What `ddpfix audit` must report on a 3-node lab built with this scenario (asserted by tests/lab/test_audit_lab.py,
-    which audits every scenario that declares its expectations in one shared lab)."""
+    """What `ddpfix audit` must report on a 3-node lab built with this scenario (asserted by
+    tests/lab/test_audit_lab.py, which audits every scenario that declares its expectations in one shared lab)."""
 
     id: str  # finding id
     host: str | None  # inventory name (node1..node3); None: cluster-wide
@@ -63,8 +64,9 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, summary: str, findings: tuple[str, ...] = (), min_nodes: int = 1,
-             expect: tuple[Expect, ...] = ()):
+def scenario(
+    name: str, summary: str, findings: tuple[str, ...] = (), min_nodes: int = 1, expect: tuple[Expect, ...] = ()
+) -> Callable[[Callable[[LabPlan], None]], Callable[[LabPlan], None]]:
     def deco(fn: Callable[[LabPlan], None]) -> Callable[[LabPlan], None]:
         ids = findings or tuple(dict.fromkeys(e.id for e in expect))
         SCENARIOS[name] = Scenario(name, summary, ids, min_nodes, fn, expect)
@@ -77,9 +79,7 @@ def parse_scenarios(text: str | None, nodes: int) -> list[str]:
     names = [s.strip() for s in (text or "clean").split(",") if s.strip()] or ["clean"]
     unknown = [s for s in names if s not in SCENARIOS]
     if unknown:
-        raise LabError(
-            f"unknown scenario {', '.join(unknown)}; known: {', '.join(SCENARIOS)}", ExitCode.INVALID_INPUT
-        )
+        raise LabError(f"unknown scenario {', '.join(unknown)}; known: {', '.join(SCENARIOS)}", ExitCode.INVALID_INPUT)
     for s in names:
         if nodes < SCENARIOS[s].min_nodes:
             raise LabError(f"scenario {s} needs at least {SCENARIOS[s].min_nodes} nodes", ExitCode.INVALID_INPUT)
@@ -115,6 +115,7 @@ def set_env_everywhere(plan: LabPlan, **override: str) -> None:
 
 # --------------------------------------------------------------------------- clean
 
+
 @scenario("clean", "no fault: every node resolves every peer, chrony syncs to node1, no firewall, no env file")
 def _clean(plan: LabPlan) -> None:
     """No fault. Every node's /etc/hosts maps every node's hostname to its lab address (the own
@@ -128,7 +129,8 @@ def _clean(plan: LabPlan) -> None:
 FIREWALLD_PUBLIC_ZONE = """<?xml version="1.0" encoding="utf-8"?>
 <zone>
   <short>Public</short>
-  <description>ddpfix lab (firewalld-master): only SSH (and NTP, so the lab's clocks stay in sync) is allowed in.</description>
+  <description>ddpfix lab (firewalld-master): only SSH (and NTP, so the lab's clocks stay in sync) is allowed in.
+  </description>
   <service name="ssh"/>
   <service name="ntp"/>
   <forward/>
@@ -154,7 +156,7 @@ def _firewalld_master(plan: LabPlan) -> None:
     node.tasks.append(_start_firewalld)
 
 
-def _start_firewalld(rt: "Runtime", node: NodePlan) -> None:
+def _start_firewalld(rt: Runtime, node: NodePlan) -> None:
     rt.exec(node, ["/etc/init.d/dbus", "start"])
     rt.record_pidfile(node, "dbus-daemon", "/run/dbus/pid")
     rt.exec(node, ["firewalld"])
@@ -189,7 +191,7 @@ def _iptables_on(node: NodePlan) -> None:
     node.tasks.append(_load_iptables)
 
 
-def _load_iptables(rt: "Runtime", node: NodePlan) -> None:
+def _load_iptables(rt: Runtime, node: NodePlan) -> None:
     lo, hi = rt.exec(node, ["cat", "/proc/sys/net/ipv4/ip_local_port_range"]).stdout.split()
     rules = iptables_rules(rt.plan.master_port, int(lo), int(hi))
     rt.write_etc(node, "iptables/rules.v4", rules)
@@ -221,7 +223,7 @@ def nftables_conf(lo: int, hi: int) -> str:
             "\tchain input {",
             "\t\ttype filter hook input priority filter; policy drop;",
             "\t\tct state established,related accept",
-            "\t\tiifname \"lo\" accept",
+            '\t\tiifname "lo" accept',
             "\t\ttcp dport 22 accept",
             "\t\tmeta l4proto icmp accept",
             "\t}",
@@ -231,7 +233,7 @@ def nftables_conf(lo: int, hi: int) -> str:
     )
 
 
-def _load_nftables(rt: "Runtime", node: NodePlan) -> None:
+def _load_nftables(rt: Runtime, node: NodePlan) -> None:
     lo, hi = rt.exec(node, ["cat", "/proc/sys/net/ipv4/ip_local_port_range"]).stdout.split()
     rt.write_etc(node, "nftables.conf", nftables_conf(int(lo), int(hi)))
     rt.exec(node, ["nft", "-f", "/etc/nftables.conf"])
@@ -254,14 +256,33 @@ def _nftables_worker2(plan: LabPlan) -> None:
 # firewall config. `physdev` and `recent` have no native nft translation: `nft list ruleset` shows them as
 # `xt match`, which `nft -f` cannot load (a whole-ruleset dump saved to /etc/nftables.conf breaks the next boot).
 DOCKER_IPTABLES = [
-    ["-N", "DOCKER"], ["-N", "DOCKER-USER"], ["-N", "DOCKER-ISOLATION-STAGE-1"],
+    ["-N", "DOCKER"],
+    ["-N", "DOCKER-USER"],
+    ["-N", "DOCKER-ISOLATION-STAGE-1"],
     ["-P", "FORWARD", "DROP"],
     ["-A", "FORWARD", "-j", "DOCKER-USER"],
     ["-A", "FORWARD", "-j", "DOCKER-ISOLATION-STAGE-1"],
     ["-A", "FORWARD", "-o", "docker0", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"],
     ["-A", "FORWARD", "-o", "docker0", "-j", "DOCKER"],
-    ["-A", "DOCKER", "-d", "172.17.0.2/32", "!", "-i", "docker0", "-o", "docker0", "-p", "tcp", "-m", "tcp",
-     "--dport", "80", "-j", "ACCEPT"],
+    [
+        "-A",
+        "DOCKER",
+        "-d",
+        "172.17.0.2/32",
+        "!",
+        "-i",
+        "docker0",
+        "-o",
+        "docker0",
+        "-p",
+        "tcp",
+        "-m",
+        "tcp",
+        "--dport",
+        "80",
+        "-j",
+        "ACCEPT",
+    ],
     ["-A", "DOCKER-ISOLATION-STAGE-1", "-m", "physdev", "--physdev-is-bridged", "-j", "RETURN"],
     ["-A", "DOCKER-USER", "-m", "recent", "--name", "ddpfix-lab", "--rcheck", "-j", "RETURN"],
     ["-A", "DOCKER-USER", "-j", "RETURN"],
@@ -269,21 +290,23 @@ DOCKER_IPTABLES = [
     ["-t", "nat", "-A", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "DOCKER"],
     ["-t", "nat", "-A", "POSTROUTING", "-s", "172.17.0.0/16", "!", "-o", "docker0", "-j", "MASQUERADE"],
 ]
-DOCKER_NATIVE_NFT = "\n".join([
-    "table inet ddpfix-lab-docker {",
-    "\tchain input {",
-    "\t\ttype filter hook input priority filter - 5; policy accept;",
-    "\t\tiifname \"docker0\" counter",
-    "\t}",
-    "\tchain forward {",
-    "\t\ttype filter hook forward priority filter; policy accept;",
-    "\t}",
-    "}",
-    "",
-])
+DOCKER_NATIVE_NFT = "\n".join(
+    [
+        "table inet ddpfix-lab-docker {",
+        "\tchain input {",
+        "\t\ttype filter hook input priority filter - 5; policy accept;",
+        '\t\tiifname "docker0" counter',
+        "\t}",
+        "\tchain forward {",
+        "\t\ttype filter hook forward priority filter; policy accept;",
+        "\t}",
+        "}",
+        "",
+    ]
+)
 
 
-def _load_docker_tables(rt: "Runtime", node: NodePlan) -> None:
+def _load_docker_tables(rt: Runtime, node: NodePlan) -> None:
     for args in DOCKER_IPTABLES:
         rt.exec(node, ["iptables-nft", *args])
     rt.exec(node, ["nft", "-f", "-"], input=DOCKER_NATIVE_NFT)
@@ -299,10 +322,11 @@ def _load_docker_tables(rt: "Runtime", node: NodePlan) -> None:
 def _docker_tables(plan: LabPlan) -> None:
     """Not a fault on its own: what Docker and a native nftables tool leave in the running rule set of node2 and
     the highest-address node, loaded after the rules of the scenarios listed before it (as a Docker daemon starts
-    after the firewall; list it last): iptables-nft chains DOCKER, DOCKER-USER, DOCKER-ISOLATION-STAGE-1 and nat DOCKER, FORWARD policy drop,
-    `physdev`/`recent` matches that `nft list ruleset` shows as `xt match` (not loadable by `nft -f`), and a native
-    table `inet ddpfix-lab-docker` with accept-only input/forward chains. None of it is in a config file. Combine
-    with `nftables-worker2` / `iptables-worker` to check that remediation persists only its own rule."""
+    after the firewall; list it last): iptables-nft chains DOCKER, DOCKER-USER, DOCKER-ISOLATION-STAGE-1 and nat
+    DOCKER, FORWARD policy drop, `physdev`/`recent` matches that `nft list ruleset` shows as `xt match` (not
+    loadable by `nft -f`), and a native table `inet ddpfix-lab-docker` with accept-only input/forward chains. None
+    of it is in a config file. Combine with `nftables-worker2` / `iptables-worker` to check that remediation persists
+    only its own rule."""
     for node in {id(n): n for n in (plan.nodes[1], last(plan))}.values():
         node.tasks.append(_load_docker_tables)
 
@@ -311,12 +335,15 @@ FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 SKEWED_PYTHON = "/etc/ddpfix-lab/python3-skewed"
 
 
-def _install_skewed_python(rt: "Runtime", node: NodePlan) -> None:
-    rt.write_etc(node, "ddpfix-lab/python3-skewed",
-                 "#!/bin/sh\n# ddpfix lab (clock-skew): this node's userland clock reads 5 s ahead (libfaketime);\n"
-                 "# the kernel clock is untouched.\n"
-                 f"LD_PRELOAD={FAKETIME_LIB} FAKETIME=+5s exec /usr/bin/python3 \"$@\"\n",
-                 mode=0o755)
+def _install_skewed_python(rt: Runtime, node: NodePlan) -> None:
+    rt.write_etc(
+        node,
+        "ddpfix-lab/python3-skewed",
+        "#!/bin/sh\n# ddpfix lab (clock-skew): this node's userland clock reads 5 s ahead (libfaketime);\n"
+        "# the kernel clock is untouched.\n"
+        f'LD_PRELOAD={FAKETIME_LIB} FAKETIME=+5s exec /usr/bin/python3 "$@"\n',
+        mode=0o755,
+    )
 
 
 @scenario(
@@ -348,6 +375,7 @@ def _iptables_worker2(plan: LabPlan) -> None:
 
 
 # --------------------------------------------------------------------------- /etc/hosts (rows 2, 3, 10)
+
 
 @scenario(
     "hostname-loopback",
@@ -395,9 +423,7 @@ def _peer_mismatch(plan: LabPlan) -> None:
     every other node maps it to node2's lab address. Finding: hosts.peer-mismatch on node1
     (node2 resolves outside the CIDR / differently on different nodes)."""
     node, peer = plan.nodes[0], plan.nodes[1]
-    node.hosts = [
-        (WRONG_PEER_ADDR if peer.hostname in names else a, names) for a, names in node.hosts
-    ]
+    node.hosts = [(WRONG_PEER_ADDR if peer.hostname in names else a, names) for a, names in node.hosts]
 
 
 @scenario(
@@ -426,12 +452,13 @@ def _hosts_bindmount(plan: LabPlan) -> None:
     second(plan).tasks.append(_bind_hosts)
 
 
-def _bind_hosts(rt: "Runtime", node: NodePlan) -> None:
+def _bind_hosts(rt: Runtime, node: NodePlan) -> None:
     rt.write_run(node, "ddpfix-lab-hosts", rt.hosts_text(node))
     rt.exec(node, ["mount", "--bind", "/run/ddpfix-lab-hosts", "/etc/hosts"])
 
 
 # --------------------------------------------------------------------------- interfaces (rows 4, 5, 11)
+
 
 @scenario(
     "ifname-mismatch",
@@ -511,6 +538,7 @@ def _netif_down(plan: LabPlan) -> None:
 
 # --------------------------------------------------------------------------- addresses and routes (rows 7, 8)
 
+
 @scenario(
     "master-addr-public",
     f"env files everywhere with MASTER_ADDR={PUBLIC_MASTER_ADDR} (a public/NAT address), the rest right",
@@ -569,11 +597,14 @@ def _route_via_gateway(plan: LabPlan) -> None:
         )
     else:
         gw = plan.gateway
-    node.sysctls.update({"net.ipv4.conf.all.accept_redirects": "0", f"net.ipv4.conf.{node.ifname}.accept_redirects": "0"})
+    node.sysctls.update(
+        {"net.ipv4.conf.all.accept_redirects": "0", f"net.ipv4.conf.{node.ifname}.accept_redirects": "0"}
+    )
     node.post_ip.append(f"route add {plan.master.address}/32 via {gw} dev {node.ifname}")
 
 
 # --------------------------------------------------------------------------- time (row 9)
+
 
 @scenario(
     "chrony-absent",
@@ -590,6 +621,7 @@ def _chrony_absent(plan: LabPlan) -> None:
 
 
 # --------------------------------------------------------------------------- ports (row 12)
+
 
 @scenario(
     "port-in-use",
@@ -611,14 +643,19 @@ LISTENER = (
 )
 
 
-def _listen_master_port(rt: "Runtime", node: NodePlan) -> None:
+def _listen_master_port(rt: Runtime, node: NodePlan) -> None:
     port = str(rt.plan.master_port)
-    rt.exec(node, ["sh", "-c", f"setsid -f /usr/bin/python3 -c {shlex.quote(LISTENER)} {port} </dev/null >/dev/null 2>&1"])
-    rt.wait_for(lambda: rt.read_run(node, "ddpfix-port-in-use.pid") is not None, timeout=10, what="port-in-use listener")
+    rt.exec(
+        node, ["sh", "-c", f"setsid -f /usr/bin/python3 -c {shlex.quote(LISTENER)} {port} </dev/null >/dev/null 2>&1"]
+    )
+    rt.wait_for(
+        lambda: rt.read_run(node, "ddpfix-port-in-use.pid") is not None, timeout=10, what="port-in-use listener"
+    )
     rt.record_pidfile(node, "port-in-use", "/run/ddpfix-port-in-use.pid")
 
 
 # --------------------------------------------------------------------------- audit-only scenarios (no remediation)
+
 
 def world_open_rules(port: int, cidr: str) -> str:
     return "\n".join(
@@ -654,7 +691,7 @@ def _world_open(plan: LabPlan) -> None:
     plan.master.tasks.append(_load_world_open)
 
 
-def _load_world_open(rt: "Runtime", node: NodePlan) -> None:
+def _load_world_open(rt: Runtime, node: NodePlan) -> None:
     rt.write_etc(node, "iptables/rules.v4", world_open_rules(rt.plan.master_port, str(rt.plan.subnet)))
     rt.exec(node, ["iptables-restore", "/etc/iptables/rules.v4"])
 
@@ -679,7 +716,7 @@ def _chrony_unsynced(plan: LabPlan) -> None:
     node.tasks.append(_start_unsynced_chrony)
 
 
-def _start_unsynced_chrony(rt: "Runtime", node: NodePlan) -> None:
+def _start_unsynced_chrony(rt: Runtime, node: NodePlan) -> None:
     rt.exec(node, ["/etc/init.d/chrony", "start"])
     rt.wait_for(lambda: rt.read_run(node, "chrony/chronyd.pid") is not None, 10, f"chronyd on {node.name}")
     rt.record_pidfile(node, "chronyd-unsynced", "/run/chrony/chronyd.pid")
@@ -707,7 +744,8 @@ def _chrony_no_confdir(plan: LabPlan) -> None:
     node = last(plan)
     node.chrony = None
     node.files["chrony/chrony.conf"] = HANDWRITTEN_CHRONY_CONF.format(
-        scenario="chrony-no-confdir", source=plan.spare_address(3), drift="chrony.drift")
+        scenario="chrony-no-confdir", source=plan.spare_address(3), drift="chrony.drift"
+    )
     node.files["chrony/conf.d/lab.conf"] = "# ddpfix lab (chrony-no-confdir): not read, chrony.conf has no confdir\n"
     node.tasks.append(_start_unsynced_chrony)
 
@@ -727,14 +765,17 @@ def _chrony_rhel_layout(plan: LabPlan) -> None:
     node = last(plan)
     node.chrony = None
     node.files["chrony.conf"] = HANDWRITTEN_CHRONY_CONF.format(
-        scenario="chrony-rhel-layout", source=plan.spare_address(3), drift="drift")
-    node.files["default/chrony"] = ("# ddpfix lab (chrony-rhel-layout): -x = never adjust the system clock; "
-                                    "RHEL's configuration file\nDAEMON_OPTS=\"-F 1 -x -f /etc/chrony.conf\"\n")
+        scenario="chrony-rhel-layout", source=plan.spare_address(3), drift="drift"
+    )
+    node.files["default/chrony"] = (
+        "# ddpfix lab (chrony-rhel-layout): -x = never adjust the system clock; "
+        'RHEL\'s configuration file\nDAEMON_OPTS="-F 1 -x -f /etc/chrony.conf"\n'
+    )
     node.tasks.append(_remove_debian_chrony_dir)
     node.tasks.append(_start_unsynced_chrony)
 
 
-def _remove_debian_chrony_dir(rt: "Runtime", node: NodePlan) -> None:
+def _remove_debian_chrony_dir(rt: Runtime, node: NodePlan) -> None:
     rt.exec(node, ["rm", "-rf", "--one-file-system", "/etc/chrony"])  # the node's private /etc copy
 
 
@@ -771,25 +812,39 @@ STORAGE_NET = ipaddress.ip_network("172.31.0.0/24")  # a second IPv4 network ins
 
 @scenario(
     "rp-filter-strict",
-    "node2 is multi-homed (a second IPv4 NIC stor0) and its cluster NIC has strict reverse-path filtering (rp_filter 1)",
+    "node2 is multi-homed (a second IPv4 NIC stor0) and its cluster NIC has strict reverse-path filtering "
+    "(rp_filter 1)",
     min_nodes=2,
-    expect=(Expect("net.rp-filter-strict", "node2", lambda info: [
-        f"net.ipv4.conf.{info.node('node2').ifname}.rp_filter = 1 (effective 1, strict)",
-        f"{info.node('node2').ifname} {info.node('node2').address}", f"stor0 {STORAGE_NET.network_address + 12}"]),),
+    expect=(
+        Expect(
+            "net.rp-filter-strict",
+            "node2",
+            lambda info: [
+                f"net.ipv4.conf.{info.node('node2').ifname}.rp_filter = 1 (effective 1, strict)",
+                f"{info.node('node2').ifname} {info.node('node2').address}",
+                f"stor0 {STORAGE_NET.network_address + 12}",
+            ],
+        ),
+    ),
 )
 def _rp_filter_strict(plan: LabPlan) -> None:
     """Strict reverse-path filtering on a multi-homed node. node2 gets a second IPv4 interface `stor0`
     (172.31.0.<10+i>/24; a veth whose peer `stor0p` stays inside the node), created after the cluster NIC so NCCL's
-    default order still picks the cluster NIC, and its network namespace has net.ipv4.conf.<cluster NIC>.rp_filter = 1 (net.ipv4.conf.* is per network namespace;
-    conf.all stays 0). The lab's own traffic still flows (every peer is on-link on the cluster NIC), as on a real node
-    until a route back leaves by the other NIC. Finding: net.rp-filter-strict on node2."""
+    default order still picks the cluster NIC, and its network namespace has net.ipv4.conf.<cluster NIC>.rp_filter
+    = 1 (net.ipv4.conf.* is per network namespace; conf.all stays 0). The lab's own traffic still flows (every
+    peer is on-link on the cluster NIC), as on a real node until a route back leaves by the other NIC.
+    Finding: net.rp-filter-strict on node2."""
     if plan.subnet.overlaps(STORAGE_NET):
-        raise LabError(f"scenario rp-filter-strict uses {STORAGE_NET} inside node2: pick another --subnet",
-                       ExitCode.INVALID_INPUT)
+        raise LabError(
+            f"scenario rp-filter-strict uses {STORAGE_NET} inside node2: pick another --subnet", ExitCode.INVALID_INPUT
+        )
     node = second(plan)
-    node.post_ip += ["link add stor0 type veth peer name stor0p",
-                     f"addr add {STORAGE_NET.network_address + 10 + node.index}/{STORAGE_NET.prefixlen} dev stor0",
-                     "link set stor0p up", "link set stor0 up"]
+    node.post_ip += [
+        "link add stor0 type veth peer name stor0p",
+        f"addr add {STORAGE_NET.network_address + 10 + node.index}/{STORAGE_NET.prefixlen} dev stor0",
+        "link set stor0p up",
+        "link set stor0 up",
+    ]
     node.sysctls[f"net.ipv4.conf.{node.ifname}.rp_filter"] = "1"
 
 
@@ -820,7 +875,7 @@ def _family_mismatch(plan: LabPlan) -> None:
     node.hosts += [(ula_address(plan, m), [hn]) for hn, m in peers.items()]
 
 
-# --------------------------------------------------------------------------- SSH setups (no fault: how the controller logs in)
+# ----------------------------------------------------------------- SSH setups (no fault: how the controller logs in)
 
 LAB_USER = "ddpuser"
 LAB_SSH_PORT = 2222
@@ -830,7 +885,8 @@ SSH_SETUPS = ("bastion", "nonroot-become", "nonroot-nobecome", "ssh-port")
 
 @scenario(
     "bastion",
-    "the controller reaches node1 only; the others through it (ProxyJump in an ssh_config the inventory's ansible.cfg names)",
+    "the controller reaches node1 only; the others through it "
+    "(ProxyJump in an ssh_config the inventory's ansible.cfg names)",
     min_nodes=2,
 )
 def _bastion(plan: LabPlan) -> None:
@@ -888,18 +944,28 @@ LAB_MEMLOCK_KIB = 8192
 FABRIC_RUN = "ddpfix-lab-fabric"
 
 
-def _fabric_devices(plan: LabPlan, node: NodePlan, kind: str) -> list:
+def _fabric_devices(plan: LabPlan, node: NodePlan, kind: str) -> list[Any]:
     from ddpfix.lab.fabrictree import Device, ib_port, roce_port
 
     if kind == "roce":
-        return [Device(f"mlx5_{r}", [roce_port(f"10.{10 + r}.0.{10 + node.index}", f"rdma{r}")],
-                       netdevs=[f"rdma{r}"], numa_node=r) for r in (0, 1)]
-    return [Device(f"mlx5_{r}", [ib_port(f"b83f:d203:00{node.index:02x}:0a1{r}")], netdevs=[f"ib{r}"], numa_node=r)
-            for r in (0, 1)]
+        return [
+            Device(
+                f"mlx5_{r}",
+                [roce_port(f"10.{10 + r}.0.{10 + node.index}", f"rdma{r}")],
+                netdevs=[f"rdma{r}"],
+                numa_node=r,
+            )
+            for r in (0, 1)
+        ]
+    return [
+        Device(f"mlx5_{r}", [ib_port(f"b83f:d203:00{node.index:02x}:0a1{r}")], netdevs=[f"ib{r}"], numa_node=r)
+        for r in (0, 1)
+    ]
 
 
-def fabric_everywhere(plan: LabPlan, kind: str = "ib",
-                      edit: Callable[[NodePlan, list, dict], None] | None = None) -> None:
+def fabric_everywhere(
+    plan: LabPlan, kind: str = "ib", edit: Callable[[NodePlan, list[Any], dict[str, Any]], None] | None = None
+) -> None:
     """Give every node a synthetic RDMA tree (`kind` ib or roce); `edit(node, devices, opts)` may change a node's
     devices, and `opts` (write_tree's `uverbs`, `modules`), before they are written."""
     plan.groupvars["ddp_memlock"] = LAB_MEMLOCK_KIB
@@ -907,14 +973,14 @@ def fabric_everywhere(plan: LabPlan, kind: str = "ib",
         n.hostvars["ddpfix_facts_sysfs_root"] = f"/run/{FABRIC_RUN}/sys"
         n.hostvars["ddpfix_facts_dev_root"] = f"/run/{FABRIC_RUN}/dev"
         devices = _fabric_devices(plan, n, kind)
-        opts: dict = {"uverbs": True, "modules": ()}
+        opts: dict[str, Any] = {"uverbs": True, "modules": ()}
         if edit:
             edit(n, devices, opts)
         n.tasks.append(_fabric_task(devices, opts))
 
 
-def _fabric_task(devices: list, opts: dict) -> Callable[["Runtime", NodePlan], None]:
-    def task(rt: "Runtime", node: NodePlan) -> None:
+def _fabric_task(devices: list[Any], opts: dict[str, Any]) -> Callable[[Runtime, NodePlan], None]:
+    def task(rt: Runtime, node: NodePlan) -> None:
         from ddpfix.lab.fabrictree import write_tree
 
         root = rt.node_dir(node) / "run" / FABRIC_RUN
@@ -923,49 +989,63 @@ def _fabric_task(devices: list, opts: dict) -> Callable[["Runtime", NodePlan], N
     return task
 
 
-@scenario("fabric-port-down", "synthetic InfiniBand on every node; node2's mlx5_1 port 1 is DOWN (Disabled)",
-          ("fabric.port-down",), min_nodes=2)
+@scenario(
+    "fabric-port-down",
+    "synthetic InfiniBand on every node; node2's mlx5_1 port 1 is DOWN (Disabled)",
+    ("fabric.port-down",),
+    min_nodes=2,
+)
 def _fabric_port_down(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails (mlx5_0, mlx5_1; synthetic sysfs, see fabric_everywhere); on node2
     mlx5_1/1 is `1: DOWN` with phys_state `3: Disabled`. Finding: fabric.port-down on node2."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         if n.name == victim:
             devs[1].ports[0].state = "DOWN"
 
     fabric_everywhere(plan, "ib", edit)
 
 
-@scenario("fabric-gid-differs", "synthetic RoCE on every node; the highest-address node's RoCE v2 IPv4 GID is at index 5, not 3",
-          ("fabric.gid-index-differs",), min_nodes=2)
+@scenario(
+    "fabric-gid-differs",
+    "synthetic RoCE on every node; the highest-address node's RoCE v2 IPv4 GID is at index 5, not 3",
+    ("fabric.gid-index-differs",),
+    min_nodes=2,
+)
 def _fabric_gid_differs(plan: LabPlan) -> None:
     """Every node has two 100G RoCE rails (netdevs rdma0/rdma1, RoCE v2 IPv4 GID at index 3 as mlx5 fills it); on
     nodeN the table holds one more address first, so its RoCE v2 IPv4 GID is index 5. Finding:
     fabric.gid-index-differs (cluster); the env plan writes no NCCL_IB_GID_INDEX."""
     victim = last(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         if n.name == victim:
             from ddpfix.lab.fabrictree import Gid, ipv4_gid, roce_port
 
             for r, d in enumerate(devs):
                 p = roce_port(f"10.{10 + r}.0.{10 + n.index}", f"rdma{r}", v2_index=5)
-                p.gids += [Gid(2, ipv4_gid(f"10.{20 + r}.0.{10 + n.index}"), "IB/RoCE v1", f"rdma{r}"),
-                           Gid(3, ipv4_gid(f"10.{20 + r}.0.{10 + n.index}"), "RoCE v1", f"rdma{r}")]
+                p.gids += [
+                    Gid(2, ipv4_gid(f"10.{20 + r}.0.{10 + n.index}"), "IB/RoCE v1", f"rdma{r}"),
+                    Gid(3, ipv4_gid(f"10.{20 + r}.0.{10 + n.index}"), "RoCE v1", f"rdma{r}"),
+                ]
                 d.ports[0] = p
 
     fabric_everywhere(plan, "roce", edit)
 
 
-@scenario("fabric-pkey-mismatch", "synthetic InfiniBand on every node; node2's ports sit in partition 0x8001, the others in 0xffff",
-          ("fabric.pkey-mismatch",), min_nodes=2)
+@scenario(
+    "fabric-pkey-mismatch",
+    "synthetic InfiniBand on every node; node2's ports sit in partition 0x8001, the others in 0xffff",
+    ("fabric.pkey-mismatch",),
+    min_nodes=2,
+)
 def _fabric_pkey_mismatch(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails; node2's pkeys/0 is 0x8001 (partition 1), the others' 0xffff (the
     default partition). Finding: fabric.pkey-mismatch (cluster)."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         if n.name == victim:
             for d in devs:
                 d.ports[0].pkey0 = "0x8001"
@@ -973,42 +1053,54 @@ def _fabric_pkey_mismatch(plan: LabPlan) -> None:
     fabric_everywhere(plan, "ib", edit)
 
 
-@scenario("fabric-link-layer-mixed", "synthetic InfiniBand on every node but the highest-address one, which has RoCE (Ethernet)",
-          ("fabric.link-layer-mixed",), min_nodes=2)
+@scenario(
+    "fabric-link-layer-mixed",
+    "synthetic InfiniBand on every node but the highest-address one, which has RoCE (Ethernet)",
+    ("fabric.link-layer-mixed",),
+    min_nodes=2,
+)
 def _fabric_link_layer_mixed(plan: LabPlan) -> None:
     """node1..node(N-1) have two HDR InfiniBand rails, nodeN two RoCE rails (link_layer Ethernet) with the same
     device names, as when a ConnectX port type was left at ETH. Finding: fabric.link-layer-mixed (cluster)."""
     victim = last(plan)
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         if n is victim:
             devs[:] = _fabric_devices(plan, n, "roce")
 
     fabric_everywhere(plan, "ib", edit)
 
 
-@scenario("fabric-rate-mismatch", "synthetic InfiniBand on every node; node2's mlx5_0 runs at 100 Gb/s (4X EDR), the others at 200",
-          ("fabric.rate-mismatch",), min_nodes=2)
+@scenario(
+    "fabric-rate-mismatch",
+    "synthetic InfiniBand on every node; node2's mlx5_0 runs at 100 Gb/s (4X EDR), the others at 200",
+    ("fabric.rate-mismatch",),
+    min_nodes=2,
+)
 def _fabric_rate_mismatch(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails; node2's mlx5_0/1 negotiated 100 Gb/sec (4X EDR), as with a bad
     cable or an EDR switch port. Finding: fabric.rate-mismatch on node2."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         if n.name == victim:
             devs[0].ports[0].rate = "100 Gb/sec (4X EDR)"
 
     fabric_everywhere(plan, "ib", edit)
 
 
-@scenario("fabric-roce-no-v2-gid", "synthetic RoCE on every node; node2's mlx5_0 GID table has no RoCE v2 entry (v1 only)",
-          ("fabric.roce-no-v2-gid",), min_nodes=2)
+@scenario(
+    "fabric-roce-no-v2-gid",
+    "synthetic RoCE on every node; node2's mlx5_0 GID table has no RoCE v2 entry (v1 only)",
+    ("fabric.roce-no-v2-gid",),
+    min_nodes=2,
+)
 def _fabric_roce_no_v2_gid(plan: LabPlan) -> None:
     """Every node has two 100G RoCE rails; on node2 mlx5_0/1 has only RoCE v1 GIDs (RoCE v2 disabled). Finding:
     fabric.roce-no-v2-gid on node2."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         if n.name == victim:
             from ddpfix.lab.fabrictree import roce_port
 
@@ -1018,8 +1110,12 @@ def _fabric_roce_no_v2_gid(plan: LabPlan) -> None:
     fabric_everywhere(plan, "roce", edit)
 
 
-@scenario("fabric-hca-includes-mgmt", "synthetic InfiniBand plus a 25G RoCE NIC on the SSH interface; node2's env file says NCCL_IB_HCA=mlx5",
-          ("fabric.hca-includes-mgmt",), min_nodes=1)
+@scenario(
+    "fabric-hca-includes-mgmt",
+    "synthetic InfiniBand plus a 25G RoCE NIC on the SSH interface; node2's env file says NCCL_IB_HCA=mlx5",
+    ("fabric.hca-includes-mgmt",),
+    min_nodes=1,
+)
 def _fabric_hca_includes_mgmt(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails and a third RDMA device mlx5_2 (25 Gb/s RoCE) whose netdev is the
     node's cluster/SSH interface; node2's env file sets NCCL_IB_HCA=mlx5, which selects it too. Finding:
@@ -1028,46 +1124,73 @@ def _fabric_hca_includes_mgmt(plan: LabPlan) -> None:
 
     victim = second(plan)
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
-        devs.append(Device("mlx5_2", [roce_port(str(n.address), n.ifname, rate="25 Gb/sec (1X EDR)")],
-                           netdevs=[n.ifname], numa_node=0))
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
+        devs.append(
+            Device(
+                "mlx5_2",
+                [roce_port(str(n.address), n.ifname, rate="25 Gb/sec (1X EDR)")],
+                netdevs=[n.ifname],
+                numa_node=0,
+            )
+        )
 
     fabric_everywhere(plan, "ib", edit)
     victim.env = plan.env_for(victim, NCCL_IB_HCA="mlx5")
 
 
-@scenario("fabric-no-uverbs", "synthetic InfiniBand on every node; node2 has no /dev/infiniband/uverbs* (ib_uverbs not loaded)",
-          ("fabric.no-uverbs",), min_nodes=1)
+@scenario(
+    "fabric-no-uverbs",
+    "synthetic InfiniBand on every node; node2 has no /dev/infiniband/uverbs* (ib_uverbs not loaded)",
+    ("fabric.no-uverbs",),
+    min_nodes=1,
+)
 def _fabric_no_uverbs(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails; node2's /dev/infiniband holds only rdma_cm (no uverbs*, no umad*),
     as when ib_uverbs is not loaded. Finding: fabric.no-uverbs on node2."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         opts["uverbs"] = n.name != victim
 
     fabric_everywhere(plan, "ib", edit)
 
 
-@scenario("fabric-peermem-missing", "synthetic InfiniBand and GPU driver on every node; nvidia_peermem loaded everywhere but node2",
-          ("fabric.peermem-missing",), min_nodes=1)
+@scenario(
+    "fabric-peermem-missing",
+    "synthetic InfiniBand and GPU driver on every node; nvidia_peermem loaded everywhere but node2",
+    ("fabric.peermem-missing",),
+    min_nodes=1,
+)
 def _fabric_peermem_missing(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails and /sys/module/nvidia (synthetic); /sys/module/nvidia_peermem
     exists on every node but node2. Finding: fabric.peermem-missing on node2."""
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         opts["modules"] = ("nvidia",) if n.name == victim else ("nvidia", "nvidia_peermem")
 
     fabric_everywhere(plan, "ib", edit)
 
 
-def _stub(rt: "Runtime", node: NodePlan, name: str, text: str) -> None:
+def _stub(rt: Runtime, node: NodePlan, name: str, text: str) -> None:
     rt.write_run(node, f"{FABRIC_RUN}/bin/{name}", text, 0o755)
 
 
-@scenario("fabric-efa-provider-missing", "synthetic EFA device on every node; node2's fi_info -p efa finds no efa provider",
-          ("fabric.efa-provider-missing",), min_nodes=1)
+def _stub_task(name: str, text: str) -> Callable[[Runtime, NodePlan], None]:
+    """A node task writing the stand-in executable `name` (see _stub)."""
+
+    def task(rt: Runtime, node: NodePlan) -> None:
+        _stub(rt, node, name, text)
+
+    return task
+
+
+@scenario(
+    "fabric-efa-provider-missing",
+    "synthetic EFA device on every node; node2's fi_info -p efa finds no efa provider",
+    ("fabric.efa-provider-missing",),
+    min_nodes=1,
+)
 def _fabric_efa_provider_missing(plan: LabPlan) -> None:
     """Every node has one EFA device (driver efa, link layer Unspecified; synthetic sysfs). The lab has no
     libfabric, so each node gets a stand-in fi_info (host var ddpfix_facts_fi_info) answering as libfabric does:
@@ -1077,21 +1200,27 @@ def _fabric_efa_provider_missing(plan: LabPlan) -> None:
 
     victim = second(plan).name
 
-    def edit(n: NodePlan, devs: list, opts: dict) -> None:
+    def edit(n: NodePlan, devs: list[Any], opts: dict[str, Any]) -> None:
         devs[:] = [Device("rdmap16s27", [Port(rate="100 Gb/sec (4X EDR)", link_layer="Unspecified")], driver="efa")]
         opts["modules"] = ("nvidia",)
 
     fabric_everywhere(plan, "ib", edit)
     for n in plan.nodes:
         n.hostvars["ddpfix_facts_fi_info"] = f"/run/{FABRIC_RUN}/bin/fi_info"
-        text = ("#!/bin/sh\n# ddpfix lab stand-in for libfabric's fi_info (no EFA here)\n"
-                + ("echo 'fi_getinfo: -61 (No data available)' >&2\nexit 1\n" if n.name == victim else
-                   "printf 'provider: efa\\n    fabric: efa\\n    domain: rdmap16s27-rdm\\n'\n"))
-        n.tasks.append(lambda rt, node, text=text: _stub(rt, node, "fi_info", text))
+        text = "#!/bin/sh\n# ddpfix lab stand-in for libfabric's fi_info (no EFA here)\n" + (
+            "echo 'fi_getinfo: -61 (No data available)' >&2\nexit 1\n"
+            if n.name == victim
+            else "printf 'provider: efa\\n    fabric: efa\\n    domain: rdmap16s27-rdm\\n'\n"
+        )
+        n.tasks.append(_stub_task("fi_info", text))
 
 
-@scenario("fabric-nccl-version-mismatch", "synthetic InfiniBand on every node; node2's torch reports NCCL 2.18.1, the others 2.21.5",
-          ("fabric.nccl-version-mismatch",), min_nodes=2)
+@scenario(
+    "fabric-nccl-version-mismatch",
+    "synthetic InfiniBand on every node; node2's torch reports NCCL 2.18.1, the others 2.21.5",
+    ("fabric.nccl-version-mismatch",),
+    min_nodes=2,
+)
 def _fabric_nccl_version_mismatch(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails. The lab's torch is a CPU build without NCCL, so the facts role asks
     a stand-in interpreter (host var ddpfix_facts_python) that prints the version torch.cuda.nccl.version() would:
@@ -1101,12 +1230,18 @@ def _fabric_nccl_version_mismatch(plan: LabPlan) -> None:
     for n in plan.nodes:
         n.hostvars["ddpfix_facts_python"] = f"/run/{FABRIC_RUN}/bin/python-nccl"
         version = "2.18.1" if n.name == victim else "2.21.5"
-        text = f"#!/bin/sh\n# ddpfix lab stand-in: what torch.cuda.nccl.version() prints on a GPU build\necho {version}\n"
-        n.tasks.append(lambda rt, node, text=text: _stub(rt, node, "python-nccl", text))
+        text = (
+            f"#!/bin/sh\n# ddpfix lab stand-in: what torch.cuda.nccl.version() prints on a GPU build\necho {version}\n"
+        )
+        n.tasks.append(_stub_task("python-nccl", text))
 
 
-@scenario("fabric-memlock-low", "synthetic InfiniBand on every node; on node2 a site limits.d file sets memlock 64 KiB for SSH logins",
-          ("fabric.memlock-low",), min_nodes=1)
+@scenario(
+    "fabric-memlock-low",
+    "synthetic InfiniBand on every node; on node2 a site limits.d file sets memlock 64 KiB for SSH logins",
+    ("fabric.memlock-low",),
+    min_nodes=1,
+)
 def _fabric_memlock_low(plan: LabPlan) -> None:
     """Every node has two HDR InfiniBand rails; node2's sshd uses PAM (UsePAM yes, as on a stock distribution) and
     /etc/security/limits.d/10-site-memlock.conf sets `soft memlock 64` (KiB) for * and root, so every SSH session
@@ -1114,10 +1249,12 @@ def _fabric_memlock_low(plan: LabPlan) -> None:
     (a later file, so it wins) and new logins get the lab's ddp_memlock."""
     victim = second(plan)
     victim.files["ssh/sshd_config.d/00-ddpfix-lab-0pam.conf"] = (
-        "# ddpfix lab (fabric-memlock-low): PAM on, so pam_limits applies limits.d to new logins\nUsePAM yes\n")
+        "# ddpfix lab (fabric-memlock-low): PAM on, so pam_limits applies limits.d to new logins\nUsePAM yes\n"
+    )
     victim.files["security/limits.d/10-site-memlock.conf"] = (
         "# a site default left from an old image (ddpfix lab scenario fabric-memlock-low)\n"
-        "*     soft  memlock  64\nroot  soft  memlock  64\n")
+        "*     soft  memlock  64\nroot  soft  memlock  64\n"
+    )
     fabric_everywhere(plan, "ib")
 
 
@@ -1156,7 +1293,8 @@ def _etc_files(node: NodePlan) -> dict[str, str]:
     files: dict[str, str] = {}
     if node.env is not None:  # as `up` writes it (ddpfix.lab: env_text)
         files[ENV_PATH.removeprefix("/etc/")] = "# written by hand, long ago (ddpfix lab scenario)\n" + "".join(
-            f"{k}={v}\n" for k, v in node.env.items())
+            f"{k}={v}\n" for k, v in node.env.items()
+        )
     files.update(node.files)
     return files
 
@@ -1172,12 +1310,16 @@ def fabric_plan(name: str, nodes: int, scenario_name: str, subnet: str, ifnames:
     base = lab.plan_lab(name, nodes, "clean", subnet, ifnames)
 
     def rest(p: LabPlan) -> tuple[LabPlan, list[NodePlan]]:
-        return (replace(p, nodes=[], scenarios=[], groupvars={}),
-                [replace(n, hostvars={}, env=None, files={}, tasks=[]) for n in p.nodes])
+        return (
+            replace(p, nodes=[], scenarios=[], groupvars={}),
+            [replace(n, hostvars={}, env=None, files={}, tasks=[]) for n in p.nodes],
+        )
 
     if rest(plan) != rest(base):
-        raise LabError(f"apply_fabric: {scenario_name} changes more than files and variables; bring up a lab with it",
-                       ExitCode.INVALID_INPUT)
+        raise LabError(
+            f"apply_fabric: {scenario_name} changes more than files and variables; bring up a lab with it",
+            ExitCode.INVALID_INPUT,
+        )
     return plan
 
 
@@ -1195,8 +1337,10 @@ def apply_fabric(info: LabInfo, scenario_name: str) -> None:
     ifnames = [n.ifname for n in info.nodes]
     for name in info.scenarios:
         if name != "clean" and not name.startswith("fabric-"):
-            raise LabError(f"apply_fabric: lab {info.name} was brought up with {name}, not a fabric scenario",
-                           ExitCode.INVALID_INPUT)
+            raise LabError(
+                f"apply_fabric: lab {info.name} was brought up with {name}, not a fabric scenario",
+                ExitCode.INVALID_INPUT,
+            )
     plan = fabric_plan(info.name, len(info.nodes), scenario_name, info.subnet, ifnames)
     sdir = lab.state_dir(info.name)
     record_path = sdir / FABRIC_APPLIED
@@ -1204,8 +1348,11 @@ def apply_fabric(info: LabInfo, scenario_name: str) -> None:
         prev = json.loads(record_path.read_text())
     else:  # what `up` wrote for the lab's own scenarios (the /etc files were not in the image)
         first = lab.plan_lab(info.name, len(info.nodes), info.scenarios, info.subnet, ifnames)
-        prev = {"hostvars": {n.name: sorted(n.hostvars) for n in first.nodes}, "groupvars": sorted(first.groupvars),
-                "etc": {n.name: dict.fromkeys(_etc_files(n)) for n in first.nodes}}
+        prev = {
+            "hostvars": {n.name: sorted(n.hostvars) for n in first.nodes},
+            "groupvars": sorted(first.groupvars),
+            "etc": {n.name: dict.fromkeys(_etc_files(n)) for n in first.nodes},
+        }
     rt = _InPlace(sdir)
     record: dict[str, Any] = {"scenario": scenario_name, "hostvars": {}, "groupvars": sorted(plan.groupvars), "etc": {}}
     restart: list[str] = []
@@ -1249,7 +1396,7 @@ def _rewrite_inventory_vars(path: Path, plan: LabPlan, prev: dict[str, Any]) -> 
 
     text = path.read_text()
     lines = text.splitlines(keepends=True)
-    header = "".join(ln for ln in lines[:next(i for i, ln in enumerate(lines) if not ln.startswith("#"))])
+    header = "".join(ln for ln in lines[: next(i for i, ln in enumerate(lines) if not ln.startswith("#"))])
     doc = yaml.safe_load(text)
     group = doc["all"]["children"]["ddp_nodes"]
     for key in prev["groupvars"]:
