@@ -19,8 +19,8 @@ benchmarks/analysis.py times the controller's analysis on synthetic facts for 10
 `--experiments` runs instead the Ansible settings experiments (round-robin against the unchanged audit
 and remediate) at `--experiments-at` N.
 
-Writes benchmarks/results.json (every run; results-experiments.json for --experiments) and BENCHMARKS.md
-(tables, from both files). Labs are always torn down.
+Writes the raw runs to benchmarks/results/ (not in git), the small summary benchmarks/summary.json and BENCHMARKS.md
+(generated from the summary). Labs are always torn down.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+RAW = HERE / "results"  # raw results: not in git (.gitignore); BENCHMARKS.md is generated from summary.json
+SUMMARY = HERE / "summary.json"
 BIN = Path(sys.executable).parent
 DDPFIX = str(BIN / "ddpfix")
 ANSIBLE = str(BIN / "ansible")
@@ -165,6 +167,15 @@ class Runner:
         res["state_dir"] = str(state)
         return res
 
+    def raw_ssh(self, ssh_config: Path, nodes: list[str]) -> dict[str, Any]:
+        """The floor: one plain `ssh` per node, all in parallel, running the same reads (benchmarks/_rawssh.py)."""
+        state = Path(tempfile.mkdtemp(prefix="state-", dir=self.tmp))
+        res = self._run("raw-ssh", [sys.executable, str(HERE / "_rawssh.py"), str(ssh_config), *nodes],
+                        self._env(state), state)
+        res["ok"] = res["rc"] == 0
+        res["state_dir"] = str(state)
+        return res
+
     def baseline(self, kind: str = "baseline") -> dict[str, Any]:
         from ddpfix import runner
 
@@ -208,6 +219,7 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
     out["span_s"] = round(ts(evs[-1]) - ts(evs[0]), 3)
     tasks: dict[str, dict[str, Any]] = {}
     order: list[str] = []
+    probes: dict[str, list[dict[str, Any]]] = {}
     for e in evs:
         d = e.get("event_data") or {}
         kind = e.get("event", "")
@@ -222,11 +234,12 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
             if d.get("duration") is not None:
                 t["durations"].append(float(d["duration"]))
             t["hosts"] += 1
-            if kind == "runner_on_ok" and str(d.get("task", "")).startswith("probe | Resolve peers"):
-                cs = (d.get("res") or {}).get("connects") or []
-                out["probe_connects"] += len(cs)
-                out["probe_connects_ok"] += sum(1 for c in cs if c.get("ok"))
-                out["probe_hosts"] += 1
+            node = ((d.get("res") or {}).get("ansible_facts") or {}).get("ddpfix_node") or {}
+            if kind == "runner_on_ok" and "connects" in (node.get("probe") or {}):
+                probes[d.get("host")] = node["probe"]["connects"] or []  # the last result per host
+    out["probe_hosts"] = len(probes)
+    out["probe_connects"] = sum(len(cs) for cs in probes.values())
+    out["probe_connects_ok"] = sum(1 for cs in probes.values() for c in cs if c.get("ok"))
     for name in order:
         t = tasks[name]
         durs = t["durations"]
@@ -388,13 +401,17 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
             a = r.ddpfix("audit", ["audit", "--format", "json"])
             audit_ok(a, n)
             b = r.baseline()
-            for x in (a, b):
+            c = r.raw_ssh(info.ssh_config, [x.name for x in info.nodes])
+            for x in (a, b, c):
                 x["pair"], x["warmup"] = i, warm
+                x["load1"] = os.getloadavg()[0]
                 cleanup_state(x)
                 out["runs"].append(x)
             log(f"  {'warm-up' if warm else f'pair {i + 1}'}: audit {a['wall_s']:.2f} s (ok={a.get('ok')}, "
                 f"{','.join(a.get('finding_ids') or [])}), baseline {b['wall_s']:.2f} s (ok={b.get('ok')}), "
-                f"ratio {a['wall_s'] / b['wall_s']:.2f}")
+                f"raw ssh {c['wall_s']:.2f} s (ok={c.get('ok')}), ratio {a['wall_s'] / b['wall_s']:.2f}")
+        if n == args.forks_check_n and args.forks_check_runs:
+            out["forks_check"] = forks_check(r, n, args.forks_check_forks, args.forks_check_runs)
         # the audited lab lacks only the env files (env.missing, info): write them, then remediate has nothing to do
         make_clean(name, info)
         for i in range(remediate_runs_for(args, idx)):
@@ -414,6 +431,28 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
             log(f"lab down {name} failed: {exc}")
             out["lab_down_error"] = str(exc)
     out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
+
+
+def forks_check(r: Runner, n: int, forks: int, runs: int) -> dict[str, Any]:
+    """`runs` consecutive clean audits with --forks below N: count the probe.* findings (each one is false: the lab
+    is clean) and the runs that used the second round."""
+    out: dict[str, Any] = {"n": n, "forks": forks, "runs": runs, "false_probe_findings": 0, "second_round": 0,
+                           "failed_runs": 0, "walls": []}
+    for i in range(runs):
+        a = r.ddpfix("audit-forks", ["audit", "--format", "json"], forks=forks)
+        audit_ok(a, n)
+        try:
+            doc = json.loads(Path(a["stdout_path"]).read_text())
+        except (OSError, json.JSONDecodeError):
+            doc = {}
+        probe = [f for f in doc.get("findings", []) if f["id"].startswith("probe.")]
+        out["false_probe_findings"] += len(probe)
+        out["second_round"] += (doc.get("probe_rounds") or {}).get("rounds") == 2
+        out["failed_runs"] += not a.get("ok")
+        out["walls"].append(round(a["wall_s"], 2))
+        cleanup_state(a)
+        log(f"  forks {forks} audit {i + 1}/{runs}: {a['wall_s']:.2f} s, probe findings {len(probe)}, ok={a.get('ok')}")
     return out
 
 
@@ -451,14 +490,18 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: sizes 4,8, 2 pairs, 1 remediate run, analysis 100,1000")
     ap.add_argument("--json",
-                    help="default benchmarks/results.json (benchmarks/results-experiments.json with --experiments)")
+                    help="raw results (default benchmarks/results/results.json; results-experiments.json with "
+                         "--experiments)")
     ap.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
     ap.add_argument("--keep", action="store_true", help="keep the temporary run directory")
+    ap.add_argument("--forks-check", default="16:4:20",
+                    help="N:FORKS:RUNS consecutive clean audits with --forks FORKS at size N (default 16:4:20; 0 runs: skip)")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.pairs, args.remediate_runs, args.analysis_sizes = "4,8", 2, "1", "100,1000"
         args.experiments_at, args.experiment_rounds = "8", 1
-    args.json = args.json or str(HERE / ("results-experiments.json" if args.experiments else "results.json"))
+    args.json = args.json or str(RAW / ("results-experiments.json" if args.experiments else "results.json"))
+    args.forks_check_n, args.forks_check_forks, args.forks_check_runs = (int(x) for x in args.forks_check.split(":"))
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if os.geteuid() != 0:
         print("run.py needs root (the lab uses network namespaces)", file=sys.stderr)
@@ -508,12 +551,12 @@ def main() -> int:
 def _save(results: dict[str, Any], args: argparse.Namespace, t0: float) -> None:
     results["duration_s"] = round(time.monotonic() - t0, 1)
     results["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
-    main_json = Path(args.json) if not args.experiments else HERE / "results.json"
-    exp_json = Path(args.json) if args.experiments else HERE / "results-experiments.json"
-    main = results if not args.experiments else (json.loads(main_json.read_text()) if main_json.exists() else {})
-    exp = results if args.experiments else (json.loads(exp_json.read_text()) if exp_json.exists() else None)
-    Path(args.md).write_text(report.render(main, exp))
+    if not args.experiments:
+        summary = report.summarize(results)
+        SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
+        Path(args.md).write_text(report.render_summary(summary))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Run the read-only audit: one playbook run (facts + probes), then the pure checks."""
+"""Run the read-only audit: one playbook run (facts + probes in one task per node), then the pure checks."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -26,9 +27,15 @@ from ddpfix.progress import Progress
 from ddpfix.report import document
 from ddpfix.runner import RunResult, TaskResult, run_playbook
 
-#: The probe module; its check run (not the listener's stop) returns the probe result, with key PROBE_RESULT_KEY.
-PROBE_MODULE = "ddpfix_probe"
-PROBE_RESULT_KEY = "connects"
+#: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
+FACTS_MODULE = "ddpfix_node_facts"
+#: Tag of the second round's tasks (collect detached probers), left out when every node runs at once.
+COLLECT_TAG = "ddpfix_facts_collect"
+#: Tasks the CLI leaves out (it has their information from its own events): the play's run marker and the facts'
+#: controller clock window, which the standalone analysis (action plugin) needs.
+CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark")
+#: Probe listener ports are picked per run inside the default ephemeral range (32768-60999), away from its ends.
+PROBE_PORTS = (40000, 59999)
 
 
 @dataclass
@@ -39,7 +46,11 @@ class AuditResult:
     run: RunResult
 
 
-def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeout: float) -> dict[str, object]:
+def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeout: float, forks: int | None = None,
+                    probe_port: int | None = None) -> dict[str, object]:
+    """The audit play's variables. `forks`: Ansible's forks for the run (None: every node at once); below the
+    number of nodes the probers run detached and a second task collects them."""
+    port = probe_port or random.Random().randint(*PROBE_PORTS)
     return {
         "ddpfix_target": GROUP,
         "ddpfix_facts_master": cluster.master,
@@ -47,6 +58,9 @@ def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeo
         "ddpfix_facts_cluster_cidr": cluster.cluster_cidr or "",
         "ddpfix_facts_env_path": cluster.env_path,
         "ddpfix_facts_order": cluster.names,
+        "ddpfix_facts_addresses": {n.name: n.address for n in cluster.nodes},
+        "ddpfix_facts_probe_port": port if port != cluster.master_port else port + 1,
+        "ddpfix_facts_forks": forks or len(cluster.nodes),
         "ddpfix_facts_probe": probe,
         "ddpfix_facts_probe_peers": probe_peers,
         "ddpfix_facts_probe_timeout": probe_timeout,
@@ -66,12 +80,19 @@ def collect(
     progress: Progress | None = None,
     thresholds: Thresholds | None = None,
 ) -> tuple[Context, RunResult]:
+    from ddpfix import ansiblecfg
+    from ddpfix.runner import default_forks
+
+    nforks = default_forks(len(cluster.nodes), forks, ansiblecfg.user_forks(ansiblecfg.load(cluster.inventories)))
+    one_round = nforks >= len(cluster.nodes) or not probe
     run = run_playbook(
         "audit.yml",
         cluster.inventories,
-        extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout),
+        extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
         limit=limit,
         forks=forks,
+        # every node at once: the second round's tasks are left out of the play, not skipped per node
+        skip_tags=",".join(CLI_SKIP_TAGS + ((COLLECT_TAG,) if one_round else ())),
         n_hosts=len(cluster.nodes),
         verbosity=verbosity,
         on_event=progress.on_event if progress else None,
@@ -85,13 +106,12 @@ def collect(
                 continue  # outside --limit: not audited, not a finding
             hosts[node.name] = HostFacts(node.name, reachable=False, error=NOT_RUN)
             continue
-        found = hr.fact(FACTS_KEY)  # by identity: the facts module's key, whatever the task is named
-        facts_task = found[0] if found else None
-        probe_task = hr.find(PROBE_MODULE, has=PROBE_RESULT_KEY)  # the check run, not the listener's stop
+        facts_task = hr.find(FACTS_MODULE, ran=True)  # by identity: the module, whatever the task is named
+        # the last task that returned the facts: the second round's (probe result folded in) when there was one
+        found = hr.fact(FACTS_KEY)
         hosts[node.name] = host_facts(
             node.name,
             found[1] if found else None,
-            probe=probe_task.res if probe_task else None,
             error=hr.message,
             unreachable=hr.unreachable,
             collected_at=parse_event_time(facts_task.created) if facts_task else None,
@@ -105,8 +125,8 @@ def collect(
 
 #: What the facts module returns a node's facts as: `ansible_facts[FACTS_KEY]`.
 FACTS_KEY = "ddpfix_node"
-#: Keys of a probe result (`ddpfix_probe` mode check), folded or not into the facts' `probe` (the listener's state).
-PROBE_RESULT_KEYS = frozenset({"connects", "resolve", "routes"})
+#: Keys of a probe result, inside the facts' `probe` (with the listener's state; `checked`: deviations-only mode).
+PROBE_RESULT_KEYS = frozenset({"connects", "resolve", "routes", "checked"})
 NOT_RUN = "host did not run (not matched by the play)"
 
 
@@ -115,12 +135,20 @@ def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str,
                window: tuple[float, float] | None = None) -> HostFacts:
     """One node's HostFacts from what the facts play returned: `ansible_facts.ddpfix_node` (`node`), and the probe
     result, read from the facts (`ddpfix_node.probe`, once folded there) when they carry one, else from the probe
-    task's result (`probe`). The one conversion, for the CLI (runner events) and the action plugin (hostvars)."""
+    task's result (`probe`). The one conversion, for the CLI (runner events) and the action plugin (hostvars).
+    `window` (the controller's task start..result) is narrowed by the node's own `now_elapsed` (the module's start
+    to its clock reading)."""
     folded = (node or {}).get("probe")
     if isinstance(folded, Mapping) and PROBE_RESULT_KEYS & set(folded):
         probe = folded
     elif probe is not None and not PROBE_RESULT_KEYS & set(probe):
         probe = None  # skipped, failed or unreachable: no probe result
+    if window is not None and node is not None:
+        try:
+            lo = window[0] + max(0.0, float(node.get("now_elapsed") or 0))
+            window = (lo, window[1]) if lo <= window[1] else window
+        except (TypeError, ValueError):
+            pass
     return HostFacts(
         name=name,
         reachable=not unreachable and node is not None,
@@ -164,13 +192,25 @@ def hosts_from_vars(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]],
                 out[n.name] = HostFacts(n.name, reachable=False, error=_one_line(
                     why or "no facts in this run: unreachable or failed before the facts task"))
                 continue
-            node = (res.get("ansible_facts") or {}).get(FACTS_KEY, node)
+            got = (res.get("ansible_facts") or {}).get(FACTS_KEY)
+            rp = ((got or {}).get("probe") or {}).get("result_path") if isinstance(got, Mapping) else None
+            if rp and isinstance(node, Mapping) and (node.get("probe") or {}).get("result_path") == rp:
+                pass  # a detached prober of this run: its result was folded into the facts by the second task
+            else:
+                node = got if got is not None else node
         elif node is None:
             out[n.name] = HostFacts(n.name, reachable=False, error="no facts in the fact cache")
             continue
         out[n.name] = host_facts(n.name, node, probe=hv.get("ddpfix_facts_probe_result") if from_run else None,
                                  window=window)
     return out
+
+
+def probe_rounds(ctx: Context) -> dict[str, Any]:
+    """How the probes ran: `rounds` 1 (every node in one task) or 2 (detached probers collected by a second task,
+    because the nodes did not all run at once), and the nodes whose prober ran detached."""
+    detached = sorted(n for n, f in ctx.facts.items() if f and (f.get("probe") or {}).get("mode") == "detached")
+    return {"rounds": 2 if detached else 1, "detached": detached}
 
 
 def _one_line(text: object) -> str:
@@ -187,7 +227,8 @@ def audit_report(ctx: Context, findings: list[Finding], *, probe: bool = True,
                    host_summaries(ctx.hosts, ctx.plan, cluster, not_evaluated(ctx, findings)), kept,
                    {"cluster": {"master": cluster.master, "master_port": cluster.master_port, "cidr": ctx.cidr,
                                 "world_size": cluster.world_size},
-                    "matrix": connectivity_matrix(ctx) if probe else None},
+                    "matrix": connectivity_matrix(ctx) if probe else None,
+                    "probe_rounds": probe_rounds(ctx) if probe else None},
                    skipped=skipped)
     return doc, kept
 

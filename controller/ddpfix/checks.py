@@ -221,10 +221,13 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
     out: dict[str, list[dict[str, str]]] = {}
     for name, _ in ctx.audited():
         unread = ctx.unread(name)
-        if not unread:
-            continue
         items = [{"id": fid, "reason": why} for fid, why in sorted(_blind_ids(ctx, name, unread).items())
-                 if (fid, name) not in reported]
+                 if (fid, name) not in reported] if unread else []
+        for c in (ctx.hosts[name].probe or {}).get("connects") or []:  # a peer that did not run: not a failure
+            why = None if c.get("ok") else probe_not_evaluated(ctx, c)
+            if why:
+                fid = "probe.master-port-unreachable" if c.get("kind") == "master" else "probe.peer-unreachable"
+                items.append({"id": fid, "reason": f"connect to {c.get('name')} {c.get('address')}:{c.get('port')}: {why}"})
         if items:
             out[name] = items
     return out
@@ -378,7 +381,7 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
     for name, f in ctx.audited():
         pr = ctx.hosts[name].probe or {}
         for c in pr.get("connects") or []:
-            if c.get("ok"):
+            if c.get("ok") or probe_not_evaluated(ctx, c):
                 continue
             target = f"{c.get('name')} {c.get('address')}:{c.get('port')}"
             src = pr_src(f)
@@ -394,6 +397,34 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
         if listener.get("error"):
             yield finding("probe.peer-unreachable", name, "probe listener could not start on this node",
                           str(f["probe"]["error"]), cidr=ctx.cidr)
+
+
+def probe_not_evaluated(ctx: Context, c: Mapping[str, Any]) -> str | None:
+    """Why a failed connect says nothing about the network (None: it does): the target did not run or was not
+    read, its listener could not start, or it was refused while the target's listener was not up (the last attempt
+    fell outside the listener's life: it started or ended outside the dialer's retries). A connect that succeeded
+    is always evaluated."""
+    target = c.get("name")
+    tf = ctx.facts.get(str(target)) if target is not None else None
+    if not tf:
+        return f"{target} was not audited"
+    tp = tf.get("probe") or {}
+    if tp.get("error"):
+        return f"{target}'s probe listener did not start"
+    kind = c.get("kind")
+    if kind == "peer" and not tp.get("port"):
+        return f"{target} has no probe listener"
+    if kind == "master" and not tp.get("master_port_listening") and ctx.cluster.master_port not in (tf.get("listening") or []):
+        return f"nothing listened on {target}'s master port"
+    if "ECONNREFUSED" not in str(c.get("error") or ""):
+        return None  # an ICMP reject or a timeout comes from the path, whether or not the listener was up yet
+    if kind == "master" and not tp.get("master_port_listening"):
+        return None  # the master port's listener is a job's, up all along
+    last, up, down = c.get("last_try"), tp.get("up_at"), tp.get("down_at")
+    if isinstance(last, (int, float)) and isinstance(up, (int, float)) and isinstance(down, (int, float)):
+        if not up <= last <= down:
+            return f"{target}'s listener was not up during the last attempt"
+    return None
 
 
 def pr_src(f: Mapping[str, Any]) -> str:
@@ -458,7 +489,13 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
     want_of = {hn: ctx.plan[peer].address for hn, peer in peers.items() if hn not in dup}
     families: dict[str, set[int]] = {}
     for name, f in ctx.audited():
-        res = (ctx.hosts[name].probe or {}).get("resolve") or {}
+        pr = ctx.hosts[name].probe or {}
+        res = pr.get("resolve") or {}
+        if isinstance(pr.get("checked"), int) and pr["checked"] > len(res):
+            # the node reports deviations only: the names it does not list resolved to the address expected
+            mine = ctx.plan[name].address if name in ctx.plan else None
+            if mine:
+                families.setdefault(name, set()).add(6 if ":" in mine else 4)
         for hn, addrs in res.items():
             if hn not in want_of or peers[hn] == name:
                 continue

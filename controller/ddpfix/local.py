@@ -62,8 +62,7 @@ def collect_local(cluster: Cluster, doc: Mapping[str, Any], node: str | None) ->
         "is_master": me == cluster.master if me else False,
         "socket_ifname": (cluster.node(me).socket_ifname if me else None) or "",
         "env_path": cluster.env_path,
-        "probe_listen": False,
-        "listen_seconds": 0,
+        "probe": None,
         "lock_path": "/run/ddpfix.lock",
         "run_id": "",
         # fabric facts as the facts role reads them by default (no torch NCCL query, no launcher units)

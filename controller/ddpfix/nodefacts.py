@@ -98,14 +98,39 @@ class EnvFile(TypedDict):
     outside_keys: list[str]  # keys assigned outside the block
 
 
-class ProbeListener(TypedDict):
-    """The short-lived probe listener the facts module starts (stopped by `ddpfix_probe mode=stop`)."""
+class ProbeConnect(TypedDict, total=False):
+    name: str
+    address: str
+    port: int
+    kind: Literal["master", "peer"]
+    ok: bool
+    error: str | None
+    seconds: float
+    attempts: int  # a refused dial is retried until the peer's listener is up (or the deadline)
+    first_try: float | None
+    last_try: float | None  # the start of the last attempt (node clock)
+
+
+class ProbeListener(TypedDict, total=False):
+    """The probe as the facts module ran it in its one task: this node's listener, and (inline, or folded in by the
+    second task when the prober ran detached) the prober's result and the resolution and route deviations."""
 
     address: str | None
     port: int | None
     master_port_listening: bool
-    pid: int | None
+    pid: int | None  # a detached prober's PID (else None)
+    start: str | None  # a detached prober's start time (/proc/PID/stat field 22)
+    result_path: str | None  # where a detached prober writes its result
+    mode: Literal["inline", "detached"]
     error: str | None
+    connects: list[ProbeConnect]
+    inbound: dict[str, int]  # accepted connects by listener kind (peer, master)
+    expected_inbound: dict[str, int]
+    up_at: float  # the node's clock when its listener was up, and when it closed
+    down_at: float
+    resolve: dict[str, list[str]]  # deviations only: names that do not resolve first to the expected address
+    routes: dict[str, dict[str, Any]]  # deviations only: via a gateway, another interface, or no route
+    checked: int  # names looked at (those not in `resolve` resolved as expected)
 
 
 class Unread(TypedDict):
@@ -150,23 +175,14 @@ class NodeFacts(TypedDict, total=False):
     fabric: dict[str, Any]  # RDMA devices, GPUs, EFA, NCCL version, memlock (the ddpfix_fabric module_utils)
     probe: ProbeListener
     now: float  # the node's clock when it read it (time.time())
+    now_elapsed: float  # seconds from the module's start to that reading
     errors: list[str]
     unread: list[Unread]
 
 
-class ProbeConnect(TypedDict, total=False):
-    name: str
-    address: str
-    port: int
-    kind: Literal["master", "peer"]
-    ok: bool
-    error: str | None
-    seconds: float
-
-
 class ProbeResult(TypedDict, total=False):
-    """`ddpfix_probe mode=check`: names resolved, routes to the peers, TCP connects to the master port and ring
-    peers."""
+    """What the checks read of a probe (inside the facts' `probe`): names resolved, routes to the peers, TCP
+    connects to the master port and ring peers."""
 
     resolve: dict[str, list[str]]
     routes: dict[str, dict[str, Any]]

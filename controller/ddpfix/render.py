@@ -69,6 +69,10 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
     width = max(60, min(width, 160))
     explained = _explained(doc)
     out = [summary_line(doc)]
+    rounds = doc.get("probe_rounds") or {}
+    if rounds.get("rounds", 1) > 1:
+        out.append(f"probes: second round used ({len(rounds.get('detached') or [])} detached probers collected: "
+                   "not every node ran at once)")
     groups: dict[str, list[dict[str, Any]]] = {}
     for f in _findings(doc):
         if f.get("caused_by"):

@@ -267,6 +267,8 @@ def new_run_dir(name: str) -> Path:
 NODE_LOCK_ROLE = "ddpfix_run"
 #: The node lock's module; the lock is taken by a `fail` task of that role when another run holds it.
 NODE_LOCK_MODULE = "ddpfix_run_lock"
+#: The audit's facts module, which takes the node lock itself for its one task per node.
+NODE_FACTS_MODULE = "ddpfix_node_facts"
 
 
 def is_node_lock_task(t: TaskResult) -> bool:
@@ -280,8 +282,11 @@ def is_node_lock_task(t: TaskResult) -> bool:
 def lock_held_elsewhere(t: TaskResult, message: str) -> bool:
     """A failed node-lock task of role ddpfix_run reporting that another run holds the lock (exit 5); a lock
     module that broke is a failure of that host, not "locked"."""
-    return (t.status == "failed" and t.in_role(NODE_LOCK_ROLE)
-            and (t.is_action("fail") or t.is_action(NODE_LOCK_MODULE)) and "is held by" in message)
+    if t.status != "failed" or "is held by" not in message:
+        return False
+    # the audit's facts module takes the node lock itself (module_utils ddpfix_lock), in its one task per node
+    return (t.in_role(NODE_LOCK_ROLE) and (t.is_action("fail") or t.is_action(NODE_LOCK_MODULE))) or (
+        t.is_action(NODE_FACTS_MODULE) and bool(t.res.get("locked")))
 
 
 class _Interrupt:
@@ -332,6 +337,7 @@ def run_playbook(
     check: bool = False,
     diff: bool = False,
     tags: str | None = None,
+    skip_tags: str | None = None,
     verbosity: int = 0,
     on_event: EventCallback | None = None,
     name: str | None = None,
@@ -405,6 +411,7 @@ def run_playbook(
                 forks=nforks,
                 cmdline=" ".join(cmdline) or None,
                 tags=tags,
+                skip_tags=skip_tags,
                 verbosity=verbosity if verbosity >= 3 else None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), "DDPFIX_STOP_FILE": str(stop_file)},
                 event_handler=handler,
@@ -483,30 +490,112 @@ def _stdout_tail(r: Any) -> str:
 
 
 def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
-    """`ansible-inventory --list` through ansible-runner: groups and merged host vars."""
-    import json
-
-    import ansible_runner
-
+    """What `ansible-inventory --list` prints (groups and merged host vars), read in this process with Ansible's
+    own InventoryCLI (the user's ansible.cfg, inventory plugins, group_vars/host_vars), without a second process.
+    Falls back to `ansible-inventory` through ansible-runner when Ansible's configuration was already loaded in this
+    process from another config file (its settings are read once per process)."""
     for inv in inventories:
         if not Path(inv).exists():
             raise DdpfixError(f"inventory not found: {inv}", ExitCode.INVALID_INPUT)
     run_dir = new_run_dir("inventory")
+    env = {**ansible_env(run_dir, 1, inventories), "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+           "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
+    try:
+        data = _inventory_in_process(inventories, env)
+        if data is None:
+            data = _inventory_subprocess(inventories, env, run_dir)
+    finally:
+        release_run_dir(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return data
+
+
+def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | None:
+    import contextlib
+    import io
+    import json
+    import sys
+    import warnings
+
+    loaded = sys.modules.get("ansible.constants")
+    if loaded is not None and str(getattr(loaded, "CONFIG_FILE", None) or "") != str(env.get("ANSIBLE_CONFIG") or ""):
+        return None  # Ansible's settings were read already, from another file: ask a fresh process
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        from ansible import constants as C  # type: ignore[import-untyped]
+        from ansible.cli.inventory import _inventory_legacy  # type: ignore[import-untyped]
+        from ansible.errors import AnsibleError  # type: ignore[import-untyped]
+        from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
+        from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
+        from ansible.plugins.loader import init_plugin_loader  # type: ignore[import-untyped]
+        from ansible.vars.manager import VariableManager  # type: ignore[import-untyped]
+
+        quiet = io.StringIO()  # Ansible's warnings (a source no plugin parsed) stay out of ddpfix's output
+        try:
+            with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "AnsibleCollectionFinder has already been configured" (2nd read)
+                init_plugin_loader([])
+                loader = DataLoader()
+                inventory = InventoryManager(loader=loader, sources=[str(Path(i).resolve()) for i in inventories])
+                vm = VariableManager(loader=loader, inventory=inventory)
+                data = _inventory_list(inventory, vm, C.INTERNAL_STATIC_VARS)
+            return dict(json.loads(json.dumps(data, cls=_inventory_legacy.Encoder)))
+        except AnsibleError as exc:
+            raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(exc)}") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _inventory_list(inventory: Any, vm: Any, internal: Any) -> dict[str, Any]:
+    """`ansible-inventory --list` (InventoryCLI.json_inventory without --export): groups with their direct hosts
+    and children, and every host's merged variables minus Ansible's internal ones."""
+    seen: set[str] = set()
+    hosts = inventory.get_hosts("all")
+    available = frozenset(h.name for h in hosts)
+    out: dict[str, Any] = {}
+
+    def group(g: Any) -> None:
+        entry: dict[str, Any] = {}
+        if g.name != "all":
+            entry["hosts"] = [h.name for h in g.hosts if h.name in available]
+        entry["children"] = [c.name for c in g.child_groups]
+        for c in g.child_groups:
+            if c.name not in seen:
+                seen.add(c.name)
+                group(c)
+        entry = {k: v for k, v in entry.items() if v}
+        if entry:
+            out[g.name] = entry
+
+    group(inventory.groups["all"])
+    hostvars = {}
+    for h in hosts:
+        hv = vm.get_vars(host=h, include_hostvars=False, stage="all")
+        hv = {k: v for k, v in hv.items() if k not in internal}
+        if hv:
+            hostvars[h.name] = hv
+    out["_meta"] = {"hostvars": hostvars}
+    return out
+
+
+def _inventory_subprocess(inventories: Sequence[str], env: Mapping[str, str], run_dir: Path) -> dict[str, Any]:
+    import json
+
+    import ansible_runner
+
     out, err = ansible_runner.get_inventory(
         action="list",
         inventories=[str(Path(i).resolve()) for i in inventories],
         response_format="json",
         quiet=True,
         private_data_dir=str(run_dir),
-        envvars={
-            **ansible_env(run_dir, 1, inventories),
-            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
-            "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
-        },
+        envvars=dict(env),
     )
     if not out:
         raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(err or 'no output')}")
-    data = out if isinstance(out, dict) else json.loads(out)
-    release_run_dir(run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    return data
+    return dict(out if isinstance(out, dict) else json.loads(out))

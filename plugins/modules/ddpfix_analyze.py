@@ -16,8 +16,8 @@ description:
   - The cluster (master, ranks, cluster network, env file path) is derived from the inventory exactly as C(ddpfix)
     derives it (group C(ddp_nodes), C(ddp_*) variables; extra vars such as a survey's C(ddp_cluster_cidr) count).
   - Each node's facts are C(hostvars[node].ansible_facts.ddpfix_node), returned by the C(ddpfix_facts) role.
-    The probe result is read from those facts when they carry it, else from the role's registered
-    C(ddpfix_facts_probe_result).
+    The probe result is inside those facts (C(ddpfix_node.probe)), in the facts task's result or, when the
+    probers ran detached (forks below the number of nodes), folded there by the role's second task.
   - The checks, the report (C(ddpfix.report/v1), the document C(ddpfix audit --format json) writes) and the plan
     (what C(ddpfix remediate) passes C(remediate.yml)) are the C(ddpfix) package's own.
 options:

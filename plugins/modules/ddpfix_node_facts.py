@@ -14,9 +14,15 @@ description:
   - Reads interfaces and addresses (C(ip -j addr)), the node's hostname and how it resolves (C(getaddrinfo), as Gloo and c10d do),
     C(/etc/hosts), the time-sync daemon and C(chronyc -c tracking), the firewall state (firewalld, C(iptables-save), C(nft -j)),
     sysctls (ephemeral port range, somaxconn, IPv6, rp_filter of all/default/each interface), listening TCP ports and an existing ddpfix env file.
-  - With I(probe_listen), also starts short-lived TCP listeners (a probe port in the ephemeral range, and the master port on the
-    master when it is free) bound to the cluster address. They exit by themselves after I(listen_seconds); the C(ddpfix_probe)
-    module stops them earlier. Nothing else on the node is changed. Runs the same in check mode.
+  - With I(lock_holder), takes the ddpfix node lock (I(lock_path), as C(ddpfix_run_lock) does) for the duration of the
+    call and releases it before returning (a detached probe keeps it until C(ddpfix_probe) collects the result).
+  - "With I(probe), also probes the network in the same call: binds a listener on the probe port the controller chose
+    (and the master port on the master when it is free), forks a prober that dials the master port and the ring peers
+    in I(probe.targets) with retries until I(probe.wait) seconds and accepts its expected inbound connects, resolves
+    the names of I(probe.expected) and routes to their addresses (reporting only deviations), then waits for the
+    prober and returns. With I(probe.detach), the prober outlives the call (until every dial and accept is done, the
+    node lock no longer names this run, or I(probe.hold) seconds) and C(ddpfix_probe) collects and stops it.
+    Nothing else on the node is changed. Runs the same in check mode."
 options:
   cluster_cidr: {description: The cluster network; empty to derive it from the interface holding I(master_address)., type: str, default: ''}
   master_address: {description: The master's ansible_host (address or name)., type: str, required: true}
@@ -24,10 +30,17 @@ options:
   is_master: {description: Whether this node is rank 0., type: bool, default: false}
   socket_ifname: {description: Inventory override of the socket interface., type: str, default: ''}
   env_path: {description: Path of the ddpfix env file., type: str, default: /etc/ddpfix/ddp.env}
-  probe_listen: {description: Start the probe listeners., type: bool, default: true}
-  listen_seconds: {description: Upper bound on the listeners' life., type: int, default: 30}
-  lock_path: {description: "The node lock (role ddpfix_run): the listener exits as soon as it no longer names I(run_id).", type: str, default: /run/ddpfix.lock}
-  run_id: {description: This run's id (empty - the listener lives until I(listen_seconds) or the stop task)., type: str, default: ''}
+  lock_path: {description: "The node lock (role ddpfix_run): a prober exits as soon as it no longer names this run.", type: str, default: /run/ddpfix.lock}
+  lock_holder: {description: "The run (run_id, pid, controller, command, started); empty - no node lock.", type: dict, default: {}}
+  lock_stale_minutes: {description: Age after which another run's lock is taken over., type: int, default: 20}
+  probe:
+    description:
+      - "The probe, as the controller planned it: port (the listener port), self_address (the address peers dial
+        here), targets (list of {name, address, port, kind}), expect_peers and expect_master (inbound connects),
+        expected ({name: address} of every node), me (this node's name), timeout (one connect), wait (the dial and
+        accept deadline, seconds), detach (bool) and hold (a detached prober's hard limit, seconds)."
+      - Omitted or null - no probe.
+    type: dict
   sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic tree)., type: str, default: /sys}
   dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str, default: /dev}
   python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist., type: str, default: ''}
@@ -61,13 +74,22 @@ import json
 import os
 import socket
 import subprocess
-import sys
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import managed_text, outside_keys, ownership, redact_values
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fabric import collect as collect_fabric
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_firewall import collect as collect_firewall
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent as release_lock
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take_lock
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import (
+    bind_listeners,
+    deviations,
+    fork_prober,
+    proc_start,
+    wait_inline,
+)
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
     cluster_interface,
     interface_facts,
@@ -79,46 +101,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo imp
     running_time_daemons,
 )
 
-# argv: seconds, lock file, run id, then ADDR:PORT specs ('?ADDR:PORT': optional, skipped when the port is taken:
-# the master port, which a real job may bind at any moment). Prints 'ready PORT...' (the ports it holds). Exits at
-# the deadline, or as soon as the node lock no longer names its run (the audit ended, or was interrupted).
-LISTENER = r"""
-import errno, json, os, select, socket, sys, time
-deadline = time.time() + float(sys.argv[1])
-lock, run_id = sys.argv[2], sys.argv[3]
-socks, ports = [], []
-for spec in sys.argv[4:]:
-    optional = spec.startswith('?')
-    addr, port = spec.lstrip('?').rsplit(':', 1)
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT only: a live listener still fails the bind
-    try:
-        s.bind((addr, int(port)))
-    except OSError as e:
-        s.close()
-        if optional and e.errno == errno.EADDRINUSE:
-            continue
-        raise
-    s.listen(128)
-    socks.append(s)
-    ports.append(port)
-sys.stdout.write('ready %s\n' % ' '.join(ports)); sys.stdout.flush(); os.close(1)
-def ours():
-    if not run_id:
-        return True
-    try:
-        with open(lock) as f:
-            return json.load(f).get('run_id') == run_id
-    except (OSError, ValueError):
-        return False
-while time.time() < deadline and ours():
-    r, _, _ = select.select(socks, [], [], 0.5)
-    for s in r:
-        try:
-            c, _ = s.accept(); c.close()
-        except OSError:
-            pass
-"""
+_T0 = time.monotonic()  # the module's start
 
 
 def run(argv, timeout=5):
@@ -175,38 +158,72 @@ def _user():
         return "uid %d" % os.geteuid()
 
 
-def free_port_in(addr, lo, hi, avoid):
-    import random
+def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
+    """Bind this node's listeners (the probe port the controller chose, on the cluster address and on the address
+    the controller dials, when that is another local address; the master port on the master unless a job holds it)
+    and fork the prober. Returns {facts, pid, fd, result_path, start}."""
+    addr = cluster["address"]
+    port = int(spec.get("port") or 0)
+    specs = []
+    if port:
+        specs.append((addr, port, "peer", False))
+        dialled = spec.get("self_address") or ""
+        if dialled and dialled != addr and is_local_address(dialled):
+            specs.append((dialled, port, "peer", False))
+    if master_port and master_port not in listening:
+        specs.append((addr, master_port, "master", True))  # skipped if a job binds it meanwhile
+    socks, held, error = bind_listeners(specs)
+    listener = {"port": port if any(k == "peer" for _, _, k in held) else None,
+             "master_port_listening": any(k == "master" for _, _, k in held), "error": error,
+             "mode": "detached" if spec.get("detach") else "inline"}
+    expect = {}
+    if listener["port"]:
+        expect["peer"] = int(spec.get("expect_peers") or 0)
+    if listener["master_port_listening"]:
+        expect["master"] = int(spec.get("expect_master") or 0)
+    now = time.time()
+    wait = float(spec.get("wait") or 10)
+    detach = bool(spec.get("detach"))
+    args = dict(targets=list(spec.get("targets") or []), expect=expect, bind_address=addr,
+                bind_ifname=cluster.get("ifname") or "", timeout=float(spec.get("timeout") or 2.0),
+                dial_until=now + (float(spec.get("hold") or 120) if detach else wait),
+                # a listener outlives the dials by one connect timeout and a margin: a peer that started a little
+                # later still finds it up during its last attempt
+                hold_until=now + (float(spec.get("hold") or 120) if detach else wait + float(spec.get("timeout") or 2.0) + 3),
+                lock_path=lock_path, run_id=run_id)
+    result_path = None
+    if detach:
+        base = os.path.dirname(lock_path) or "/run"
+        base = base if os.access(base, os.W_OK) else tempfile.gettempdir()
+        result_path = os.path.join(base, "ddpfix-probe.%s.json" % (run_id or os.getpid()))
+    pid, fd = fork_prober(socks, args, result_path)
+    start = proc_start(pid)
+    if detach:
+        listener.update(pid=pid, start=start, result_path=result_path)
+    return {"facts": listener, "pid": pid, "fd": fd, "detach": detach}
 
-    rnd = random.Random()
-    for _ in range(50):
-        port = rnd.randint(lo, hi)
-        if port in avoid:
-            continue
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind((addr, port))
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    return None
+
+def finish_probe(spec, started, cluster, me):
+    """Resolution and route deviations, then (inline) the prober's result."""
+    out = deviations(spec.get("expected") or {}, spec.get("me") or "", cluster.get("ifname") or "")
+    if not started["detach"]:
+        result, error = wait_inline(started["pid"], started["fd"])
+        if result is None:
+            out["error"] = error
+        else:
+            out.update(result)
+    return out
 
 
-def start_listener(specs, seconds, lock_path="", run_id=""):
-    """Start the probe listener; returns (pid, ports it holds, error)."""
-    p = subprocess.Popen(
-        [sys.executable, "-c", LISTENER, str(seconds), lock_path, run_id] + specs,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, close_fds=True,
-    )
-    line = p.stdout.readline().decode().split()
-    if not line or line[0] != "ready":
-        err = p.stderr.read().decode("utf-8", "replace").strip().splitlines()
-        p.wait()
-        return None, [], (err[-1] if err else "listener failed to start")
-    return p.pid, [int(x) for x in line[1:]], None
+def is_local_address(addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((addr, 0))
+        return True
+    except (OSError, ValueError):
+        return False
+    finally:
+        s.close()
 
 
 def env_file_facts(path, text):
@@ -244,10 +261,10 @@ def main():
             is_master=dict(type="bool", default=False),
             socket_ifname=dict(type="str", default=""),
             env_path=dict(type="str", default="/etc/ddpfix/ddp.env"),
-            probe_listen=dict(type="bool", default=True),
-            listen_seconds=dict(type="int", default=30),
             lock_path=dict(type="str", default="/run/ddpfix.lock"),
-            run_id=dict(type="str", default=""),
+            lock_holder=dict(type="dict", default={}),
+            lock_stale_minutes=dict(type="int", default=20),
+            probe=dict(type="dict", default=None),
             sysfs_root=dict(type="str", default="/sys"),
             dev_root=dict(type="str", default="/dev"),
             python=dict(type="str", default=""),
@@ -256,7 +273,23 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.exit_json(changed=False, ansible_facts={"ddpfix_node": collect(module.params)})
+    p = module.params
+    holder = p["lock_holder"] or {}
+    p["run_id"] = holder.get("run_id") or ""
+    detached = bool((p["probe"] or {}).get("detach"))
+    lock = None
+    if holder.get("run_id"):
+        lock, failure = take_lock(p["lock_path"], holder, max(0, p["lock_stale_minutes"]) * 60)
+        if failure:
+            module.fail_json(**failure)
+        if lock.get("unlocked"):  # no lock file to watch: the prober ends by its own deadlines only
+            p["run_id"] = ""
+    try:
+        facts = collect(p)
+    finally:
+        if lock is not None and not detached:  # a detached prober's collect task releases it
+            release_lock(p["lock_path"], holder)
+    module.exit_json(changed=False, lock=lock, ansible_facts={"ddpfix_node": facts})
 
 
 def collect(p):
@@ -307,6 +340,13 @@ def collect(p):
     if tcp is None:
         not_read("listening", why4 or "/proc/net/tcp: missing")
     listening = listening_ports(tcp or "", tcp6 or "")
+    # the prober starts first, so the dials and accepts overlap the rest of the collection
+    probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}
+    started = None
+    if p.get("probe") and cluster.get("address"):
+        started = start_probe(p["probe"], cluster, p["master_port"] if p["is_master"] else None, listening,
+                              p["lock_path"], p["run_id"])
+        probe.update(started["facts"])
 
     daemons = running_time_daemons("/proc")
     if os.geteuid() != 0 and not os.path.exists("/proc/1/comm"):
@@ -327,23 +367,10 @@ def collect(p):
                                            units=p["launcher_units"], fi_info=p["fi_info"] or None)
     for u in fabric_unread:
         not_read(u["source"], u["reason"])
-    probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}
-    if p["probe_listen"] and cluster.get("address"):
-        addr = cluster["address"]
-        specs = []
-        port = free_port_in(addr, lo, hi, set(listening) | {p["master_port"]})
-        if port:
-            specs.append("%s:%d" % (addr, port))
-        if p["is_master"] and p["master_port"] not in listening:
-            specs.append("?%s:%d" % (addr, p["master_port"]))  # skipped if a job binds it meanwhile
-        if specs:
-            pid, held, error = start_listener(specs, p["listen_seconds"], p["lock_path"], p["run_id"])
-            probe.update(pid=pid, error=error)
-            if pid:
-                probe["port"] = port if port in held else None
-                probe["master_port_listening"] = p["master_port"] in held
-                if p["is_master"] and not probe["master_port_listening"]:
-                    listening = sorted(set(listening) | {p["master_port"]})  # a job took it just now
+    if started is not None:
+        probe.update(finish_probe(p["probe"], started, cluster, p["run_id"]))
+    if probe["master_port_listening"] is False and p["is_master"] and probe.get("error") is None and started:
+        listening = sorted(set(listening) | {p["master_port"]})  # a job took it just now
 
     facts = {
         "schema": 1,
@@ -369,6 +396,8 @@ def collect(p):
         "fabric": fabric,
         "probe": probe,
         "now": time.time(),
+        # seconds from the module's start to the clock reading above (the controller narrows its task window by it)
+        "now_elapsed": round(time.monotonic() - _T0, 3),
         "errors": errors,
         "unread": unread + list(firewall.get("unread") or []),
     }

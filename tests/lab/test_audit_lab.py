@@ -324,6 +324,27 @@ def test_clean_lab_no_finding_at_warning_or_above(clean: Audited) -> None:
         assert h["facts"]["cluster_address"] == clean.addr(name) and h["facts"]["cluster_ifname"] == "eth0"
 
 
+def test_clean_lab_probes_in_one_round(clean: Audited) -> None:
+    """Every node runs at once (forks >= nodes): one task per node, every planned connect succeeded."""
+    doc = clean.audit.doc
+    assert doc["probe_rounds"] == {"rounds": 1, "detached": []}
+    cells = [c for row in doc["matrix"]["cells"].values() for c in row.values() if c["state"] != "self"]
+    assert cells and all(c["state"] == "ok" for c in cells), doc["matrix"]
+
+
+def test_clean_lab_forks_below_nodes_no_false_probe_finding(clean_lab, state: Path) -> None:
+    """--forks 1 (nodes run one after another): detached probers collected by a second round, said in the report;
+    no false probe finding, and no probe listener is left on any node."""
+    before = {n.name: listeners(clean_lab, n.name) for n in clean_lab.nodes}
+    a = run_audit(clean_lab.inventory, "--forks", "1", state_dir=state)
+    assert a.rc == 0, a.explain()
+    assert not [f for f in a.findings() if f["id"].startswith("probe.")], a.explain()
+    assert a.doc["probe_rounds"] == {"rounds": 2, "detached": ["node1", "node2", "node3"]}
+    cells = [c for row in a.doc["matrix"]["cells"].values() for c in row.values() if c["state"] != "self"]
+    assert cells and all(c["state"] == "ok" for c in cells), a.doc["matrix"]
+    assert {n.name: listeners(clean_lab, n.name) for n in clean_lab.nodes} == before
+
+
 def test_clean_lab_fail_on_info_is_exit_1(clean: Audited, state: Path) -> None:
     """--fail-on info counts the info findings (env.missing); the default (warning) does not."""
     a = run_audit(clean.info.inventory, "--fail-on", "info", "--no-probe", state_dir=state)

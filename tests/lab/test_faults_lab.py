@@ -78,7 +78,10 @@ def test_two_audits_at_once_one_waits_no_false_findings(clean_lab: Any, tmp_path
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (inv, second)]
         results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
         codes = sorted(r[0] for r in results)
-        assert 5 in codes, results  # the second run exits with the lock code ...
+        # the node lock is held for the audit's one task per node: a run that meets the other's lock on a node
+        # exits with the lock code (both may, when each took some nodes first); runs that happen not to overlap on
+        # any node both succeed (read-only, each saw only its own listener). Never a false finding.
+        assert set(codes) <= {0, 5}, results
         for code, out, err in results:
             if code == 5:  # ... and names the holder: PID, command, start time
                 assert "holds the" in err and "pid " in err and "started " in err and "audit" in err, err

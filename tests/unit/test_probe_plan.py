@@ -1,134 +1,70 @@
-"""The probe plan filter (roles/ddpfix_facts/filter_plugins/ddpfix_probe_plan.py): k*N connects, not N^2."""
+"""The probe plan filter (plugins/filter/ddpfix_probe_plan.py): from the inventory alone, k*N connects, not N^2,
+and each node's input O(k) targets plus the expected name->address map."""
 
 from __future__ import annotations
 
-import copy
-import json
 from collections import Counter
 from typing import Any
 
 import pytest
-from conftest import FACTS, Sim, probe_plan_module
+from conftest import Sim, probe_plan_module
 
 pp = probe_plan_module()
 
 
-def _hostvars(n: int) -> tuple[dict[str, Any], list[str]]:
-    """n nodes cloned from the recorded node1 (addresses 192.168.77.11.., probe ports 40001..)."""
-    base = json.loads((FACTS / "clean3" / "node1.json").read_text())["node"]
-    hv, order = {}, []
-    for i in range(n):
-        f = copy.deepcopy(base)
-        name = f"node{i + 1}"
-        addr = f"192.168.77.{11 + i}"
-        f["hostname"] = f["fqdn"] = name
-        f["cluster"]["address"] = addr
-        f["probe"].update(address=addr, port=40001 + i)
-        hv[name] = {"ansible_facts": {"ddpfix_node": f}}
-        order.append(name)
-    return hv, order
-
-
-def _args(hv: dict[str, Any], order: list[str], me: str, peers: int, master: str = "node1") -> dict[str, Any]:
-    return pp.ddpfix_probe_args(hv, me, order, master, 29500, peers)
+def _plan(n: int, me: str, peers: int = 2, play: list[str] | None = None, master: str = "node1") -> dict[str, Any]:
+    order = [f"node{i}" for i in range(1, n + 1)]
+    addrs = {h: f"192.168.77.{10 + i}" for i, h in enumerate(order, 1)}
+    return pp.ddpfix_probe_plan(play or order, me, order, addrs, master, 29500, peers, 45678)
 
 
 def test_filter_is_registered() -> None:
-    assert pp.FilterModule().filters()["ddpfix_probe_args"] is pp.ddpfix_probe_args
+    assert pp.FilterModule().filters()["ddpfix_probe_plan"] is pp.ddpfix_probe_plan
 
 
 def test_each_node_dials_master_and_ring_successors() -> None:
-    hv, order = _hostvars(5)
-    a = _args(hv, order, "node4", peers=2)
-    assert a["connect"] == [
-        {"name": "node1", "address": "192.168.77.11", "port": 29500, "kind": "master"},
-        {"name": "node5", "address": "192.168.77.15", "port": 40005, "kind": "peer"},
-        {"name": "node1", "address": "192.168.77.11", "port": 40001, "kind": "peer"},  # wraps around the ring
-    ]
-    assert a["bind_address"] == "192.168.77.14" and a["bind_ifname"] == "eth0"
-    assert a["names"] == ["node1", "node2", "node3", "node5"]
-    assert a["route_to"] == ["192.168.77.11", "192.168.77.12", "192.168.77.13", "192.168.77.15"]
+    p = _plan(4, "node3")
+    assert [(t["name"], t["address"], t["port"], t["kind"]) for t in p["targets"]] == [
+        ("node1", "192.168.77.11", 29500, "master"), ("node4", "192.168.77.14", 45678, "peer"),
+        ("node1", "192.168.77.11", 45678, "peer")]
+    assert p["expect_peers"] == 2 and p["expect_master"] == 0 and p["self_address"] == "192.168.77.13"
+    assert p["expected"] == {"node1": "192.168.77.11", "node2": "192.168.77.12", "node4": "192.168.77.14"}
+    assert _plan(4, "node1")["expect_master"] == 4
 
 
-@pytest.mark.parametrize(("n", "k"), [(2, 1), (3, 2), (8, 2), (32, 3), (32, 1)])
+@pytest.mark.parametrize("n,k", [(2, 2), (3, 2), (8, 2), (16, 3), (50, 2)])
 def test_total_connects_is_k_plus_one_times_n(n: int, k: int) -> None:
-    hv, order = _hostvars(n)
-    plans = {h: _args(hv, order, h, peers=k) for h in order}
+    plans = {f"node{i}": _plan(n, f"node{i}", peers=k) for i in range(1, n + 1)}
     kk = min(k, n - 1)
-    assert sum(len(p["connect"]) for p in plans.values()) == (1 + kk) * n
-    dialled = Counter(c["name"] for p in plans.values() for c in p["connect"] if c["kind"] == "peer")
-    assert set(dialled.values()) == {kk}  # every node's probe listener is dialled by exactly k others
-    assert all(c["name"] != h for h, p in plans.items() for c in p["connect"] if c["kind"] == "peer")
-    assert sum(1 for p in plans.values() for c in p["connect"] if c["kind"] == "master") == n
-
-
-def test_peers_capped_at_n_minus_one() -> None:
-    hv, order = _hostvars(3)
-    a = _args(hv, order, "node2", peers=10)
-    assert [c["name"] for c in a["connect"] if c["kind"] == "peer"] == ["node3", "node1"]
+    assert sum(len(p["targets"]) for p in plans.values()) == (1 + kk) * n
+    dialled = Counter(t["name"] for p in plans.values() for t in p["targets"] if t["kind"] == "peer")
+    assert set(dialled.values()) == {kk}
+    # what each listener waits for is what the others dial
+    assert all(plans[h]["expect_peers"] == c for h, c in dialled.items())
+    assert plans["node1"]["expect_master"] == sum(1 for p in plans.values() for t in p["targets"] if t["kind"] == "master")
 
 
 def test_zero_peers_only_dials_the_master() -> None:
-    hv, order = _hostvars(4)
-    assert [c["kind"] for c in _args(hv, order, "node3", peers=0)["connect"]] == ["master"]
+    assert [t["kind"] for t in _plan(3, "node2", peers=0)["targets"]] == ["master"]
 
 
-def test_unreachable_hosts_are_skipped() -> None:
-    hv, order = _hostvars(5)
-    hv["node3"] = {}  # unreachable: no facts
-    del hv["node5"]  # or not in hostvars at all
-    a = _args(hv, order, "node2", peers=2)
-    assert [c["name"] for c in a["connect"] if c["kind"] == "peer"] == ["node4", "node1"]
-    assert "node3" not in a["names"] and "192.168.77.13" not in a["route_to"]
-    plans = {h: _args(hv, order, h, peers=1) for h in ("node1", "node2", "node4")}
-    assert all(c["name"] in plans for p in plans.values() for c in p["connect"])
+def test_limit_rings_over_the_play_hosts_only() -> None:
+    """--limit: hosts outside the play are neither dialled nor awaited; without the master, no master connect."""
+    p = _plan(5, "node3", play=["node2", "node3", "node5"])
+    assert [t["name"] for t in p["targets"]] == ["node5", "node2"]
+    assert p["expect_peers"] == 2 and set(p["expected"]) == {"node2", "node5"}
 
 
-def test_unreachable_master_gives_no_master_connect() -> None:
-    hv, order = _hostvars(3)
-    hv["node1"] = {}
-    a = _args(hv, order, "node2", peers=1)
-    assert [c["kind"] for c in a["connect"]] == ["peer"] and a["connect"][0]["name"] == "node3"
-
-
-def test_peer_without_probe_listener_is_not_dialled() -> None:
-    hv, order = _hostvars(3)
-    hv["node3"]["ansible_facts"]["ddpfix_node"]["probe"].update(port=None, pid=None, error="listener failed to start")
-    a = _args(hv, order, "node2", peers=1)
-    assert [c["kind"] for c in a["connect"]] == ["master"]
+def test_hostile_names_are_not_resolved_and_names_without_an_ip_expect_nothing() -> None:
+    order = ["node1", "evil\nroute flush", "node3"]
+    p = pp.ddpfix_probe_plan(order, "node1", order, {"node3": "node3.example"}, "node1", 29500, 2, 45678)
+    assert p["expected"] == {"node3": ""}
+    assert [t["address"] for t in p["targets"] if t["name"] == "node3"] == ["node3.example"]
 
 
 def test_recorded_clean_cluster_probes_match_the_plan(sim: Sim) -> None:
-    """The clean fixtures' probe results dial exactly what the filter plans (the audit default: 2 peers)."""
-    hv = {n: {"ansible_facts": {"ddpfix_node": d["node"]}} for n, d in sim.docs.items()}
+    """The clean fixtures' probe results dial the same peers and kinds as the plan (the audit default: 2 peers)."""
+    order = list(sim.docs)
     for n, d in sim.docs.items():
-        a = _args(hv, list(sim.docs), n, peers=2)
-        assert [(c["name"], c["port"], c["kind"]) for c in d["probe"]["connects"]] == \
-            [(c["name"], c["port"], c["kind"]) for c in a["connect"]]
-        assert sorted(d["probe"]["routes"]) == sorted(a["route_to"])
-
-
-def test_hostile_peer_values_are_no_probe_targets() -> None:
-    """A peer's hostname/address that is not a valid name/IP never reaches the probe (getaddrinfo, ip -batch)."""
-    hv, order = _hostvars(3)
-    f = hv["node2"]["ansible_facts"]["ddpfix_node"]
-    f["hostname"] = "evil\nroute flush"
-    f["fqdn"] = "a b {{ x }}"
-    f["cluster"]["address"] = "192.168.77.12\nroute flush table main"
-    f["probe"]["address"] = "192.168.77.12 x"
-    args = pp.ddpfix_probe_args(hv, "node1", order, "node1", 29500, 2)
-    assert args["names"] == ["node3"]
-    assert args["route_to"] == ["192.168.77.13"]
-    assert [c["name"] for c in args["connect"] if c["kind"] == "peer"] == ["node3"]
-
-
-def test_only_live_nodes_are_dialled_facts_of_other_slices_still_resolved() -> None:
-    """A slice of the sliced fact-cache pattern: node1..node3 have cached facts, only node3 and node4 run now.
-    Their listeners are the only ones up: no connect to another slice's node (not even the master's port), but
-    every node with facts is still resolved and routed to."""
-    hv, order = _hostvars(4)
-    a = pp.ddpfix_probe_args(hv, "node3", order, "node1", 29500, 2, ["node3", "node4"])
-    assert a["connect"] == [{"name": "node4", "address": "192.168.77.14", "port": 40004, "kind": "peer"}]
-    assert a["names"] == ["node1", "node2", "node4"]
-    assert a["route_to"] == ["192.168.77.11", "192.168.77.12", "192.168.77.14"]
-    assert pp.ddpfix_probe_args(hv, "node3", order, "node1", 29500, 2, order) == _args(hv, order, "node3", peers=2)
+        p = pp.ddpfix_probe_plan(order, n, order, {}, order[0], 29500, 2, 45678)
+        assert [(c["name"], c["kind"]) for c in d["probe"]["connects"]] == [(t["name"], t["kind"]) for t in p["targets"]]

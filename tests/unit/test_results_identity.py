@@ -19,16 +19,19 @@ from ddpfix.runner import (
 
 
 def _tasks(sim: Any, name: str, fqcn: bool) -> list[TaskResult]:
+    """The audit's one task per node (the facts module takes the lock and folds the probe into the facts), then a
+    renamed second-round task that returned the facts again (the detached prober's result folded in)."""
     p = "ddpfix.cluster." if fqcn else ""
     doc = sim.docs[name]
+    first = {**doc["node"], "probe": {**doc["node"]["probe"], "mode": "detached"}}
+    folded = {**first, "probe": {**first["probe"], **doc["probe"]}}
     return [
-        TaskResult("Take the lock", "ok", {"holder": {}}, action=f"{p}ddpfix_run_lock", role=f"{p}ddpfix_run"),
-        TaskResult("Some renamed facts task", "ok", {"ansible_facts": {"ddpfix_node": doc["node"]}},
+        TaskResult("Some renamed facts task", "ok", {"ansible_facts": {"ddpfix_node": first}},
                    "2026-01-01T00:00:01.000000", "2026-01-01T00:00:00.500000", "2026-01-01T00:00:01.000000",
                    action=f"{p}ddpfix_node_facts", role=f"{p}ddpfix_facts"),
-        TaskResult("Check the network", "ok", dict(doc["probe"]), action=f"{p}ddpfix_probe", role=f"{p}ddpfix_facts"),
-        TaskResult("Stop it", "ok", {"stopped": True}, action=f"{p}ddpfix_probe", role=f"{p}ddpfix_facts"),
-        TaskResult("Release", "ok", {"released": True}, action=f"{p}ddpfix_run_lock", role=f"{p}ddpfix_run"),
+        TaskResult("Collect it", "ok", {"probe": dict(doc["probe"])}, action=f"{p}ddpfix_probe", role=f"{p}ddpfix_facts"),
+        TaskResult("Keep it", "ok", {"ansible_facts": {"ddpfix_node": folded}}, action="ansible.builtin.set_fact",
+                   role=f"{p}ddpfix_facts"),
     ]
 
 
@@ -41,9 +44,9 @@ def test_audit_reads_facts_and_probe_by_module_not_task_name(sim: Any, monkeypat
     ctx, _ = audit.collect(sim.cluster())
     for n, doc in sim.docs.items():
         h = ctx.hosts[n]
-        assert h.reachable and h.node == doc["node"]
-        assert h.probe == doc["probe"]  # the check run, not the listener's stop that came after it
-        assert h.window is not None and h.collected_at is not None
+        assert h.reachable and h.node is not None and h.probe is not None
+        assert {k: h.probe.get(k) for k in doc["probe"]} == doc["probe"]  # the folded result, not the first one
+        assert h.window is not None and h.collected_at is not None  # the facts module's own task window
 
 
 def test_short_name_matches_fqcn_and_legacy() -> None:
@@ -67,6 +70,10 @@ def test_node_lock_tasks_by_role_and_module() -> None:
     preflight = TaskResult("p", "failed", {"msg": "cannot write", "unwritable": {"/etc/hosts": "read-only"}},
                            action="ddpfix_run_lock", role="ddpfix_run")
     assert is_node_lock_task(held) and not is_node_lock_task(preflight)
+    # the audit's facts module takes the lock itself: its "locked" failure is the lock code too
+    facts = TaskResult("x", "failed", {"msg": "is held by run 1", "locked": True},
+                       action="ddpfix.cluster.ddpfix_node_facts", role="ddpfix.cluster.ddpfix_facts")
+    assert lock_held_elsewhere(facts, "is held by run 1")
 
 
 def test_failure_step_skips_the_lock_release_after_it() -> None:
