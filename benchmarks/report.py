@@ -1,10 +1,9 @@
-"""BENCHMARKS.md from benchmarks/summary.json (render_summary; `python benchmarks/report.py` re-renders), and the older full
-render() of raw results (benchmarks/results/, not in git)."""
+"""BENCHMARKS.md from benchmarks/summary.json (render_summary; `python benchmarks/report.py` re-renders), and the older
+full render() of raw results (benchmarks/results/, not in git)."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -474,10 +473,12 @@ def render_summary(sm: dict[str, Any]) -> str:
          f"{', '.join(sm.get('other_labs_before') or []) or 'none'} (the machine is shared: other sessions' tests ran)",
          *[f"- note: {n}" for n in sm.get("notes") or []],
          "", "## Audit vs setup-network vs the raw-SSH floor", "",
-         "| N | forks | rounds | audit wall s | setup wall s | raw ssh wall s | audit/setup | audit/raw | audit CPU s | setup CPU s | CPU audit/setup | probe connects ok | 1-min load (median) |",
+         "| N | forks | rounds | audit wall s | setup wall s | raw ssh wall s | audit/setup | audit/raw | audit CPU s "
+         "| setup CPU s | CPU audit/setup | probe connects ok | 1-min load (median) |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in sm.get("sizes") or []:
-        L.append(f"| {s['n']} | {s['forks']} | {s['pairs']} | {f(s['audit']['wall_s'])} | {f(s['baseline']['wall_s'])} | "
+        L.append(f"| {s['n']} | {s['forks']} | {s['pairs']} | {f(s['audit']['wall_s'])} | "
+                 f"{f(s['baseline']['wall_s'])} | "
                  f"{f(s['raw-ssh']['wall_s'])} | {f(s['ratio_audit_setup'])} | {f(s['ratio_audit_raw'])} | "
                  f"{f(s['audit']['cpu_s'])} | {f(s['baseline']['cpu_s'])} | {f(s['cpu_ratio_audit_setup'])} | "
                  f"{f(s['probe_connects_ok'])}/{f(s['probe_connects'])} | {f(s['load1_median'])} |")

@@ -495,7 +495,8 @@ def main() -> int:
     ap.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
     ap.add_argument("--keep", action="store_true", help="keep the temporary run directory")
     ap.add_argument("--forks-check", default="16:4:20",
-                    help="N:FORKS:RUNS consecutive clean audits with --forks FORKS at size N (default 16:4:20; 0 runs: skip)")
+                    help="N:FORKS:RUNS consecutive clean audits with --forks FORKS at size N "
+                         "(default 16:4:20; 0 runs: skip)")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.pairs, args.remediate_runs, args.analysis_sizes = "4,8", 2, "1", "100,1000"

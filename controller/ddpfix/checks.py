@@ -11,8 +11,8 @@ import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from ddpfix import firewall
 from ddpfix import rules as registry
@@ -48,7 +48,7 @@ CHRONY = Remedy("ddpfix_chrony", "time")
 ENV = Remedy("ddpfix_env", "env")
 ENV_FILE = Remedy("ddpfix_env", "env", how="env file")
 PIN_IFNAME = Remedy("ddpfix_ifname", "pin_ifname", how="--pin-ifnames")
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 @dataclass
@@ -80,19 +80,21 @@ class Context:
     def __post_init__(self) -> None:
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
-        self.invalid: dict[str, list[tuple[str, str, str]]] = {n: p for n, f in raw.items() if f and (p := validate_facts(f))}
+        self.invalid: dict[str, list[tuple[str, str, str]]] = {
+            n: p for n, f in raw.items() if f and (p := validate_facts(f))
+        }
         self.facts: dict[str, NodeFacts | None] = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
         self.cidr = effective_cidr(self.cluster, self.facts)
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
 
         self._audited: list[tuple[str, NodeFacts]] = [
-            (n.name, self.facts[n.name]) for n in self.cluster.nodes if self.facts.get(n.name)  # type: ignore[misc]
+            (n.name, f) for n in self.cluster.nodes if (f := self.facts.get(n.name))
         ]
         self.by_address: dict[str, str] = {}
-        for name, p in self.plan.items():
-            if p.address:
-                self.by_address.setdefault(p.address, name)
+        for name, node_plan in self.plan.items():
+            if node_plan.address:
+                self.by_address.setdefault(node_plan.address, name)
 
     def audited(self) -> list[tuple[str, NodeFacts]]:
         """(name, facts) of every node that returned facts, in rank order (computed once)."""
@@ -142,7 +144,7 @@ def _is_loopback(addr: str) -> bool:
 def _iface(facts: Mapping[str, Any], name: str | None) -> dict[str, Any] | None:
     for i in facts.get("interfaces") or []:
         if i.get("name") == name:
-            return i
+            return cast(dict[str, Any], i)
     return None
 
 
@@ -167,8 +169,12 @@ def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
 
 
 @rules(
-    Rule("host.unreachable", E, "node not reachable over SSH (the others are still fully audited)",
-         "Make the node reachable over SSH (sshd running, key, known_hosts, network) and re-run."),
+    Rule(
+        "host.unreachable",
+        E,
+        "node not reachable over SSH (the others are still fully audited)",
+        "Make the node reachable over SSH (sshd running, key, known_hosts, network) and re-run.",
+    ),
 )
 def check_unreachable(ctx: Context) -> Iterable[Finding]:
     for n in ctx.cluster.nodes:
@@ -181,13 +187,16 @@ def check_unreachable(ctx: Context) -> Iterable[Finding]:
 
 
 @rules(
-    Rule("facts.incomplete", W,
-         "a fact source could not be read on the node (no permission, e.g. `iptables-save`/`nft` as a non-root SSH "
-         "user; a missing tool; a timeout): names each source and the tool's error. The checks that read it are listed "
-         "per host as **not evaluated** (JSON `hosts.NODE.not_evaluated: [{id, reason}]`, a \"NOT EVALUATED\" table), "
-         "never as passed",
-         "Let the SSH user read them (root, or become: true with passwordless sudo) or install the missing tool, then "
-         "re-run; until then the checks listed as not evaluated say nothing about this node."),
+    Rule(
+        "facts.incomplete",
+        W,
+        "a fact source could not be read on the node (no permission, e.g. `iptables-save`/`nft` as a non-root SSH "
+        "user; a missing tool; a timeout): names each source and the tool's error. The checks that read it are listed "
+        'per host as **not evaluated** (JSON `hosts.NODE.not_evaluated: [{id, reason}]`, a "NOT EVALUATED" table), '
+        "never as passed",
+        "Let the SSH user read them (root, or become: true with passwordless sudo) or install the missing tool, then "
+        "re-run; until then the checks listed as not evaluated say nothing about this node.",
+    ),
 )
 def check_incomplete(ctx: Context) -> Iterable[Finding]:
     for name, _ in ctx.audited():
@@ -195,9 +204,12 @@ def check_incomplete(ctx: Context) -> Iterable[Finding]:
         if not unread:
             continue
         blind = sorted(fid for fid in _blind_ids(ctx, name, unread))
-        yield finding("facts.incomplete", name,
-                      f"could not read {', '.join(sorted(unread))} on {name}; not evaluated: {', '.join(blind) or 'nothing'}",
-                      "; ".join(f"{src}: {why}" for src, why in sorted(unread.items())))
+        yield finding(
+            "facts.incomplete",
+            name,
+            f"could not read {', '.join(sorted(unread))} on {name}; not evaluated: {', '.join(blind) or 'nothing'}",
+            "; ".join(f"{src}: {why}" for src, why in sorted(unread.items())),
+        )
 
 
 def _blind_ids(ctx: Context, name: str, unread: Mapping[str, str]) -> dict[str, str]:
@@ -221,28 +233,42 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
     out: dict[str, list[dict[str, str]]] = {}
     for name, _ in ctx.audited():
         unread = ctx.unread(name)
-        items = [{"id": fid, "reason": why} for fid, why in sorted(_blind_ids(ctx, name, unread).items())
-                 if (fid, name) not in reported] if unread else []
+        items = (
+            [
+                {"id": fid, "reason": why}
+                for fid, why in sorted(_blind_ids(ctx, name, unread).items())
+                if (fid, name) not in reported
+            ]
+            if unread
+            else []
+        )
         for c in (ctx.hosts[name].probe or {}).get("connects") or []:  # a peer that did not run: not a failure
             why = None if c.get("ok") else probe_not_evaluated(ctx, c)
             if why:
                 fid = "probe.master-port-unreachable" if c.get("kind") == "master" else "probe.peer-unreachable"
-                items.append({"id": fid, "reason": f"connect to {c.get('name')} {c.get('address')}:{c.get('port')}: {why}"})
+                items.append(
+                    {"id": fid, "reason": f"connect to {c.get('name')} {c.get('address')}:{c.get('port')}: {why}"}
+                )
         if items:
             out[name] = items
     return out
 
 
 @rules(
-    Rule("facts.invalid", E, "the node returned a hostname/address ddpfix will not write anywhere (see \"Refused inputs\")",
-         "Fix {fact} on the node (e.g. hostnamectl set-hostname with an RFC 1123 name); ddpfix leaves it out of every "
-         "peer's files and refuses to remediate or write env files until it is fixed."),
+    Rule(
+        "facts.invalid",
+        E,
+        'the node returned a hostname/address ddpfix will not write anywhere (see "Refused inputs")',
+        "Fix {fact} on the node (e.g. hostnamectl set-hostname with an RFC 1123 name); ddpfix leaves it out of every "
+        "peer's files and refuses to remediate or write env files until it is fixed.",
+    ),
 )
 def check_facts(ctx: Context) -> Iterable[Finding]:
     for name, problems in ctx.invalid.items():
         for fact, value, why in problems:
-            yield finding("facts.invalid", name, f"{name} returned {fact} {value!r}: {why}",
-                          f"{fact} = {value!r}", fact=fact)
+            yield finding(
+                "facts.invalid", name, f"{name} returned {fact} {value!r}: {why}", f"{fact} = {value!r}", fact=fact
+            )
 
 
 # ---------------------------------------------------------------- firewall
@@ -274,8 +300,9 @@ class _FirewallMemo:
             self.samples[k] = firewall.sample_ports(rs, lo, hi, n)
         return self.samples[k]
 
-    def world_open(self, key: int, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str,
-                   iface: str | None) -> str | None:
+    def world_open(
+        self, key: int, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str, iface: str | None
+    ) -> str | None:
         k = (key, port, cidr, iface)
         if k not in self.open:
             self.open[k] = firewall.world_open(rs, port, cidr, iface=iface)
@@ -287,17 +314,35 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
 
 
 @rules(
-    Rule("firewall.master-port-blocked", E,
-         "firewalld/iptables/nftables on the master drops/rejects TCP to the master port from the cluster CIDR",
-         "Allow TCP from {cidr} to port {port} on the master (ddpfix remediate adds {cidr} as a trusted source / an "
-         "ACCEPT rule).",
-         remedies=(FIREWALL,), reads=FIREWALL_SOURCES | _IFACES, master_only=True, sound_on_partial=True),
-    Rule("firewall.peer-ports-blocked", E, "a node's firewall blocks TCP from peers on the ephemeral range NCCL/Gloo use",
-         "Allow TCP from {cidr} to the ephemeral range {range} (ddpfix remediate trusts {cidr} on this node).",
-         remedies=(FIREWALL,), reads=FIREWALL_SOURCES | _IFACES, sound_on_partial=True),
-    Rule("firewall.world-open", W, "the master port or ephemeral range is open to any source by an explicit rule",
-         "Replace the rule with one limited to source {cidr}; ddpfix adds the CIDR-limited rule but never removes yours.",
-         reads=FIREWALL_SOURCES | _IFACES, manual="ddpfix only adds CIDR rules"),
+    Rule(
+        "firewall.master-port-blocked",
+        E,
+        "firewalld/iptables/nftables on the master drops/rejects TCP to the master port from the cluster CIDR",
+        "Allow TCP from {cidr} to port {port} on the master (ddpfix remediate adds {cidr} as a trusted source / an "
+        "ACCEPT rule).",
+        remedies=(FIREWALL,),
+        reads=FIREWALL_SOURCES | _IFACES,
+        master_only=True,
+        sound_on_partial=True,
+    ),
+    Rule(
+        "firewall.peer-ports-blocked",
+        E,
+        "a node's firewall blocks TCP from peers on the ephemeral range NCCL/Gloo use",
+        "Allow TCP from {cidr} to the ephemeral range {range} (ddpfix remediate trusts {cidr} on this node).",
+        remedies=(FIREWALL,),
+        reads=FIREWALL_SOURCES | _IFACES,
+        sound_on_partial=True,
+    ),
+    Rule(
+        "firewall.world-open",
+        W,
+        "the master port or ephemeral range is open to any source by an explicit rule",
+        "Replace the rule with one limited to source {cidr}; "
+        "ddpfix adds the CIDR-limited rule but never removes yours.",
+        reads=FIREWALL_SOURCES | _IFACES,
+        manual="ddpfix only adds CIDR rules",
+    ),
 )
 def check_firewall(ctx: Context) -> Iterable[Finding]:
     memo = _FirewallMemo()
@@ -322,16 +367,28 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
             yield finding(fid, name, summary, evidence, **details)
 
 
-def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: int, rs: firewall.Ruleset, iface: str | None,
-                       sources: list[str], ephemeral: tuple[int, int], master: bool) -> Iterable[_Outcome]:
+def _firewall_outcomes(
+    ctx: Context,
+    memo: _FirewallMemo,
+    skey: int,
+    rs: firewall.Ruleset,
+    iface: str | None,
+    sources: list[str],
+    ephemeral: tuple[int, int],
+    master: bool,
+) -> Iterable[_Outcome]:
     lo, hi = ephemeral
     port = ctx.cluster.master_port
     if master:
         for src in sources:
             v = memo.evaluate(skey, rs, src, port, iface)
             if not v.allowed:
-                yield ("firewall.master-port-blocked", f"TCP {src} -> {port} would be {_past(v.verdict)} by {v.layer}",
-                       v.evidence, {"cidr": ctx.cidr, "port": port, "layer": v.layer})
+                yield (
+                    "firewall.master-port-blocked",
+                    f"TCP {src} -> {port} would be {_past(v.verdict)} by {v.layer}",
+                    v.evidence,
+                    {"cidr": ctx.cidr, "port": port, "layer": v.layer},
+                )
                 break
         open_ev = memo.world_open(skey, rs, port, ctx.cidr, iface) if ctx.cidr else None
         if open_ev:
@@ -347,9 +404,12 @@ def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: int, rs: firewal
             break
     if blocked:
         src, p, v = blocked
-        yield ("firewall.peer-ports-blocked",
-               f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.verdict)} by {v.layer}",
-               v.evidence, {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "layer": v.layer})
+        yield (
+            "firewall.peer-ports-blocked",
+            f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.verdict)} by {v.layer}",
+            v.evidence,
+            {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "layer": v.layer},
+        )
     open_ev = memo.world_open(skey, rs, (lo, hi), ctx.cidr, iface) if ctx.cidr else None
     if open_ev:
         yield "firewall.world-open", f"ephemeral range {lo}-{hi} is open to any source", open_ev, {"cidr": ctx.cidr}
@@ -359,25 +419,41 @@ def _firewall_outcomes(ctx: Context, memo: _FirewallMemo, skey: int, rs: firewal
 
 
 @rules(
-    Rule("probe.master-port-unreachable", E,
-         "TCP connect from this node to MASTER_ADDR:MASTER_PORT fails (refused / timed out / no route)",
-         "Fix the firewall/route on the path to the master {target}; re-run audit to confirm the connect succeeds.",
-         remedies=(VIA_FIREWALL,)),
-    Rule("probe.peer-unreachable", E, "TCP from this node to a peer's probe port (in its ephemeral range) fails",
-         "Open the peer's ephemeral range to {cidr} and check the route between the two nodes.",
-         remedies=(VIA_FIREWALL,)),
-    Rule("probe.port-in-use", E, "something already listens on the master port on the master",
-         "Stop the process holding port {port} on the master, or choose another ddp_master_port outside the ephemeral "
-         "range.",
-         reads=frozenset({"listening"}), master_only=True),
+    Rule(
+        "probe.master-port-unreachable",
+        E,
+        "TCP connect from this node to MASTER_ADDR:MASTER_PORT fails (refused / timed out / no route)",
+        "Fix the firewall/route on the path to the master {target}; re-run audit to confirm the connect succeeds.",
+        remedies=(VIA_FIREWALL,),
+    ),
+    Rule(
+        "probe.peer-unreachable",
+        E,
+        "TCP from this node to a peer's probe port (in its ephemeral range) fails",
+        "Open the peer's ephemeral range to {cidr} and check the route between the two nodes.",
+        remedies=(VIA_FIREWALL,),
+    ),
+    Rule(
+        "probe.port-in-use",
+        E,
+        "something already listens on the master port on the master",
+        "Stop the process holding port {port} on the master, or choose another ddp_master_port outside the ephemeral "
+        "range.",
+        reads=frozenset({"listening"}),
+        master_only=True,
+    ),
 )
 def check_probes(ctx: Context) -> Iterable[Finding]:
     master = ctx.cluster.master
     mf = ctx.facts.get(master)
     if mf and ctx.cluster.master_port in (mf.get("listening") or []):
-        yield finding("probe.port-in-use", master, f"port {ctx.cluster.master_port} is already in use on the master",
-                      f"a socket on {master} is in LISTEN state on TCP port {ctx.cluster.master_port} before the job starts",
-                      port=ctx.cluster.master_port)
+        yield finding(
+            "probe.port-in-use",
+            master,
+            f"port {ctx.cluster.master_port} is already in use on the master",
+            f"a socket on {master} is in LISTEN state on TCP port {ctx.cluster.master_port} before the job starts",
+            port=ctx.cluster.master_port,
+        )
     for name, f in ctx.audited():
         pr = ctx.hosts[name].probe or {}
         for c in pr.get("connects") or []:
@@ -386,17 +462,32 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
             target = f"{c.get('name')} {c.get('address')}:{c.get('port')}"
             src = pr_src(f)
             if c.get("kind") == "master":
-                yield finding("probe.master-port-unreachable", name, f"TCP connect to the master {target} failed",
-                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr,
-                              target=c.get("name"))
+                yield finding(
+                    "probe.master-port-unreachable",
+                    name,
+                    f"TCP connect to the master {target} failed",
+                    f"connect from {src} to {target}: {c.get('error')}",
+                    cidr=ctx.cidr,
+                    target=c.get("name"),
+                )
             else:
-                yield finding("probe.peer-unreachable", name, f"TCP connect to peer {target} (probe port) failed",
-                              f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr,
-                              target=c.get("name"))
+                yield finding(
+                    "probe.peer-unreachable",
+                    name,
+                    f"TCP connect to peer {target} (probe port) failed",
+                    f"connect from {src} to {target}: {c.get('error')}",
+                    cidr=ctx.cidr,
+                    target=c.get("name"),
+                )
         listener: Mapping[str, Any] = f.get("probe") or {}
         if listener.get("error"):
-            yield finding("probe.peer-unreachable", name, "probe listener could not start on this node",
-                          str(f["probe"]["error"]), cidr=ctx.cidr)
+            yield finding(
+                "probe.peer-unreachable",
+                name,
+                "probe listener could not start on this node",
+                str(f["probe"]["error"]),
+                cidr=ctx.cidr,
+            )
 
 
 def probe_not_evaluated(ctx: Context, c: Mapping[str, Any]) -> str | None:
@@ -414,16 +505,24 @@ def probe_not_evaluated(ctx: Context, c: Mapping[str, Any]) -> str | None:
     kind = c.get("kind")
     if kind == "peer" and not tp.get("port"):
         return f"{target} has no probe listener"
-    if kind == "master" and not tp.get("master_port_listening") and ctx.cluster.master_port not in (tf.get("listening") or []):
+    if (
+        kind == "master"
+        and not tp.get("master_port_listening")
+        and ctx.cluster.master_port not in (tf.get("listening") or [])
+    ):
         return f"nothing listened on {target}'s master port"
     if "ECONNREFUSED" not in str(c.get("error") or ""):
         return None  # an ICMP reject or a timeout comes from the path, whether or not the listener was up yet
     if kind == "master" and not tp.get("master_port_listening"):
         return None  # the master port's listener is a job's, up all along
     last, up, down = c.get("last_try"), tp.get("up_at"), tp.get("down_at")
-    if isinstance(last, (int, float)) and isinstance(up, (int, float)) and isinstance(down, (int, float)):
-        if not up <= last <= down:
-            return f"{target}'s listener was not up during the last attempt"
+    if (
+        isinstance(last, (int, float))
+        and isinstance(up, (int, float))
+        and isinstance(down, (int, float))
+        and not up <= last <= down
+    ):
+        return f"{target}'s listener was not up during the last attempt"
     return None
 
 
@@ -436,14 +535,28 @@ def pr_src(f: Mapping[str, Any]) -> str:
 
 
 @rules(
-    Rule("hosts.hostname-loopback", E, "the hostname resolves to 127.0.0.0/8 or ::1 (Gloo advertises loopback)",
-         "Map the hostname to its cluster address in /etc/hosts and take it off the loopback line (ddpfix remediate).",
-         remedies=(HOSTS,), reads=_HOSTS, sound_on_partial=True),
-    Rule("hosts.duplicate-hostname", E, "two nodes share a hostname (cloned VMs)",
-         "Give {nodes} each a unique hostname (hostnamectl set-hostname <new-name> on each) and a fresh "
-         "/etc/machine-id; not changed automatically."),
-    Rule("hosts.duplicate-machine-id", W, "two nodes share /etc/machine-id",
-         "Regenerate it on the clone: rm /etc/machine-id && systemd-machine-id-setup; not changed automatically."),
+    Rule(
+        "hosts.hostname-loopback",
+        E,
+        "the hostname resolves to 127.0.0.0/8 or ::1 (Gloo advertises loopback)",
+        "Map the hostname to its cluster address in /etc/hosts and take it off the loopback line (ddpfix remediate).",
+        remedies=(HOSTS,),
+        reads=_HOSTS,
+        sound_on_partial=True,
+    ),
+    Rule(
+        "hosts.duplicate-hostname",
+        E,
+        "two nodes share a hostname (cloned VMs)",
+        "Give {nodes} each a unique hostname (hostnamectl set-hostname <new-name> on each) and a fresh "
+        "/etc/machine-id; not changed automatically.",
+    ),
+    Rule(
+        "hosts.duplicate-machine-id",
+        W,
+        "two nodes share /etc/machine-id",
+        "Regenerate it on the clone: rm /etc/machine-id && systemd-machine-id-setup; not changed automatically.",
+    ),
 )
 def check_hostnames(ctx: Context) -> Iterable[Finding]:
     by_hostname: dict[str, list[str]] = {}
@@ -456,30 +569,60 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         addrs = (f.get("resolve_self") or {}).get(hn) or []
         loop = [a for a in addrs if _is_loopback(a)]
         if loop:
-            yield finding("hosts.hostname-loopback", name,
-                          f"hostname {hn} resolves to {', '.join(addrs)}: Gloo/c10d would advertise {loop[0]}",
-                          _hosts_lines(f, hn))
+            yield finding(
+                "hosts.hostname-loopback",
+                name,
+                f"hostname {hn} resolves to {', '.join(addrs)}: Gloo/c10d would advertise {loop[0]}",
+                _hosts_lines(f, hn),
+            )
     for hn, names in by_hostname.items():
         if len(names) > 1:
-            yield finding("hosts.duplicate-hostname", None, f"hostname {hn!r} is used by {', '.join(names)}",
-                          "; ".join(f"{n}: hostname={hn}" for n in names), nodes=", ".join(names))
+            yield finding(
+                "hosts.duplicate-hostname",
+                None,
+                f"hostname {hn!r} is used by {', '.join(names)}",
+                "; ".join(f"{n}: hostname={hn}" for n in names),
+                nodes=", ".join(names),
+            )
     for mid, names in by_mid.items():
         if len(names) > 1:
-            yield finding("hosts.duplicate-machine-id", None, f"machine-id {mid} is shared by {', '.join(names)}",
-                          f"/etc/machine-id = {mid} on {', '.join(names)}")
+            yield finding(
+                "hosts.duplicate-machine-id",
+                None,
+                f"machine-id {mid} is shared by {', '.join(names)}",
+                f"/etc/machine-id = {mid} on {', '.join(names)}",
+            )
 
 
 @rules(
-    Rule("hosts.peer-unresolvable", E, "a peer's hostname does not resolve on this node",
-         "Add the managed /etc/hosts block mapping every node to its cluster address (ddpfix remediate).",
-         remedies=(HOSTS,), reads=_HOSTS, sound_on_partial=True),
-    Rule("hosts.peer-mismatch", E, "a peer's hostname resolves to another address than its cluster address",
-         "Use the same managed /etc/hosts block on every node (ddpfix remediate); remove stale entries.",
-         remedies=(HOSTS,), reads=_HOSTS, sound_on_partial=True),
-    Rule("addr.family-mismatch", W, "peers' names resolve to IPv4 on some nodes and IPv6 on others",
-         "Use IPv4 literals for MASTER_ADDR and IPv4 /etc/hosts entries (ddpfix remediate); or "
-         "NCCL_SOCKET_FAMILY=AF_INET.",
-         remedies=(HOSTS_BLOCK,), reads=_HOSTS, sound_on_partial=True),
+    Rule(
+        "hosts.peer-unresolvable",
+        E,
+        "a peer's hostname does not resolve on this node",
+        "Add the managed /etc/hosts block mapping every node to its cluster address (ddpfix remediate).",
+        remedies=(HOSTS,),
+        reads=_HOSTS,
+        sound_on_partial=True,
+    ),
+    Rule(
+        "hosts.peer-mismatch",
+        E,
+        "a peer's hostname resolves to another address than its cluster address",
+        "Use the same managed /etc/hosts block on every node (ddpfix remediate); remove stale entries.",
+        remedies=(HOSTS,),
+        reads=_HOSTS,
+        sound_on_partial=True,
+    ),
+    Rule(
+        "addr.family-mismatch",
+        W,
+        "peers' names resolve to IPv4 on some nodes and IPv6 on others",
+        "Use IPv4 literals for MASTER_ADDR and IPv4 /etc/hosts entries (ddpfix remediate); or "
+        "NCCL_SOCKET_FAMILY=AF_INET.",
+        remedies=(HOSTS_BLOCK,),
+        reads=_HOSTS,
+        sound_on_partial=True,
+    ),
 )
 def check_resolution(ctx: Context) -> Iterable[Finding]:
     """The resolution matrix: every node resolves every peer's hostname to that peer's cluster address."""
@@ -502,21 +645,38 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
             peer, want = peers[hn], want_of[hn]
             addrs = addrs or []
             if not addrs:
-                yield finding("hosts.peer-unresolvable", name, f"peer {peer}'s hostname {hn} does not resolve on {name}",
-                              f"getaddrinfo({hn!r}) on {name}: no address; {_hosts_lines(f, hn)}", target=peer)
+                yield finding(
+                    "hosts.peer-unresolvable",
+                    name,
+                    f"peer {peer}'s hostname {hn} does not resolve on {name}",
+                    f"getaddrinfo({hn!r}) on {name}: no address; {_hosts_lines(f, hn)}",
+                    target=peer,
+                )
                 continue
             first = addrs[0]
             fam = 6 if ":" in first else 4
             families.setdefault(name, set()).add(fam)
             if want and first != want:
-                where = "outside the cluster network " + str(ctx.cidr) if not ctx.in_cidr(first) else f"not {peer}'s cluster address {want}"
-                yield finding("hosts.peer-mismatch", name, f"{hn} resolves to {first} on {name}, {where}",
-                              f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {_hosts_lines(f, hn)}",
-                              target=peer)
-    fams = {n: s for n, s in families.items()}
+                where = (
+                    "outside the cluster network " + str(ctx.cidr)
+                    if not ctx.in_cidr(first)
+                    else f"not {peer}'s cluster address {want}"
+                )
+                yield finding(
+                    "hosts.peer-mismatch",
+                    name,
+                    f"{hn} resolves to {first} on {name}, {where}",
+                    f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {_hosts_lines(f, hn)}",
+                    target=peer,
+                )
+    fams = dict(families.items())
     if len({frozenset(s) for s in fams.values()}) > 1:
-        yield finding("addr.family-mismatch", None, "peer names resolve to different address families on different nodes",
-                      "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(fams.items())))
+        yield finding(
+            "addr.family-mismatch",
+            None,
+            "peer names resolve to different address families on different nodes",
+            "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(fams.items())),
+        )
 
 
 # ---------------------------------------------------------------- time
@@ -529,30 +689,48 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
     if not tracking:
         return "chronyd runs but `chronyc tracking` gives no answer", "chronyc -c tracking failed"
     if not tracking.get("synchronised"):
-        return ("chronyd is not synchronised",
-                f"chronyc tracking: leap status {tracking.get('leap_status')!r}, reference {tracking.get('ref_name')!r}")
+        return (
+            "chronyd is not synchronised",
+            f"chronyc tracking: leap status {tracking.get('leap_status')!r}, reference {tracking.get('ref_name')!r}",
+        )
     offset = float(tracking.get("system_offset") or 0.0)
     if abs(offset) > max_offset_s:
-        return (f"clock offset {offset:+.3f}s exceeds {max_offset_s}s",
-                f"chronyc tracking: system time offset {offset:+.6f}s")
+        return (
+            f"clock offset {offset:+.3f}s exceeds {max_offset_s}s",
+            f"chronyc tracking: system time offset {offset:+.6f}s",
+        )
     return None
 
 
 @rules(
-    Rule("time.no-daemon", W, "no chronyd/ntpd/timesyncd/ptp4l running",
-         "Install and run chrony with common servers (ddp_ntp_servers) or the master as local source "
-         "(ddp_ntp_local_master).",
-         remedies=(CHRONY,), reads=frozenset({"processes"}),
-         still_open="chronyd was started but is not running: see its log on the node"),
-    Rule("time.unsynchronized", W, "chrony not synchronised, or its offset above 0.1 s",
-         "Give chrony reachable sources (ddp_ntp_servers or ddp_ntp_local_master) with iburst and makestep; ddpfix "
-         "remediate configures it.",
-         remedies=(CHRONY,), reads=frozenset({"processes", "chronyc"}),
-         still_open="chronyd runs with the ddpfix sources but has not synchronised to them: check that the sources "
-                    "answer NTP from this node and that chronyd reads the configuration ddpfix edited "
-                    "(ddpfix_chrony_conf_path)"),
-    Rule("time.skew", W, "clock readings differ between nodes by more than `--max-skew` (1 s)",
-         "Synchronise every node to the same sources (chrony); elastic rendezvous heartbeats compare wall clocks."),
+    Rule(
+        "time.no-daemon",
+        W,
+        "no chronyd/ntpd/timesyncd/ptp4l running",
+        "Install and run chrony with common servers (ddp_ntp_servers) or the master as local source "
+        "(ddp_ntp_local_master).",
+        remedies=(CHRONY,),
+        reads=frozenset({"processes"}),
+        still_open="chronyd was started but is not running: see its log on the node",
+    ),
+    Rule(
+        "time.unsynchronized",
+        W,
+        "chrony not synchronised, or its offset above 0.1 s",
+        "Give chrony reachable sources (ddp_ntp_servers or ddp_ntp_local_master) with iburst and makestep; ddpfix "
+        "remediate configures it.",
+        remedies=(CHRONY,),
+        reads=frozenset({"processes", "chronyc"}),
+        still_open="chronyd runs with the ddpfix sources but has not synchronised to them: check that the sources "
+        "answer NTP from this node and that chronyd reads the configuration ddpfix edited "
+        "(ddpfix_chrony_conf_path)",
+    ),
+    Rule(
+        "time.skew",
+        W,
+        "clock readings differ between nodes by more than `--max-skew` (1 s)",
+        "Synchronise every node to the same sources (chrony); elastic rendezvous heartbeats compare wall clocks.",
+    ),
 )
 def check_time(ctx: Context) -> Iterable[Finding]:
     offsets: dict[str, float] = {}
@@ -561,8 +739,12 @@ def check_time(ctx: Context) -> Iterable[Finding]:
         daemons = t.get("daemons") or []
         tr = t.get("chrony_tracking")
         if not daemons:
-            yield finding("time.no-daemon", name, "no time-sync daemon is running",
-                          "no chronyd/ntpd/systemd-timesyncd/ptp4l process found")
+            yield finding(
+                "time.no-daemon",
+                name,
+                "no time-sync daemon is running",
+                "no chronyd/ntpd/systemd-timesyncd/ptp4l process found",
+            )
         elif "chronyd" in daemons:
             problem = chrony_unsynchronised(tr, ctx.thresholds.max_offset_s)
             if problem:
@@ -577,9 +759,13 @@ def check_time(ctx: Context) -> Iterable[Finding]:
         hi = max(offsets, key=lambda n: offsets[n])
         spread = offsets[hi] - offsets[lo]
         if spread > ctx.thresholds.max_skew_s:
-            yield finding("time.skew", None, f"clocks differ by {spread:.2f}s between {hi} and {lo}",
-                          "; ".join(f"{n}: {o:+.2f}s vs controller" for n, o in sorted(offsets.items()))
-                          + " (beyond each task's start..result window)")
+            yield finding(
+                "time.skew",
+                None,
+                f"clocks differ by {spread:.2f}s between {hi} and {lo}",
+                "; ".join(f"{n}: {o:+.2f}s vs controller" for n, o in sorted(offsets.items()))
+                + " (beyond each task's start..result window)",
+            )
 
 
 # ---------------------------------------------------------------- interfaces
@@ -605,8 +791,11 @@ def clock_offset(node_now: float, window: tuple[float, float] | None, collected_
 
 def nccl_select(spec: str | None, ifaces: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Interfaces NCCL would use for `NCCL_SOCKET_IFNAME=spec` (None: its default order), IPv4 ones."""
-    cands = [i for i in sorted(ifaces, key=lambda x: x.get("index") or 0)
-             if any(a.get("family") == "inet" for a in i.get("addrs") or [])]
+    cands = [
+        i
+        for i in sorted(ifaces, key=lambda x: x.get("index") or 0)
+        if any(a.get("family") == "inet" for a in i.get("addrs") or [])
+    ]
     if spec:
         exclude = spec.startswith("^")
         s = spec[1:] if exclude else spec
@@ -642,26 +831,47 @@ def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[s
 
 
 @rules(
-    Rule("netif.missing", E,
-         "the configured socket interface (override or env file's NCCL/GLOO_SOCKET_IFNAME, NCCL grammar) does not "
-         "exist or has no address in the CIDR",
-         "Set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME per node to the node's own cluster interface (ddpfix env --apply).",
-         remedies=(ENV_FILE,), reads=_IFACES | _ENV),
-    Rule("netif.name-mismatch", W, "the cluster NIC has different names while one name is configured for all",
-         "Write per-node interface names (ddpfix env files) instead of one cluster-wide name; optionally pin names "
-         "(--pin-ifnames).",
-         remedies=(ENV_FILE, PIN_IFNAME), reads=_IFACES | _ENV),
-    Rule("netif.autoselect-wrong", W,
-         "with no IFNAME set, NCCL's default order or Gloo's hostname path would pick a non-cluster interface",
-         "Set NCCL_SOCKET_IFNAME=={ifname} and GLOO_SOCKET_IFNAME={ifname} on this node (ddpfix env --apply writes "
-         "them).",
-         remedies=(ENV_FILE,), reads=_IFACES | _ENV),
-    Rule("netif.mtu-mismatch", W, "cluster interface MTUs differ",
-         "Set the same MTU on every node's cluster interface (and the switch); not changed automatically.",
-         reads=_IFACES),
-    Rule("netif.down", E, "the cluster interface is down",
-         "Bring the interface up (ip link set {ifname} up) and fix its configuration; not changed automatically.",
-         reads=_IFACES),
+    Rule(
+        "netif.missing",
+        E,
+        "the configured socket interface (override or env file's NCCL/GLOO_SOCKET_IFNAME, NCCL grammar) does not "
+        "exist or has no address in the CIDR",
+        "Set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME per node to the node's own cluster interface (ddpfix env --apply).",
+        remedies=(ENV_FILE,),
+        reads=_IFACES | _ENV,
+    ),
+    Rule(
+        "netif.name-mismatch",
+        W,
+        "the cluster NIC has different names while one name is configured for all",
+        "Write per-node interface names (ddpfix env files) instead of one cluster-wide name; optionally pin names "
+        "(--pin-ifnames).",
+        remedies=(ENV_FILE, PIN_IFNAME),
+        reads=_IFACES | _ENV,
+    ),
+    Rule(
+        "netif.autoselect-wrong",
+        W,
+        "with no IFNAME set, NCCL's default order or Gloo's hostname path would pick a non-cluster interface",
+        "Set NCCL_SOCKET_IFNAME=={ifname} and GLOO_SOCKET_IFNAME={ifname} on this node (ddpfix env --apply writes "
+        "them).",
+        remedies=(ENV_FILE,),
+        reads=_IFACES | _ENV,
+    ),
+    Rule(
+        "netif.mtu-mismatch",
+        W,
+        "cluster interface MTUs differ",
+        "Set the same MTU on every node's cluster interface (and the switch); not changed automatically.",
+        reads=_IFACES,
+    ),
+    Rule(
+        "netif.down",
+        E,
+        "the cluster interface is down",
+        "Bring the interface up (ip link set {ifname} up) and fix its configuration; not changed automatically.",
+        reads=_IFACES,
+    ),
 )
 def check_interfaces(ctx: Context) -> Iterable[Finding]:
     names: dict[str, str] = {}
@@ -680,12 +890,20 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
             if i.get("mtu"):
                 mtus[name] = int(i["mtu"])
             if "UP" not in (i.get("flags") or []) or i.get("operstate") == "DOWN":
-                yield finding("netif.down", name, f"cluster interface {actual} is down",
-                              f"ip link: {actual} flags={','.join(i.get('flags') or [])} operstate={i.get('operstate')}",
-                              ifname=actual or '<cluster interface>')
+                yield finding(
+                    "netif.down",
+                    name,
+                    f"cluster interface {actual} is down",
+                    f"ip link: {actual} flags={','.join(i.get('flags') or [])} operstate={i.get('operstate')}",
+                    ifname=actual or "<cluster interface>",
+                )
         elif not cl.get("address") and not ctx.cluster.node(name).socket_ifname:
-            yield finding("netif.missing", name, f"no interface on {name} has an address in {ctx.cidr}",
-                          "interfaces: " + "; ".join(f"{i['name']} {','.join(_inet(i)) or '-'}" for i in ifaces))
+            yield finding(
+                "netif.missing",
+                name,
+                f"no interface on {name} has an address in {ctx.cidr}",
+                "interfaces: " + "; ".join(f"{i['name']} {','.join(_inet(i)) or '-'}" for i in ifaces),
+            )
         configured = _configured_ifnames(ctx, name, f)
         configured_all[name] = configured
         for key, value in configured.items():
@@ -693,71 +911,118 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
                 chosen = nccl_select(value, ifaces)
                 ok = [i for i in chosen if any(ctx.in_cidr(a) for a in _inet(i))]
                 if not ok:
-                    yield finding("netif.missing", name,
-                                  f"{key}={value} matches no interface with an address in {ctx.cidr} on {name}",
-                                  f"{key}={value} matched: {', '.join(i['name'] for i in chosen) or 'nothing'}; {_cluster_if(actual)}")
+                    yield finding(
+                        "netif.missing",
+                        name,
+                        f"{key}={value} matches no interface with an address in {ctx.cidr} on {name}",
+                        f"{key}={value} matched: {', '.join(i['name'] for i in chosen) or 'nothing'}; "
+                        f"{_cluster_if(actual)}",
+                    )
             else:
                 for ifn in [v for v in value.split(",") if v]:
-                    i = _iface(f, ifn)
-                    if i is None:
-                        yield finding("netif.missing", name, f"{key}={value}: interface {ifn} does not exist on {name}",
-                                      f"{key}={value}; interfaces present: {', '.join(x['name'] for x in ifaces)}; {_cluster_if(actual)}")
-                    elif not any(ctx.in_cidr(a) for a in _inet(i)):
-                        yield finding("netif.missing", name, f"{key}={value}: {ifn} has no address in {ctx.cidr}",
-                                      f"{key}={value}; {ifn} addresses: {', '.join(_inet(i)) or 'none'}")
+                    found = _iface(f, ifn)
+                    if found is None:
+                        yield finding(
+                            "netif.missing",
+                            name,
+                            f"{key}={value}: interface {ifn} does not exist on {name}",
+                            f"{key}={value}; interfaces present: {', '.join(x['name'] for x in ifaces)}; "
+                            f"{_cluster_if(actual)}",
+                        )
+                    elif not any(ctx.in_cidr(a) for a in _inet(found)):
+                        yield finding(
+                            "netif.missing",
+                            name,
+                            f"{key}={value}: {ifn} has no address in {ctx.cidr}",
+                            f"{key}={value}; {ifn} addresses: {', '.join(_inet(found)) or 'none'}",
+                        )
         if not configured.get("NCCL_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
             chosen = nccl_select(None, ifaces)
             if chosen and not any(ctx.in_cidr(a) for a in _inet(chosen[0])):
-                yield finding("netif.autoselect-wrong", name,
-                              f"with NCCL_SOCKET_IFNAME unset NCCL would pick {chosen[0]['name']} ({', '.join(_inet(chosen[0]))}), not the cluster interface {actual or '(none found in ' + str(ctx.cidr) + ')'}",
-                              "NCCL default order (ib*, then not docker/lo/virbr): "
-                              + ", ".join(f"{i['name']}={','.join(_inet(i))}" for i in chosen), ifname=actual or '<cluster interface>')
+                yield finding(
+                    "netif.autoselect-wrong",
+                    name,
+                    f"with NCCL_SOCKET_IFNAME unset NCCL would pick {chosen[0]['name']} "
+                    f"({', '.join(_inet(chosen[0]))}), "
+                    f"not the cluster interface {actual or '(none found in ' + str(ctx.cidr) + ')'}",
+                    "NCCL default order (ib*, then not docker/lo/virbr): "
+                    + ", ".join(f"{i['name']}={','.join(_inet(i))}" for i in chosen),
+                    ifname=actual or "<cluster interface>",
+                )
         if not configured.get("GLOO_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
             hn = f.get("hostname") or ""
             addrs = (f.get("resolve_self") or {}).get(hn) or []
             if addrs and not _is_loopback(addrs[0]) and not ctx.in_cidr(addrs[0]):
-                yield finding("netif.autoselect-wrong", name,
-                              f"with GLOO_SOCKET_IFNAME unset Gloo would bind {addrs[0]} (what hostname {hn} resolves to), outside {ctx.cidr}",
-                              _hosts_lines(f, hn), ifname=actual or '<cluster interface>')
+                yield finding(
+                    "netif.autoselect-wrong",
+                    name,
+                    f"with GLOO_SOCKET_IFNAME unset Gloo would bind {addrs[0]} (what hostname {hn} resolves to), "
+                    f"outside {ctx.cidr}",
+                    _hosts_lines(f, hn),
+                    ifname=actual or "<cluster interface>",
+                )
     if len(set(names.values())) > 1:
         single = {frozenset(c.items()) for c in configured_all.values() if c}
         one_name = len(single) == 1 and len(configured_all) == len(names) and all(configured_all.values())
         if one_name:
-            yield finding("netif.name-mismatch", None,
-                          "the cluster interface is named differently across nodes but one name is configured for all",
-                          "cluster interfaces: " + ", ".join(f"{n}={i}" for n, i in sorted(names.items()))
-                          + "; configured: " + ", ".join(f"{k}={v}" for k, v in sorted(next(iter(single)))))
+            yield finding(
+                "netif.name-mismatch",
+                None,
+                "the cluster interface is named differently across nodes but one name is configured for all",
+                "cluster interfaces: "
+                + ", ".join(f"{n}={i}" for n, i in sorted(names.items()))
+                + "; configured: "
+                + ", ".join(f"{k}={v}" for k, v in sorted(next(iter(single)))),
+            )
     if len(set(mtus.values())) > 1:
-        yield finding("netif.mtu-mismatch", None, "cluster interface MTUs differ between nodes",
-                      ", ".join(f"{n}: {names[n]} mtu {m}" for n, m in sorted(mtus.items())))
+        yield finding(
+            "netif.mtu-mismatch",
+            None,
+            "cluster interface MTUs differ between nodes",
+            ", ".join(f"{n}: {names[n]} mtu {m}" for n, m in sorted(mtus.items())),
+        )
 
 
 # ---------------------------------------------------------------- addresses, routes, sysctls
 
 
 @rules(
-    Rule("route.via-gateway", W, "the route to a peer leaves through a gateway or another interface",
-         "Make the peer on-link on the cluster interface (fix the netmask or remove the host route); not changed "
-         "automatically."),
+    Rule(
+        "route.via-gateway",
+        W,
+        "the route to a peer leaves through a gateway or another interface",
+        "Make the peer on-link on the cluster interface (fix the netmask or remove the host route); not changed "
+        "automatically.",
+    ),
 )
 def check_routes(ctx: Context) -> Iterable[Finding]:
-    for name, f in ctx.audited():
+    for name, _f in ctx.audited():
         routes = (ctx.hosts[name].probe or {}).get("routes") or {}
         ifname = ctx.plan[name].ifname
         for dst, r in routes.items():  # run_checks sorts the findings
             if "error" in r or not (r.get("via") or (ifname and r.get("dev") != ifname)):
                 continue
             peer = ctx.by_address.get(dst, dst)
-            yield finding("route.via-gateway", name,
-                          f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} instead of on-link on {ifname}",
-                          f"ip route get {dst}: dev {r.get('dev')}" + (f" via {r['via']}" if r.get("via") else "")
-                          + (f" src {r['src']}" if r.get("src") else ""))
+            yield finding(
+                "route.via-gateway",
+                name,
+                f"traffic from {name} to {peer} ({dst}) leaves via {r.get('via') or r.get('dev')} "
+                f"instead of on-link on {ifname}",
+                f"ip route get {dst}: dev {r.get('dev')}"
+                + (f" via {r['via']}" if r.get("via") else "")
+                + (f" src {r['src']}" if r.get("src") else ""),
+            )
 
 
 @rules(
-    Rule("addr.master-not-private", E, "an env file's MASTER_ADDR is not the master's address in the cluster CIDR",
-         "Use the master's private address in {cidr} as MASTER_ADDR (ddpfix env --apply writes it).",
-         remedies=(ENV_FILE,), reads=_ENV),
+    Rule(
+        "addr.master-not-private",
+        E,
+        "an env file's MASTER_ADDR is not the master's address in the cluster CIDR",
+        "Use the master's private address in {cidr} as MASTER_ADDR (ddpfix env --apply writes it).",
+        remedies=(ENV_FILE,),
+        reads=_ENV,
+    ),
 )
 def check_master_addr(ctx: Context) -> Iterable[Finding]:
     want = ctx.plan[ctx.cluster.master].address if ctx.cluster.master in ctx.plan else None
@@ -767,19 +1032,33 @@ def check_master_addr(ctx: Context) -> Iterable[Finding]:
         got = env.get("MASTER_ADDR")
         if got and want and got != want:
             kind = "outside the cluster network" if not ctx.in_cidr(got) else "not the master's cluster address"
-            yield finding("addr.master-not-private", name,
-                          f"MASTER_ADDR={got} in {envf.get('path')} is {kind} ({ctx.cluster.master} is {want})",
-                          f"{envf.get('path')}: MASTER_ADDR={got}", cidr=ctx.cidr)
+            yield finding(
+                "addr.master-not-private",
+                name,
+                f"MASTER_ADDR={got} in {envf.get('path')} is {kind} ({ctx.cluster.master} is {want})",
+                f"{envf.get('path')}: MASTER_ADDR={got}",
+                cidr=ctx.cidr,
+            )
 
 
 @rules(
-    Rule("net.master-port-ephemeral", W, "the master port is inside the ephemeral range",
-         "Choose a ddp_master_port outside net.ipv4.ip_local_port_range, or an outgoing socket may take it (errno 98).",
-         reads=frozenset({"sysctl"}), master_only=True),
-    Rule("net.somaxconn-low", W, "`net.core.somaxconn` below the world size",
-         "Raise net.core.somaxconn above the world size on the master (sysctl -w net.core.somaxconn={want} and persist "
-         "it in /etc/sysctl.d/).",
-         reads=frozenset({"sysctl"}), master_only=True),
+    Rule(
+        "net.master-port-ephemeral",
+        W,
+        "the master port is inside the ephemeral range",
+        "Choose a ddp_master_port outside net.ipv4.ip_local_port_range, or an outgoing socket may take it (errno 98).",
+        reads=frozenset({"sysctl"}),
+        master_only=True,
+    ),
+    Rule(
+        "net.somaxconn-low",
+        W,
+        "`net.core.somaxconn` below the world size",
+        "Raise net.core.somaxconn above the world size on the master (sysctl -w net.core.somaxconn={want} and persist "
+        "it in /etc/sysctl.d/).",
+        reads=frozenset({"sysctl"}),
+        master_only=True,
+    ),
 )
 def check_sysctls(ctx: Context) -> Iterable[Finding]:
     mf = ctx.facts.get(ctx.cluster.master)
@@ -788,30 +1067,40 @@ def check_sysctls(ctx: Context) -> Iterable[Finding]:
     sc: Mapping[str, Any] = mf.get("sysctl") or {}
     lo, hi = sc.get("ip_local_port_range", [32768, 60999])
     if int(lo) <= ctx.cluster.master_port <= int(hi):
-        yield finding("net.master-port-ephemeral", ctx.cluster.master,
-                      f"MASTER_PORT {ctx.cluster.master_port} is inside the ephemeral range {lo}-{hi}",
-                      f"net.ipv4.ip_local_port_range = {lo} {hi}")
+        yield finding(
+            "net.master-port-ephemeral",
+            ctx.cluster.master,
+            f"MASTER_PORT {ctx.cluster.master_port} is inside the ephemeral range {lo}-{hi}",
+            f"net.ipv4.ip_local_port_range = {lo} {hi}",
+        )
     world = ctx.cluster.world_size
     if sc.get("somaxconn") and int(sc["somaxconn"]) < world:
-        yield finding("net.somaxconn-low", ctx.cluster.master,
-                      f"net.core.somaxconn={sc['somaxconn']} is below the world size {world}",
-                      f"net.core.somaxconn = {sc['somaxconn']}", want=max(4096, 2 * world))
+        yield finding(
+            "net.somaxconn-low",
+            ctx.cluster.master,
+            f"net.core.somaxconn={sc['somaxconn']} is below the world size {world}",
+            f"net.core.somaxconn = {sc['somaxconn']}",
+            want=max(4096, 2 * world),
+        )
 
 
 RP_FILTER_STRICT = 1  # net.ipv4.conf.*.rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
 
 
 @rules(
-    Rule("net.rp-filter-strict", W,
-         "strict reverse-path filtering (rp_filter 1, the larger of conf.all and the interface's) on the cluster "
-         "interface of a node with more than one IPv4 interface: cluster packets whose route back leaves by another "
-         "interface are dropped without a trace",
-         "Use loose mode on {ifname}: sysctl -w net.ipv4.conf.{ifname}.rp_filter=2 and persist it as "
-         "net.ipv4.conf.{ifname}.rp_filter = 2 in /etc/sysctl.d/90-ddpfix-rp-filter.conf (the kernel uses the larger "
-         "of conf.all and conf.{ifname}, so 2 wins over a strict conf.all). A warning, not an error: strict mode only "
-         "drops a packet when the route back to its source leaves by another interface (a default route or "
-         "host route on {others}), which depends on routes and peers' addresses. Not changed automatically.",
-         reads=frozenset({"interfaces", "rp_filter"})),
+    Rule(
+        "net.rp-filter-strict",
+        W,
+        "strict reverse-path filtering (rp_filter 1, the larger of conf.all and the interface's) on the cluster "
+        "interface of a node with more than one IPv4 interface: cluster packets whose route back leaves by another "
+        "interface are dropped without a trace",
+        "Use loose mode on {ifname}: sysctl -w net.ipv4.conf.{ifname}.rp_filter=2 and persist it as "
+        "net.ipv4.conf.{ifname}.rp_filter = 2 in /etc/sysctl.d/90-ddpfix-rp-filter.conf (the kernel uses the larger "
+        "of conf.all and conf.{ifname}, so 2 wins over a strict conf.all). A warning, not an error: strict mode only "
+        "drops a packet when the route back to its source leaves by another interface (a default route or "
+        "host route on {others}), which depends on routes and peers' addresses. Not changed automatically.",
+        reads=frozenset({"interfaces", "rp_filter"}),
+    ),
 )
 def check_rp_filter(ctx: Context) -> Iterable[Finding]:
     for name, f in ctx.audited():
@@ -820,8 +1109,11 @@ def check_rp_filter(ctx: Context) -> Iterable[Finding]:
         ifname = ctx.plan[name].ifname
         if not isinstance(rp, Mapping) or not ifname:
             continue  # facts of a ddpfix that did not read rp_filter; no cluster interface (netif.missing)
-        homed = [i for i in f.get("interfaces") or []
-                 if _inet(i) and "LOOPBACK" not in (i.get("flags") or []) and "UP" in (i.get("flags") or [])]
+        homed = [
+            i
+            for i in f.get("interfaces") or []
+            if _inet(i) and "LOOPBACK" not in (i.get("flags") or []) and "UP" in (i.get("flags") or [])
+        ]
         if len(homed) < 2:
             continue
         try:
@@ -834,34 +1126,49 @@ def check_rp_filter(ctx: Context) -> Iterable[Finding]:
         if effective != RP_FILTER_STRICT:
             continue
         others = [i["name"] for i in homed if i.get("name") != ifname]
-        yield finding("net.rp-filter-strict", name,
-                      f"{ifname}, the cluster interface of {name}, filters reverse paths strictly while {name} has "
-                      f"{len(homed)} IPv4 interfaces: cluster traffic whose route back leaves by "
-                      f"{', '.join(others)} is dropped",
-                      f"net.ipv4.conf.all.rp_filter = {values.get('all', '?')}, "
-                      f"net.ipv4.conf.{ifname}.rp_filter = {values[ifname]} (effective {effective}, strict); "
-                      "IPv4 interfaces: " + ", ".join(f"{i['name']} {','.join(_inet(i))}" for i in homed),
-                      ifname=ifname, others=", ".join(others))
+        yield finding(
+            "net.rp-filter-strict",
+            name,
+            f"{ifname}, the cluster interface of {name}, filters reverse paths strictly while {name} has "
+            f"{len(homed)} IPv4 interfaces: cluster traffic whose route back leaves by "
+            f"{', '.join(others)} is dropped",
+            f"net.ipv4.conf.all.rp_filter = {values.get('all', '?')}, "
+            f"net.ipv4.conf.{ifname}.rp_filter = {values[ifname]} (effective {effective}, strict); "
+            "IPv4 interfaces: " + ", ".join(f"{i['name']} {','.join(_inet(i))}" for i in homed),
+            ifname=ifname,
+            others=", ".join(others),
+        )
 
 
 # ---------------------------------------------------------------- env files
 
 
 @rules(
-    Rule("env.missing", I, "no env file yet",
-         "Write it: ddpfix env -i INVENTORY --apply (or ddpfix remediate --apply).",
-         remedies=(ENV,), reads=_ENV),
-    Rule("env.inconsistent", E,
-         "env files disagree between nodes, ranks duplicated / not 0..N-1, or differ from the plan",
-         "Rewrite them: ddpfix env -i INVENTORY --apply.",
-         remedies=(ENV,), reads=_ENV),
+    Rule(
+        "env.missing",
+        INFO,
+        "no env file yet",
+        "Write it: ddpfix env -i INVENTORY --apply (or ddpfix remediate --apply).",
+        remedies=(ENV,),
+        reads=_ENV,
+    ),
+    Rule(
+        "env.inconsistent",
+        E,
+        "env files disagree between nodes, ranks duplicated / not 0..N-1, or differ from the plan",
+        "Rewrite them: ddpfix env -i INVENTORY --apply.",
+        remedies=(ENV,),
+        reads=_ENV,
+    ),
 )
 def check_env(ctx: Context) -> Iterable[Finding]:
     existing: dict[str, dict[str, str]] = {}
     for name, f in ctx.audited():
         ef: Mapping[str, Any] = f.get("env_file") or {}
         if not ef.get("exists"):
-            yield finding("env.missing", name, f"{ef.get('path')} does not exist", f"stat {ef.get('path')}: no such file")
+            yield finding(
+                "env.missing", name, f"{ef.get('path')} does not exist", f"stat {ef.get('path')}: no such file"
+            )
         else:
             existing[name] = ef.get("values") or {}
     if not existing:
@@ -869,26 +1176,46 @@ def check_env(ctx: Context) -> Iterable[Finding]:
     for key in CLUSTER_KEYS:
         values = {n: v.get(key) for n, v in existing.items()}
         if len(set(values.values())) > 1:
-            yield finding("env.inconsistent", None, f"{key} differs between nodes' env files",
-                          ", ".join(f"{n}: {key}={v}" for n, v in sorted(values.items())))
+            yield finding(
+                "env.inconsistent",
+                None,
+                f"{key} differs between nodes' env files",
+                ", ".join(f"{n}: {key}={v}" for n, v in sorted(values.items())),
+            )
     ranks: dict[str, list[str]] = {}
     for n, v in existing.items():
         ranks.setdefault(v.get("NODE_RANK", ""), []).append(n)
     for r, ns in ranks.items():
         if len(ns) > 1:
-            yield finding("env.inconsistent", None, f"NODE_RANK={r} is set on {len(ns)} nodes",
-                          ", ".join(f"{n}: NODE_RANK={r}" for n in sorted(ns)))
+            yield finding(
+                "env.inconsistent",
+                None,
+                f"NODE_RANK={r} is set on {len(ns)} nodes",
+                ", ".join(f"{n}: NODE_RANK={r}" for n in sorted(ns)),
+            )
     if len(existing) == len(ctx.cluster.nodes):
         got = sorted(v.get("NODE_RANK", "") for v in existing.values())
         if got != sorted(str(i) for i in range(len(ctx.cluster.nodes))) and all(len(v) == 1 for v in ranks.values()):
-            yield finding("env.inconsistent", None, f"NODE_RANKs are not 0..{len(ctx.cluster.nodes) - 1}",
-                          "NODE_RANK values: " + ", ".join(got))
-    for n, values in sorted(existing.items()):
+            yield finding(
+                "env.inconsistent",
+                None,
+                f"NODE_RANKs are not 0..{len(ctx.cluster.nodes) - 1}",
+                "NODE_RANK values: " + ", ".join(got),
+            )
+    for n, node_values in sorted(existing.items()):
         want = ctx.plan[n].env
-        diff = [f"{k}={values.get(k, '<unset>')} (want {want[k]})" for k in want if values.get(k) != want[k] and want[k]]
+        diff = [
+            f"{k}={node_values.get(k, '<unset>')} (want {want[k]})"
+            for k in want
+            if node_values.get(k) != want[k] and want[k]
+        ]
         if diff:
-            yield finding("env.inconsistent", n, f"{(ctx.facts[n] or {}).get('env_file', {}).get('path')} differs from what ddpfix would write",
-                          "; ".join(diff))
+            yield finding(
+                "env.inconsistent",
+                n,
+                f"{(ctx.facts[n] or {}).get('env_file', {}).get('path')} differs from what ddpfix would write",
+                "; ".join(diff),
+            )
 
 
 def run_checks(ctx: Context) -> list[Finding]:
@@ -917,5 +1244,5 @@ def parse_event_time(created: str) -> float | None:
     except (TypeError, ValueError):
         return None
     if dt.tzinfo is None:  # ansible-runner stamps events in naive UTC
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()

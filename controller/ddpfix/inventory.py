@@ -170,7 +170,8 @@ def _check_env_path(value: Any) -> str:
     if not _ABS_PATH.match(p):
         raise _bad(f"{what} contains whitespace or shell characters")
     if posixpath.normpath(p) != p or "/../" in p + "/" or "/./" in p + "/":
-        raise _bad(f"{what} is not normalized (no '.', '..' or '//' components): did you mean {posixpath.normpath(p)!r}?")
+        raise _bad(f"{what} is not normalized (no '.', '..' or '//' components): "
+                   f"did you mean {posixpath.normpath(p)!r}?")
     for root in ENV_PATH_FORBIDDEN:
         if p == root or p.startswith(root + "/"):
             raise _bad(f"{what} lies under {root}: choose a persistent system path such as {DEFAULT_ENV_PATH}")
@@ -204,18 +205,22 @@ def _check_ntp_server(value: Any) -> str:
 def _check_ifname(value: Any, host: str) -> str:
     s = str(value)
     prefix = next((p for p in ("^=", "^", "=") if s.startswith(p)), "")
-    names = s[len(prefix):].split(",") if prefix else [s]  # a list only in NCCL's explicit grammar
+    names = s[len(prefix) :].split(",") if prefix else [s]  # a list only in NCCL's explicit grammar
     if not all(_IFNAME.match(n) for n in names) or any(n in (".", "..") for n in names):
-        raise _bad(f"ddp_socket_ifname of {host} {s!r} is not an interface name (at most 15 characters, no '/', "
-                   "whitespace or shell characters) or an NCCL spec written with an explicit ^ or = prefix")
+        raise _bad(
+            f"ddp_socket_ifname of {host} {s!r} is not an interface name (at most 15 characters, no '/', "
+            "whitespace or shell characters) or an NCCL spec written with an explicit ^ or = prefix"
+        )
     return s
 
 
 def _check_python(value: Any, host: str) -> str:
     s = str(value)
     if not (_ABS_PATH.match(s) or _COMMAND.match(s)) or (s.startswith("/") and posixpath.normpath(s) != s):
-        raise _bad(f"ddp_python of {host} {s!r} must be an absolute path or a command name, "
-                   "without whitespace or shell characters")
+        raise _bad(
+            f"ddp_python of {host} {s!r} must be an absolute path or a command name, "
+            "without whitespace or shell characters"
+        )
     return s
 
 
@@ -262,8 +267,10 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
     env_adopt = _bool(mv.get("ddp_env_adopt", False), "ddp_env_adopt")
     env_process_vars = _bool(mv.get("ddp_env_process_vars", False), "ddp_env_process_vars")
     if env_process_vars and nproc != 1:
-        raise _bad(f"ddp_env_process_vars: true writes one RANK per node, so it needs ddp_nproc_per_node: 1, got {nproc} "
-                   "(with several processes per node torchrun sets RANK/WORLD_SIZE/LOCAL_RANK itself)")
+        raise _bad(
+            f"ddp_env_process_vars: true writes one RANK per node, so it needs ddp_nproc_per_node: 1, got {nproc} "
+            "(with several processes per node torchrun sets RANK/WORLD_SIZE/LOCAL_RANK itself)"
+        )
     env_template = _check_env_template(mv.get("ddp_env_template"), inventories)
     firewall = str(mv.get("ddp_firewall") or "auto")
     if firewall not in FIREWALL_CHOICES:
@@ -278,8 +285,11 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
 
     skip = parse_skip(mv.get("ddp_skip_findings") or [], "ddp_skip_findings")
     memlock = mv.get("ddp_memlock", "unlimited")
-    memlock_kib = None if str(memlock).strip().lower() in ("unlimited", "infinity", "-1") else \
-        _int(memlock, "ddp_memlock (KiB, or unlimited)", 64, 2**40)
+    memlock_kib = (
+        None
+        if str(memlock).strip().lower() in ("unlimited", "infinity", "-1")
+        else _int(memlock, "ddp_memlock (KiB, or unlimited)", 64, 2**40)
+    )
 
     for n in names:
         hv = hostvars.get(n) or {}
@@ -295,7 +305,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
                     name=n,
                     address=str(hostvars.get(n, {}).get("ansible_host") or n),
                     rank=ranks[n],
-                    socket_ifname=(str(hostvars[n]["ddp_socket_ifname"]) if hostvars.get(n, {}).get("ddp_socket_ifname") else None),
+                    socket_ifname=(
+                        str(hostvars[n]["ddp_socket_ifname"]) if hostvars.get(n, {}).get("ddp_socket_ifname") else None
+                    ),
                     **_fabric_vars(n, hostvars.get(n, {})),
                 )
                 for n in names
@@ -324,8 +336,20 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
 
 
 #: Keys ddp_env_extra may not set: the rendezvous and rank keys and the socket interfaces ddpfix derives per node.
-RESERVED_ENV_KEYS = frozenset({"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
-                               "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"})
+RESERVED_ENV_KEYS = frozenset(
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NNODES",
+        "NODE_RANK",
+        "NPROC_PER_NODE",
+        "WORLD_SIZE",
+        "RANK",
+        "GLOO_SOCKET_IFNAME",
+        "NCCL_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+    }
+)
 _ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _UNIT = re.compile(r"^[A-Za-z0-9@_.:-]+\.service$")
 _IB_HCA = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(:[0-9]+)?(,[A-Za-z0-9_.-]+(:[0-9]+)?)*$")
@@ -343,9 +367,12 @@ def _fabric_vars(host: str, hv: Mapping[str, Any]) -> dict[str, Any]:
     if gid not in (None, ""):
         out["nccl_ib_gid_index"] = _int(gid, f"ddp_nccl_ib_gid_index of {host}", 0, 255)
     units = hv.get("ddp_launcher_units")
-    if units not in (None, "", []):
-        if not isinstance(units, list) or not all(isinstance(u, str) and _UNIT.match(u) for u in units):
-            raise _bad(f"ddp_launcher_units of {host} must be a list of systemd unit names ending in .service, got {units!r}")
+    if units not in (None, "", []) and (
+        not isinstance(units, list) or not all(isinstance(u, str) and _UNIT.match(u) for u in units)
+    ):
+        raise _bad(
+            f"ddp_launcher_units of {host} must be a list of systemd unit names ending in .service, got {units!r}"
+        )
     extra = hv.get("ddp_env_extra")
     if extra not in (None, "", {}):
         if not isinstance(extra, Mapping):
@@ -407,8 +434,9 @@ def _assign_ranks(names: list[str], master: str, hostvars: Mapping[str, Mapping[
     return ranks
 
 
-def cluster_from_hostvars(groups: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]],
-                          inventories: Sequence[str] = ()) -> Cluster:
+def cluster_from_hostvars(
+    groups: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]], inventories: Sequence[str] = ()
+) -> Cluster:
     """The same cluster from what a play sees (the ansible-playbook path, where extra vars such as a survey's
     `ddp_cluster_cidr` are part of every host's variables): only the `ddp_*` variables and `ansible_host` of the
     cluster's hosts are read, then validated by `cluster_from_inventory_data`.
@@ -416,15 +444,17 @@ def cluster_from_hostvars(groups: Mapping[str, Any], hostvars: Mapping[str, Mapp
     `groups`: the group tree as `ansible-inventory --list` writes it (`{group: {"hosts": [...], "children": [...]}}`,
     the same host order as the CLI's), or the play's flat `groups` variable (`{group: [hosts]}`: Ansible's order,
     the same unless the cluster group has grandchild groups)."""
-    tree: dict[str, Any] = {str(g): (dict(v) if isinstance(v, Mapping) else {"hosts": [str(h) for h in v or []]})
-                            for g, v in groups.items()}
+    tree: dict[str, Any] = {
+        str(g): (dict(v) if isinstance(v, Mapping) else {"hosts": [str(h) for h in v or []]}) for g, v in groups.items()
+    }
     group = GROUP if GROUP in tree else "all"
     names = _group_hosts(tree, group)
     data: dict[str, Any] = {**tree, "_meta": {"hostvars": {}}}
     for h in names:
         hv = hostvars.get(h) or {}
-        data["_meta"]["hostvars"][h] = {str(k): plain(hv[k]) for k in list(hv)
-                                        if str(k).startswith("ddp_") or k == "ansible_host"}
+        data["_meta"]["hostvars"][h] = {
+            str(k): plain(hv[k]) for k in list(hv) if str(k).startswith("ddp_") or k == "ansible_host"
+        }
     return cluster_from_inventory_data(data, inventories)
 
 

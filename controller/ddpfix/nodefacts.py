@@ -185,5 +185,6 @@ class ProbeResult(TypedDict, total=False):
     connects to the master port and ring peers."""
 
     resolve: dict[str, list[str]]
+    checked: int  # names the node resolved (it returns only those that deviate from the expected address)
     routes: dict[str, dict[str, Any]]
     connects: list[ProbeConnect]

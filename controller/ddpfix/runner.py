@@ -523,13 +523,13 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        from ansible import constants as C  # type: ignore[import-untyped]
-        from ansible.cli.inventory import _inventory_legacy  # type: ignore[import-untyped]
-        from ansible.errors import AnsibleError  # type: ignore[import-untyped]
-        from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
-        from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
-        from ansible.plugins.loader import init_plugin_loader  # type: ignore[import-untyped]
-        from ansible.vars.manager import VariableManager  # type: ignore[import-untyped]
+        from ansible import constants as C
+        from ansible.cli.inventory import _inventory_legacy
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.plugins.loader import init_plugin_loader
+        from ansible.vars.manager import VariableManager
 
         quiet = io.StringIO()  # Ansible's warnings (a source no plugin parsed) stay out of ddpfix's output
         try:

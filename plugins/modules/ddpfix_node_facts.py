@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Collect, in one pass and read-only, every host fact the ddpfix audit needs."""
 
 from __future__ import absolute_import, division, print_function
@@ -11,9 +10,12 @@ DOCUMENTATION = r"""
 module: ddpfix_node_facts
 short_description: Collect the facts ddpfix needs from one cluster node (read-only)
 description:
-  - Reads interfaces and addresses (C(ip -j addr)), the node's hostname and how it resolves (C(getaddrinfo), as Gloo and c10d do),
-    C(/etc/hosts), the time-sync daemon and C(chronyc -c tracking), the firewall state (firewalld, C(iptables-save), C(nft -j)),
-    sysctls (ephemeral port range, somaxconn, IPv6, rp_filter of all/default/each interface), listening TCP ports and an existing ddpfix env file.
+  - Reads interfaces and addresses (C(ip -j addr)), the node's hostname and how it resolves (C(getaddrinfo), as Gloo
+      and c10d do),
+    C(/etc/hosts), the time-sync daemon and C(chronyc -c tracking), the firewall state (firewalld, C(iptables-save),
+        C(nft -j)),
+    sysctls (ephemeral port range, somaxconn, IPv6, rp_filter of all/default/each interface), listening TCP ports and
+        an existing ddpfix env file.
   - With I(lock_holder), takes the ddpfix node lock (I(lock_path), as C(ddpfix_run_lock) does) for the duration of the
     call and releases it before returning (a detached probe keeps it until C(ddpfix_probe) collects the result).
   - "With I(probe), also probes the network in the same call: binds a listener on the probe port the controller chose
@@ -24,14 +26,17 @@ description:
     node lock no longer names this run, or I(probe.hold) seconds) and C(ddpfix_probe) collects and stops it.
     Nothing else on the node is changed. Runs the same in check mode."
 options:
-  cluster_cidr: {description: The cluster network; empty to derive it from the interface holding I(master_address)., type: str, default: ''}
+  cluster_cidr: {description: The cluster network; empty to derive it from the interface holding I(master_address).,
+      type: str, default: ''}
   master_address: {description: The master's ansible_host (address or name)., type: str, required: true}
   master_port: {description: MASTER_PORT., type: int, default: 29500}
   is_master: {description: Whether this node is rank 0., type: bool, default: false}
   socket_ifname: {description: Inventory override of the socket interface., type: str, default: ''}
   env_path: {description: Path of the ddpfix env file., type: str, default: /etc/ddpfix/ddp.env}
-  lock_path: {description: "The node lock (role ddpfix_run): a prober exits as soon as it no longer names this run.", type: str, default: /run/ddpfix.lock}
-  lock_holder: {description: "The run (run_id, pid, controller, command, started); empty - no node lock.", type: dict, default: {}}
+  lock_path: {description: "The node lock (role ddpfix_run): a prober exits as soon as it no longer names this run.",
+      type: str, default: /run/ddpfix.lock}
+  lock_holder: {description: "The run (run_id, pid, controller, command, started); empty - no node lock.", type: dict,
+      default: {}}
   lock_stale_minutes: {description: Age after which another run's lock is taken over., type: int, default: 20}
   probe:
     description:
@@ -41,11 +46,15 @@ options:
         accept deadline, seconds), detach (bool) and hold (a detached prober's hard limit, seconds)."
       - Omitted or null - no probe.
     type: dict
-  sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic tree)., type: str, default: /sys}
-  dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str, default: /dev}
-  python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist., type: str, default: ''}
+  sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic
+      tree)., type: str, default: /sys}
+  dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str,
+      default: /dev}
+  python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist.,
+      type: str, default: ''}
   fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
-  launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices exist., type: list, elements: str, default: []}
+  launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices
+      exist., type: list, elements: str, default: []}
 """
 
 EXAMPLES = r"""
@@ -57,12 +66,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self, hosts_file,
+  description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self,
+      hosts_file,
     sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
-    C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces), C(hosts_file),
-    C(sysctl), C(rp_filter), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info), C(memlock_units), and the firewall layers C(firewalld), C(iptables),
+    C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces),
+        C(hosts_file),
+    C(sysctl), C(rp_filter), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info),
+        C(memlock_units), and the firewall layers C(firewalld), C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -78,11 +90,27 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import managed_text, outside_keys, ownership, redact_values
+
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import (
+    managed_text,
+    outside_keys,
+    ownership,
+    redact_values,
+)
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fabric import collect as collect_fabric
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_firewall import collect as collect_firewall
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent as release_lock
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take_lock
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
+    cluster_interface,
+    interface_facts,
+    listening_ports,
+    parse_chronyc_tracking,
+    parse_env_file,
+    parse_hosts_file,
+    resolve,
+    running_time_daemons,
+)
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import (
     bind_listeners,
     deviations,
@@ -90,26 +118,16 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import
     proc_start,
     wait_inline,
 )
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
-    cluster_interface,
-    interface_facts,
-    parse_env_file,
-    parse_hosts_file,
-    parse_chronyc_tracking,
-    listening_ports,
-    resolve,
-    running_time_daemons,
-)
 
 _T0 = time.monotonic()  # the module's start
 
 
 def run(argv, timeout=5):
     try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        p = subprocess.run(argv, capture_output=True, timeout=timeout)
         return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
-        return 124, "", "timed out after %ss" % timeout
+        return 124, "", f"timed out after {timeout}s"
     except OSError as exc:
         return 127, "", str(exc)
 
@@ -127,12 +145,12 @@ def read_or_why(path):
     try:
         with open(path) as f:
             return f.read(), None
-    except (OSError, IOError) as exc:
+    except OSError as exc:
         if getattr(exc, "errno", None) == errno.ENOENT:
             return None, None
-        return None, "%s: %s" % (path, getattr(exc, "strerror", None) or exc)
+        return None, "{}: {}".format(path, getattr(exc, "strerror", None) or exc)
     except UnicodeDecodeError as exc:
-        return None, "%s: not text (%s)" % (path, exc)
+        return None, f"{path}: not text ({exc})"
 
 
 def sysctl(name):
@@ -141,12 +159,12 @@ def sysctl(name):
 
 
 def _why(what, rc, err):
-    line = next((ln.strip() for ln in (err or "").splitlines() if ln.strip()), "") or "rc=%s" % rc
+    line = next((ln.strip() for ln in (err or "").splitlines() if ln.strip()), "") or f"rc={rc}"
     if rc == 127:
-        line = "not installed (%s)" % line
+        line = f"not installed ({line})"
     elif rc == 124 or "timed out" in line.lower():
-        line = "timed out (%s)" % line
-    return "%s: %s" % (what, line[:200])
+        line = f"timed out ({line})"
+    return f"{what}: {line[:200]}"
 
 
 def _user():
@@ -155,7 +173,7 @@ def _user():
 
         return pwd.getpwuid(os.geteuid()).pw_name
     except (ImportError, KeyError):
-        return "uid %d" % os.geteuid()
+        return f"uid {os.geteuid()}"
 
 
 def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
@@ -173,9 +191,12 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
     if master_port and master_port not in listening:
         specs.append((addr, master_port, "master", True))  # skipped if a job binds it meanwhile
     socks, held, error = bind_listeners(specs)
-    listener = {"port": port if any(k == "peer" for _, _, k in held) else None,
-             "master_port_listening": any(k == "master" for _, _, k in held), "error": error,
-             "mode": "detached" if spec.get("detach") else "inline"}
+    listener = {
+        "port": port if any(k == "peer" for _, _, k in held) else None,
+        "master_port_listening": any(k == "master" for _, _, k in held),
+        "error": error,
+        "mode": "detached" if spec.get("detach") else "inline",
+    }
     expect = {}
     if listener["port"]:
         expect["peer"] = int(spec.get("expect_peers") or 0)
@@ -184,13 +205,19 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
     now = time.time()
     wait = float(spec.get("wait") or 10)
     detach = bool(spec.get("detach"))
-    args = dict(targets=list(spec.get("targets") or []), expect=expect, bind_address=addr,
-                bind_ifname=cluster.get("ifname") or "", timeout=float(spec.get("timeout") or 2.0),
-                dial_until=now + (float(spec.get("hold") or 120) if detach else wait),
-                # a listener outlives the dials by one connect timeout and a margin: a peer that started a little
-                # later still finds it up during its last attempt
-                hold_until=now + (float(spec.get("hold") or 120) if detach else wait + float(spec.get("timeout") or 2.0) + 3),
-                lock_path=lock_path, run_id=run_id)
+    args = dict(
+        targets=list(spec.get("targets") or []),
+        expect=expect,
+        bind_address=addr,
+        bind_ifname=cluster.get("ifname") or "",
+        timeout=float(spec.get("timeout") or 2.0),
+        dial_until=now + (float(spec.get("hold") or 120) if detach else wait),
+        # a listener outlives the dials by one connect timeout and a margin: a peer that started a little
+        # later still finds it up during its last attempt
+        hold_until=now + (float(spec.get("hold") or 120) if detach else wait + float(spec.get("timeout") or 2.0) + 3),
+        lock_path=lock_path,
+        run_id=run_id,
+    )
     result_path = None
     if detach:
         base = os.path.dirname(lock_path) or "/run"
@@ -232,7 +259,7 @@ def env_file_facts(path, text):
     error = None
     if text is None and os.path.lexists(path):
         if os.path.islink(path) and not os.path.exists(target):
-            error = "a symlink to %s, which does not exist" % target
+            error = f"a symlink to {target}, which does not exist"
         elif os.path.isdir(target):
             error = "a directory"
         else:
@@ -309,7 +336,7 @@ def collect(p):
         not_read("interfaces", "ip -j addr show: unparsable JSON")
     if rc != 0:
         not_read("interfaces", _why("ip -j -d addr show", rc, err))
-    ifaces = interface_facts(interfaces, lambda name: os.path.exists("/sys/class/net/%s/device" % name))
+    ifaces = interface_facts(interfaces, lambda name: os.path.exists(f"/sys/class/net/{name}/device"))
     master_ips = resolve(p["master_address"]) or []
     master_ip = p["master_address"] if not master_ips else next((a for a in master_ips if ":" not in a), master_ips[0])
     cluster = cluster_interface(ifaces, p["cluster_cidr"], master_ip, p["socket_ifname"])
@@ -326,13 +353,13 @@ def collect(p):
     port_range = port_range or ["32768", "60999"]
     rp_filter = {}  # net.ipv4.conf.{all,default,IFACE}.rp_filter (per network namespace)
     for conf in ["all", "default"] + [i["name"] for i in ifaces if i.get("name")]:
-        text, why = read_or_why("/proc/sys/net/ipv4/conf/%s/rp_filter" % conf)
+        text, why = read_or_why(f"/proc/sys/net/ipv4/conf/{conf}/rp_filter")
         if text is None and why is None and conf not in ("all", "default"):
             continue  # an interface without IPv4 configuration (or gone meanwhile)
         try:
             rp_filter[conf] = int(text)
         except (TypeError, ValueError):
-            not_read("rp_filter", why or "/proc/sys/net/ipv4/conf/%s/rp_filter: %r is not a number" % (conf, text))
+            not_read("rp_filter", why or f"/proc/sys/net/ipv4/conf/{conf}/rp_filter: {text!r} is not a number")
             break
     lo, hi = int(port_range[0]), int(port_range[1])
     tcp, why4 = read_or_why("/proc/net/tcp")
@@ -341,16 +368,23 @@ def collect(p):
         not_read("listening", why4 or "/proc/net/tcp: missing")
     listening = listening_ports(tcp or "", tcp6 or "")
     # the prober starts first, so the dials and accepts overlap the rest of the collection
-    probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None, "error": None}
+    probe = {
+        "address": cluster.get("address"),
+        "port": None,
+        "master_port_listening": False,
+        "pid": None,
+        "error": None,
+    }
     started = None
     if p.get("probe") and cluster.get("address"):
-        started = start_probe(p["probe"], cluster, p["master_port"] if p["is_master"] else None, listening,
-                              p["lock_path"], p["run_id"])
+        started = start_probe(
+            p["probe"], cluster, p["master_port"] if p["is_master"] else None, listening, p["lock_path"], p["run_id"]
+        )
         probe.update(started["facts"])
 
     daemons = running_time_daemons("/proc")
     if os.geteuid() != 0 and not os.path.exists("/proc/1/comm"):
-        not_read("processes", "/proc hides other users' processes from %s (mounted with hidepid)" % _user())
+        not_read("processes", f"/proc hides other users' processes from {_user()} (mounted with hidepid)")
     rc, out, err = run(["chronyc", "-c", "-n", "tracking"], timeout=3)
     tracking = parse_chronyc_tracking(out) if rc == 0 else None
     if "chronyd" in daemons and rc in (124, 127):  # other failures ("506 Cannot talk to daemon") are chrony's state
@@ -363,8 +397,13 @@ def collect(p):
     if why:
         not_read("env_file", why)
     firewall = collect_firewall()
-    fabric, fabric_unread = collect_fabric(p["sysfs_root"], p["dev_root"], python=p["python"] or None,
-                                           units=p["launcher_units"], fi_info=p["fi_info"] or None)
+    fabric, fabric_unread = collect_fabric(
+        p["sysfs_root"],
+        p["dev_root"],
+        python=p["python"] or None,
+        units=p["launcher_units"],
+        fi_info=p["fi_info"] or None,
+    )
     for u in fabric_unread:
         not_read(u["source"], u["reason"])
     if started is not None:

@@ -50,6 +50,7 @@ import fcntl
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take
 
