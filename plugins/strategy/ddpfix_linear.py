@@ -2,7 +2,7 @@
 creates it on Ctrl-C/SIGTERM), no new step starts. A step is a play-level task (in ddpfix's plays: one role, e.g.
 the firewall fix with its runtime change, connection check and persistence); a role already started runs to its end,
 so a node is never left with a runtime-only firewall change. Handlers already notified and the node-lock tasks
-(named ``lock | ...``) still run, so a node is never left locked or half-restarted."""
+(role ``ddpfix_run``, its lock and unlock task files) still run, so a node is never left locked or half-restarted."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, c
         r = playbook("audit.yml", lab_info.inventory, "--limit", limit, "-e", "ddpfix_analyze=false", tmp=work,
                      **cached)
         assert r.returncode == 0, r.stdout[-4000:]
-        assert "ddpfix audit (analysis on the controller)" in r.stdout and "skipping: no hosts matched" in r.stdout
+        assert "Audit, analysis on the controller (ddpfix)" in r.stdout and "skipping: no hosts matched" in r.stdout
     report = work / "sliced.json"
     r = playbook("audit.yml", lab_info.inventory, "-e", "ddpfix_collect=false", "-e", f"ddpfix_report={report}",
                  tmp=work, **cached)
