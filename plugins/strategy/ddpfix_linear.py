@@ -2,7 +2,7 @@
 creates it on Ctrl-C/SIGTERM), no new step starts. A step is a play-level task (in ddpfix's plays: one role, e.g.
 the firewall fix with its runtime change, connection check and persistence); a role already started runs to its end,
 so a node is never left with a runtime-only firewall change. Handlers already notified and the node-lock tasks
-(named ``lock | ...``) still run, so a node is never left locked or half-restarted."""
+(named ``Lock | ...`` and ``Unlock | ...``) still run, so a node is never left locked or half-restarted."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ name: ddpfix_linear
 short_description: linear, stopping before the next task once the ddpfix stop file exists
 description:
   - Behaves like C(linear). When the file named by the environment variable C(DDPFIX_STOP_FILE) exists, every later
-    play-level task is skipped (not run at all), except meta tasks and tasks whose name starts with C(lock |). Tasks
-    of a role that already started, and handlers, still run.
+    play-level task is skipped (not run at all), except meta tasks and tasks whose name starts with C(Lock |) or
+    C(Unlock |). Tasks of a role that already started, and handlers, still run.
 author: ddpfix
 """
 
@@ -24,8 +24,8 @@ from ansible.utils.display import Display
 
 display = Display()
 
-#: Tasks that still run after a stop request (the node-lock release).
-KEEP_PREFIX = "lock | "
+#: Tasks that still run after a stop request (the node lock taken and released).
+KEEP_PREFIXES = ("Lock | ", "Unlock | ")
 
 
 def stop_requested() -> bool:
@@ -42,7 +42,7 @@ class StrategyModule(LinearStrategy):
             task = host_tasks[0][1]
             name = task.get_name() or ""
             if (isinstance(task, Handler) or task._role is not None
-                    or task.action in ("meta", "ansible.builtin.meta") or KEEP_PREFIX in name):
+                    or task.action in ("meta", "ansible.builtin.meta") or any(p in name for p in KEEP_PREFIXES)):
                 return host_tasks  # a role that started finishes; the lock is always released
             display.display(f"ddpfix: stop requested, not starting: {name}")
             # the iterator has already moved these hosts past the task: dropping it skips it
