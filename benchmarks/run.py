@@ -109,14 +109,14 @@ def lab_up(name: str, n: int, inv_dir: Path, tmp: Path) -> tuple[Any, dict[str, 
                 # Lab limitation (reported in BENCHMARKS.md): the launcher gets every node's init script on its
                 # command line, > 128 KiB (MAX_ARG_STRLEN) past ~27 nodes. Work around it for this process only
                 # by handing the launcher comment-free copies of the two scripts (same code, via ast.unparse).
-                import ddpfix.lab.core as core
+                import ddpfix.lab.daemons as daemons
 
                 mini = tmp / "lab-scripts"
                 mini.mkdir(exist_ok=True)
                 for f in ("_nodeinit.py", "_supervisor.py"):
-                    src = (Path(core.__file__).parent / f).read_text()
+                    src = (Path(daemons.__file__).parent / f).read_text()
                     (mini / f).write_text(ast.unparse(ast.parse(src)) + "\n")
-                core._PKG = mini  # type: ignore[attr-defined]
+                daemons._PKG = mini  # type: ignore[attr-defined]
                 notes["lab_argv_workaround"] = True
                 log(f"lab up {n} nodes hit E2BIG (lab launcher argv > 128 KiB); "
                     "retrying with comment-free node scripts")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import (
@@ -20,13 +20,15 @@ from ddpfix.checks import (
 from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import GROUP, Cluster
 from ddpfix.matrix import connectivity_matrix
+from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document
 from ddpfix.runner import RunResult, TaskResult, run_playbook
 
-FACTS_TASK = "facts | Collect node facts"
-PROBE_TASK = "probe | Resolve peers"
+#: The probe module; its check run (not the listener's stop) returns the probe result, with key PROBE_RESULT_KEY.
+PROBE_MODULE = "ddpfix_probe"
+PROBE_RESULT_KEY = "connects"
 
 
 @dataclass
@@ -83,11 +85,13 @@ def collect(
                 continue  # outside --limit: not audited, not a finding
             hosts[node.name] = HostFacts(node.name, reachable=False, error=NOT_RUN)
             continue
-        facts_task = hr.task(FACTS_TASK)
+        found = hr.fact(FACTS_KEY)  # by identity: the facts module's key, whatever the task is named
+        facts_task = found[0] if found else None
+        probe_task = hr.find(PROBE_MODULE, has=PROBE_RESULT_KEY)  # the check run, not the listener's stop
         hosts[node.name] = host_facts(
             node.name,
-            ((facts_task.res if facts_task else {}).get("ansible_facts") or {}).get(FACTS_KEY),
-            probe=hr.result(PROBE_TASK),
+            found[1] if found else None,
+            probe=probe_task.res if probe_task else None,
             error=hr.message,
             unreachable=hr.unreachable,
             collected_at=parse_event_time(facts_task.created) if facts_task else None,
@@ -121,8 +125,8 @@ def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str,
         name=name,
         reachable=not unreachable and node is not None,
         error=error,
-        node=dict(node) if node is not None else None,
-        probe=dict(probe) if probe is not None else None,
+        node=cast(NodeFacts, dict(node)) if node is not None else None,
+        probe=cast(ProbeResult, dict(probe)) if probe is not None else None,
         collected_at=collected_at,
         window=window,
     )
@@ -221,7 +225,9 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
             continue
         f = h.node or {}
         plan = plans.get(node.name)
-        t = (f.get("time") or {})
+        t: Mapping[str, Any] = f.get("time") or {}
+        envf: Mapping[str, Any] = f.get("env_file") or {}
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
         fw = f.get("firewall") or {}
         out[node.name] = {
             "reachable": bool(h.reachable),
@@ -234,8 +240,8 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
                 "time_daemons": t.get("daemons"),
                 "chrony_synchronised": (t.get("chrony_tracking") or {}).get("synchronised"),
                 "firewall": active_firewalls(fw),
-                "env_file": (f.get("env_file") or {}).get("exists"),
-                "ephemeral_range": (f.get("sysctl") or {}).get("ip_local_port_range"),
+                "env_file": envf.get("exists"),
+                "ephemeral_range": sysctl.get("ip_local_port_range"),
                 "unread": [{"source": k, "reason": v} for k, v in sorted(unread_of(f).items())],
             },
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import ipaddress
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import ModuleType
@@ -20,13 +20,20 @@ from ddpfix import collection
 from ddpfix import rules as registry
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
-from ddpfix.plan import CLUSTER_KEYS, NodePlan, effective_cidr, plan_cluster, sanitize_facts, validate_facts
+from ddpfix.nodefacts import NodeFacts, ProbeResult
+from ddpfix.plan import (
+    CLUSTER_KEYS,
+    NodePlan,
+    cluster_nic,
+    effective_cidr,
+    plan_cluster,
+    sanitize_facts,
+    validate_facts,
+)
 from ddpfix.rules import Remedy, Rule, Severity, rules
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
 NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
-#: A synthetic source outside any private network (TEST-NET-3): only evaluated, never contacted.
-WORLD_SOURCE = "203.0.113.200"
 
 
 #: The firewall layers the node's collector reads (its `unread` sources, see the ddpfix_firewall module_utils).
@@ -59,8 +66,8 @@ class HostFacts:
     name: str
     reachable: bool = True
     error: str = ""
-    node: dict[str, Any] | None = None  # ansible_facts.ddpfix_node
-    probe: dict[str, Any] | None = None  # ddpfix_probe result
+    node: NodeFacts | None = None  # ansible_facts.ddpfix_node
+    probe: ProbeResult | None = None  # ddpfix_probe result
     collected_at: float | None = None  # controller clock when the facts arrived (epoch seconds)
     # controller clock window (epoch seconds) within which the node read its clock: task start .. result
     window: tuple[float, float] | None = None
@@ -76,12 +83,12 @@ class Context:
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
         self.invalid: dict[str, list[tuple[str, str, str]]] = {n: p for n, f in raw.items() if f and (p := validate_facts(f))}
-        self.facts = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
+        self.facts: dict[str, NodeFacts | None] = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
         self.cidr = effective_cidr(self.cluster, self.facts)
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
 
-        self._audited: list[tuple[str, dict[str, Any]]] = [
+        self._audited: list[tuple[str, NodeFacts]] = [
             (n.name, self.facts[n.name]) for n in self.cluster.nodes if self.facts.get(n.name)  # type: ignore[misc]
         ]
         self.by_address: dict[str, str] = {}
@@ -89,7 +96,7 @@ class Context:
             if p.address:
                 self.by_address.setdefault(p.address, name)
 
-    def audited(self) -> list[tuple[str, dict[str, Any]]]:
+    def audited(self) -> list[tuple[str, NodeFacts]]:
         """(name, facts) of every node that returned facts, in rank order (computed once)."""
         return self._audited
 
@@ -150,7 +157,7 @@ def _hosts_lines(facts: Mapping[str, Any], name: str) -> str:
     return "; ".join(f"/etc/hosts: {ln.strip()}" for ln in lines) or "no /etc/hosts line (resolved through NSS/DNS)"
 
 
-def active_firewalls(fw: dict[str, Any]) -> list[str]:
+def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
     """Firewall layers that hold rules (`nft -j` always answers, an empty ruleset is no firewall)."""
     out = []
     if fw.get("firewalld"):
@@ -292,12 +299,14 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
     candidates = [ctx.plan[name].address for name, _ in ctx.audited() if ctx.plan[name].address]
     candidates = candidates[: ctx.thresholds.max_sources + 1]
     for name, f in ctx.audited():
-        state = f.get("firewall") or {}
+        state: Mapping[str, Any] = f.get("firewall") or {}
         skey = memo._key(state)
-        iface = (f.get("cluster") or {}).get("ifname")
+        cl: Mapping[str, Any] = f.get("cluster") or {}
+        iface = cl.get("ifname")
         own = ctx.plan[name].address
         sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
-        lo, hi = (f.get("sysctl") or {}).get("ip_local_port_range", [32768, 60999])
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
+        lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
         port = ctx.cluster.master_port
         if name == ctx.cluster.master:
             for src in sources:
@@ -373,7 +382,8 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
                 yield finding("probe.peer-unreachable", name, f"TCP connect to peer {target} (probe port) failed",
                               f"connect from {src} to {target}: {c.get('error')}", cidr=ctx.cidr,
                               target=c.get("name"))
-        if (f.get("probe") or {}).get("error"):
+        listener: Mapping[str, Any] = f.get("probe") or {}
+        if listener.get("error"):
             yield finding("probe.peer-unreachable", name, "probe listener could not start on this node",
                           str(f["probe"]["error"]), cidr=ctx.cidr)
 
@@ -467,6 +477,22 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
 # ---------------------------------------------------------------- time
 
 
+def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: float) -> tuple[str, str] | None:
+    """The one judgement of a running chronyd from its `chronyc -c tracking` facts (parsed on the node: its
+    `synchronised` is the leap status and reference): (summary, evidence) of why it is not synchronised, or None
+    when it is, within `max_offset_s`."""
+    if not tracking:
+        return "chronyd runs but `chronyc tracking` gives no answer", "chronyc -c tracking failed"
+    if not tracking.get("synchronised"):
+        return ("chronyd is not synchronised",
+                f"chronyc tracking: leap status {tracking.get('leap_status')!r}, reference {tracking.get('ref_name')!r}")
+    offset = float(tracking.get("system_offset") or 0.0)
+    if abs(offset) > max_offset_s:
+        return (f"clock offset {offset:+.3f}s exceeds {max_offset_s}s",
+                f"chronyc tracking: system time offset {offset:+.6f}s")
+    return None
+
+
 @rules(
     Rule("time.no-daemon", W, "no chronyd/ntpd/timesyncd/ptp4l running",
          "Install and run chrony with common servers (ddp_ntp_servers) or the master as local source "
@@ -486,23 +512,16 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
 def check_time(ctx: Context) -> Iterable[Finding]:
     offsets: dict[str, float] = {}
     for name, f in ctx.audited():
-        t = f.get("time") or {}
+        t: Mapping[str, Any] = f.get("time") or {}
         daemons = t.get("daemons") or []
         tr = t.get("chrony_tracking")
         if not daemons:
             yield finding("time.no-daemon", name, "no time-sync daemon is running",
                           "no chronyd/ntpd/systemd-timesyncd/ptp4l process found")
         elif "chronyd" in daemons:
-            if not tr:
-                yield finding("time.unsynchronized", name, "chronyd runs but `chronyc tracking` gives no answer",
-                              "chronyc -c tracking failed")
-            elif not tr.get("synchronised"):
-                yield finding("time.unsynchronized", name, "chronyd is not synchronised",
-                              f"chronyc tracking: leap status {tr.get('leap_status')!r}, reference {tr.get('ref_name')!r}")
-            elif abs(float(tr.get("system_offset") or 0.0)) > ctx.thresholds.max_offset_s:
-                yield finding("time.unsynchronized", name,
-                              f"clock offset {tr['system_offset']:+.3f}s exceeds {ctx.thresholds.max_offset_s}s",
-                              f"chronyc tracking: system time offset {tr['system_offset']:+.6f}s")
+            problem = chrony_unsynchronised(tr, ctx.thresholds.max_offset_s)
+            if problem:
+                yield finding("time.unsynchronized", name, *problem)
         h = ctx.hosts[name]
         if f.get("now") is not None:
             offset = clock_offset(float(f["now"]), h.window, h.collected_at)
@@ -539,7 +558,7 @@ def clock_offset(node_now: float, window: tuple[float, float] | None, collected_
     return None
 
 
-def nccl_select(spec: str | None, ifaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def nccl_select(spec: str | None, ifaces: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Interfaces NCCL would use for `NCCL_SOCKET_IFNAME=spec` (None: its default order), IPv4 ones."""
     cands = [i for i in sorted(ifaces, key=lambda x: x.get("index") or 0)
              if any(a.get("family") == "inet" for a in i.get("addrs") or [])]
@@ -605,10 +624,10 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
     configured_all: dict[str, dict[str, str]] = {}
     for name, f in ctx.audited():
         ifaces = f.get("interfaces") or []
-        cl = f.get("cluster") or {}
+        cl: Mapping[str, Any] = f.get("cluster") or {}
         actual = ctx.plan[name].ifname
         # the NIC holding the cluster address, even when a (wrong) override hid it from the plan
-        real = actual or next((i.get("name") for i in ifaces if any(ctx.in_cidr(a) for a in _inet(i))), None)
+        real = actual or cluster_nic(f, cidr=ctx.cidr)
         if real:
             names[name] = real
         if actual:
@@ -698,13 +717,14 @@ def check_routes(ctx: Context) -> Iterable[Finding]:
 def check_master_addr(ctx: Context) -> Iterable[Finding]:
     want = ctx.plan[ctx.cluster.master].address if ctx.cluster.master in ctx.plan else None
     for name, f in ctx.audited():
-        env = (f.get("env_file") or {}).get("values") or {}
+        envf: Mapping[str, Any] = f.get("env_file") or {}
+        env = envf.get("values") or {}
         got = env.get("MASTER_ADDR")
         if got and want and got != want:
             kind = "outside the cluster network" if not ctx.in_cidr(got) else "not the master's cluster address"
             yield finding("addr.master-not-private", name,
-                          f"MASTER_ADDR={got} in {(f.get('env_file') or {}).get('path')} is {kind} ({ctx.cluster.master} is {want})",
-                          f"{(f.get('env_file') or {}).get('path')}: MASTER_ADDR={got}", cidr=ctx.cidr)
+                          f"MASTER_ADDR={got} in {envf.get('path')} is {kind} ({ctx.cluster.master} is {want})",
+                          f"{envf.get('path')}: MASTER_ADDR={got}", cidr=ctx.cidr)
 
 
 @rules(
@@ -720,7 +740,7 @@ def check_sysctls(ctx: Context) -> Iterable[Finding]:
     mf = ctx.facts.get(ctx.cluster.master)
     if not mf:
         return
-    sc = mf.get("sysctl") or {}
+    sc: Mapping[str, Any] = mf.get("sysctl") or {}
     lo, hi = sc.get("ip_local_port_range", [32768, 60999])
     if int(lo) <= ctx.cluster.master_port <= int(hi):
         yield finding("net.master-port-ephemeral", ctx.cluster.master,
@@ -750,7 +770,8 @@ RP_FILTER_STRICT = 1  # net.ipv4.conf.*.rp_filter: 0 off, 1 strict (RFC 3704), 2
 )
 def check_rp_filter(ctx: Context) -> Iterable[Finding]:
     for name, f in ctx.audited():
-        rp = (f.get("sysctl") or {}).get("rp_filter")
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
+        rp = sysctl.get("rp_filter")
         ifname = ctx.plan[name].ifname
         if not isinstance(rp, Mapping) or not ifname:
             continue  # facts of a ddpfix that did not read rp_filter; no cluster interface (netif.missing)
@@ -793,7 +814,7 @@ def check_rp_filter(ctx: Context) -> Iterable[Finding]:
 def check_env(ctx: Context) -> Iterable[Finding]:
     existing: dict[str, dict[str, str]] = {}
     for name, f in ctx.audited():
-        ef = f.get("env_file") or {}
+        ef: Mapping[str, Any] = f.get("env_file") or {}
         if not ef.get("exists"):
             yield finding("env.missing", name, f"{ef.get('path')} does not exist", f"stat {ef.get('path')}: no such file")
         else:

@@ -8,7 +8,7 @@ Pure functions. The per-node facts come from the facts role's ddpfix_fabric read
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ddpfix.findings import Finding, finding
@@ -229,7 +229,7 @@ def check_fabric(ctx: Context) -> Iterable[Finding]:
                       ", ".join(f"{n}: NCCL {v}" for n, v in sorted(versions.items())), version=newest)
 
 
-def _port_down(ctx: Context, nodes: list[tuple[str, dict[str, Any]]]) -> Iterable[Finding]:
+def _port_down(ctx: Context, nodes: Sequence[tuple[str, Mapping[str, Any]]]) -> Iterable[Finding]:
     up_on: dict[str, list[str]] = {}
     for n, f in nodes:
         for d, p in ports(f):
@@ -255,7 +255,7 @@ def _port_down(ctx: Context, nodes: list[tuple[str, dict[str, Any]]]) -> Iterabl
                           port=key, dev=d.get("name"), phys=p.get("phys_state"))
 
 
-def _rates(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+def _rates(nodes: Sequence[tuple[str, Mapping[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
     by_key: dict[tuple[str, str], dict[str, tuple[float, str]]] = {}
     for n, f in nodes:  # the same port on each node, on the same link layer (a mixed layer is its own finding)
         for d, p in data_rails(f, addr[n]):
@@ -273,7 +273,7 @@ def _rates(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> 
                               f"{key} rate: {text}; {best_on[0]}: {want}", port=key, want=want)
 
 
-def _link_layers(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+def _link_layers(nodes: Sequence[tuple[str, Mapping[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
     per_node = {n: sorted({str(p.get("link_layer")) for _, p in data_rails(f, addr[n])}) for n, f in nodes}
     per_node = {n: v for n, v in per_node.items() if v}
     if len({tuple(v) for v in per_node.values()}) > 1:
@@ -282,7 +282,7 @@ def _link_layers(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str
                       ", ".join(f"{n}: {'+'.join(v)}" for n, v in sorted(per_node.items())))
 
 
-def _roce(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+def _roce(nodes: Sequence[tuple[str, Mapping[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
     index: dict[str, tuple[int, str]] = {}
     for n, f in nodes:
         for d, p in data_rails(f, addr[n]):
@@ -305,7 +305,7 @@ def _roce(nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> I
                       indexes=", ".join(f"{n}={i}" for n, (i, _) in sorted(index.items())))
 
 
-def _pkeys(nodes: list[tuple[str, dict[str, Any]]]) -> Iterable[Finding]:
+def _pkeys(nodes: Sequence[tuple[str, Mapping[str, Any]]]) -> Iterable[Finding]:
     per_node: dict[str, str] = {}
     for n, f in nodes:
         for d, p in ports(f):
@@ -319,7 +319,8 @@ def _pkeys(nodes: list[tuple[str, dict[str, Any]]]) -> Iterable[Finding]:
                       ", ".join(f"{n}: {v}" for n, v in sorted(per_node.items())))
 
 
-def _hca_mgmt(ctx: Context, nodes: list[tuple[str, dict[str, Any]]], addr: Mapping[str, str]) -> Iterable[Finding]:
+def _hca_mgmt(ctx: Context, nodes: Sequence[tuple[str, Mapping[str, Any]]],
+              addr: Mapping[str, str]) -> Iterable[Finding]:
     for n, f in nodes:
         hca = _env_hca(ctx, n, f)
         if not hca:
@@ -341,7 +342,7 @@ def memlock_low(soft: int, want_kib: int | None) -> bool:
     return want_kib is None or soft < want_kib * 1024
 
 
-def _host_setup(nodes: list[tuple[str, dict[str, Any]]], want_kib: int | None) -> Iterable[Finding]:
+def _host_setup(nodes: Sequence[tuple[str, Mapping[str, Any]]], want_kib: int | None) -> Iterable[Finding]:
     want = "unlimited" if want_kib is None else _human(want_kib * 1024)
     for n, f in nodes:
         fb = fabric(f)

@@ -13,14 +13,26 @@ import socket
 import time
 import types
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ddpfix import collection
-from ddpfix.checks import (Context, HostFacts, check_env, check_facts, check_firewall, check_hostnames,
-                           check_interfaces, check_master_addr, check_resolution, check_sysctls, check_time,
-                           _from_placeholder)
+from ddpfix.checks import (
+    Context,
+    HostFacts,
+    _from_placeholder,
+    check_env,
+    check_facts,
+    check_firewall,
+    check_hostnames,
+    check_interfaces,
+    check_master_addr,
+    check_resolution,
+    check_sysctls,
+    check_time,
+)
 from ddpfix.findings import Finding, Severity, sort_key
 from ddpfix.inventory import Cluster
+from ddpfix.nodefacts import NodeFacts
 
 #: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).
 LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, check_time, check_interfaces,
@@ -43,7 +55,7 @@ def collect_local(cluster: Cluster, doc: Mapping[str, Any], node: str | None) ->
     mod = node_facts_module()
     master = next((n for n in doc["nodes"] if n["name"] == cluster.master), None) or {}
     me = _which(doc, node)
-    params = {"cluster_cidr": cluster.cluster_cidr or "", "master_address": master.get("address") or cluster.master,
+    params: dict[str, Any] = {"cluster_cidr": cluster.cluster_cidr or "", "master_address": master.get("address") or cluster.master,
               "master_port": cluster.master_port, "is_master": me == cluster.master if me else False,
               "socket_ifname": (cluster.node(me).socket_ifname if me else None) or "", "env_path": cluster.env_path,
               "probe_listen": False, "listen_seconds": 0, "lock_path": "/run/ddpfix.lock", "run_id": "",
@@ -81,11 +93,13 @@ def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict
         if name == me:
             continue
         hn = n.get("hostname")
-        hosts[name] = HostFacts(name, node={"hostname": hn, "cluster": {"address": n.get("address")},
-                                            "interfaces": [], "unread": []})
+        # a peer as the cluster file describes it (the facts that the checks read of a peer), not a full read
+        peer = cast(NodeFacts, {"hostname": hn, "cluster": {"address": n.get("address")}, "interfaces": [],
+                                "unread": []})
+        hosts[name] = HostFacts(name, node=peer)
         if hn:
             peer_names[hn] = resolve(hn) or []
-    hosts[me] = HostFacts(me, node=facts, probe={"resolve": peer_names}, collected_at=time.time())
+    hosts[me] = HostFacts(me, node=cast(NodeFacts, facts), probe={"resolve": peer_names}, collected_at=time.time())
     return Context(cluster=cluster, hosts=hosts)
 
 

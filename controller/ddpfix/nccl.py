@@ -28,7 +28,7 @@ _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 
 
 def busbw(algbw: float, nranks: int) -> float:
-    """nccl-tests' all-reduce bus bandwidth: algbw * 2(n-1)/n (doc/PERFORMANCE.md); 0 ranks -> 0."""
+    """nccl-tests' all-reduce bus bandwidth: algbw * 2(n-1)/n (NVIDIA/nccl-tests, doc/PERFORMANCE.md); 0 ranks -> 0."""
     if nranks <= 0:
         return 0.0
     return algbw * 2.0 * (nranks - 1) / nranks

@@ -10,11 +10,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
-from ddpfix import fabric as fab
 from ddpfix import collection
+from ddpfix import fabric as fab
 from ddpfix.inventory import Cluster, Node, is_hostname
+from ddpfix.nodefacts import NodeFacts
 
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "PET_MASTER_ADDR",
@@ -88,9 +89,9 @@ def validate_facts(node_facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def sanitize_facts(node_facts: Mapping[str, Any]) -> dict[str, Any]:
+def sanitize_facts(node_facts: Mapping[str, Any]) -> NodeFacts:
     """A copy with every invalid value that could reach another node's file or a probe removed."""
-    f = dict(node_facts)
+    f: dict[str, Any] = dict(node_facts)
     bad = {fact for fact, _, _ in validate_facts(node_facts)}
     if "hostname" in bad:
         f["hostname"] = None
@@ -111,7 +112,7 @@ def sanitize_facts(node_facts: Mapping[str, Any]) -> dict[str, Any]:
          "mac": i.get("mac") if isinstance(i.get("mac"), str) and _MAC.match(i["mac"]) else None}
         for i in f.get("interfaces") or [] if _valid_ifname(i.get("name"))
     ]
-    return f
+    return cast(NodeFacts, f)
 
 
 def effective_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> str | None:
@@ -156,12 +157,51 @@ def _names_for(address: str, facts: Mapping[str, Mapping[str, Any] | None]) -> t
     return tuple(out)
 
 
-def interface_with_address(node_facts: Mapping[str, Any], address: str) -> str | None:
+def cluster_nic(node_facts: Mapping[str, Any], *, address: str | None = None, cidr: str | None = None) -> str | None:
+    """The one rule for a node's cluster NIC, from its facts: the interface that holds `address` (its cluster
+    address), else, given `cidr`, the first interface (in the facts' order) with an IPv4 address inside it (the rule
+    `ddpfix_node_facts` applies on the node, `cluster_interface`). None when there is no such interface."""
+    net = None
+    if cidr:
+        try:
+            net = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            net = None
     for i in node_facts.get("interfaces") or []:
         for a in i.get("addrs") or []:
-            if a.get("local") == address:
+            if address is not None and a.get("local") == address:
+                return str(i.get("name"))
+            if address is None and net is not None and a.get("family") == "inet" and _inside(a.get("local"), net):
                 return str(i.get("name"))
     return None
+
+
+def _inside(addr: Any, net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    try:
+        return ipaddress.ip_address(str(addr).split("%")[0]) in net
+    except ValueError:
+        return False
+
+
+def node_env(master_addr: str, master_port: int, nnodes: int, rank: int, nproc: int, ifname: str | None, *,
+             process_vars: bool = False) -> dict[str, str]:
+    """The launch keys of one node's env file (before the fabric keys and ddp_env_extra): rendezvous, ranks, torchrun's
+    own names and, when the cluster NIC is known, the socket interface of Gloo, NCCL and TensorPipe."""
+    env = {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "NNODES": str(nnodes),
+        "NODE_RANK": str(rank),
+        "NPROC_PER_NODE": str(nproc),
+        **torchrun_env(master_addr, master_port, nnodes, rank, nproc),
+    }
+    if process_vars:  # one process per node, started without torchrun
+        env.update(RANK=str(rank), WORLD_SIZE=str(nnodes), LOCAL_RANK="0")
+    if ifname:
+        env["GLOO_SOCKET_IFNAME"] = ifname
+        env["NCCL_SOCKET_IFNAME"] = f"={ifname}"
+        env["TP_SOCKET_IFNAME"] = ifname
+    return env
 
 
 def torchrun_env(master_addr: str, port: int, nnodes: int, rank: int, nproc: int) -> dict[str, str]:
@@ -189,21 +229,9 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
         f = facts.get(node.name)
         addr = cluster_address(f, cidr) if f else inventory_address(cluster, node.name, cidr)
         source = ("facts" if f else "inventory") if addr else None
-        ifname = interface_with_address(f, addr) if (f and addr) else None
-        env = {
-            "MASTER_ADDR": master_addr or "",
-            "MASTER_PORT": str(cluster.master_port),
-            "NNODES": str(nnodes),
-            "NODE_RANK": str(node.rank),
-            "NPROC_PER_NODE": str(cluster.nproc_per_node),
-            **torchrun_env(master_addr or "", cluster.master_port, nnodes, node.rank, cluster.nproc_per_node),
-        }
-        if cluster.env_process_vars:  # one process per node, started without torchrun
-            env.update(RANK=str(node.rank), WORLD_SIZE=str(nnodes), LOCAL_RANK="0")
-        if ifname:
-            env["GLOO_SOCKET_IFNAME"] = ifname
-            env["NCCL_SOCKET_IFNAME"] = f"={ifname}"
-            env["TP_SOCKET_IFNAME"] = ifname
+        ifname = cluster_nic(f, address=addr) if (f and addr) else None
+        env = node_env(master_addr or "", cluster.master_port, nnodes, node.rank, cluster.nproc_per_node, ifname,
+                       process_vars=cluster.env_process_vars)
         comments = fabric_env(node, f, gid_index, env)
         for k, v in node.env_extra:
             env[k] = v
@@ -236,9 +264,11 @@ def common_gid_index(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | N
             idx[n.name] = i
             versions.append(fab.version_tuple(fab.fabric(f).get("nccl_version")))
     values = set(idx.values())
-    if len(values) != 1 or None in values:
+    if len(values) != 1:
         return None
     (i,) = values
+    if i is None:
+        return None
     if versions and all(v is not None and v[:2] >= fab.NCCL_AUTO_GID for v in versions):
         return None  # NCCL >= 2.21 finds the RoCE v2 GID itself
     if i == fab.NCCL_OLD_DEFAULT_GID:
@@ -282,12 +312,20 @@ def envfile_lib() -> ModuleType:
     return collection.module_utils("ddpfix_envfile")
 
 
+def managed_block(text: str) -> str:
+    """The lines of ddpfix's managed block in a file's `text` (the markers that the env file's and /etc/hosts'
+    blocks share, defined once in the envfile module_utils), '' when the file has none."""
+    lib = envfile_lib()
+    return str(lib.managed_text(text)) if lib.ownership(text) == "block" else ""
+
+
 def env_comment(plan: NodePlan) -> str:
     return f"node {plan.name} (rank {plan.rank})"
 
 
 def render_env(plan: NodePlan) -> str:
-    """The env file ddpfix writes where none exists: its managed block alone (an existing file keeps its other lines)."""
+    """The env file ddpfix writes where none exists: its managed block alone (an existing file keeps its other
+    lines)."""
     return "\n".join(envfile_lib().render_block(plan.env, env_comment(plan), plan.comments)) + "\n"
 
 
@@ -307,9 +345,16 @@ def env_not_ours(env_file: Mapping[str, Any], adopt: bool) -> str | None:
     if env_file.get("exists") and not env_file.get("readable", True):
         return f"ddp_env_path {path} exists but cannot be read: {env_file.get('error') or 'not readable'}"
     lib = envfile_lib()
-    if env_file.get("exists") and env_file.get("owner") == "foreign" and not lib.may_adopt(path, env_file.get("target"), adopt):
-        return (f"ddp_env_path {path} exists and was not written by ddpfix (no '{lib.BEGIN}'): "
-                "set ddp_env_adopt: true to add ddpfix's block to it (its other lines are kept), or choose another ddp_env_path")
+    if (
+        env_file.get("exists")
+        and env_file.get("owner") == "foreign"
+        and not lib.may_adopt(path, env_file.get("target"), adopt)
+    ):
+        return (
+            f"ddp_env_path {path} exists and was not written by ddpfix (no '{lib.BEGIN}'): "
+            "set ddp_env_adopt: true to add ddpfix's block to it (its other lines are kept), "
+            "or choose another ddp_env_path"
+        )
     return None
 
 
@@ -358,7 +403,3 @@ def _is_ip(s: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-def probe_ring(cluster: Cluster) -> list[str]:
-    return [n.name for n in cluster.nodes]

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls
+from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
-from ddpfix import clusterfile
-from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
-from ddpfix.runner import RunResult, run_playbook
+from ddpfix.runner import RunResult, is_node_lock_task, run_playbook
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
 FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host
@@ -58,7 +58,7 @@ class Change:
     diff: str
 
 
-def firewall_backend(state: dict[str, Any], configured: str, blocking_layers: set[str]) -> str:
+def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers: set[str]) -> str:
     """Which firewall to change: the inventory's ddp_firewall, else the layer the audit found blocking,
     else the one that holds rules (firewalld before iptables before native nftables). `iptables-legacy`: the legacy
     tables block while `iptables` is the nft variant (the rule must go where the blocking rules are)."""
@@ -103,7 +103,9 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
         write_env = False
-    not_ours = {n: why for n, f in audited.items() if (why := env_not_ours(f.get("env_file") or {}, ctx.cluster.env_adopt))}
+    not_ours = {
+        n: why for n, f in audited.items() if (why := env_not_ours(f.get("env_file") or {}, ctx.cluster.env_adopt))
+    }
     if write_env and not_ours:
         refusals.append("env files not written (on no node, so ranks stay consistent): " + env_refusal(not_ours))
         write_env = False
@@ -113,34 +115,45 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     hosts_needed = bool(all_ids & HOSTS_IDS) and (only is None or bool(only & HOSTS_IDS))
     unknown = [p.name for p in ctx.plan.values() if p.name not in audited and not p.address]
     if hosts_needed and unknown:
-        refusals.append(f"/etc/hosts block not written: {', '.join(unknown)} not read and no ansible_host inside "
-                        f"{ctx.cidr or 'the cluster network'} to take its address from; its line would vanish from "
-                        "its peers' blocks (run without --limit, or set ansible_host to its cluster address)")
+        refusals.append(
+            f"/etc/hosts block not written: {', '.join(unknown)} not read and no ansible_host inside "
+            f"{ctx.cidr or 'the cluster network'} to take its address from; its line would vanish from "
+            "its peers' blocks (run without --limit, or set ansible_host to its cluster address)"
+        )
         hosts_needed = False
     time_needed_any = bool(all_ids & TIME_IDS)
     plans: dict[str, HostPlan] = {}
     for name, facts in audited.items():
         hp = HostPlan()
         mine = ids_by_host.get(name, set())
-        blocks = bool(mine & FIREWALL_IDS) or (name in failed_targets and (only is None or bool(only & (PROBE_IDS | FIREWALL_IDS))))
+        blocks = bool(mine & FIREWALL_IDS) or (
+            name in failed_targets and (only is None or bool(only & (PROBE_IDS | FIREWALL_IDS)))
+        )
         if blocks:
             layers = {dict(f.fix_vars).get("layer", "") for f in fl if f.host == name and f.id in FIREWALL_IDS}
             hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall, layers)
             unread_fw = sorted(s for s in ctx.unread(name) if s in FIREWALL_SOURCES)
             if hp.firewall == "none" and unread_fw:
-                hp.notes.append(f"traffic is blocked but the firewall could not be read ({', '.join(unread_fw)}, see "
-                                "facts.incomplete): nothing changed there")
+                hp.notes.append(
+                    f"traffic is blocked but the firewall could not be read ({', '.join(unread_fw)}, see "
+                    "facts.incomplete): nothing changed there"
+                )
             elif hp.firewall == "none":
-                hp.notes.append("traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
-                                "check host-external firewalls (security groups) by hand")
+                hp.notes.append(
+                    "traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
+                    "check host-external firewalls (security groups) by hand"
+                )
         hp.hosts = hosts_needed
         hp.limits = bool(mine & LIMITS_IDS)
-        hp.time = bool(mine & TIME_IDS) or (time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master)
-        if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR"):
-            if write_needed(facts.get("env_file") or {}, ctx.plan[name], ctx.cluster.env_template):  # only nodes whose block differs
-                hp.env = dict(ctx.plan[name].env)
-                hp.env_comment = env_comment(ctx.plan[name])
-                hp.env_key_comments = dict(ctx.plan[name].comments)
+        hp.time = bool(mine & TIME_IDS) or (
+            time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master
+        )
+        if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR") and write_needed(
+            facts.get("env_file") or {}, ctx.plan[name], ctx.cluster.env_template
+        ):  # only nodes whose block differs
+            hp.env = dict(ctx.plan[name].env)
+            hp.env_comment = env_comment(ctx.plan[name])
+            hp.env_key_comments = dict(ctx.plan[name].comments)
         if pin_ifnames and ctx.plan[name].ifname:
             ifname = str(ctx.plan[name].ifname)
             mac, why_not = pin_target(facts.get("interfaces") or [], ifname)
@@ -156,8 +169,10 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
 def master_unknown(ctx: Context) -> str:
     m = ctx.cluster.master_node
     why = "was not read" if m.name not in dict(ctx.audited()) else "has no address in the cluster network"
-    return (f"MASTER_ADDR unknown: the master {m.name} {why} and its ansible_host {m.address!r} is not an address "
-            f"inside {ctx.cidr or 'the cluster network (set ddp_cluster_cidr)'}")
+    return (
+        f"MASTER_ADDR unknown: the master {m.name} {why} and its ansible_host {m.address!r} is not an address "
+        f"inside {ctx.cidr or 'the cluster network (set ddp_cluster_cidr)'}"
+    )
 
 
 def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
@@ -166,22 +181,30 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
     c = ctx.cluster
     for host, problems in ctx.invalid.items():
         fact, value, why = problems[0]
-        raise DdpfixError(f"{host} returned {fact} {value!r}: {why} (facts.invalid); nothing was changed on any node",
-                          ExitCode.INVALID_INPUT)
+        raise DdpfixError(
+            f"{host} returned {fact} {value!r}: {why} (facts.invalid); nothing was changed on any node",
+            ExitCode.INVALID_INPUT,
+        )
     if not ctx.cidr:
         extra = f": the master {c.master} was not read" if c.master not in dict(ctx.audited()) else ""
-        raise DdpfixError(f"cannot remediate: the cluster network is unknown{extra} (set ddp_cluster_cidr)",
-                          ExitCode.INVALID_INPUT)
+        raise DdpfixError(
+            f"cannot remediate: the cluster network is unknown{extra} (set ddp_cluster_cidr)", ExitCode.INVALID_INPUT
+        )
     if ctx.net is not None and ctx.net.version == 6:
-        raise DdpfixError(f"cannot remediate: the cluster network {ctx.cidr} is IPv6; ddpfix's firewall fixes are "
-                          "IPv4 only (set ddp_cluster_cidr to the cluster's IPv4 network)", ExitCode.INVALID_INPUT)
-    why = cidr_needs_ack(ctx.cidr)
-    if apply and why and not c.cidr_ack_broad and any(p.firewall != "none" for p in plans.values()):
-        raise DdpfixError(f"ddp_cluster_cidr {ctx.cidr!r} {why}: opening the firewall to it needs "
-                          f"{ACK_BROAD}: true in the inventory", ExitCode.INVALID_INPUT)
+        raise DdpfixError(
+            f"cannot remediate: the cluster network {ctx.cidr} is IPv6; ddpfix's firewall fixes are "
+            "IPv4 only (set ddp_cluster_cidr to the cluster's IPv4 network)",
+            ExitCode.INVALID_INPUT,
+        )
+    broad = cidr_needs_ack(ctx.cidr)
+    if apply and broad and not c.cidr_ack_broad and any(p.firewall != "none" for p in plans.values()):
+        raise DdpfixError(
+            f"ddp_cluster_cidr {ctx.cidr!r} {broad}: opening the firewall to it needs {ACK_BROAD}: true in the inventory",
+            ExitCode.INVALID_INPUT,
+        )
 
 
-def pin_target(interfaces: list[dict[str, Any]], ifname: str) -> tuple[str | None, str]:
+def pin_target(interfaces: Sequence[Mapping[str, Any]], ifname: str) -> tuple[str | None, str]:
     """The permanent MAC to pin `ifname` to, or (None, why not).
 
     Only a physical NIC (a bus device, no virtual kind) with a permanent MAC that no other interface of the node
@@ -193,16 +216,23 @@ def pin_target(interfaces: list[dict[str, Any]], ifname: str) -> tuple[str | Non
     if "physical" not in iface:
         return None, "the facts do not say whether it is a physical NIC (audit again with this ddpfix version)"
     if not iface.get("physical"):
-        return None, (f"it is a {iface.get('kind') or 'virtual'} interface, not a physical NIC; only physical NICs are "
-                      "pinned (bridges, bonds, VLANs and veths share or get their MAC from another device)")
+        return None, (
+            f"it is a {iface.get('kind') or 'virtual'} interface, not a physical NIC; only physical NICs are "
+            "pinned (bridges, bonds, VLANs and veths share or get their MAC from another device)"
+        )
     mac = str(iface.get("permaddr") or "").lower()
     if not mac or mac == "00:00:00:00:00:00":
         return None, "it has no permanent MAC address"
-    others = sorted(str(i.get("name")) for i in interfaces if i is not iface
-                    and mac in {str(i.get("mac") or "").lower(), str(i.get("permaddr") or "").lower()})
+    others = sorted(
+        str(i.get("name"))
+        for i in interfaces
+        if i is not iface and mac in {str(i.get("mac") or "").lower(), str(i.get("permaddr") or "").lower()}
+    )
     if others:
-        return None, (f"its permanent MAC {mac} is also on {', '.join(others)} (a bridge, bond or VLAN on top of it): "
-                      "a MAC-matched .link file could rename that device instead")
+        return None, (
+            f"its permanent MAC {mac} is also on {', '.join(others)} (a bridge, bond or VLAN on top of it): "
+            "a MAC-matched .link file could rename that device instead"
+        )
     return mac, ""
 
 
@@ -224,9 +254,17 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
     }
 
 
-def run_remediation(ctx: Context, plans: dict[str, HostPlan], *, apply: bool, limit: str | None, forks: int | None,
-                    verbosity: int, progress: Progress | None,
-                    interruptible: bool = False) -> tuple[RunResult, list[Change]]:
+def run_remediation(
+    ctx: Context,
+    plans: dict[str, HostPlan],
+    *,
+    apply: bool,
+    limit: str | None,
+    forks: int | None,
+    verbosity: int,
+    progress: Progress | None,
+    interruptible: bool = False,
+) -> tuple[RunResult, list[Change]]:
     preflight(ctx, plans, apply=apply)
     run = run_playbook(
         "remediate.yml",
@@ -261,8 +299,7 @@ def failures_of(run: RunResult) -> dict[str, str]:
         # the last failure of a step (a rescue's report, e.g. "reverted"); a node lock release failing afterwards
         # (the node went away) only follows from it
         failures = [t for t in r.tasks if t.status in ("failed", "unreachable")]
-        bad = next((t for t in reversed(failures) if not t.task.startswith("lock |")),
-                   failures[-1] if failures else None)
+        bad = next((t for t in reversed(failures) if not is_node_lock_task(t)), failures[-1] if failures else None)
         if bad is None:
             out[h] = r.message
             continue
@@ -272,12 +309,15 @@ def failures_of(run: RunResult) -> dict[str, str]:
 
 
 def cluster_files_refusal(plans: dict[str, HostPlan], failed: dict[str, str]) -> str | None:
-    """The all-or-none rule of remediate.yml, in words: when any node failed, no node got the hosts block or env file."""
+    """The all-or-none rule of remediate.yml, in words: when any node failed, no node got the hosts block or env
+    file."""
     if not failed or not any(p.hosts or p.env for p in plans.values()):
         return None
     who = ", ".join(f"{h} (at {msg.split(': ', 1)[0]})" for h, msg in sorted(failed.items()))
-    return (f"hosts block and env files written on no node (all nodes or none): {who} failed before them; "
-            "fix that and run the same command again")
+    return (
+        f"hosts block and env files written on no node (all nodes or none): {who} failed before them; "
+        "fix that and run the same command again"
+    )
 
 
 def changes_of(run: RunResult) -> list[Change]:
@@ -309,14 +349,24 @@ def render_diff(diff: Any) -> str:
     return "\n".join(c for c in chunks if c)
 
 
-def not_effective(before: Iterable[Finding], after: Iterable[Finding], plans: dict[str, HostPlan],
-                  only: set[str] | None = None, failed: Iterable[str] = ()) -> list[Finding]:
+def not_effective(
+    before: Iterable[Finding],
+    after: Iterable[Finding],
+    plans: dict[str, HostPlan],
+    only: set[str] | None = None,
+    failed: Iterable[str] = (),
+) -> list[Finding]:
     """Fixable findings that a fix was planned for and that the re-audit still reports (on a host that did not fail):
     the fix ran but did not take effect."""
     done = {h for h, p in plans.items() if not p.empty} - set(failed)
-    planned = {(f.id, f.host) for f in before
-               if f.rule.fixable and f.severity.label != "info" and (only is None or f.id in only)
-               and (f.host is None or f.host in done)}
+    planned = {
+        (f.id, f.host)
+        for f in before
+        if f.rule.fixable
+        and f.severity.label != "info"
+        and (only is None or f.id in only)
+        and (f.host is None or f.host in done)
+    }
     return [f for f in after if (f.id, f.host) in planned]
 
 

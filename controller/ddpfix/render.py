@@ -75,7 +75,7 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
             continue
         groups.setdefault(f.get("host") or "", []).append(f)
     hosts = doc.get("hosts") or {}
-    order = [""] + _host_order(doc)
+    order = ["", *_host_order(doc)]
     ok_hosts = []
     for h in order:
         items = groups.get(h, [])
@@ -85,7 +85,7 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
                 ok_hosts.append(h)
             continue
         info = hosts.get(h, {})
-        head = "cluster" if not h else h
+        head = h if h else "cluster"
         if h and info.get("address"):
             head += f" ({info.get('address')}, rank {info.get('rank')})"
         out.append("")

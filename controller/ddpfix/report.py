@@ -85,8 +85,11 @@ def render_table(doc: Mapping[str, Any], console: Console) -> None:
         console.print(t)
     blind = [(h, x) for h, v in doc["hosts"].items() for x in v.get("not_evaluated") or []]
     if blind:
-        t = Table(show_lines=False, title=f"ddpfix {doc['command']}: NOT EVALUATED (facts could not be read; not a pass)",
-                  title_justify="left")
+        t = Table(
+            show_lines=False,
+            title=f"ddpfix {doc['command']}: NOT EVALUATED (facts could not be read; not a pass)",
+            title_justify="left",
+        )
         t.add_column("host", no_wrap=True)
         t.add_column("check", no_wrap=True)
         t.add_column("why", overflow="fold")

@@ -8,6 +8,7 @@ none, and returns typed per-host results.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -38,6 +39,20 @@ class TaskResult:
     created: str = ""  # controller-side ISO timestamp of the result event
     start: str = ""  # controller-side ISO timestamps: when the task started for this host, and when it ended
     end: str = ""
+    action: str = ""  # the module or action plugin that ran (resolved, e.g. ddpfix.cluster.ddpfix_node_facts)
+    role: str = ""  # the role the task belongs to ("" for a play's own task)
+
+    def is_action(self, name: str) -> bool:
+        """Whether this task ran module/action `name`: its short name, whatever the prefix (FQCN, legacy, none)."""
+        return short_name(self.action) == short_name(name)
+
+    def in_role(self, name: str) -> bool:
+        return short_name(self.role) == short_name(name)
+
+
+def short_name(name: str) -> str:
+    """The last dotted component: `ddpfix.cluster.ddpfix_node_facts` and `ddpfix_node_facts` are the same module."""
+    return name.rsplit(".", 1)[-1]
 
 
 @dataclass
@@ -48,16 +63,23 @@ class HostResult:
     message: str = ""
     tasks: list[TaskResult] = field(default_factory=list)
 
-    def task(self, name: str) -> TaskResult | None:
-        """The last result of the task named `name` (or whose name starts with `name`)."""
+    def find(self, action: str, *, role: str | None = None, ran: bool = False,
+             has: str | None = None) -> TaskResult | None:
+        """The last result of a task that ran module/action `action` (matched by its short name, never by the task's
+        name), optionally only in `role`, only one that ran (not skipped), only one whose result has key `has`."""
         for t in reversed(self.tasks):
-            if t.task == name or t.task.startswith(name):
+            if (t.is_action(action) and (role is None or t.in_role(role)) and not (ran and t.status == "skipped")
+                    and (has is None or has in t.res)):
                 return t
         return None
 
-    def result(self, name: str) -> dict[str, Any] | None:
-        t = self.task(name)
-        return t.res if t else None
+    def fact(self, key: str) -> tuple[TaskResult, Any] | None:
+        """The last task result that returned fact `key` (`ansible_facts[key]`), and that fact's value."""
+        for t in reversed(self.tasks):
+            facts = t.res.get("ansible_facts") if isinstance(t.res, dict) else None
+            if isinstance(facts, dict) and key in facts:
+                return t, facts[key]
+        return None
 
     @property
     def ok(self) -> bool:
@@ -241,8 +263,25 @@ def new_run_dir(name: str) -> Path:
     raise DdpfixError(f"cannot create a run directory under {base}", ExitCode.RUN_FAILED)
 
 
-#: The first task of every play takes the node lock (role ddpfix_run); a failure there means another run holds it.
-NODE_LOCK_TASK = "lock | Take the ddpfix node lock"
+#: The role whose first tasks take the node lock in every play (and whose `always` tasks release it).
+NODE_LOCK_ROLE = "ddpfix_run"
+#: The node lock's module; the lock is taken by a `fail` task of that role when another run holds it.
+NODE_LOCK_MODULE = "ddpfix_run_lock"
+
+
+def is_node_lock_task(t: TaskResult) -> bool:
+    """A task that takes or releases the node lock: one of role ddpfix_run's, but for its pre-flight (the same module
+    with `state: writable`, whose result says `unwritable`)."""
+    args = (t.res.get("invocation") or {}).get("module_args") or {} if isinstance(t.res, dict) else {}
+    preflight = "unwritable" in t.res or (isinstance(args, dict) and args.get("state") == "writable")
+    return t.in_role(NODE_LOCK_ROLE) and not preflight
+
+
+def lock_held_elsewhere(t: TaskResult, message: str) -> bool:
+    """A failed node-lock task of role ddpfix_run reporting that another run holds the lock (exit 5); a lock
+    module that broke is a failure of that host, not "locked"."""
+    return (t.status == "failed" and t.in_role(NODE_LOCK_ROLE)
+            and (t.is_action("fail") or t.is_action(NODE_LOCK_MODULE)) and "is held by" in message)
 
 
 class _Interrupt:
@@ -257,10 +296,8 @@ class _Interrupt:
     def _handler(self, signum: int, frame: object) -> None:
         self.signals += 1
         if self.signals == 1:
-            try:
+            with contextlib.suppress(OSError):
                 self.stop_file.write_text(f"{signal.Signals(signum).name}\n")
-            except OSError:
-                pass
             print("ddpfix: interrupted: finishing the running tasks, starting no new one "
                   "(interrupt again to kill the run now)", file=sys.stderr, flush=True)
         elif self.signals == 2:
@@ -332,19 +369,22 @@ def run_playbook(
                 res = data.get("res") or {}
                 task = data.get("task", "")
                 created = str(event.get("created", ""))
+                # identity of the task: the module that ran and its role (task names are for people)
+                ident = {"action": str(data.get("resolved_action") or data.get("task_action") or ""),
+                         "role": str(data.get("resolved_role") or data.get("role") or "")}
                 if kind == "runner_on_unreachable":
                     hr.unreachable = True
                     hr.message = _one_line(res.get("msg", "unreachable"))
-                    hr.tasks.append(TaskResult(task, "unreachable", res))
+                    hr.tasks.append(TaskResult(task, "unreachable", res, **ident))
                 elif kind == "runner_on_failed" and not data.get("ignore_errors"):
                     hr.failed = True
                     hr.message = _one_line(res.get("msg") or res.get("stderr") or "task failed")
-                    hr.tasks.append(TaskResult(task, "failed", res))
+                    hr.tasks.append(TaskResult(task, "failed", res, **ident))
                 elif kind == "runner_on_ok":
                     hr.tasks.append(TaskResult(task, "changed" if res.get("changed") else "ok", res, created,
-                                               str(data.get("start", "")), str(data.get("end", ""))))
+                                               str(data.get("start", "")), str(data.get("end", "")), **ident))
                 elif kind == "runner_on_skipped":
-                    hr.tasks.append(TaskResult(task, "skipped", res))
+                    hr.tasks.append(TaskResult(task, "skipped", res, **ident))
         if on_event is not None:
             on_event(event)
         return True
@@ -382,8 +422,7 @@ def run_playbook(
     locked: dict[str, list[str]] = {}  # message -> nodes
     for h, hr in sorted(hosts.items()):
         # only a lock another run holds is "locked" (exit 5); a lock module that broke is a failure of that host
-        if any(t.status == "failed" and t.task.startswith(NODE_LOCK_TASK) and "is held by" in hr.message
-               for t in hr.tasks):
+        if any(lock_held_elsewhere(t, hr.message) for t in hr.tasks):
             locked.setdefault(hr.message, []).append(h)
     if locked:
         what = "; ".join(f"{', '.join(nodes)}: {msg}" for msg, nodes in locked.items())

@@ -7,21 +7,23 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddpfix import ansiblecfg, nccl, paths
-from ddpfix.checks import Context, _is_loopback
+from ddpfix.checks import Context, _is_loopback, chrony_unsynchronised
+from ddpfix.envtemplate import write_needed
 from ddpfix.fabric import has_rdma
 from ddpfix.findings import Finding
 from ddpfix.inventory import GROUP, Cluster
-from ddpfix.envtemplate import write_needed
+from ddpfix.plan import managed_block
 from ddpfix.progress import Progress
-from ddpfix.runner import run_playbook
+from ddpfix.runner import HostResult, run_playbook
 
-BLOCK_RE = re.compile(r"# BEGIN ddpfix managed block\n(.*?)# END ddpfix managed block", re.S)
+#: The schema id of `ddpfix verify --format json` (controller/ddpfix/schemas/ddpfix.verify.v1.json).
+SCHEMA = "ddpfix.verify/v1"
 
 
 @dataclass
@@ -33,6 +35,13 @@ class Check:
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def document(cluster: Cluster, ok: bool, checks: Iterable[Check], torch: list[dict[str, Any]] | None,
+             nccl_doc: dict[str, Any] | None) -> dict[str, Any]:
+    """`ddpfix verify --format json` (schema `ddpfix.verify/v1`)."""
+    return {"schema": SCHEMA, "command": "verify", "inventory": list(cluster.inventories), "ok": ok,
+            "checks": [c.to_json() for c in checks], "torch": torch, "nccl": nccl_doc}
 
 
 @contextlib.contextmanager
@@ -111,7 +120,7 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         else:
             # ddpfix's part only (the managed block, none of its keys set again outside it), from the node's facts:
             # the file's content (the user's secrets) is not read back to the controller
-            ef = facts.get("env_file") or {}
+            ef: Mapping[str, Any] = facts.get("env_file") or {}
             same = not write_needed(ef, ctx.plan[name], ctx.cluster.env_template)
             shadowed = sorted(set(ef.get("outside_keys") or ()) & set(ctx.plan[name].env))
             out.append(Check(name, "env file present and as planned", same,
@@ -122,21 +131,22 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         loop = [a for a in addrs if _is_loopback(a)]
         out.append(Check(name, "hostname not on loopback", bool(addrs) and not loop,
                          f"{hn} -> {', '.join(addrs) or 'nothing'}"))
-        hosts_text = host.file("/etc/hosts").content_string
-        m = BLOCK_RE.search(hosts_text)
-        blocks[name] = m.group(1) if m else ""
-        chrony = host.process.filter(comm="chronyd")
-        tracking = host.run("chronyc -c -n tracking")
-        synced = tracking.rc == 0 and "Not synchronised" not in tracking.stdout and tracking.stdout.strip() != ""
-        out.append(Check(name, "chrony running and synchronised", bool(chrony) and synced,
-                         f"{len(chrony)} chronyd; tracking: {tracking.stdout.strip()[:80] or tracking.stderr.strip()[:80]}"))
+        blocks[name] = managed_block(host.file("/etc/hosts").content_string)
+        out.append(chrony_check(name, facts, ctx.thresholds.max_offset_s))
         fw_ids = sorted(i for i in by_host.get(name, set()) if i.startswith("firewall.") and i != "firewall.world-open")
-        out.append(Check(name, "firewall admits the cluster CIDR", not fw_ids, ", ".join(fw_ids) or f"{ctx.cidr} allowed"))
+        detail = ", ".join(fw_ids) or f"{ctx.cidr} allowed"
+        out.append(Check(name, "firewall admits the cluster CIDR", not fw_ids, detail))
         pr = ctx.hosts[name].probe or {}
         bad = [c for c in pr.get("connects") or [] if not c.get("ok")]
-        out.append(Check(name, "probes (master port, ring peers) connect", not bad,
-                         "; ".join(f"{c['name']} {c['address']}:{c['port']}: {c['error']}" for c in bad)
-                         or f"{len(pr.get('connects') or [])} connects ok"))
+        out.append(
+            Check(
+                name,
+                "probes (master port, ring peers) connect",
+                not bad,
+                "; ".join(f"{c['name']} {c['address']}:{c['port']}: {c['error']}" for c in bad)
+                or f"{len(pr.get('connects') or [])} connects ok",
+            )
+        )
     distinct = set(blocks.values())
     for name, b in blocks.items():
         # Identical everywhere; absent everywhere is fine too (the cluster resolves names without ddpfix's block).
@@ -145,25 +155,67 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
     return out
 
 
+def chrony_check(name: str, facts: Mapping[str, Any], max_offset_s: float) -> Check:
+    """chronyd running and synchronised, judged as the audit judges it (`chrony_unsynchronised`) on the facts that
+    the audit of this verify run collected."""
+    t = facts.get("time") or {}
+    tr = t.get("chrony_tracking")
+    if "chronyd" not in (t.get("daemons") or []):
+        return Check(
+            name,
+            "chrony running and synchronised",
+            False,
+            f"no chronyd; time daemons: {', '.join(t.get('daemons') or []) or 'none'}",
+        )
+    problem = chrony_unsynchronised(tr, max_offset_s)
+    detail = (
+        f"{problem[0]}: {problem[1]}"
+        if problem
+        else f"chronyd synchronised to {tr.get('ref_name') if tr else '?'}, offset "
+        f"{float((tr or {}).get('system_offset') or 0.0):+.6f}s"
+    )
+    return Check(name, "chrony running and synchronised", problem is None, detail)
+
+
 CAUSES = [
-    (re.compile(r"failed to run command|No module named .?torch", re.I),
-     "ddp_python on this node cannot run torch (set ddp_python to an interpreter with torch installed)"),
-    (re.compile(r"127\.0\.[01]\.1|remote=\[127\.|loopback", re.I),
-     "an address on loopback was advertised: hostname -> 127.x (hosts.hostname-loopback)"),
-    (re.compile(r"Unable to find address for|no such device|family \d+ is neither", re.I),
-     "the socket interface name does not exist on this node (netif.missing)"),
-    (re.compile(r"waiting for clients|DistStoreError", re.I),
-     "the master's store did not hear from every node: workers cannot reach MASTER_ADDR:MASTER_PORT (firewall/route)"),
-    (re.compile(r"No route to host|errno: 113|EHOSTUNREACH", re.I),
-     "no route to host: an ICMP-rejecting firewall (firewalld's default) or a wrong route on the way to that address"),
-    (re.compile(r"Connection refused|ECONNREFUSED", re.I),
-     "connection refused: nothing listening, or a REJECT rule (firewall.* / wrong MASTER_ADDR)"),
-    (re.compile(r"timed out|DistNetworkError", re.I),
-     "connection timed out: a DROP rule, a wrong route or a non-cluster MASTER_ADDR (firewall.*, route.*, addr.*)"),
-    (re.compile(r"Connection reset by peer", re.I),
-     "connection reset by a peer: its firewall rejects the ports Gloo opens (firewall.peer-ports-blocked)"),
-    (re.compile(r"No such file or directory.*ddp\.env|ddp\.env: No such file", re.I),
-     "no env file: run ddpfix env --apply"),
+    (
+        re.compile(r"failed to run command|No module named .?torch", re.I),
+        "ddp_python on this node cannot run torch (set ddp_python to an interpreter with torch installed)",
+    ),
+    (
+        re.compile(r"127\.0\.[01]\.1|remote=\[127\.|loopback", re.I),
+        "an address on loopback was advertised: hostname -> 127.x (hosts.hostname-loopback)",
+    ),
+    (
+        re.compile(r"Unable to find address for|no such device|family \d+ is neither", re.I),
+        "the socket interface name does not exist on this node (netif.missing)",
+    ),
+    (
+        re.compile(r"waiting for clients|DistStoreError", re.I),
+        "the master's store did not hear from every node: "
+        "workers cannot reach MASTER_ADDR:MASTER_PORT (firewall/route)",
+    ),
+    (
+        re.compile(r"No route to host|errno: 113|EHOSTUNREACH", re.I),
+        "no route to host: an ICMP-rejecting firewall (firewalld's default) "
+        "or a wrong route on the way to that address",
+    ),
+    (
+        re.compile(r"Connection refused|ECONNREFUSED", re.I),
+        "connection refused: nothing listening, or a REJECT rule (firewall.* / wrong MASTER_ADDR)",
+    ),
+    (
+        re.compile(r"timed out|DistNetworkError", re.I),
+        "connection timed out: a DROP rule, a wrong route or a non-cluster MASTER_ADDR (firewall.*, route.*, addr.*)",
+    ),
+    (
+        re.compile(r"Connection reset by peer", re.I),
+        "connection reset by a peer: its firewall rejects the ports Gloo opens (firewall.peer-ports-blocked)",
+    ),
+    (
+        re.compile(r"No such file or directory.*ddp\.env|ddp\.env: No such file", re.I),
+        "no env file: run ddpfix env --apply",
+    ),
 ]
 
 
@@ -175,12 +227,36 @@ def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
     return f"audit findings here: {', '.join(ids)}" if ids else "unknown: see the error text"
 
 
-def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosity: int,
-              progress: Progress | None, findings: Iterable[Finding]) -> list[dict[str, Any]]:
+#: The role that launches torchrun, and the module its launch task runs (one launch task runs per play: the backend's).
+VERIFY_ROLE = "ddpfix_verify"
+TORCHRUN_MODULE = "shell"
+
+
+def _torchrun_result(hr: HostResult | None) -> dict[str, Any]:
+    """The torchrun launch's result on one host (the role's shell task that ran), {} when there is none."""
+    t = hr.find(TORCHRUN_MODULE, role=VERIFY_ROLE, ran=True) if hr else None
+    return t.res if t else {}
+
+
+def run_torch(
+    cluster: Cluster,
+    *,
+    limit: str | None,
+    forks: int | None,
+    verbosity: int,
+    progress: Progress | None,
+    findings: Iterable[Finding],
+) -> list[dict[str, Any]]:
     run = run_playbook(
         # every node at once, whatever the fork cap: a rendezvous needs all of them started together
-        "verify_torch.yml", cluster.inventories, extravars={"ddpfix_target": GROUP}, limit=limit,
-        forks=max(forks or 0, len(cluster.nodes)), n_hosts=len(cluster.nodes), verbosity=verbosity, on_event=progress.on_event if progress else None,
+        "verify_torch.yml",
+        cluster.inventories,
+        extravars={"ddpfix_target": GROUP},
+        limit=limit,
+        forks=max(forks or 0, len(cluster.nodes)),
+        n_hosts=len(cluster.nodes),
+        verbosity=verbosity,
+        on_event=progress.on_event if progress else None,
         name="verify-torch",
     )
     ids: dict[str, set[str]] = {}
@@ -189,10 +265,16 @@ def run_torch(cluster: Cluster, *, limit: str | None, forks: int | None, verbosi
     out = []
     for node in cluster.nodes:
         hr = run.hosts.get(node.name)
-        res = (hr.result("verify | torchrun") if hr else None) or {}
+        res = _torchrun_result(hr)
         if hr is None or hr.unreachable or not res:
-            out.append({"host": node.name, "ok": False, "error": (hr.message if hr else "did not run"),
-                        "cause": "node unreachable or the run failed before torchrun"})
+            out.append(
+                {
+                    "host": node.name,
+                    "ok": False,
+                    "error": (hr.message if hr else "did not run"),
+                    "cause": "node unreachable or the run failed before torchrun",
+                }
+            )
             continue
         stdout, stderr = res.get("stdout", ""), res.get("stderr", "")
         result = None
@@ -223,8 +305,10 @@ def torch_missing_line(results: Iterable[dict[str, Any]]) -> str | None:
     for what in ("torch", "ddp_python"):
         missing = [r for r in results if r.get("missing") == what]
         if missing:
-            return (f"verify --torch: {what} is missing on {', '.join(r['host'] for r in missing)}: "
-                    f"{missing[0]['error']}; install torch there or set ddp_python to an interpreter that has it")
+            return (
+                f"verify --torch: {what} is missing on {', '.join(r['host'] for r in missing)}: "
+                f"{missing[0]['error']}; install torch there or set ddp_python to an interpreter that has it"
+            )
     return None
 
 
@@ -232,8 +316,11 @@ EXC_LINE = re.compile(r"^[\w.]*(Error|Exception|Timeout)\b[^ ]*: ")
 
 
 def _error_line(text: str, rc: Any) -> str:
-    lines = [ln.strip() for ln in text.splitlines()
-             if ln.strip() and not ln.strip().startswith(("frame #", "Exception raised from"))]
+    lines = [
+        ln.strip()
+        for ln in text.splitlines()
+        if ln.strip() and not ln.strip().startswith(("frame #", "Exception raised from"))
+    ]
     for ln in reversed(lines):
         if EXC_LINE.match(ln) and "ChildFailedError" not in ln:
             return ln[:400]
@@ -243,20 +330,27 @@ def _error_line(text: str, rc: Any) -> str:
                 return ln[:400]
     if rc == 124:
         return "torchrun killed at the deadline (timeout)"
-    return (lines[-1][:400] if lines else f"exit code {rc}")
+    return lines[-1][:400] if lines else f"exit code {rc}"
 
 
 # ---------------------------------------------------------------- verify --backend nccl
 
 NO_GPU = re.compile(r"Cuda is not available|torch\.cuda\.is_available\(\) is False|no GPU for NCCL", re.I)
 NCCL_CAUSES = [
-    (re.compile(r"NCCL WARN NET/IB : Got completion .*(status=12|error 12)|ibv_modify_qp failed", re.I),
-     "RDMA completion error / QP setup failure: GID index or P_Key mismatch, or a port down (fabric.gid-index-differs, "
-     "fabric.pkey-mismatch, fabric.port-down)"),
-    (re.compile(r"ibv_create_cq failed|Cannot allocate memory|ibv_reg_mr", re.I),
-     "RDMA memory registration failed: the memlock limit (fabric.memlock-low)"),
-    (re.compile(r"Bootstrap : no socket interface found|NCCL_SOCKET_IFNAME|no socket interface", re.I),
-     "NCCL_SOCKET_IFNAME names no usable interface on this node (netif.missing)"),
+    (
+        re.compile(r"NCCL WARN NET/IB : Got completion .*(status=12|error 12)|ibv_modify_qp failed", re.I),
+        "RDMA completion error / QP setup failure: GID index or P_Key mismatch, or a port down "
+        "(fabric.gid-index-differs, "
+        "fabric.pkey-mismatch, fabric.port-down)",
+    ),
+    (
+        re.compile(r"ibv_create_cq failed|Cannot allocate memory|ibv_reg_mr", re.I),
+        "RDMA memory registration failed: the memlock limit (fabric.memlock-low)",
+    ),
+    (
+        re.compile(r"Bootstrap : no socket interface found|NCCL_SOCKET_IFNAME|no socket interface", re.I),
+        "NCCL_SOCKET_IFNAME names no usable interface on this node (netif.missing)",
+    ),
 ]
 
 
@@ -267,8 +361,9 @@ def _nccl_cause(text: str, finding_ids: Iterable[str]) -> str:
     return likely_cause(text, finding_ids)
 
 
-def nccl_entry(host: str, res: dict[str, Any], rdma_present: bool, min_busbw: float | None,
-               finding_ids: Iterable[str] = ()) -> dict[str, Any]:
+def nccl_entry(
+    host: str, res: dict[str, Any], rdma_present: bool, min_busbw: float | None, finding_ids: Iterable[str] = ()
+) -> dict[str, Any]:
     """One node's (or pair's) verdict from the torchrun task result: sweep with algbw/busbw, transport, failures."""
     stdout, stderr = res.get("stdout", "") or "", res.get("stderr", "") or ""
     text = stdout + "\n" + stderr
@@ -276,8 +371,12 @@ def nccl_entry(host: str, res: dict[str, Any], rdma_present: bool, min_busbw: fl
     results = nccl.parse_results(stdout)
     entry: dict[str, Any] = {"host": host, "rc": res.get("rc"), "transport": transport.to_json(), "sweep": []}
     if NO_GPU.search(text):
-        entry.update(ok=False, skipped=True, error=f"no GPU on {host}: torch.cuda.is_available() is False",
-                     cause="verify --backend nccl needs a CUDA GPU and torch with CUDA on every node")
+        entry.update(
+            ok=False,
+            skipped=True,
+            error=f"no GPU on {host}: torch.cuda.is_available() is False",
+            cause="verify --backend nccl needs a CUDA GPU and torch with CUDA on every node",
+        )
         return entry
     r = results[0] if results else None
     if r:
@@ -287,8 +386,14 @@ def nccl_entry(host: str, res: dict[str, Any], rdma_present: bool, min_busbw: fl
         entry["nccl"] = r.get("nccl")
         for pt in r.get("sweep") or []:
             alg = nccl.algbw(int(pt["size"]), float(pt["seconds"]))
-            entry["sweep"].append({"size": int(pt["size"]), "time_us": round(float(pt["seconds"]) * 1e6, 1),
-                                   "algbw": round(alg, 3), "busbw": round(nccl.busbw(alg, world), 3)})
+            entry["sweep"].append(
+                {
+                    "size": int(pt["size"]),
+                    "time_us": round(float(pt["seconds"]) * 1e6, 1),
+                    "algbw": round(alg, 3),
+                    "busbw": round(nccl.busbw(alg, world), 3),
+                }
+            )
     problems = []
     if res.get("rc") != 0 or not r or not r.get("ok"):
         problems.append(_error_line(text, res.get("rc")) if res.get("rc") != 0 or not r else "all-reduce result wrong")
@@ -297,39 +402,70 @@ def nccl_entry(host: str, res: dict[str, Any], rdma_present: bool, min_busbw: fl
         problems.append(fb)
     slow = nccl.below_threshold(entry["sweep"], min_busbw)
     if slow:
-        problems.append(f"busbw {slow[0]['busbw']:g} GB/s at {nccl.format_size(slow[0]['size'])} is below --min-busbw {min_busbw:g}")
+        problems.append(
+            f"busbw {slow[0]['busbw']:g} GB/s at {nccl.format_size(slow[0]['size'])} is below --min-busbw {min_busbw:g}"
+        )
     entry["ok"] = not problems
     if problems:
         entry["error"] = "; ".join(problems)
-        entry["cause"] = _nccl_cause(text, finding_ids) if (res.get("rc") != 0 or not r) else (
-            "the transport or the links are slower than required: see transport and the fabric.* findings")
+        entry["cause"] = (
+            _nccl_cause(text, finding_ids)
+            if (res.get("rc") != 0 or not r)
+            else ("the transport or the links are slower than required: see transport and the fabric.* findings")
+        )
     return entry
 
 
-def run_nccl(ctx: Context, *, sizes: tuple[int, ...], iters: int, min_busbw: float | None, pairs: bool,
-             limit: str | None, forks: int | None, verbosity: int, progress: Progress | None,
-             findings: Iterable[Finding]) -> dict[str, Any]:
+def run_nccl(
+    ctx: Context,
+    *,
+    sizes: tuple[int, ...],
+    iters: int,
+    min_busbw: float | None,
+    pairs: bool,
+    limit: str | None,
+    forks: int | None,
+    verbosity: int,
+    progress: Progress | None,
+    findings: Iterable[Finding],
+) -> dict[str, Any]:
     """The whole-gang sweep (and with `pairs`, one two-node sweep per ring neighbour pair)."""
     cluster = ctx.cluster
     ids: dict[str, set[str]] = {}
     for f in findings:
         ids.setdefault(f.host or "", set()).add(f.id)
-    base = {"ddpfix_target": GROUP, "ddpfix_verify_backend": "nccl", "ddpfix_verify_sizes": list(sizes),
-            "ddpfix_verify_iters": iters}
+    base = {
+        "ddpfix_target": GROUP,
+        "ddpfix_verify_backend": "nccl",
+        "ddpfix_verify_sizes": list(sizes),
+        "ddpfix_verify_iters": iters,
+    }
 
     def one(extravars: dict[str, Any], hosts: list[str], name: str) -> dict[str, dict[str, Any]]:
         lim = ",".join(hosts)
-        run = run_playbook("verify_torch.yml", cluster.inventories, extravars={**base, **extravars},
-                           limit=lim if not limit else f"{limit}:&{lim}", forks=max(forks or 0, len(hosts)),
-                           n_hosts=len(hosts),
-                           verbosity=verbosity, on_event=progress.on_event if progress else None, name=name)
+        run = run_playbook(
+            "verify_torch.yml",
+            cluster.inventories,
+            extravars={**base, **extravars},
+            limit=lim if not limit else f"{limit}:&{lim}",
+            forks=max(forks or 0, len(hosts)),
+            n_hosts=len(hosts),
+            verbosity=verbosity,
+            on_event=progress.on_event if progress else None,
+            name=name,
+        )
         out = {}
         for h in hosts:
             hr = run.hosts.get(h)
-            res = (hr.result("verify | nccl") if hr else None) or {}
+            res = _torchrun_result(hr)
             if hr is None or hr.unreachable or not res:
-                out[h] = {"host": h, "ok": False, "error": hr.message if hr else "did not run",
-                          "cause": "node unreachable or the run failed before torchrun", "sweep": []}
+                out[h] = {
+                    "host": h,
+                    "ok": False,
+                    "error": hr.message if hr else "did not run",
+                    "cause": "node unreachable or the run failed before torchrun",
+                    "sweep": [],
+                }
                 continue
             out[h] = nccl_entry(h, res, has_rdma(ctx.facts.get(h)), min_busbw, ids.get(h, set()) | ids.get("", set()))
         return out
@@ -340,20 +476,31 @@ def run_nccl(ctx: Context, *, sizes: tuple[int, ...], iters: int, min_busbw: flo
         doc["pairs"] = []
         for a, b in nccl.ring_pairs(cluster.names):
             master = ctx.plan[a].address or cluster.node(a).address
-            over = {a: {"NNODES": 2, "NODE_RANK": 0, "MASTER_ADDR": master},
-                    b: {"NNODES": 2, "NODE_RANK": 1, "MASTER_ADDR": master}}
+            over = {
+                a: {"NNODES": 2, "NODE_RANK": 0, "MASTER_ADDR": master},
+                b: {"NNODES": 2, "NODE_RANK": 1, "MASTER_ADDR": master},
+            }
             r = one({"ddpfix_verify_overrides": over}, [a, b], f"verify-nccl-{a}-{b}")
             ea = r[a]
             top = max(ea.get("sweep") or [{}], key=lambda p: p.get("size", 0))
-            doc["pairs"].append({"pair": [a, b], "ok": r[a]["ok"] and r[b]["ok"], "busbw": top.get("busbw"),
-                                 "size": top.get("size"), "transport": ea.get("transport", {}).get("kind"),
-                                 "error": "; ".join(f"{h}: {r[h]['error']}" for h in (a, b) if r[h].get("error")) or None})
+            doc["pairs"].append(
+                {
+                    "pair": [a, b],
+                    "ok": r[a]["ok"] and r[b]["ok"],
+                    "busbw": top.get("busbw"),
+                    "size": top.get("size"),
+                    "transport": ea.get("transport", {}).get("kind"),
+                    "error": "; ".join(f"{h}: {r[h]['error']}" for h in (a, b) if r[h].get("error")) or None,
+                }
+            )
     return doc
 
 
 def nccl_skip_line(doc: dict[str, Any]) -> str | None:
     gang = doc.get("gang") or []
     if gang and all(e.get("skipped") for e in gang):
-        return (f"verify --backend nccl: skipped, no GPU on {', '.join(e['host'] for e in gang)} "
-                "(torch.cuda.is_available() is False); run it on GPU nodes with CUDA torch (ddp_python)")
+        return (
+            f"verify --backend nccl: skipped, no GPU on {', '.join(e['host'] for e in gang)} "
+            "(torch.cuda.is_available() is False); run it on GPU nodes with CUDA torch (ddp_python)"
+        )
     return None

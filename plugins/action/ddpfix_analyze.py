@@ -13,6 +13,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
 from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
     ddpfix,
     inventory_tree,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
     ddpfix,
     inventory_tree,

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Documentation of the action plugin ddpfix_analyze (plugins/action/ddpfix_analyze.py); it runs on the controller."""
 
 from __future__ import absolute_import, division, print_function
@@ -47,12 +46,15 @@ options:
     type: path
     default: ''
   fail_on:
-    description: Fail when a finding of this severity or worse is reported (C(none) never fails); C(ddpfix audit --fail-on).
+    description: >-
+      Fail when a finding of this severity or worse is reported (C(none) never fails); C(ddpfix audit --fail-on).
     type: str
     choices: [error, warning, info, none]
     default: warning
   skip:
-    description: Accepted findings (C(ID) or C(ID@HOST), a list or comma-separated), besides the inventory's C(ddp_skip_findings).
+    description: >-
+      Accepted findings (C(ID) or C(ID@HOST), a list or comma-separated), besides the inventory's
+      C(ddp_skip_findings).
     type: raw
     default: ''
   probe:
@@ -64,7 +66,8 @@ options:
     type: float
     default: 1.0
   apply:
-    description: (plan) The fixes will be made (not a check run); a broad cluster network then needs its acknowledgement.
+    description: >-
+      (plan) The fixes will be made (not a check run); a broad cluster network then needs its acknowledgement.
     type: bool
     default: false
   only:
@@ -91,8 +94,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-findings: {description: The findings (id, severity, host, message, evidence, fix...), as in the report., returned: always, type: list}
-summary: {description: "The report's summary: hosts, reachable, findings per severity, not evaluated.", returned: mode=audit, type: dict}
+findings:
+  description: The findings (id, severity, host, message, evidence, fix...), as in the report.
+  returned: always
+  type: list
+summary:
+  description: "The report's summary: hosts, reachable, findings per severity, not evaluated."
+  returned: mode=audit
+  type: dict
 report: {description: The report file written., returned: when I(report) is set, type: str}
 vars: {description: The remediation plan (the variables of remediate.yml's fix plays)., returned: mode=plan, type: dict}
 todo: {description: The nodes with something to fix., returned: mode=plan, type: list}

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ddpfix import lab
+from ddpfix import lab, schemas
 from ddpfix.findings import RULES
 from ddpfix.lab.scenarios import SCENARIOS, WRONG_PEER_ADDR
 
@@ -282,6 +282,7 @@ def test_broken_lab_report_is_complete(fixture: str, request: pytest.FixtureRequ
     doc = a.audit.doc
     assert a.audit.rc == 1 and doc, a.audit.explain()
     assert doc["schema"] == "ddpfix.report/v1" and doc["command"] == "audit"
+    schemas.validate(doc)
     assert doc["inventory"] == [str(a.info.inventory)]
     assert set(doc["hosts"]) == {"node1", "node2", "node3"}
     for name, h in doc["hosts"].items():

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from ddpfix import lab, paths
+from ddpfix import lab, paths, schemas
 from ddpfix.cli import cli
 
 pytestmark = pytest.mark.lab
@@ -133,11 +133,13 @@ def test_user_keys_and_secrets_kept_never_shown_and_second_apply_changes_nothing
     outputs += [out, err]
     doc = json.loads(out)
     assert doc["changed"] == {n.name: 0 for n in info.nodes}, doc["changes"]
+    schemas.validate(doc)  # ddpfix.report/v1, remediate's keys included
 
     # verify's end-state check agrees (from the facts: the file is not read back)
     code, out, err = ddpfix(inv, "verify", "--format", "json")
     outputs += [out, err]
     assert out, (code, err)
+    schemas.validate(json.loads(out))  # ddpfix.verify/v1
     checks = [c for c in json.loads(out)["checks"] if c["check"].startswith("env file")]
     assert len(checks) == len(info.nodes) and all(c["ok"] for c in checks), checks
 

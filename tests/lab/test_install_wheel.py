@@ -48,6 +48,9 @@ def test_wheel_without_extras_every_help(fresh_venv: tuple[Path, dict[str, str]]
     # the installed package, not this checkout
     r = _run([str(venv / "bin/python"), "-c", "import ddpfix, testinfra; print(ddpfix.__file__)"], env)
     assert r.returncode == 0 and r.stdout.startswith(str(venv)), r.stdout + r.stderr
+    # the JSON Schemas ship as package data (ddpfix/schemas/*.json)
+    r = _run([str(venv / "bin/python"), "-c", "from ddpfix import schemas; print(' '.join(schemas.ids()))"], env)
+    assert r.returncode == 0 and "ddpfix.report/v1" in r.stdout and "ddpfix.verify/v1" in r.stdout, r.stdout + r.stderr
     for args in ([], ["audit"], ["remediate"], ["env"], ["verify"], ["lab"], ["lab", "up"], ["lab", "down"],
                  ["lab", "status"]):
         r = _run([exe, *args, "--help"], env, timeout=120)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from ddpfix import lab
 from ddpfix.cli import cli
-from ddpfix.lab import core
+from ddpfix.lab import lifecycle, prerequisites
 from ddpfix.lab.scenarios import SCENARIOS
 
 CAP_SYS_TIME = 25
@@ -185,7 +185,7 @@ def test_failed_up_leaves_nothing(temp_lab, monkeypatch: pytest.MonkeyPatch) -> 
     def boom(rt, node):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(core, "_start_chrony", boom)
+    monkeypatch.setattr(lifecycle, "_start_chrony", boom)  # the name _build calls
     name = f"fail{os.getpid() % 100000}"
     with pytest.raises(lab.LabError, match=r"injected failure.*removed"):
         temp_lab(nodes=2, name=name)
@@ -226,8 +226,8 @@ def test_not_root_is_exit_4(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_package_is_exit_4(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    real = core.shutil.which
-    monkeypatch.setattr(core.shutil, "which", lambda b, path=None: None if b == "firewalld" else real(b, path=path))
+    real = prerequisites.shutil.which
+    monkeypatch.setattr(prerequisites.shutil, "which", lambda b, path=None: None if b == "firewalld" else real(b, path=path))
     with pytest.raises(lab.LabError) as exc:
-        core.check_prerequisites(["firewalld-master"])
+        prerequisites.check_prerequisites(["firewalld-master"])
     assert exc.value.code == 4 and "apt-get install firewalld" in str(exc.value)

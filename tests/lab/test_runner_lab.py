@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ddpfix import lab
-from ddpfix.audit import FACTS_TASK, audit_extravars
+from ddpfix.audit import FACTS_KEY, audit_extravars
 from ddpfix.inventory import load_cluster
 from ddpfix.runner import run_playbook
 
@@ -26,7 +26,7 @@ def test_adhoc_run_reports_each_nodes_own_facts(temp_lab: Any, tmp_path: Path, m
     assert run.run_dir.parent == tmp_path / "state" / "runs"
     assert not (tmp_path / "home" / ".ansible").exists()  # nothing written to the user's ~/.ansible
     for node in info.nodes:
-        facts = run.hosts[node.name].result(FACTS_TASK)["ansible_facts"]["ddpfix_node"]
+        facts = run.hosts[node.name].fact(FACTS_KEY)[1]  # type: ignore[index]
         assert facts["hostname"] == node.hostname
         assert facts["cluster"]["ifname"] == node.ifname and facts["cluster"]["address"] == node.address
     assert [n.ifname for n in info.nodes] == ["eth0", "ens5", "enp7s0", "eth0"]
@@ -41,7 +41,7 @@ def test_unreachable_host_is_a_typed_result(temp_lab: Any, tmp_path: Path, monke
     run = run_playbook("audit.yml", cluster.inventories, extravars=audit_extravars(cluster, False, 0, 1.0), n_hosts=3)
     assert run.unreachable == ["node3"]
     assert run.hosts["node3"].unreachable and run.hosts["node3"].message
-    assert run.hosts["node1"].ok and run.hosts["node1"].result(FACTS_TASK)
+    assert run.hosts["node1"].ok and run.hosts["node1"].fact(FACTS_KEY)
 
 
 def test_audit_playbook_reads_facts_under_check_mode_and_unknown_limit_is_input_error(
@@ -55,7 +55,7 @@ def test_audit_playbook_reads_facts_under_check_mode_and_unknown_limit_is_input_
     run = run_playbook("audit.yml", cluster.inventories, extravars=audit_extravars(cluster, True, 1, 1.0),
                        n_hosts=3, check=True)
     for node in clean_lab.nodes:  # detection really reads the system in check mode
-        facts = run.hosts[node.name].result(FACTS_TASK)["ansible_facts"]["ddpfix_node"]
+        facts = run.hosts[node.name].fact(FACTS_KEY)[1]  # type: ignore[index]
         assert facts["hostname"] == node.hostname and facts["interfaces"]
     r = CliRunner().invoke(cli, ["-i", str(clean_lab.inventory), "--limit", "nosuchnode", "audit"])
     assert r.exit_code == 2 and "matches no host" in r.output

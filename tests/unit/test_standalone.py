@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import FACTS
+
 from ddpfix.app import DdpfixError
 from ddpfix.audit import NOT_RUN, audit_report, failing, host_facts, hosts_from_vars
 from ddpfix.checks import Context, run_checks

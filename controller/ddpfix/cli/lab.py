@@ -102,7 +102,7 @@ def status_cmd(app: Application, name: str, fmt: str) -> None:
         app.abort(str(exc), exc.code)
     healthy = st.exists and all(n.alive and n.sshd for n in st.nodes)
     if fmt == "json":
-        doc = lab.core.status_dict(st)
+        doc = lab.status_dict(st)
         doc["healthy"] = healthy
         click.echo(json.dumps(doc, indent=2))
     elif not st.nodes:

@@ -14,8 +14,8 @@ from ddpfix.audit import run_audit
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.nccl import DEFAULT_SIZES, format_size, parse_sizes
 from ddpfix.progress import Progress
-from ddpfix.report import SCHEMA, to_json
-from ddpfix.verify import nccl_skip_line, run_nccl, run_torch, testinfra_checks, torch_missing_line
+from ddpfix.report import to_json
+from ddpfix.verify import document, nccl_skip_line, run_nccl, run_torch, testinfra_checks, torch_missing_line
 
 
 @click.command("verify")
@@ -73,8 +73,7 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
         ok = ok and all(e["ok"] for e in nccl_doc["gang"]) and all(p["ok"] for p in nccl_doc["pairs"] or [])
     nccl_skipped = nccl_skip_line(nccl_doc) if nccl_doc else None
     torch_missing = torch_missing_line(torch_results or [])
-    doc = {"schema": SCHEMA, "command": "verify", "inventory": list(cluster.inventories), "ok": ok,
-           "checks": [c.to_json() for c in checks], "torch": torch_results, "nccl": nccl_doc}
+    doc = document(cluster, ok, checks, torch_results, nccl_doc)
     if quiet:
         sys.stdout.write(to_json(doc))
     else:

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+from typing import Any
 
 cfg = json.loads(sys.argv[1])
 # Opened now: the path is hidden once /run is replaced.
@@ -21,13 +22,13 @@ ready_name = os.path.basename(cfg["ready"])
 ready = os.fdopen(os.open(ready_name + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=ready_dir), "w")
 
 
-def run(*argv):
+def run(*argv: str) -> None:
     res = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if res.returncode != 0:
-        raise RuntimeError("%s: %s" % (" ".join(argv), res.stderr.strip()))
+        raise RuntimeError("{}: {}".format(" ".join(argv), res.stderr.strip()))
 
 
-def report(doc):
+def report(doc: "dict[str, Any]") -> None:
     ready.write(json.dumps(doc))
     ready.flush()
     ready.close()
@@ -38,7 +39,7 @@ def report(doc):
 try:
     # /proc is still the host's procfs here, so these are host-namespace ids.
     host_pid = int(os.readlink("/proc/self"))
-    with open("/proc/%d/stat" % host_pid) as f:
+    with open(f"/proc/{host_pid}/stat") as f:
         stat = f.read()
     fields = stat[stat.rindex(")") + 2:].split()
     info = {"pid": host_pid, "ppid": int(fields[1]), "start": int(fields[19])}
@@ -55,7 +56,9 @@ try:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             mp = line.split()[4]
-            if mp == "/run/netns" or (mp.startswith(os.path.dirname(own) + "/") and not (mp == own or mp.startswith(own + "/"))):
+            if mp == "/run/netns" or (
+                mp.startswith(os.path.dirname(own) + "/") and not (mp == own or mp.startswith(own + "/"))
+            ):
                 mps.append(mp)
     for mp in sorted(set(mps), key=len, reverse=True):
         subprocess.run(["umount", "-l", mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -64,15 +67,15 @@ try:
     run("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", "/proc")
     socket.sethostname(cfg["hostname"])
     ctypes.CDLL(None).prctl(15, b"ddpfix-node", 0, 0, 0)  # PR_SET_NAME: not "init", not "*sh"
-except Exception as exc:  # report, then die: the launcher tears the node down
+except Exception as exc:  # noqa: BLE001 - any failure is reported, then the node dies (the launcher tears it down)
     report({"error": str(exc)})
     sys.exit(1)
 
 
-def _reap(*_):
+def _reap(*_: object) -> None:
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, _status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:

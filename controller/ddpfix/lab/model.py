@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.plan import node_env
 
 if TYPE_CHECKING:
-    from ddpfix.lab.core import Runtime
+    from ddpfix.lab.daemons import Runtime
 
 STATE_ROOT = Path("/run/ddpfix-lab")
 DEFAULT_NAME = "ddpfix"
@@ -62,7 +64,9 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
         )
     for reserved in ("172.17.0.0/16", "172.18.0.0/16", "198.51.100.0/24", "203.0.113.0/24"):
         if net.overlaps(ipaddress.ip_network(reserved)):
-            raise LabError(f"invalid --subnet {text!r}: overlaps {reserved}, which scenarios use", ExitCode.INVALID_INPUT)
+            raise LabError(
+                f"invalid --subnet {text!r}: overlaps {reserved}, which scenarios use", ExitCode.INVALID_INPUT
+            )
     return net
 
 
@@ -118,7 +122,7 @@ class NodePlan:
     sysctls: dict[str, str] = field(default_factory=dict)
     extra_nics: list[ExtraNic] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # extra files in the node's /etc copy: path -> text
-    tasks: list[Callable[["Runtime", "NodePlan"], None]] = field(default_factory=list)  # after sshd is up
+    tasks: list[Callable[[Runtime, NodePlan], None]] = field(default_factory=list)  # after sshd is up
 
 
 @dataclass
@@ -165,22 +169,8 @@ class LabPlan:
         raise KeyError(name)
 
     def env_for(self, node: NodePlan, **override: str) -> dict[str, str]:
-        """The env file ddpfix would write for `node`, with `override` applied."""
-        n = len(self.nodes)
-        env = {
-            "MASTER_ADDR": str(self.master.address),
-            "MASTER_PORT": str(self.master_port),
-            "NNODES": str(n),
-            "NODE_RANK": str(node.index - 1),
-            "NPROC_PER_NODE": "1",
-            "PET_NNODES": str(n),
-            "PET_NODE_RANK": str(node.index - 1),
-            "PET_NPROC_PER_NODE": "1",
-            "PET_MASTER_ADDR": str(self.master.address),
-            "PET_MASTER_PORT": str(self.master_port),
-            "GLOO_SOCKET_IFNAME": node.ifname,
-            "NCCL_SOCKET_IFNAME": f"={node.ifname}",
-        }
+        """The env file ddpfix would write for `node` (the plan's own launch keys), with `override` applied."""
+        env = node_env(str(self.master.address), self.master_port, len(self.nodes), node.index - 1, 1, node.ifname)
         env.update(override)
         return env
 

@@ -1,4 +1,4 @@
-"""Lab scenarios: a clean cluster, or one with a real fault from FAILURE-MODES.md.
+"""Lab scenarios: a clean cluster, or one with a real fault that ddpfix detects (README, "Findings").
 
 Each scenario edits the `LabPlan` before anything is created (interfaces, /etc files, env files,
 inventory variables, which daemons run) and may add runtime tasks that run once every node's
@@ -26,7 +26,7 @@ from ddpfix.app import ExitCode
 from ddpfix.lab.model import ExtraNic, LabError, LabPlan, NodePlan
 
 if TYPE_CHECKING:
-    from ddpfix.lab.core import Runtime
+    from ddpfix.lab.daemons import Runtime
     from ddpfix.lab.model import LabInfo
 
 PUBLIC_MASTER_ADDR = "203.0.113.10"  # TEST-NET-3: configuration text only, never contacted
@@ -139,7 +139,7 @@ FIREWALLD_PUBLIC_ZONE = """<?xml version="1.0" encoding="utf-8"?>
     ("firewall.master-port-blocked", "firewall.peer-ports-blocked", "probe.master-port-unreachable"),
 )
 def _firewalld_master(plan: LabPlan) -> None:
-    """Catalogue row 1 on the master. node1 runs its own `dbus-daemon --system` and `firewalld`
+    """Failure mode: the firewall on the master. node1 runs its own `dbus-daemon --system` and `firewalld`
     (nftables backend, inside node1's namespaces only) with default zone `public` holding only
     the `ssh` service (plus `ntp`, so that node1 still serves time and the scenario adds no time
     finding) and the zone's default reject target: TCP to the master port 29500 and to the
@@ -200,7 +200,7 @@ def _load_iptables(rt: "Runtime", node: NodePlan) -> None:
     min_nodes=2,
 )
 def _iptables_worker(plan: LabPlan) -> None:
-    """Catalogue row 1 on a worker. The highest-address node (nodeN) gets an iptables INPUT chain:
+    """Failure mode: the firewall on a worker. The highest-address node (nodeN) gets an iptables INPUT chain:
     accept established/related, lo, tcp/22 and the master port, then REJECT (tcp-reset) TCP to
     its `net.ipv4.ip_local_port_range` (32768:60999), also saved in its /etc/iptables/rules.v4.
     Finding: firewall.peer-ports-blocked on nodeN (probe.peer-unreachable when a peer probes it).
@@ -241,7 +241,7 @@ def _load_nftables(rt: "Runtime", node: NodePlan) -> None:
     min_nodes=3,
 )
 def _nftables_worker2(plan: LabPlan) -> None:
-    """Catalogue row 1 with a native nftables rule set (no iptables, no firewalld), persisted in node2's
+    """Failure mode: the firewall with a native nftables rule set (no iptables, no firewalld), persisted in node2's
     /etc/nftables.conf: TCP from peers is dropped silently (timeouts, not refusals).
     Findings: firewall.peer-ports-blocked on node2; probe.peer-unreachable on the nodes that dial it."""
     plan.nodes[1].tasks.append(_load_nftables)
@@ -323,7 +323,7 @@ def _install_skewed_python(rt: "Runtime", node: NodePlan) -> None:
     min_nodes=2,
 )
 def _clock_skew(plan: LabPlan) -> None:
-    """Catalogue row 9 without touching the one kernel clock all lab nodes share: on nodeN the interpreter
+    """Failure mode: time without touching the one kernel clock all lab nodes share: on nodeN the interpreter
     Ansible runs (ansible_python_interpreter) is /usr/bin/python3 under libfaketime with FAKETIME=+5s, so every
     fact that node reports carries a wall clock 5 s ahead of the others. Finding: time.skew (cluster-wide)."""
     node = last(plan)
@@ -353,7 +353,7 @@ def _iptables_worker2(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _hostname_loopback(plan: LabPlan) -> None:
-    """Catalogue row 2. On nodeN and node(N-1) /etc/hosts has the Debian installer's
+    """Failure mode: hostname on loopback. On nodeN and node(N-1) /etc/hosts has the Debian installer's
     `127.0.1.1 <own hostname>` line and no other line for the own name, so `getent ahosts
     $(hostname)` gives 127.0.1.1 and Gloo would advertise loopback. Finding:
     hosts.hostname-loopback on those two nodes."""
@@ -372,7 +372,7 @@ def _hostname_loopback(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _peer_unresolvable(plan: LabPlan) -> None:
-    """Catalogue row 3. node2's /etc/hosts only knows localhost and itself; with the resolver at
+    """Failure mode: peer name resolution. node2's /etc/hosts only knows localhost and itself; with the resolver at
     127.0.0.1 (nothing listens) no peer name resolves there. Finding: hosts.peer-unresolvable on
     node2 for every other node."""
     node = plan.nodes[1]
@@ -387,7 +387,7 @@ def _peer_unresolvable(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _peer_mismatch(plan: LabPlan) -> None:
-    """Catalogue row 3. node1's /etc/hosts maps node2's hostname to 198.51.100.7 (TEST-NET-2,
+    """Failure mode: peer name resolution. node1's /etc/hosts maps node2's hostname to 198.51.100.7 (TEST-NET-2,
     outside the cluster CIDR; the lab has no route out, and nothing is ever sent there), while
     every other node maps it to node2's lab address. Finding: hosts.peer-mismatch on node1
     (node2 resolves outside the CIDR / differently on different nodes)."""
@@ -404,7 +404,7 @@ def _peer_mismatch(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _duplicate_hostname(plan: LabPlan) -> None:
-    """Catalogue row 10. nodeN's hostname (UTS and /etc/hostname) is node(N-1)'s; inventory names
+    """Failure mode: duplicate hosts. nodeN's hostname (UTS and /etc/hostname) is node(N-1)'s; inventory names
     stay unique and every /etc/hosts still maps the inventory names to the lab addresses (so the
     clone's own name resolves to its twin's address). Finding: hosts.duplicate-hostname (cluster)."""
     plan.nodes[-1].hostname = plan.nodes[-2].hostname
@@ -437,14 +437,14 @@ def _bind_hosts(rt: "Runtime", node: NodePlan) -> None:
     min_nodes=2,
 )
 def _ifname_mismatch(plan: LabPlan) -> None:
-    """Catalogue row 5. The cluster NIC is `eth0` on node1, node3, ... and `ens5` on node2,
+    """Failure mode: interface names. The cluster NIC is `eth0` on node1, node3, ... and `ens5` on node2,
     node4, ... (overrides --ifnames); every node has an existing /etc/ddpfix/ddp.env with
-    GLOO_SOCKET_IFNAME=eth0 and NCCL_SOCKET_IFNAME=eth0 and otherwise right values (MASTER_ADDR,
+    GLOO/NCCL/TP_SOCKET_IFNAME=eth0 and otherwise right values (MASTER_ADDR,
     MASTER_PORT, NNODES, NODE_RANK, WORLD_SIZE). Findings: netif.missing on the ens5 nodes,
     netif.name-mismatch (cluster)."""
     for n in plan.nodes:
         n.ifname = "eth0" if n.index % 2 else "ens5"
-    set_env_everywhere(plan, GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0")
+    set_env_everywhere(plan, GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="eth0", TP_SOCKET_IFNAME="eth0")
 
 
 @scenario(
@@ -453,7 +453,7 @@ def _ifname_mismatch(plan: LabPlan) -> None:
     ("netif.autoselect-wrong",),
 )
 def _autoselect_wrong(plan: LabPlan) -> None:
-    """Catalogue row 4. node2 (node1 in a one-node lab) has Docker-like interfaces created before
+    """Failure mode: NIC auto-selection. node2 (node1 in a one-node lab) has Docker-like interfaces created before
     its cluster NIC, so they come first in interface-index (getifaddrs) order: `docker0`
     172.17.0.1/16 (excluded by NCCL's default `^docker,lo,virbr`) and a user-network bridge
     `br-3f9a1c2b7d10` 172.18.0.1/16 with a veth `veth6c2e1f4` attached (up), which NCCL's default
@@ -481,7 +481,7 @@ def _autoselect_wrong(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _mtu_mismatch(plan: LabPlan) -> None:
-    """Catalogue row 11. nodeN's cluster NIC has MTU 1400 (its switch port stays at 1500).
+    """Failure mode: MTU. nodeN's cluster NIC has MTU 1400 (its switch port stays at 1500).
     Finding: netif.mtu-mismatch (cluster, naming nodeN)."""
     last(plan).mtu = 1400
 
@@ -514,7 +514,7 @@ def _netif_down(plan: LabPlan) -> None:
     ("addr.master-not-private",),
 )
 def _master_addr_public(plan: LabPlan) -> None:
-    """Catalogue row 7. Every node has an existing /etc/ddpfix/ddp.env whose MASTER_ADDR is
+    """Failure mode: env files. Every node has an existing /etc/ddpfix/ddp.env whose MASTER_ADDR is
     203.0.113.10 (TEST-NET-3, configuration text only: the lab has no route out and nothing
     connects to it), everything else right (port, ranks, sizes, own interface).
     Finding: addr.master-not-private."""
@@ -548,7 +548,7 @@ def _env_wrong(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _route_via_gateway(plan: LabPlan) -> None:
-    """Catalogue row 8. nodeN has `ip route add <master>/32 via <gw> dev <nic>`. With 3+ nodes
+    """Failure mode: routes. nodeN has `ip route add <master>/32 via <gw> dev <nic>`. With 3+ nodes
     the gateway is node2, which forwards (ip_forward=1, no ICMP redirects, in node2's namespace
     only), so traffic still arrives but goes around; with 2 nodes it is the lab's non-existent
     gateway address (traffic to the master is then lost inside the lab). nodeN ignores ICMP
@@ -578,7 +578,7 @@ def _route_via_gateway(plan: LabPlan) -> None:
     ("time.no-daemon",),
 )
 def _chrony_absent(plan: LabPlan) -> None:
-    """Catalogue row 9. No node runs chronyd (nor any other NTP client). The chrony package is
+    """Failure mode: time. No node runs chronyd (nor any other NTP client). The chrony package is
     installed (/usr is the host's) and each node's /etc/chrony keeps the lab configuration and
     `DAEMON_OPTS="-F 1 -x"` (so that starting it never touches the real clock).
     Finding: time.no-daemon on every node."""
@@ -594,7 +594,7 @@ def _chrony_absent(plan: LabPlan) -> None:
     ("probe.port-in-use",),
 )
 def _port_in_use(plan: LabPlan) -> None:
-    """Catalogue row 12. node1 runs a small Python listener on 0.0.0.0:29500 (the master port),
+    """Failure mode: the master port. node1 runs a small Python listener on 0.0.0.0:29500 (the master port),
     started by the lab and killed by its PID on `lab down`. Finding: probe.port-in-use on node1."""
     plan.master.tasks.append(_listen_master_port)
 
@@ -643,7 +643,7 @@ def world_open_rules(port: int, cidr: str) -> str:
     ("firewall.world-open",),
 )
 def _world_open(plan: LabPlan) -> None:
-    """Catalogue row 1, the over-open variant. node1's iptables INPUT chain (also saved in its
+    """Failure mode: the firewall, the over-open variant. node1's iptables INPUT chain (also saved in its
     /etc/iptables/rules.v4): accept established/related, lo, tcp/22, then `-p tcp --dport 29500
     -j ACCEPT` with no source restriction (the master port is open to 0.0.0.0/0), then accept the
     lab subnet, then REJECT everything else. Peers and NTP work (they are in the subnet).
@@ -662,7 +662,7 @@ def _load_world_open(rt: "Runtime", node: NodePlan) -> None:
     ("time.unsynchronized",),
 )
 def _chrony_unsynced(plan: LabPlan) -> None:
-    """Catalogue row 9, the daemon-but-no-sync variant. On nodeN chronyd runs (with the lab's
+    """Failure mode: time, the daemon-but-no-sync variant. On nodeN chronyd runs (with the lab's
     `-F 1 -x`, so it never touches the clock) but its only source is `server <unused lab address>
     iburst`: the third address after the node addresses, which no node holds (NTP requests stay
     on the lab switch and are never answered). `chronyc tracking` shows leap status
@@ -742,7 +742,7 @@ def _remove_debian_chrony_dir(rt: "Runtime", node: NodePlan) -> None:
     min_nodes=2,
 )
 def _machine_id_clone(plan: LabPlan) -> None:
-    """Catalogue row 10 (clone leftovers). nodeN and node(N-1) share one /etc/machine-id;
+    """Failure mode: duplicate hosts (clone leftovers). nodeN and node(N-1) share one /etc/machine-id;
     hostnames stay unique. Finding: hosts.duplicate-machine-id (cluster, naming both nodes)."""
     mid = hashlib.sha256(f"ddpfix-lab-{plan.name}-clone".encode()).hexdigest()[:32]
     for node in plan.nodes[-2:]:
@@ -756,7 +756,7 @@ def _machine_id_clone(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _somaxconn_low(plan: LabPlan) -> None:
-    """Catalogue row 12 at scale, in miniature. node1's network namespace has net.core.somaxconn
+    """Failure mode: the master port at scale, in miniature. node1's network namespace has net.core.somaxconn
     = N-1 (N nodes, one process each, so the world size is N): the master's listen backlog is
     smaller than the number of ranks dialling it at once. sysctl of node1's namespace only.
     Finding: net.somaxconn-low on node1."""
@@ -802,7 +802,7 @@ def ula_address(plan: LabPlan, node: NodePlan) -> str:
     min_nodes=2,
 )
 def _family_mismatch(plan: LabPlan) -> None:
-    """Catalogue row 6 (address family). Every node gets an IPv6 ULA address
+    """Failure mode: addresses (address family). Every node gets an IPv6 ULA address
     (fd00:dd:<3rd octet>::<10+i>/64, see `ula_address`) on its cluster NIC besides its IPv4
     address; on nodeN /etc/hosts maps every peer's hostname to the peer's ULA only, while the
     other nodes map them to IPv4. So peers resolve to IPv6 on nodeN and to IPv4 elsewhere (and to

@@ -1,0 +1,173 @@
+"""The shape of what the node modules return: `ddpfix_node_facts` (as `ansible_facts.ddpfix_node`, also run in-process
+by `ddpfix check --local`) and `ddpfix_probe` (its check run). Written from the modules (plugins/modules/ and the
+module_utils they use: `ddpfix_nodeinfo`, `ddpfix_envfile`, `ddpfix_firewall`, `ddpfix_fabric`), which stay
+stdlib-only Python for the nodes; the controller's checks, plan and verify read the facts through these types.
+
+Values from nodes are validated before anything is written from them (`plan.validate_facts`): the types say what a
+well-behaved node returns, not what the controller may assume unchecked. Keys are only ever added (`schema: 1`).
+"""
+
+# No `from __future__ import annotations`: TypedDict reads NotRequired[...] from evaluated annotations.
+from typing import Any, Literal, NotRequired, TypedDict
+
+
+class Address(TypedDict):
+    family: Literal["inet", "inet6"]
+    local: str
+    prefixlen: int
+
+
+class Interface(TypedDict):
+    """One interface of `ip -j -d addr show` (`ddpfix_nodeinfo.interface_facts`)."""
+
+    name: str
+    index: int | None
+    flags: list[str]
+    operstate: str | None
+    mtu: int | None
+    kind: str | None  # linkinfo.info_kind (bridge, bond, vlan, veth, ...) or the link type (ether, loopback, ...)
+    # not from facts modules older than --pin-ifnames (remediate.pin_target says so)
+    mac: NotRequired[str | None]  # None unless an Ethernet link
+    permaddr: NotRequired[str | None]  # the burned-in MAC of a physical NIC, else None
+    physical: NotRequired[bool]  # a bus device and no virtual kind
+    addrs: list[Address]
+
+
+class ClusterInterface(TypedDict):
+    """The node's own choice of its cluster NIC (`ddpfix_nodeinfo.cluster_interface`)."""
+
+    cidr: str | None  # ddp_cluster_cidr, else the on-link prefix holding the master's address
+    ifname: str | None
+    address: str | None
+    source: Literal["override", "cidr"] | None  # ddp_socket_ifname, or the first NIC with an address in cidr
+
+
+class HostsEntry(TypedDict):
+    """One /etc/hosts line (`ddpfix_nodeinfo.parse_hosts_file`; comments and blanks dropped)."""
+
+    line: int
+    addr: str
+    names: list[str]
+    text: str
+
+
+class Sysctl(TypedDict):
+    ip_local_port_range: list[int]  # [low, high]
+    somaxconn: int
+    ipv6_disabled: bool
+    # net.ipv4.conf.{all,default,IFACE}.rp_filter by conf name (0 off, 1 strict, 2 loose); not from older modules
+    rp_filter: NotRequired[dict[str, int]]
+
+
+class ChronyTracking(TypedDict, total=False):
+    """`chronyc -c -n tracking` (`ddpfix_nodeinfo.parse_chronyc_tracking`); numbers stay strings when unparsable."""
+
+    ref_id: str
+    ref_name: str
+    stratum: int | str
+    ref_time: float | str
+    system_offset: float | str
+    last_offset: float | str
+    rms_offset: float | str
+    frequency_ppm: float | str
+    residual_freq_ppm: float | str
+    skew_ppm: float | str
+    root_delay: float | str
+    root_dispersion: float | str
+    update_interval: float | str
+    leap_status: str
+    synchronised: bool  # the node's judgement: leap status is not "Not synchronised" and there is a reference
+
+
+class TimeFacts(TypedDict):
+    daemons: list[str]  # running time-sync daemons: chronyd, ntpd, systemd-timesyncd, ptp4l, ...
+    chrony_tracking: ChronyTracking | None
+
+
+class EnvFile(TypedDict):
+    """The env file as the audit needs it, secret values redacted (`ddpfix_node_facts.env_file_facts`)."""
+
+    path: str
+    target: str | None  # the symlink's target, None when the path is not a symlink
+    exists: bool
+    readable: bool
+    error: str | None
+    values: dict[str, str]  # every key as `set -a; . FILE` leaves it
+    owner: Literal["block", "header", "empty", "foreign"] | None
+    managed: dict[str, str]  # the keys of ddpfix's managed block
+    outside_keys: list[str]  # keys assigned outside the block
+
+
+class ProbeListener(TypedDict):
+    """The short-lived probe listener the facts module starts (stopped by `ddpfix_probe mode=stop`)."""
+
+    address: str | None
+    port: int | None
+    master_port_listening: bool
+    pid: int | None
+    error: str | None
+
+
+class Unread(TypedDict):
+    """A fact source that could not be read: a check that needs it is not evaluated, never a pass."""
+
+    source: str
+    reason: str
+
+
+class FirewallState(TypedDict, total=False):
+    """The live firewall state, `ddpfix.firewall/v1` (the ddpfix_firewall module_utils' docstring has each layer)."""
+
+    schema: str
+    firewalld: dict[str, Any] | None
+    iptables: str | None
+    iptables_legacy: str | None
+    ip6tables: str | None
+    nft: dict[str, Any] | None
+    nft_text: str | None
+    errors: list[str]
+    unread: list[Unread]
+
+
+class NodeFacts(TypedDict, total=False):
+    """`ansible_facts.ddpfix_node`: everything the audit reads on one node, in one task."""
+
+    schema: int
+    hostname: str | None  # None: the node returned an invalid one (plan.sanitize_facts)
+    fqdn: str | None
+    machine_id: str
+    interfaces: list[Interface]
+    cluster: ClusterInterface
+    master_ip: str
+    resolve_self: dict[str, list[str]]  # hostname and FQDN -> getaddrinfo's addresses, in order
+    hosts_file: list[HostsEntry]
+    hosts_file_is_mountpoint: bool
+    sysctl: Sysctl
+    listening: list[int]  # local TCP ports in LISTEN state
+    time: TimeFacts
+    firewall: FirewallState
+    env_file: EnvFile
+    fabric: dict[str, Any]  # RDMA devices, GPUs, EFA, NCCL version, memlock (the ddpfix_fabric module_utils)
+    probe: ProbeListener
+    now: float  # the node's clock when it read it (time.time())
+    errors: list[str]
+    unread: list[Unread]
+
+
+class ProbeConnect(TypedDict, total=False):
+    name: str
+    address: str
+    port: int
+    kind: Literal["master", "peer"]
+    ok: bool
+    error: str | None
+    seconds: float
+
+
+class ProbeResult(TypedDict, total=False):
+    """`ddpfix_probe mode=check`: names resolved, routes to the peers, TCP connects to the master port and ring
+    peers."""
+
+    resolve: dict[str, list[str]]
+    routes: dict[str, dict[str, Any]]
+    connects: list[ProbeConnect]
