@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -40,10 +41,11 @@ def collections_dir() -> Path:
     """A collections path in which `ddpfix.cluster` is this installation's content (checkout or wheel).
 
     The content root (`ansible_root()`) is the collection; Ansible finds it through a symlink
-    `<state>/collections/ansible_collections/ddpfix/cluster`, made (or corrected) here."""
-    base = state_dir() / "collections"
-    link = base.joinpath("ansible_collections", *COLLECTION)
+    `<state>/collections/<hash of the root>/ansible_collections/ddpfix/cluster`, made (or corrected) here."""
     target = ansible_root()
+    # one directory per content root: two installations (checkouts, venvs) of one user never repoint each other's link
+    base = state_dir() / "collections" / hashlib.sha256(str(target).encode()).hexdigest()[:16]
+    link = base.joinpath("ansible_collections", *COLLECTION)
     if not (link.is_symlink() and Path(os.readlink(link)) == target):
         link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = link.with_name(f".{link.name}.{os.getpid()}")

@@ -10,9 +10,9 @@ DOCUMENTATION = r"""
 module: ddpfix_analyze
 short_description: Find the cluster's findings from the nodes' facts; write the ddpfix report or plan the fixes
 description:
-  - Runs on the controller (an action plugin; run it once, e.g. C(run_once: true)). It imports the C(ddpfix) Python
+  - "Runs on the controller (an action plugin; run it once, e.g. C(run_once: true)). It imports the C(ddpfix) Python
     package, which must be installed in the Python that runs Ansible (in AWX/AAP: in the execution environment); in a
-    checkout of the repository the package is taken from C(controller/) next to the collection.
+    checkout of the repository the package is taken from C(controller/) next to the collection."
   - The cluster (master, ranks, cluster network, env file path) is derived from the inventory exactly as C(ddpfix)
     derives it (group C(ddp_nodes), C(ddp_*) variables; extra vars such as a survey's C(ddp_cluster_cidr) count).
   - Each node's facts are C(hostvars[node].ansible_facts.ddpfix_node), returned by the C(ddpfix_facts) role.

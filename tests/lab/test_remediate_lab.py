@@ -133,7 +133,8 @@ def test_dry_run_changes_nothing_and_shows_diffs(broken: Any) -> None:
     after = snapshot(broken)
     for node, text in before.items():
         assert after[node] == text, "\n".join(difflib.unified_diff(text.splitlines(), after[node].splitlines(), lineterm=""))
-    tasks = {(c["host"], c["task"].split(" | ")[0]) for c in doc["changes"]}
+    # fix tasks are named `Fix <finding id> | <what>`
+    tasks = {(c["host"], m.group(1)) for c in doc["changes"] if (m := re.match(r"Fix (\S+) \| ", c["task"]))}
     assert ("node1", "firewall.peer-ports-blocked") in tasks and ("node2", "firewall.peer-ports-blocked") in tasks
     hosts_diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node3" and "hosts" in c["task"])
     assert re.search(r"^-127\.0\.1\.1\s+node3", hosts_diff, re.M) and "+# BEGIN ddpfix managed block" in hosts_diff

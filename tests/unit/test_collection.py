@@ -59,3 +59,17 @@ def test_roles_and_playbooks_name_modules_by_fqcn() -> None:
             for mod in modules:
                 assert mod not in task, (path, mod, task.get("name"))
     assert yaml.safe_load((ROOT / "galaxy.yml").read_text())["namespace"] == "ddpfix"
+
+
+def test_every_module_documents_itself_in_valid_yaml() -> None:
+    """ansible-doc (and ansible-lint, which only warns) read these strings; a stray `: ` breaks them silently."""
+    import ast
+
+    for path in sorted((ROOT / "plugins" / "modules").glob("*.py")):
+        docs = {n.targets[0].id: n.value.value for n in ast.parse(path.read_text()).body
+                if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+                and n.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN") and isinstance(n.value, ast.Constant)}
+        assert {"DOCUMENTATION", "RETURN"} <= set(docs), path.name
+        for name, text in docs.items():
+            assert yaml.safe_load(text) is not None, (path.name, name)
+        assert yaml.safe_load(docs["DOCUMENTATION"])["module"] == path.stem, path.name
