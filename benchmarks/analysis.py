@@ -14,11 +14,13 @@ Each (size, variant, repeat) runs in a fresh child process (so its memory figure
    node's facts are separate objects (as when each host's JSON is decoded on its own): equal firewall rule sets are
    equal in content, never shared. The variant is the shape of the facts:
 
-   - `full`: what nodes return today: /etc/hosts lists every node, and every node reports every peer's name
-     resolution and its route to every peer address (O(N) per node, O(N^2) in all);
-   - `deviations`: the O(N) facts of issue 10: a node gets the expected name -> address map and returns only what
-     deviates (on this clean cluster: no resolution, no route), and of /etc/hosts only the lines that name the node
-     itself and the loopback/multicast lines;
+   - `full`: what nodes returned before the one-round audit: /etc/hosts lists every node (the whole file), and
+     every node reports every peer's name resolution and its route to every peer address (O(N) per node, O(N^2) in
+     all);
+   - `deviations`: what nodes return now (O(N) in all): a node gets the expected name -> address map and returns
+     only what deviates (on this clean cluster: no resolution, no route), and of its /etc/hosts (which lists every
+     node) only the lines the node module's own `relevant_hosts_entries` keeps: those naming the node or mapping an
+     address it dials (the master and its 2 ring peers);
 
 2. times, without tracemalloc: `Context(...)` (which computes the cidr and `plan_cluster`), `run_checks`,
    `plan_cluster` on its own and `render_env` for every node;
@@ -70,6 +72,7 @@ ALIASES = {"current": "full"}  # benchmarks/run.py's name for the code as it is
 def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
     """(Cluster, {name: HostFacts}) for a clean M-node cluster derived from the recorded clean3 facts."""
     full = ALIASES.get(variant, variant) == "full"
+    from ddpfix import collection
     from ddpfix.checks import HostFacts
     from ddpfix.inventory import cluster_from_inventory_data
     from ddpfix.plan import plan_cluster
@@ -85,6 +88,7 @@ def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
         for i, (n, a) in enumerate(zip(names, addrs, strict=True))
     ]
     hosts_json = json.dumps(hosts_lines)
+    relevant_hosts_entries = collection.module_utils("ddpfix_nodeinfo").relevant_hosts_entries
     probe_ports = [40000 + i % 20000 for i in range(m)]
     inventory = {
         "_meta": {"hostvars": {n: {"ansible_host": a} for n, a in zip(names, addrs, strict=True)}},
@@ -109,9 +113,10 @@ def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
                 iface["addrs"][0].update(local=a, prefixlen=net.prefixlen)
         if full:
             node["hosts_file"] = json.loads(hosts_json)  # each host's facts are decoded separately: no sharing
-        else:
-            node["hosts_file"] = [dict(e, names=list(e["names"])) for e in std_hosts] + [
-                {"addr": a, "line": 8 + i, "names": [n], "text": f"{a}\t{n}"}]
+        else:  # what the node module returns: the lines naming it or mapping an address it dials
+            dialled = [addrs[0], a] + [addrs[(i + s) % m] for s in (1, 2) if m > s]
+            node["hosts_file"] = [dict(e, names=list(e["names"]))
+                                  for e in relevant_hosts_entries(hosts_lines, [n], dialled)]
         facts[n] = node
         ring = [names[(i + s) % m] for s in (1, 2) if m > s]
         probes[n] = {

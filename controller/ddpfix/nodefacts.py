@@ -165,7 +165,10 @@ class NodeFacts(TypedDict, total=False):
     cluster: ClusterInterface
     master_ip: str
     resolve_self: dict[str, list[str]]  # hostname and FQDN -> getaddrinfo's addresses, in order
+    # with a probe, only the lines the audit uses (the node's own names, names that resolved other than expected,
+    # the addresses it dials): hosts_file_scope "relevant"; without one the whole file ("whole")
     hosts_file: list[HostsEntry]
+    hosts_file_scope: Literal["relevant", "whole"]
     hosts_file_is_mountpoint: bool
     sysctl: Sysctl
     listening: list[int]  # local TCP ports in LISTEN state

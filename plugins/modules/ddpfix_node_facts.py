@@ -67,7 +67,8 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self,
-      hosts_file,
+      hosts_file (with a probe, only the lines naming the node or a name that resolved other than expected, or mapping
+      an address it dials, and C(hosts_file_scope) is relevant; else the whole file), hosts_file_scope,
     sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
@@ -108,6 +109,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo imp
     parse_chronyc_tracking,
     parse_env_file,
     parse_hosts_file,
+    relevant_hosts_entries,
     resolve,
     running_time_daemons,
 )
@@ -408,6 +410,15 @@ def collect(p):
         not_read(u["source"], u["reason"])
     if started is not None:
         probe.update(finish_probe(p["probe"], started, cluster, p["run_id"]))
+    hosts_entries, hosts_scope = parse_hosts_file(hosts_text or ""), "whole"
+    if started is not None and "resolve" in probe:  # the deviations are known: only the lines the audit uses
+        spec = p["probe"]
+        hosts_entries = relevant_hosts_entries(
+            hosts_entries,
+            [hostname, fqdn, *probe["resolve"]],
+            [t.get("address") for t in spec.get("targets") or []] + [cluster.get("address")],
+        )
+        hosts_scope = "relevant"
     if probe["master_port_listening"] is False and p["is_master"] and probe.get("error") is None and started:
         listening = sorted(set(listening) | {p["master_port"]})  # a job took it just now
 
@@ -420,7 +431,8 @@ def collect(p):
         "cluster": cluster,
         "master_ip": master_ip,
         "resolve_self": {hostname: resolve(hostname), fqdn: resolve(fqdn)},
-        "hosts_file": parse_hosts_file(hosts_text or ""),
+        "hosts_file": hosts_entries,
+        "hosts_file_scope": hosts_scope,
         "hosts_file_is_mountpoint": os.path.ismount("/etc/hosts"),
         "sysctl": {
             "ip_local_port_range": [lo, hi],

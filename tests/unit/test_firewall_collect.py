@@ -59,7 +59,7 @@ def test_collect_firewalld_cli_fallback():
                      "firewall-cmd --info-service=http": (0, read("fwd.info-service-http.txt"), ""),
                      "iptables-save": (0, "# Warning: iptables-legacy tables present\n", ""),
                      "iptables-legacy-save": (0, read("ipt_reject.iptables-save"), "")})
-    st = fw.collect(run=run, use_dbus=False)
+    st = fw.collect(run=run, use_dbus=False, proc="/nonexistent")  # processes not visible: firewall-cmd is asked
     f = st["firewalld"]
     assert f["source"] == "cli" and f["default_zone"] == "public"
     assert set(f["zones"]) == {"public", "internal", "trusted", "drop"}
@@ -125,6 +125,25 @@ def test_collect_running_firewalld_that_cannot_be_asked_is_unread(tmp_path):
     # no firewalld process: firewall-cmd failing (no system bus) means firewalld is not running
     st = fw.collect(run=run, proc=str(tmp_path / "none"))
     assert st["unread"] == []
+
+
+def _fake_proc(root, **comms):
+    for pid, comm in comms.items():
+        (root / pid[1:]).mkdir(parents=True)
+        (root / pid[1:] / "comm").write_text(comm + "\n")
+    return str(root)
+
+
+def test_collect_asks_firewall_cmd_only_when_firewalld_may_run(tmp_path):
+    """firewall-cmd (a Python program, ~0.1 s of CPU) is not run when every process is visible and none is
+    firewalld; it is when firewalld runs, or when PID 1 is hidden (hidepid: an absent firewalld proves nothing)."""
+    run = _fake_run({"firewall-cmd --state": (252, "not running\n", ""), "nft -j list ruleset": (0, '{"nftables": []}', "")})
+    st = fw.collect(run=run, proc=_fake_proc(tmp_path / "a", p1="systemd", p77="sshd"))
+    assert st["firewalld"] is None and st["unread"] == [] and ["firewall-cmd", "--state"] not in run.calls
+    fw.collect(run=run, proc=_fake_proc(tmp_path / "b", p1="systemd", p88="firewalld"))
+    assert run.calls.count(["firewall-cmd", "--state"]) == 1
+    fw.collect(run=run, proc=_fake_proc(tmp_path / "c", p77="sshd"))  # PID 1 hidden
+    assert run.calls.count(["firewall-cmd", "--state"]) == 2
 
 
 def test_collect_firewalld_read_failure_is_unread():

@@ -74,6 +74,22 @@ def test_parse_hosts_file_real_and_debian() -> None:
     ]
 
 
+def test_relevant_hosts_entries_keep_own_names_deviations_and_dialled_addresses() -> None:
+    """A node returns O(k) /etc/hosts lines however long the file is (a managed block of 2,000 nodes)."""
+    block = "".join(f"10.0.{i // 250}.{i % 250 + 1} n{i}\n" for i in range(2000))
+    text = "127.0.0.1 localhost\n127.0.1.1 gpu7.example.com gpu7\n10.9.9.9 n5 # stale\n" + block
+    kept = ni.relevant_hosts_entries(ni.parse_hosts_file(text), ["gpu7", "gpu7.example.com", "n5"],
+                                     ["10.0.0.9", "10.0.4.1", "10.0.0.1"])
+    assert [e["text"] for e in kept] == [
+        "127.0.1.1 gpu7.example.com gpu7",  # its own names
+        "10.9.9.9 n5 # stale",  # a name that resolved other than expected: every line of it
+        "10.0.0.1 n0",  # the addresses it dials (where remediate learns the names of a node it cannot reach)
+        "10.0.0.6 n5",
+        "10.0.0.9 n8",
+        "10.0.4.1 n1000",
+    ]  # in the file's order
+
+
 # ---------------------------------------------------------------- parse_chronyc_tracking
 
 
