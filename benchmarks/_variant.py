@@ -7,7 +7,8 @@ Nothing in the repository is changed; this process patches, in memory only:
   BENCH_ENV           JSON object merged over `ddpfix.runner.ansible_env()` (a null value removes the key)
   BENCH_RUNNER_KWARGS JSON object merged into the `ansible_runner.run(...)` keyword arguments
   BENCH_NO_EVENT_FILES=1  the event handler returns False: ansible-runner writes no job_events/*.json
-  BENCH_ANSIBLE_ROOT  a directory with playbooks/ and roles/ used instead of the checkout's (a modified copy)
+  BENCH_ANSIBLE_ROOT  a copy of the content root (the collection: playbooks/, roles/, plugins/, meta/,
+                      galaxy.yml), modified, used instead of the installed one (the mitogen variants)
   BENCH_SKIP_NOOP_REAUDIT=1  `remediate --apply` reuses its first audit instead of re-auditing when the play
                       changed nothing and no host failed (prototype of a proposed change)
 """

@@ -235,6 +235,8 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
                 t["durations"].append(float(d["duration"]))
             t["hosts"] += 1
             node = ((d.get("res") or {}).get("ansible_facts") or {}).get("ddpfix_node") or {}
+            if node.get("now_elapsed") is not None:
+                t.setdefault("module", []).append(float(node["now_elapsed"]))  # the module's own time on the node
             if kind == "runner_on_ok" and "connects" in (node.get("probe") or {}):
                 probes[d.get("host")] = node["probe"]["connects"] or []  # the last result per host
     out["probe_hosts"] = len(probes)
@@ -247,6 +249,7 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
             "task": name[:90], "span_s": round(t["end"] - t["start"], 3), "hosts": t["hosts"],
             "host_median_s": round(statistics.median(durs), 3) if durs else None,
             "host_max_s": round(max(durs), 3) if durs else None,
+            "module_median_s": round(statistics.median(t["module"]), 3) if t.get("module") else None,
         })
     return out
 
@@ -275,27 +278,26 @@ def audit_ok(res: dict[str, Any], n: int) -> None:
 # ---------------------------------------------------------------- experiments
 
 
-NO_STOP_LISTEN_S = 20
-
-
-def no_stop_task_root(tmp: Path) -> Path:
-    """A copy of playbooks/ + roles/ without the 'Stop the probe listener' task (the listener then ends by its
-    own deadline, shortened to NO_STOP_LISTEN_S): what the audit costs once the listener stops itself (proposal)."""
+def mitogen_root(tmp: Path) -> tuple[Path, str] | None:
+    """(content root, strategy plugin dir) for the mitogen variants, or None when mitogen is not installed
+    (`pip install mitogen`: it is not a dependency of ddpfix). The content root is a copy of ddpfix's collection
+    whose plays use `mitogen_linear` instead of `ddpfix.cluster.ddpfix_linear` (ddpfix's strategy only adds the
+    stop-file check between tasks, which a measurement does not need); nothing in the checkout changes."""
+    try:
+        import ansible_mitogen  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
     from ddpfix import paths
 
-    root = tmp / "ansible-no-stop"
-    if root.exists():
-        return root
-    shutil.copytree(paths.ansible_root() / "playbooks", root / "playbooks")
-    shutil.copytree(paths.roles_dir(), root / "roles", ignore=shutil.ignore_patterns("__pycache__"))
-    tasks = root / "roles" / "ddpfix_facts" / "tasks" / "main.yml"
-    text = tasks.read_text()
-    cut = text.index("  always:\n")
-    tasks.write_text(text[:cut])
-    defaults = root / "roles" / "ddpfix_facts" / "defaults" / "main.yml"
-    defaults.write_text(defaults.read_text().replace("ddpfix_facts_listen_seconds: 60",
-                                                     f"ddpfix_facts_listen_seconds: {NO_STOP_LISTEN_S}"))
-    return root
+    src, root = paths.ansible_root(), tmp / "ansible-mitogen"
+    if not root.exists():
+        root.mkdir(parents=True)
+        for part in ("playbooks", "roles", "plugins", "meta"):  # the playbook-adjacent collections link stays relative
+            shutil.copytree(src / part, root / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy2(src / "galaxy.yml", root / "galaxy.yml")
+        for pb in (root / "playbooks").glob("*.yml"):
+            pb.write_text(pb.read_text().replace("strategy: ddpfix.cluster.ddpfix_linear", "strategy: mitogen_linear"))
+    return root, str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
 
 
 def experiment_variants(tmp: Path, n: int) -> list[dict[str, Any]]:
@@ -315,11 +317,6 @@ def experiment_variants(tmp: Path, n: int) -> list[dict[str, Any]]:
          "env": {"BENCH_NO_EVENT_FILES": "1"}},
         {"id": "only-failed-event-data", "label": "ansible-runner only_failed_event_data=True", "once": True,
          "env": {"BENCH_RUNNER_KWARGS": json.dumps({"only_failed_event_data": True})}},
-        # last of the audit variants: its listeners live until their own deadline, and the master's holds the
-        # master port until then, so the next run waits for that deadline (not timed)
-        {"id": "no-stop-task", "label": f"prototype: no 'Stop the probe listener' task (listeners end by their own "
-                                        f"deadline, {NO_STOP_LISTEN_S} s)",
-         "env": {"BENCH_ANSIBLE_ROOT": str(no_stop_task_root(tmp))}, "wait_after": NO_STOP_LISTEN_S},
     ]
 
 
@@ -332,11 +329,36 @@ REMEDIATE_VARIANTS = [
 ]
 
 
+def mitogen_variants(tmp: Path) -> list[dict[str, Any]]:
+    """The same audit and `remediate --apply` through mitogen's `mitogen_linear` strategy (issue 10 item 5: offered
+    only where it is faster and gives identical results), when mitogen is installed."""
+    found = mitogen_root(tmp)
+    if found is None:
+        log("  mitogen is not installed (pip install mitogen): its variants are left out")
+        return []
+    root, strategies = found
+    env = {"BENCH_ANSIBLE_ROOT": str(root), "BENCH_ENV": json.dumps({"ANSIBLE_STRATEGY_PLUGINS": strategies})}
+    return [
+        {"id": "mitogen", "label": "audit with mitogen_linear (mitogen " + _version("mitogen") + ")", "env": env},
+        {"id": "remediate-apply-mitogen", "label": "`remediate --apply` (no-op) with mitogen_linear", "env": env},
+    ]
+
+
+def _version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "?"
+
+
 def run_experiments(r: Runner, tmp: Path, rounds: int) -> dict[str, Any]:
     variants = experiment_variants(tmp, r.n)
+    extra = mitogen_variants(tmp)
+    variants += [v for v in extra if not v["id"].startswith("remediate-")]
+    remediate_variants = REMEDIATE_VARIANTS + [v for v in extra if v["id"].startswith("remediate-")]
     runs: list[dict[str, Any]] = []
     for rnd in range(rounds):
-        for v in variants + REMEDIATE_VARIANTS:
+        for v in variants + remediate_variants:
             if v.get("once") and rnd > 0:
                 continue
             cmd = ["remediate", "--apply"] if v["id"].startswith("remediate-") else ["audit"]
@@ -345,12 +367,10 @@ def run_experiments(r: Runner, tmp: Path, rounds: int) -> dict[str, Any]:
             res["variant"], res["round"] = v["id"], rnd
             cleanup_state(res)
             runs.append(res)
-            if v.get("wait_after"):
-                time.sleep(max(0.0, v["wait_after"] + 1 - res["wall_s"] * 0.5))
             log(f"  exp {v['id']:24s} round {rnd}: {res['wall_s']:.2f} s, cpu {res['cpu_s']:.2f} s, ok={res.get('ok')}"
                 f", probes={sum(e['probe_connects'] for e in res['events'])}")
     return {"n": r.n, "rounds": rounds, "runs": runs,
-            "variants": [{k: v[k] for k in ("id", "label")} for v in variants + REMEDIATE_VARIANTS]}
+            "variants": [{k: v[k] for k in ("id", "label")} for v in variants + remediate_variants]}
 
 
 # ---------------------------------------------------------------- one cluster size
@@ -410,6 +430,8 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
             log(f"  {'warm-up' if warm else f'pair {i + 1}'}: audit {a['wall_s']:.2f} s (ok={a.get('ok')}, "
                 f"{','.join(a.get('finding_ids') or [])}), baseline {b['wall_s']:.2f} s (ok={b.get('ok')}), "
                 f"raw ssh {c['wall_s']:.2f} s (ok={c.get('ok')}), ratio {a['wall_s'] / b['wall_s']:.2f}")
+        out["fixed"] = fixed_costs(info.inventory, r)
+        log(f"  fixed costs in the CLI process: {out['fixed']}")
         if n == args.forks_check_n and args.forks_check_runs:
             out["forks_check"] = forks_check(r, n, args.forks_check_forks, args.forks_check_runs)
         # the audited lab lacks only the env files (env.missing, info): write them, then remediate has nothing to do
@@ -432,6 +454,19 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
             out["lab_down_error"] = str(exc)
     out["seconds"] = round(time.monotonic() - t0, 1)
     return out
+
+
+def fixed_costs(inv: Path, r: Runner, runs: int = 5) -> dict[str, Any]:
+    """Medians over `runs` fresh processes of benchmarks/_fixed.py: the CLI's import, and Ansible's initialisation
+    plus the in-process inventory read."""
+    got: list[dict[str, float]] = []
+    for _ in range(runs):
+        state = Path(tempfile.mkdtemp(prefix="state-", dir=r.tmp))
+        p = subprocess.run([sys.executable, str(HERE / "_fixed.py"), str(inv)], env=r._env(state),
+                           capture_output=True, text=True, check=True)
+        got.append(json.loads(p.stdout))
+        shutil.rmtree(state, ignore_errors=True)
+    return {k: round(statistics.median(x[k] for x in got), 3) for k in got[0]} | {"runs": runs}
 
 
 def forks_check(r: Runner, n: int, forks: int, runs: int) -> dict[str, Any]:
