@@ -34,8 +34,8 @@ def main() -> None:
     if env_over:
         orig_env = runner.ansible_env
 
-        def ansible_env(run_dir, forks):  # type: ignore[no-untyped-def]
-            env = orig_env(run_dir, forks)
+        def ansible_env(*args, **kwargs):  # type: ignore[no-untyped-def]
+            env = orig_env(*args, **kwargs)
             for k, v in env_over.items():
                 if v is None:
                     env.pop(k, None)

@@ -320,49 +320,7 @@ def render(results: dict[str, Any], experiments: dict[str, Any] | None = None) -
               "same command)")
     w("")
 
-    # ---------------- experiments
-    for e in (experiments or {}).get("experiments") or []:
-        w(f"## Ansible scaling settings, measured (N={e['n']}, {e['rounds']} rounds, round-robin)\n")
-        lb2, la2 = experiments.get("load_before") or [0, 0, 0], experiments.get("load_after") or [0, 0, 0]
-        w(f"Run `{experiments.get('command')}` (started {experiments.get('started')}, "
-          f"{experiments.get('duration_s', 0) / 60:.1f} min, "
-          f"load before {lb2[0]:.2f}, after {la2[0]:.2f}). Each variant runs ddpfix through `benchmarks/_variant.py`, "
-          "which only "
-          "overrides settings in memory (`ansible_env()`, `ansible_runner.run` keywords, the event handler, the "
-          "Ansible "
-          "content directory, or for the remediate prototype the CLI's re-audit); `default` runs through the same "
-          "wrapper "
-          "without overrides. Every run has cold SSH connections (own state dir). Ratio = median over rounds of "
-          "variant / default (`default` for audits, `remediate-apply-default` for remediate) in the same round.\n")
-        w("| variant | what | wall s | CPU s | ratio vs default | probe connections | result |")
-        w("|---|---|---|---|---|---|---|")
-        by: dict[str, list[dict[str, Any]]] = {}
-        for r in e["runs"]:
-            by.setdefault(r["variant"], []).append(r)
-        for v in e["variants"]:
-            ref = "remediate-apply-default" if v["id"].startswith("remediate-") else "default"
-            base = {r["round"]: r["wall_s"] for r in by.get(ref, [])}
-            rs = by.get(v["id"], [])
-            ratio = [r["wall_s"] / base[r["round"]] for r in rs if r["round"] in base]
-            res = []
-            for r in rs:
-                summ = r.get("summary")
-                if summ:
-                    fx = summ["findings"]
-                    txt = (f"{summ['reachable']}/{summ['hosts']} hosts with facts; "
-                           f"findings e/w/i {fx['error']}/{fx['warning']}/{fx['info']}")
-                    if r.get("finding_ids"):
-                        txt += " (" + ", ".join(r["finding_ids"]) + ")"
-                    if "changed" in r:
-                        txt += f"; changed {r['changed']}, rc {r['rc']}"
-                else:
-                    txt = "no report: " + str(r.get("error", "?"))[:60]
-                res.append(txt)
-            uniq = list(dict.fromkeys(res))
-            w(f"| `{v['id']}` | {v['label']} | {mmm([r['wall_s'] for r in rs])} | {mmm([r['cpu_s'] for r in rs])} | "
-              f"{f2(med(ratio))} | {', '.join(str(sum(ev['probe_connects'] for ev in r['events'])) for r in rs)} | "
-              f"{'; '.join(uniq)} |")
-        w("")
+    w(render_experiments(experiments))
 
     # ---------------- analysis
     an = results.get("analysis") or []
@@ -402,6 +360,60 @@ def render(results: dict[str, Any], experiments: dict[str, Any] | None = None) -
 
 
 # ---------------------------------------------------------------- the committed summary and BENCHMARKS.md from it
+
+
+def render_experiments(experiments: dict[str, Any] | None) -> str:
+    """The settings experiments' section (also written alone to benchmarks/experiments.md, which BENCHMARKS.md
+    includes)."""
+    L: list[str] = []
+    w = L.append
+    for e in (experiments or {}).get("experiments") or []:
+        w(f"## Ansible scaling settings, measured (N={e['n']}, {e['rounds']} rounds, round-robin)\n")
+        lb2, la2 = experiments.get("load_before") or [0, 0, 0], experiments.get("load_after") or [0, 0, 0]
+        w(f"Run `{experiments.get('command')}` (started {experiments.get('started')}, "
+          f"{experiments.get('duration_s', 0) / 60:.1f} min, "
+          f"load before {lb2[0]:.2f}, after {la2[0]:.2f}). Each variant runs ddpfix through `benchmarks/_variant.py`, "
+          "which only "
+          "overrides settings in memory (`ansible_env()`, `ansible_runner.run` keywords, the event handler, the "
+          "Ansible "
+          "content directory, or for the remediate prototype the CLI's re-audit); `default` runs through the same "
+          "wrapper "
+          "without overrides. Every run has cold SSH connections (own state dir). Ratio = median over rounds of "
+          "variant / its reference in the same round (`default` for audits, `remediate-dry-default` for dry runs, "
+          "`remediate-apply-default` for applies). The plays pin their strategy (`ddpfix.cluster.ddpfix_linear`), "
+          "so ANSIBLE_STRATEGY alone changes nothing; the mitogen variants run a copy of the collection whose plays "
+          "name `mitogen_linear`.\n")
+        w("| variant | what | wall s | CPU s | ratio vs default | probe connections | result |")
+        w("|---|---|---|---|---|---|---|")
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in e["runs"]:
+            by.setdefault(r["variant"], []).append(r)
+        for v in e["variants"]:
+            ref = v.get("ref") or ("remediate-apply-default" if v["id"].startswith("remediate-") else "default")
+            base = {r["round"]: r["wall_s"] for r in by.get(ref, [])}
+            rs = by.get(v["id"], [])
+            ratio = [r["wall_s"] / base[r["round"]] for r in rs if r["round"] in base]
+            res = []
+            for r in rs:
+                summ = r.get("summary")
+                if summ:
+                    fx = summ["findings"]
+                    txt = (f"{summ['reachable']}/{summ['hosts']} hosts with facts; "
+                           f"findings e/w/i {fx['error']}/{fx['warning']}/{fx['info']}")
+                    if r.get("finding_ids"):
+                        txt += " (" + ", ".join(r["finding_ids"]) + ")"
+                    if "changed" in r:
+                        txt += f"; changes {r.get('changes')}, changed {r['changed']}, rc {r['rc']}"
+                else:
+                    txt = "no report: " + str(r.get("error", "?"))[:60]
+                res.append(txt)
+            uniq = list(dict.fromkeys(res))
+            w(f"| `{v['id']}` | {v['label']} | {mmm([r['wall_s'] for r in rs])} | {mmm([r['cpu_s'] for r in rs])} | "
+              f"{f2(med(ratio))} | {', '.join(str(sum(ev['probe_connects'] for ev in r['events'])) for r in rs)} | "
+              f"{'; '.join(uniq)} |")
+        w("")
+
+    return "\n".join(L)
 
 
 def _med(xs: list[float]) -> float | None:
@@ -521,9 +533,10 @@ def render_summary(sm: dict[str, Any]) -> str:
             rest = (out - fx["cli_import_s"] - fx["ansible_inventory_s"]) if (fx and out is not None) else None
             L.append(f"| {s['n']} | {f(s['audit']['wall_s'])} | {f(s.get('audit_playbook_span_s'))} | {f(out)} | "
                      f"{f(fx.get('cli_import_s'))} | {f(fx.get('ansible_inventory_s'))} | {f(rest)} |")
-    extra = Path(__file__).resolve().parent / "analysis-at-scale.md"  # the analysis benchmark's section (its own run)
-    if extra.exists():
-        L += ["", extra.read_text().rstrip()]
+    for part in ("experiments.md", "analysis-at-scale.md"):  # sections of their own runs (--experiments, analysis)
+        extra = Path(__file__).resolve().parent / part
+        if extra.exists():
+            L += ["", extra.read_text().rstrip()]
     return "\n".join(L) + "\n"
 
 

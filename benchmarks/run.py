@@ -269,7 +269,7 @@ def audit_ok(res: dict[str, Any], n: int) -> None:
             res["changes"] = len(doc.get("changes") or [])
             res["changed"] = sum((doc.get("changed") or {}).values())
             res["remaining_fixable"] = len(doc.get("remaining_fixable") or [])
-            res["ok"] = res["rc"] == 0
+            res["ok"] = res["rc"] == 0 if doc.get("apply") else res["rc"] in (0, 1)  # a dry run with changes: 1
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         res["ok"] = False
         res["error"] = f"{exc}: {Path(res['stderr_path']).read_text(errors='replace')[-400:]}"
@@ -311,8 +311,6 @@ def experiment_variants(tmp: Path, n: int) -> list[dict[str, Any]]:
         {"id": "inject-facts-on", "label": "ANSIBLE_INJECT_FACT_VARS=True",
          "env": {"BENCH_ENV": json.dumps({"ANSIBLE_INJECT_FACT_VARS": "True"})}},
         {"id": f"forks-{few}", "label": f"--forks {few} (instead of one per host)", "env": {}, "forks": few},
-        {"id": "strategy-free", "label": "ANSIBLE_STRATEGY=free",
-         "env": {"BENCH_ENV": json.dumps({"ANSIBLE_STRATEGY": "free"})}},
         {"id": "no-event-files", "label": "event handler returns False (ansible-runner writes no job_events/*.json)",
          "env": {"BENCH_NO_EVENT_FILES": "1"}},
         {"id": "only-failed-event-data", "label": "ansible-runner only_failed_event_data=True", "once": True,
@@ -324,23 +322,24 @@ REMEDIATE_VARIANTS = [
     {"id": "remediate-apply-default", "label": "`remediate --apply` (no-op) as shipped", "env": {}},
     {"id": "remediate-apply-skip-reaudit", "label": "prototype: no re-audit when the play changed nothing",
      "env": {"BENCH_SKIP_NOOP_REAUDIT": "1"}},
-    {"id": "remediate-apply-free", "label": "`remediate --apply` with ANSIBLE_STRATEGY=free",
-     "env": {"BENCH_ENV": json.dumps({"ANSIBLE_STRATEGY": "free"})}},
 ]
 
 
 def mitogen_variants(tmp: Path) -> list[dict[str, Any]]:
-    """The same audit and `remediate --apply` through mitogen's `mitogen_linear` strategy (issue 10 item 5: offered
-    only where it is faster and gives identical results), when mitogen is installed."""
+    """The audit, `remediate` (dry run: its check-mode play of several tasks per host) and `remediate --apply`
+    through mitogen's `mitogen_linear` strategy (issue 10 item 5: offered only where it is faster and gives
+    identical results), when mitogen is installed."""
     found = mitogen_root(tmp)
     if found is None:
         log("  mitogen is not installed (pip install mitogen): its variants are left out")
         return []
     root, strategies = found
     env = {"BENCH_ANSIBLE_ROOT": str(root), "BENCH_ENV": json.dumps({"ANSIBLE_STRATEGY_PLUGINS": strategies})}
+    what = f"with mitogen_linear (mitogen {_version('mitogen')})"
     return [
-        {"id": "mitogen", "label": "audit with mitogen_linear (mitogen " + _version("mitogen") + ")", "env": env},
-        {"id": "remediate-apply-mitogen", "label": "`remediate --apply` (no-op) with mitogen_linear", "env": env},
+        {"id": "mitogen", "label": f"audit {what}", "env": env},
+        {"id": "remediate-dry-mitogen", "label": f"`remediate` (dry run, env files missing) {what}", "env": env},
+        {"id": "remediate-apply-mitogen", "label": f"`remediate --apply` (no-op) {what}", "env": env},
     ]
 
 
@@ -351,26 +350,39 @@ def _version(dist: str) -> str:
         return "?"
 
 
-def run_experiments(r: Runner, tmp: Path, rounds: int) -> dict[str, Any]:
-    variants = experiment_variants(tmp, r.n)
-    extra = mitogen_variants(tmp)
-    variants += [v for v in extra if not v["id"].startswith("remediate-")]
-    remediate_variants = REMEDIATE_VARIANTS + [v for v in extra if v["id"].startswith("remediate-")]
+DRY_DEFAULT = {"id": "remediate-dry-default", "label": "`remediate` (dry run, env files missing) as shipped",
+               "env": {}}
+
+
+def _command(variant_id: str) -> list[str]:
+    if variant_id.startswith("remediate-dry-"):
+        return ["remediate"]
+    return ["remediate", "--apply"] if variant_id.startswith("remediate-") else ["audit"]
+
+
+def _reference(variant_id: str) -> str:
+    """The variant each one is compared with, in the same round."""
+    for prefix in ("remediate-dry-", "remediate-apply-"):
+        if variant_id.startswith(prefix):
+            return prefix + "default"
+    return "default"
+
+
+def run_experiments(r: Runner, variants: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     for rnd in range(rounds):
-        for v in variants + remediate_variants:
+        for v in variants:
             if v.get("once") and rnd > 0:
                 continue
-            cmd = ["remediate", "--apply"] if v["id"].startswith("remediate-") else ["audit"]
-            res = r.ddpfix("exp-" + v["id"], [*cmd, "--format", "json"], variant=v["env"], forks=v.get("forks"))
+            res = r.ddpfix("exp-" + v["id"], [*_command(v["id"]), "--format", "json"], variant=v["env"],
+                           forks=v.get("forks"))
             audit_ok(res, r.n)
             res["variant"], res["round"] = v["id"], rnd
             cleanup_state(res)
             runs.append(res)
             log(f"  exp {v['id']:24s} round {rnd}: {res['wall_s']:.2f} s, cpu {res['cpu_s']:.2f} s, ok={res.get('ok')}"
-                f", probes={sum(e['probe_connects'] for e in res['events'])}")
-    return {"n": r.n, "rounds": rounds, "runs": runs,
-            "variants": [{k: v[k] for k in ("id", "label")} for v in variants + remediate_variants]}
+                f", probes={sum(e['probe_connects'] for e in res['events'])}, changes {res.get('changes', '-')}")
+    return runs
 
 
 # ---------------------------------------------------------------- one cluster size
@@ -498,11 +510,18 @@ def experiments_size(n: int, args: argparse.Namespace, tmp: Path, name: str) -> 
     info, notes = lab_up(name, n, tmp / f"inv{n}", tmp)
     log(f"experiments N={n}: lab {name} up on {notes['subnet']}")
     r = Runner(tmp / f"n{n}", info.inventory, n, default_forks(n, None))
+    extra = mitogen_variants(tmp / f"exp{n}")
+    dry = [DRY_DEFAULT] + [v for v in extra if v["id"].startswith("remediate-dry-")]
+    rest = (experiment_variants(tmp / f"exp{n}", n) + [v for v in extra if v["id"] == "mitogen"] + REMEDIATE_VARIANTS
+            + [v for v in extra if v["id"].startswith("remediate-apply-")])
     try:
+        # first, while the lab lacks its env files: remediate's dry run plans the env role on every node and runs
+        # its check-mode play (several tasks per host), and can be repeated; then the no-op applies and the audits
+        runs = run_experiments(r, dry, args.experiment_rounds)
         make_clean(name, info)
-        out = run_experiments(r, tmp / f"exp{n}", args.experiment_rounds)
-        out["lab"] = notes
-        return out
+        runs += run_experiments(r, rest, args.experiment_rounds)
+        return {"n": n, "rounds": args.experiment_rounds, "runs": runs, "lab": notes,
+                "variants": [{"id": v["id"], "label": v["label"], "ref": _reference(v["id"])} for v in dry + rest]}
     finally:
         lab.down(name)
 
@@ -589,7 +608,9 @@ def _save(results: dict[str, Any], args: argparse.Namespace, t0: float) -> None:
     results["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
-    if not args.experiments:
+    if args.experiments:
+        (HERE / "experiments.md").write_text(report.render_experiments(results) + "\n")
+    else:
         summary = report.summarize(results)
         SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
         Path(args.md).write_text(report.render_summary(summary))
