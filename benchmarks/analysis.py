@@ -302,8 +302,9 @@ def run_sizes(sizes: list[int], variants: list[str], budget_s: float = 60, profi
 def section(results: list[dict[str, Any]]) -> str:
     """The "Analysis at scale" section of BENCHMARKS.md, from run_sizes' results."""
     lines = ["## Analysis at scale", "",
-             ("`benchmarks/analysis.py --sizes 2000 --variants full,deviations` (no hosts: synthetic facts of a clean "
-             "cluster shaped like the recorded clean one, see the script's docstring), medians of "
+             (f"`benchmarks/analysis.py --sizes {','.join(str(r['nodes']) for r in results)} --variants "
+              f"{','.join(dict.fromkeys(v for r in results for v in r['variants']))}` (no hosts: synthetic facts of a "
+             "clean cluster shaped like the recorded clean one, see the script's docstring), medians of "
              f"{max((x.get('runs', 0) for r in results for x in r['variants'].values()), default=0)} fresh processes. "
              "*total*: wall time of `Context` + `run_checks` + `plan_cluster` + `render_env` for every node, *CPU*: "
              "the process's CPU time for the same; *peak RSS*: the "

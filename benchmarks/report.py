@@ -455,11 +455,52 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             fc["wall_median_s"] = _med(fc.pop("walls", []))
             row["forks_check"] = fc
         sizes.append(row)
+    analysis = [{"nodes": r["nodes"], "variant": v, **{k: x.get(k) for k in ("total_s", "cpu_s", "rss_peak_mb")}}
+                for r in results.get("analysis") or [] for v, x in (r.get("variants") or {}).items()]
     return {"schema": "ddpfix.bench-summary/v1", "command": results.get("command"), "started": results.get("started"),
+            "analysis": analysis,
             "finished": results.get("finished"), "duration_s": results.get("duration_s"),
             "machine": results.get("machine"), "load_before": results.get("load_before"),
             "load_after": results.get("load_after"), "other_labs_before": results.get("other_labs_before"),
             "sizes": sizes}
+
+
+def render_targets(sm: dict[str, Any], peers: int = 2) -> list[str]:
+    """Issue 10's targets against this run: met or not, and by how much."""
+    sizes = sm.get("sizes") or []
+
+    def row(target: str, values: list[tuple[int, float | None]], limit: float, unit: str = "") -> str:
+        got = ", ".join(f"N={n}: {'–' if v is None else f'{v:.2f}{unit}'}" for n, v in values)
+        miss = [(n, v / limit - 1) for n, v in values if v is None or v > limit]
+        verdict = ("met" if not miss else "**not met**: " + ", ".join(
+            f"N={n} {'no figure' if v is None else f'by {v:+.0%}'}" for n, v in miss))
+        return f"| {target} | {got} | {verdict} |"
+
+    L = ["## Against the targets (issue 10)", "", "| target | this run | |", "|---|---|---|",
+         row("audit / setup-network ≤ 1.0", [(s["n"], s["ratio_audit_setup"]) for s in sizes], 1.0),
+         row("audit CPU ≤ 1.2 × setup's", [(s["n"], s["cpu_ratio_audit_setup"]) for s in sizes], 1.2)]
+    rat = [s["ratio_audit_setup"] for s in sizes]
+    grows = [b / a for a, b in itertools.pairwise(rat) if a and b]
+    L.append(f"| the ratio does not grow with N | ratio(N)/ratio(previous N): {', '.join(f'{g:.2f}' for g in grows)} | "
+             f"{'met' if all(g <= 1.0 for g in grows) else '**not met**'} |")
+    raw = ", ".join(f"N={s['n']}: {s['ratio_audit_raw']:.2f}" for s in sizes if s.get("ratio_audit_raw"))
+    L.append(f"| audit / raw-SSH floor reported | {raw} | {'met' if raw else '**not met**'} |")
+    probes = [(s["n"], s.get("probe_connects"), s.get("probe_connects_ok")) for s in sizes]
+    exact = all(c == (1 + peers) * n and ok == c for n, c, ok in probes)
+    L.append(f"| (1+k)·N probe connects (k={peers}), all succeeded | "
+             f"{', '.join(f'N={n}: {ok}/{c}' for n, c, ok in probes)} | {'met' if exact else '**not met**'} |")
+    for fc in [s["forks_check"] for s in sizes if s.get("forks_check")]:
+        good = fc["false_probe_findings"] == 0 and not fc["failed_runs"] and fc["runs"] >= 20
+        L.append(f"| 0 false `probe.*` findings in 20 clean audits, N=16, `--forks 4` | {fc['runs']} audits at "
+                 f"N={fc['n']}, `--forks {fc['forks']}`: {fc['false_probe_findings']} false findings, "
+                 f"{fc['failed_runs']} failed runs | {'met' if good else '**not met**'} |")
+    for a in sm.get("analysis") or []:
+        if a.get("nodes") == 2000 and a.get("total_s") is not None:
+            good = a["total_s"] < 2 and (a.get("rss_peak_mb") or 0) < 500
+            L.append(f"| analysis of 2,000 nodes < 2 s, peak RSS < 500 MB | {a['total_s']:.2f} s "
+                     f"(CPU {a.get('cpu_s') or 0:.2f} s), {a.get('rss_peak_mb') or 0:.0f} MB ({a['variant']} facts) | "
+                     f"{'met' if good else '**not met**'} |")
+    return L
 
 
 def render_summary(sm: dict[str, Any]) -> str:
@@ -509,6 +550,10 @@ def render_summary(sm: dict[str, Any]) -> str:
                      f"**{fc['false_probe_findings']} false `probe.*` findings**, second round used in "
                      f"{fc['second_round']}/{fc['runs']}, failed runs {fc['failed_runs']}, median wall "
                      f"{f(fc.get('wall_median_s'))} s")
+    L += ["", *render_targets(sm)]
+    notes = Path(__file__).resolve().parent / "NOTES.md"  # hand-written reading of the figures (what is not met, why)
+    if notes.exists():
+        L += ["", notes.read_text().rstrip()]
     L += ["", "## Where the audit's time goes (task spans of the last measured audit)", "",
           "Per host: Ansible's duration of the task (SSH, module transfer, the node's Python, the module); *module*: "
           "the module's own time on the node (its `now_elapsed`: the reads, the probes, waiting for peers' dials).",
