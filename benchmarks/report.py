@@ -515,6 +515,8 @@ def render_summary(sm: dict[str, Any]) -> str:
          "measurements, not tests.", "",
          "## How to run", "",
          "    sudo .venv/bin/python benchmarks/run.py --sizes 4,8,16,32 --pairs 5 --forks-check 16:4:20",
+         "    sudo .venv/bin/python benchmarks/run.py --experiments --experiments-at 8   # writes experiments.md; "
+         "the mitogen variants need `.venv/bin/pip install mitogen` (not a ddpfix dependency)",
          "    .venv/bin/python benchmarks/report.py            # re-render this file from summary.json", "",
          "Per N, on a fresh clean lab, after one warm-up, `--pairs` rounds of, back to back: **audit** "
          "(`ddpfix -i INV audit --format json`, default forks), **setup** (`ansible ddp_nodes -m setup -a "

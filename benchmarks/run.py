@@ -264,6 +264,9 @@ def audit_ok(res: dict[str, Any], n: int) -> None:
         doc = json.loads(Path(res["stdout_path"]).read_text())
         res["summary"] = doc.get("summary")
         res["finding_ids"] = sorted({f["id"] for f in doc.get("findings", [])})
+        # on a clean lab every probe.* finding is false: keep its evidence (the run directory is temporary)
+        res["probe_findings"] = [{k: f.get(k) for k in ("id", "host", "summary", "evidence")}
+                                 for f in doc.get("findings", []) if f["id"].startswith("probe.")]
         res["ok"] = res["rc"] in (0, 1) and doc["summary"]["reachable"] == n
         if doc.get("command") == "remediate":
             res["changes"] = len(doc.get("changes") or [])

@@ -208,18 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="the README findings table")
     ap.add_argument("--readme", metavar="PATH", help="rewrite the table between the rules markers of this README")
     args = ap.parse_args(argv)
-    if args.readme:
-        from pathlib import Path
+    if args.readme:  # every generated section of the README (ddpfix.readme), the findings table among them
+        from ddpfix import readme
 
-        path = Path(args.readme)
-        text = path.read_text()
-        begin, end = "<!-- rules:begin -->\n", "<!-- rules:end -->"
-        if begin not in text or end not in text:
-            sys.stderr.write(f"{path}: no {begin.strip()} ... {end} section\n")
-            return 2
-        head, rest = text.split(begin, 1)
-        path.write_text(head + begin + markdown() + end + rest.split(end, 1)[1])
-        return 0
+        return readme.main([args.readme])
     sys.stdout.write(markdown() if args.markdown else json.dumps(to_json(), indent=2) + "\n")
     return 0
 

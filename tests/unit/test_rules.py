@@ -97,12 +97,23 @@ def test_registry_is_well_formed() -> None:
 
 
 def test_readme_findings_table_is_the_registry() -> None:
+    from ddpfix import readme
+
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- rules:begin -->\n(.*?)<!-- rules:end -->", text, re.DOTALL)
-    assert m, "README.md has no <!-- rules:begin --> ... <!-- rules:end --> section"
-    assert m.group(1) == rules.markdown(), (
+    assert readme.current(text, "rules") is not None, "README.md has no <!-- rules:begin --> ... <!-- rules:end -->"
+    assert readme.current(text, "rules") == rules.markdown(), (
         "README.md's findings table differs from the registry: regenerate it with "
-        "`PYTHONPATH=controller python -m ddpfix.rules --readme README.md`")
+        "`PYTHONPATH=controller python -m ddpfix.readme README.md`")
+
+
+def test_readme_generated_sections_are_current() -> None:
+    """Every generated README section (the findings table, the lab's scenario list as `lab up --help` prints it)."""
+    from ddpfix import readme
+
+    text = (ROOT / "README.md").read_text()
+    assert readme.sync(text) == text, (
+        "a generated README section is stale: `PYTHONPATH=controller python -m ddpfix.readme README.md`")
+    assert "fabric-memlock-low" in (readme.current(text, "lab-scenarios") or "")
 
 
 def test_markdown_generator_runs_as_a_module() -> None:

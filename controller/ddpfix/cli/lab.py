@@ -27,10 +27,21 @@ def command() -> None:
     """
 
 
+def _scenario_rows() -> list[tuple[str, str]]:
+    return [(s.name, s.summary) for s in _scn.SCENARIOS.values()]
+
+
+def scenarios_text(width: int = 80) -> str:
+    """The scenario list as `lab up --help` prints it (the README carries the same, `ddpfix.readme`)."""
+    formatter = click.HelpFormatter(width=width)
+    formatter.write_dl(_scenario_rows())
+    return formatter.getvalue()
+
+
 class _ScenarioHelp(click.Command):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Scenarios (comma-combinable)"):
-            formatter.write_dl([(s.name, s.summary) for s in _scn.SCENARIOS.values()])
+            formatter.write_dl(_scenario_rows())
 
 
 @command.command("up", cls=_ScenarioHelp)
