@@ -23,7 +23,8 @@ import os
 import re
 import resource
 import shutil
-import subprocess
+
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import run_command
 
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 PEERMEM_MODULES = ("nvidia_peermem", "gdrdrv")
@@ -168,7 +169,9 @@ def unit_memlock(units, timeout=5):
     unlimited): the limit a systemd launcher unit's processes get."""
     out, whys = {}, []
     for unit in units or []:
-        rc, text, err = _run(["systemctl", "show", "-p", "LimitMEMLOCK", "-p", "LimitMEMLOCKSoft", "--", unit], timeout)
+        rc, text, err = run_command(
+            ["systemctl", "show", "-p", "LimitMEMLOCK", "-p", "LimitMEMLOCKSoft", "--", unit], timeout
+        )
         if rc != 0:
             whys.append("systemctl show {}: {}".format(unit, (err.strip().splitlines() or [f"rc={rc}"])[-1][:200]))
             continue
@@ -186,16 +189,6 @@ def unit_memlock(units, timeout=5):
     return out, whys
 
 
-def _run(argv, timeout):
-    try:
-        p = subprocess.run(argv, capture_output=True, timeout=timeout)
-        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout}s"
-    except OSError as exc:
-        return 127, "", str(exc)
-
-
 def fi_info_efa(timeout=5, path=None):
     """Run `fi_info -p efa` when libfabric is installed: {ran, ok, providers, error} (ran False: not installed).
     `path`: the fi_info to run (else PATH, then the AWS EFA installer's /opt/amazon/efa/bin)."""
@@ -203,7 +196,7 @@ def fi_info_efa(timeout=5, path=None):
     if not exe:
         return {"ran": False, "ok": False, "path": None,
                 "error": "fi_info not installed (libfabric / the EFA installer)"}
-    rc, out, err = _run([exe, "-p", "efa"], timeout)
+    rc, out, err = run_command([exe, "-p", "efa"], timeout)
     providers = sorted(set(re.findall(r"^\s*provider:\s*(\S+)", out, re.M)))
     line = next((ln.strip() for ln in (err or out).splitlines() if ln.strip()), "") or f"rc={rc}"
     return {"ran": True, "ok": rc == 0 and "efa" in providers, "path": exe, "providers": providers,
@@ -214,7 +207,7 @@ def nccl_version(python, timeout=20):
     """The NCCL version torch was built with, from `python` (ddp_python); (version, why-not)."""
     if not python:
         return None, "no ddp_python"
-    rc, out, err = _run([python, "-c", NCCL_VERSION_CODE], timeout)
+    rc, out, err = run_command([python, "-c", NCCL_VERSION_CODE], timeout)
     if rc != 0:
         line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), f"rc={rc}")
         return None, f"{python}: {line[:200]}"

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import shlex
 import socket
+import subprocess
 
 __metaclass__ = type
 
@@ -87,6 +88,17 @@ def cluster_interface(ifaces, cidr, master_ip, override=""):
             result.update(ifname=i.get("name"), address=a, source="cidr")
             return result
     return result
+
+
+def run_command(argv, timeout=5):
+    """(rc, stdout, stderr) of argv, never raising: rc 124 when it timed out, 127 when it could not start."""
+    try:
+        p = subprocess.run(argv, capture_output=True, timeout=timeout)
+        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout}s"
+    except OSError as exc:
+        return 127, "", str(exc)
 
 
 def parse_hosts_file(text):

@@ -86,7 +86,6 @@ import errno
 import json
 import os
 import socket
-import subprocess
 import tempfile
 import time
 
@@ -111,6 +110,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo imp
     parse_hosts_file,
     relevant_hosts_entries,
     resolve,
+    run_command,
     running_time_daemons,
 )
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import (
@@ -122,16 +122,6 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import
 )
 
 _T0 = time.monotonic()  # the module's start
-
-
-def run(argv, timeout=5):
-    try:
-        p = subprocess.run(argv, capture_output=True, timeout=timeout)
-        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout}s"
-    except OSError as exc:
-        return 127, "", str(exc)
 
 
 def read(path, default=None):
@@ -330,7 +320,8 @@ def collect(p):
         errors.append(reason)
         unread.append({"source": source, "reason": reason})
 
-    rc, out, err = run(["ip", "-j", "-d", "addr", "show"])  # -d: linkinfo.info_kind (bridge, bond, vlan, veth...)
+    # -d: linkinfo.info_kind (bridge, bond, vlan, veth...)
+    rc, out, err = run_command(["ip", "-j", "-d", "addr", "show"])
     try:
         interfaces = json.loads(out) if rc == 0 else []
     except ValueError:
@@ -387,7 +378,7 @@ def collect(p):
     daemons = running_time_daemons("/proc")
     if os.geteuid() != 0 and not os.path.exists("/proc/1/comm"):
         not_read("processes", f"/proc hides other users' processes from {_user()} (mounted with hidepid)")
-    rc, out, err = run(["chronyc", "-c", "-n", "tracking"], timeout=3)
+    rc, out, err = run_command(["chronyc", "-c", "-n", "tracking"], timeout=3)
     tracking = parse_chronyc_tracking(out) if rc == 0 else None
     if "chronyd" in daemons and rc in (124, 127):  # other failures ("506 Cannot talk to daemon") are chrony's state
         not_read("chronyc", _why("chronyc -c -n tracking", rc, err))

@@ -80,7 +80,7 @@ def test_unit_memlock_parses_systemctl_show(monkeypatch) -> None:
     answers = {"a.service": (0, "LimitMEMLOCK=infinity\nLimitMEMLOCKSoft=infinity\n", ""),
                "b.service": (0, "LimitMEMLOCK=8388608\nLimitMEMLOCKSoft=65536\n", ""),
                "c.service": (1, "", "Failed to connect to bus: No such file or directory\n")}
-    monkeypatch.setattr(m, "_run", lambda argv, timeout: answers[argv[-1]])
+    monkeypatch.setattr(m, "run_command", lambda argv, timeout: answers[argv[-1]])
     got, whys = m.unit_memlock(["a.service", "b.service", "c.service"])
     assert got["a.service"]["soft"] == -1 and (got["b.service"]["soft"], got["b.service"]["hard"]) == (65536, 8388608)
     assert whys == ["systemctl show c.service: Failed to connect to bus: No such file or directory"]
