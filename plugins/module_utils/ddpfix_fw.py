@@ -21,6 +21,17 @@ IPTABLES_NFT_CHAINS = {"INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"
 
 # --------------------------------------------------------------------------- iptables
 
+def rule_argument_spec(**extra):
+    """The options every firewall-rule module shares (backend, cidr, comment), plus its own."""
+    spec = dict(
+        backend=dict(type="str", required=True, choices=["iptables", "nftables"]),
+        cidr=dict(type="str", required=True),
+        comment=dict(type="str", default=COMMENT),
+    )
+    spec.update(extra)
+    return spec
+
+
 def iptables_bins(variant):
     """(iptables, iptables-save, iptables-restore) for variant legacy | nft | auto (the distribution default)."""
     if variant in ("legacy", "nft"):

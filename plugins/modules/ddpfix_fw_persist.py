@@ -54,6 +54,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_persisted,
     nft_snippet,
+    rule_argument_spec,
     with_include,
 )
 
@@ -174,10 +175,7 @@ def iptables(module, p, result):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            backend=dict(type="str", required=True, choices=["iptables", "nftables"]),
-            cidr=dict(type="str", required=True),
-            comment=dict(type="str", default="ddpfix-cluster"),
+        argument_spec=rule_argument_spec(
             chains=dict(type="list", elements="str", default=[]),
             nft_layouts=dict(type="list", elements="dict", default=[]),
             iptables_paths=dict(type="list", elements="path", default=[]),

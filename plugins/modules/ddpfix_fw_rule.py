@@ -61,15 +61,13 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     nft_blocking_input_chains,
     nft_rule_args,
     nft_tagged,
+    rule_argument_spec,
 )
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            backend=dict(type="str", required=True, choices=["iptables", "nftables"]),
-            cidr=dict(type="str", required=True),
-            comment=dict(type="str", default="ddpfix-cluster"),
+        argument_spec=rule_argument_spec(
             iptables_variant=dict(type="str", default="auto", choices=["auto", "legacy", "nft"]),
             plan_only=dict(type="bool", default=False),
             test_break_ssh=dict(type="bool", default=False),
