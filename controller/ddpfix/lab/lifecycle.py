@@ -9,7 +9,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -448,18 +448,14 @@ def info(name: str = DEFAULT_NAME) -> LabInfo:
         ssh_user=state.get("ssh_user", "root"),
         ssh_port=state.get("ssh_port", SSH_PORT),
         bastion=state.get("bastion"),
-        nodes=[
-            NodeInfo(
-                name=n,
-                hostname=s["hostname"],
-                address=s["address"],
-                ifname=s["ifname"],
-                netns=s["netns"],
-                pid=s["pids"].get("init", {}).get("pid", 0),
-            )
-            for n, s in state["nodes"].items()
-        ],
+        nodes=[NodeInfo(**_node_fields(n, s)) for n, s in state["nodes"].items()],
     )
+
+
+def _node_fields(name: str, s: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's recorded identity, as NodeInfo and NodeStatus both carry it."""
+    return {"name": name, "hostname": s["hostname"], "address": s["address"], "ifname": s["ifname"],
+            "netns": s["netns"], "pid": s["pids"].get("init", {}).get("pid", 0)}
 
 
 def status(name: str = DEFAULT_NAME) -> LabStatus:
@@ -482,12 +478,7 @@ def status(name: str = DEFAULT_NAME) -> LabStatus:
         procs = {k: pid_alive(v) for k, v in s["pids"].items() if k not in ("init", "launcher")}
         out.nodes.append(
             NodeStatus(
-                name=n,
-                hostname=s["hostname"],
-                address=s["address"],
-                ifname=s["ifname"],
-                netns=s["netns"],
-                pid=s["pids"].get("init", {}).get("pid", 0),
+                **_node_fields(n, s),
                 alive=pid_alive(s["pids"].get("init")),
                 sshd=reach[n],
                 processes=procs,
