@@ -9,8 +9,6 @@ Nothing in the repository is changed; this process patches, in memory only:
   BENCH_NO_EVENT_FILES=1  the event handler returns False: ansible-runner writes no job_events/*.json
   BENCH_ANSIBLE_ROOT  a copy of the content root (the collection: playbooks/, roles/, plugins/, meta/,
                       galaxy.yml), modified, used instead of the installed one (the mitogen variants)
-  BENCH_SKIP_NOOP_REAUDIT=1  `remediate --apply` reuses its first audit instead of re-auditing when the play
-                      changed nothing and no host failed (prototype of a proposed change)
 """
 
 from __future__ import annotations
@@ -57,25 +55,6 @@ def main() -> None:
         ansible_runner.run = run  # type: ignore[assignment]
     if root:
         paths.ansible_root = lambda: Path(root)  # type: ignore[assignment]
-
-    if os.environ.get("BENCH_SKIP_NOOP_REAUDIT") == "1":
-        import ddpfix.cli.remediate as rem
-
-        seen: dict[str, object] = {}
-        orig_audit, orig_rem = rem.run_audit, rem.run_remediation
-
-        def run_remediation(*a, **kw):  # type: ignore[no-untyped-def]
-            run, changes = orig_rem(*a, **kw)
-            seen["noop"] = run.changed() == 0 and not any(h.failed or h.unreachable for h in run.hosts.values())
-            return run, changes
-
-        def run_audit(*a, **kw):  # type: ignore[no-untyped-def]
-            if "before" in seen and seen.get("noop"):
-                return seen["before"]  # nothing changed: the first audit is still the state of the cluster
-            seen["before"] = orig_audit(*a, **kw)
-            return seen["before"]
-
-        rem.run_audit, rem.run_remediation = run_audit, run_remediation  # type: ignore[assignment]
 
     from ddpfix.cli import main as cli_main
 

@@ -323,8 +323,6 @@ def experiment_variants(tmp: Path, n: int) -> list[dict[str, Any]]:
 
 REMEDIATE_VARIANTS = [
     {"id": "remediate-apply-default", "label": "`remediate --apply` (no-op) as shipped", "env": {}},
-    {"id": "remediate-apply-skip-reaudit", "label": "prototype: no re-audit when the play changed nothing",
-     "env": {"BENCH_SKIP_NOOP_REAUDIT": "1"}},
 ]
 
 
