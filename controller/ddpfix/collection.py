@@ -10,12 +10,14 @@ itself gives them (`ansible_collections.ddpfix.cluster.plugins.<kind>.<name>`), 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from types import ModuleType
 
 from ddpfix import paths
 
 PACKAGE = "ansible_collections.{}.{}.plugins".format(*paths.COLLECTION)
+_MODULE_UTILS_IMPORT = re.compile(r"^from ansible_collections\.\w+\.\w+\.plugins\.module_utils\.(\w+) import", re.M)
 
 
 def _load(kind: str, name: str) -> ModuleType:
@@ -23,10 +25,15 @@ def _load(kind: str, name: str) -> ModuleType:
     mod = sys.modules.get(fullname)
     if mod is not None:
         return mod
+    path = paths.plugins_dir() / kind / f"{name}.py"
     if kind != "module_utils":
         for util in sorted((paths.plugins_dir() / "module_utils").glob("*.py")):
             _load("module_utils", util.stem)
-    spec = importlib.util.spec_from_file_location(fullname, paths.plugins_dir() / kind / f"{name}.py")
+    else:  # the module_utils it imports first (their names resolve from sys.modules, as Ansible's loader serves them)
+        for dep in _MODULE_UTILS_IMPORT.findall(path.read_text()):
+            if dep != name:
+                _load("module_utils", dep)
+    spec = importlib.util.spec_from_file_location(fullname, path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     sys.modules[fullname] = mod

@@ -19,10 +19,10 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import BEGIN, END
+
 __metaclass__ = type
 
-BEGIN = "# BEGIN ddpfix managed block"
-END = "# END ddpfix managed block"
 NOTE = "# Written by ddpfix (ddpfix env --apply): lines up to the END marker are replaced; keep your own keys outside."
 OLD_HEADER = "# Managed by ddpfix:"  # first line of the whole-file format ddpfix wrote before the block
 SUPERSEDED = "# ddpfix: superseded: "

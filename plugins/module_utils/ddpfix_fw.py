@@ -12,9 +12,9 @@ __metaclass__ = type
 import re
 import shlex
 
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import BEGIN, END
+
 COMMENT = "ddpfix-cluster"
-BEGIN = "# BEGIN ddpfix managed block"
-END = "# END ddpfix managed block"
 SKIP_NFT_TABLES = {("inet", "firewalld"), ("ip", "firewalld"), ("ip6", "firewalld")}
 IPTABLES_NFT_CHAINS = {"INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"}
 

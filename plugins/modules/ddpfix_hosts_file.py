@@ -44,8 +44,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-BEGIN = "# BEGIN ddpfix managed block"
-END = "# END ddpfix managed block"
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import BEGIN, END
+
 NOTE = "# Managed by ddpfix: every cluster node's hostname -> its cluster address. Do not edit."
 
 
