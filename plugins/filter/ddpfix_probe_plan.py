@@ -35,7 +35,10 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
       play's hosts), so each listener is dialled by `peers` others and the cost is (1 + peers) * N connections;
     - expect_peers / expect_master: the inbound connects this node waits for;
     - expected: {name: address} of every other host whose name is a host name (address '' when not an IP): the node
-      reports only names that resolve differently and routes that deviate.
+      reports only names that resolve differently and routes that deviate;
+    - hosts_addresses: the addresses of hosts outside the play (--limit) this node reports the /etc/hosts lines of
+      (each such address by two of the play's hosts, round-robin: O(N) lines in all), as it does for the addresses
+      it dials, so that the hosts block keeps the names the cluster already gives a node that was not read.
     """
     addresses = addresses or {}
     in_play = set(play_hosts or [])
@@ -57,8 +60,14 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     for h in ring:
         if h != me and _name_ok(h):
             expected[h] = addr(h) if _addr_ok(addr(h)) else ""
+    outside = [addr(h) for h in (order or []) if h not in in_play and _addr_ok(addr(h))]
+    hosts_addresses = []
+    if me in ring:
+        i = ring.index(me)
+        hosts_addresses = [a for j, a in enumerate(outside) if i in {j % len(ring), (j + 1) % len(ring)}]
     return {
         "me": me,
+        "hosts_addresses": hosts_addresses,
         "port": int(port),
         "self_address": addr(me) if _addr_ok(addr(me)) else "",
         "targets": targets,

@@ -119,7 +119,8 @@ def relevant_hosts_entries(entries, names, addresses):
     """The /etc/hosts entries the audit uses, so that a node returns O(k) lines, not the whole file (a managed block
     on 2,000 nodes is 2,000 lines on each): those that name one of `names` (the node's own names, the names that
     resolved other than expected) or map one of `addresses` (the peers it dials: each node's address is so
-    reported by the nodes that dial it, which is where `remediate` learns the names of a node it cannot reach)."""
+    reported by the nodes that dial it, which is where `remediate` learns the names of a node it cannot reach;
+    under --limit also the addresses of nodes outside the play assigned to it)."""
     names, addresses = set(names), set(addresses)
     return [e for e in entries if e["addr"] in addresses or names.intersection(e["names"])]
 

@@ -68,7 +68,8 @@ RETURN = r"""
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self,
       hosts_file (with a probe, only the lines naming the node or a name that resolved other than expected, or mapping
-      an address it dials, and C(hosts_file_scope) is relevant; else the whole file), hosts_file_scope,
+      an address it dials or one of I(probe.hosts_addresses), and C(hosts_file_scope) is relevant; else the whole
+      file), hosts_file_scope,
     sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
@@ -407,7 +408,9 @@ def collect(p):
         hosts_entries = relevant_hosts_entries(
             hosts_entries,
             [hostname, fqdn, *probe["resolve"]],
-            [t.get("address") for t in spec.get("targets") or []] + [cluster.get("address")],
+            [t.get("address") for t in spec.get("targets") or []]
+            + list(spec.get("hosts_addresses") or [])
+            + [cluster.get("address")],
         )
         hosts_scope = "relevant"
     if probe["master_port_listening"] is False and p["is_master"] and probe.get("error") is None and started:

@@ -68,3 +68,15 @@ def test_recorded_clean_cluster_probes_match_the_plan(sim: Sim) -> None:
     for n, d in sim.docs.items():
         p = pp.ddpfix_probe_plan(order, n, order, {}, order[0], 29500, 2, 45678)
         assert [(c["name"], c["kind"]) for c in d["probe"]["connects"]] == [(t["name"], t["kind"]) for t in p["targets"]]
+
+
+def test_hosts_outside_the_play_are_reported_by_two_play_hosts_each() -> None:
+    """Under --limit nobody dials a node outside the play; its /etc/hosts lines (the names remediate keeps for it in
+    the hosts block) are asked of two of the play's hosts each, round-robin: O(N) lines in all."""
+    play = ["node2", "node5", "node7"]
+    plans = {me: _plan(8, me, play=play) for me in play}
+    outside = [f"192.168.77.{10 + i}" for i in (1, 3, 4, 6, 8)]
+    counts = Counter(a for p in plans.values() for a in p["hosts_addresses"])
+    assert counts == dict.fromkeys(outside, 2)
+    assert all(not _plan(8, me)["hosts_addresses"] for me in ("node1", "node4"))  # no --limit: nothing extra
+    assert _plan(8, "node3", play=play)["hosts_addresses"] == []  # not in the play
