@@ -461,24 +461,16 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
                 continue
             target = f"{c.get('name')} {c.get('address')}:{c.get('port')}"
             src = pr_src(f)
-            if c.get("kind") == "master":
-                yield finding(
-                    "probe.master-port-unreachable",
-                    name,
-                    f"TCP connect to the master {target} failed",
-                    f"connect from {src} to {target}: {c.get('error')}",
-                    cidr=ctx.cidr,
-                    target=c.get("name"),
-                )
-            else:
-                yield finding(
-                    "probe.peer-unreachable",
-                    name,
-                    f"TCP connect to peer {target} (probe port) failed",
-                    f"connect from {src} to {target}: {c.get('error')}",
-                    cidr=ctx.cidr,
-                    target=c.get("name"),
-                )
+            to_master = c.get("kind") == "master"
+            yield finding(
+                "probe.master-port-unreachable" if to_master else "probe.peer-unreachable",
+                name,
+                f"TCP connect to the master {target} failed" if to_master
+                else f"TCP connect to peer {target} (probe port) failed",
+                f"connect from {src} to {target}: {c.get('error')}",
+                cidr=ctx.cidr,
+                target=c.get("name"),
+            )
         listener: Mapping[str, Any] = f.get("probe") or {}
         if listener.get("error"):
             yield finding(
