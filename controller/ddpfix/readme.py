@@ -2,7 +2,7 @@
 table (from the rule registry) and the lab's scenario list (from the lab's scenario registry, as `ddpfix lab up
 --help` prints it). A unit test fails when README.md differs; regenerate with
 
-    PYTHONPATH=controller python -m ddpfix.readme README.md
+    PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_readme_findings_table_is_the_registry() -> None:
     assert readme.current(text, "rules") is not None, "README.md has no <!-- rules:begin --> ... <!-- rules:end -->"
     assert readme.current(text, "rules") == rules.markdown(), (
         "README.md's findings table differs from the registry: regenerate it with "
-        "`PYTHONPATH=controller python -m ddpfix.readme README.md`")
+        "`PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md`")
 
 
 def test_readme_generated_sections_are_current() -> None:
@@ -112,7 +112,7 @@ def test_readme_generated_sections_are_current() -> None:
 
     text = (ROOT / "README.md").read_text()
     assert readme.sync(text) == text, (
-        "a generated README section is stale: `PYTHONPATH=controller python -m ddpfix.readme README.md`")
+        "a generated README section is stale: `PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md`")
     assert "fabric-memlock-low" in (readme.current(text, "lab-scenarios") or "")
 
 
