@@ -443,7 +443,7 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
             log(f"  {'warm-up' if warm else f'pair {i + 1}'}: audit {a['wall_s']:.2f} s (ok={a.get('ok')}, "
                 f"{','.join(a.get('finding_ids') or [])}), baseline {b['wall_s']:.2f} s (ok={b.get('ok')}), "
                 f"raw ssh {c['wall_s']:.2f} s (ok={c.get('ok')}), ratio {a['wall_s'] / b['wall_s']:.2f}")
-        out["fixed"] = fixed_costs(info.inventory, r)
+        out["fixed"] = fixed_costs(r)
         log(f"  fixed costs in the CLI process: {out['fixed']}")
         if n == args.forks_check_n and args.forks_check_runs:
             out["forks_check"] = forks_check(r, n, args.forks_check_forks, args.forks_check_runs)
@@ -469,13 +469,12 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
     return out
 
 
-def fixed_costs(inv: Path, r: Runner, runs: int = 5) -> dict[str, Any]:
-    """Medians over `runs` fresh processes of benchmarks/_fixed.py: the CLI's import, and Ansible's initialisation
-    plus the in-process inventory read."""
+def fixed_costs(r: Runner, runs: int = 5) -> dict[str, Any]:
+    """Medians over `runs` fresh processes of benchmarks/_fixed.py: the CLI's import (`ddpfix audit`'s)."""
     got: list[dict[str, float]] = []
     for _ in range(runs):
         state = Path(tempfile.mkdtemp(prefix="state-", dir=r.tmp))
-        p = subprocess.run([sys.executable, str(HERE / "_fixed.py"), str(inv)], env=r._env(state),
+        p = subprocess.run([sys.executable, str(HERE / "_fixed.py")], env=r._env(state),
                            capture_output=True, text=True, check=True)
         got.append(json.loads(p.stdout))
         shutil.rmtree(state, ignore_errors=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
+from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import (
     Context,
@@ -19,13 +21,20 @@ from ddpfix.checks import (
     unread_of,
 )
 from ddpfix.findings import Finding, Severity
-from ddpfix.inventory import GROUP, Cluster
+from ddpfix.inventory import GROUP, Cluster, cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document
-from ddpfix.runner import RunResult, TaskResult, run_playbook
+from ddpfix.runner import (
+    MAX_DEFAULT_FORKS,
+    RunResult,
+    TaskResult,
+    discard_run_dir,
+    last_run_dir,
+    run_playbook,
+)
 
 #: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
 FACTS_MODULE = "ddpfix_node_facts"
@@ -46,31 +55,37 @@ class AuditResult:
     run: RunResult
 
 
-def audit_extravars(cluster: Cluster, probe: bool, probe_peers: int, probe_timeout: float, forks: int | None = None,
-                    probe_port: int | None = None) -> dict[str, object]:
+def audit_extravars(cluster: Cluster | None, probe: bool, probe_peers: int, probe_timeout: float,
+                    forks: int | None = None, probe_port: int | None = None) -> dict[str, object]:
     """The audit play's variables. `forks`: Ansible's forks for the run (None: every node at once); below the
-    number of nodes the probers run detached and a second task collects them."""
-    port = probe_port or random.Random().randint(*PROBE_PORTS)
-    return {
+    number of nodes the probers run detached and a second task collects them. `cluster` None: the play derives the
+    cluster from the inventory itself (its first task, ddpfix_cluster), and the CLI reads it from that task."""
+    out: dict[str, object] = {
         "ddpfix_target": GROUP,
-        "ddpfix_facts_master": cluster.master,
-        "ddpfix_facts_master_port": cluster.master_port,
-        "ddpfix_facts_cluster_cidr": cluster.cluster_cidr or "",
-        "ddpfix_facts_env_path": cluster.env_path,
-        "ddpfix_facts_order": cluster.names,
-        "ddpfix_facts_addresses": {n.name: n.address for n in cluster.nodes},
-        "ddpfix_facts_probe_port": port if port != cluster.master_port else port + 1,
-        "ddpfix_facts_forks": forks or len(cluster.nodes),
+        # the probe plan (filter ddpfix_probe_plan) moves it off the master port when the two coincide
+        "ddpfix_facts_probe_port": probe_port or random.Random().randint(*PROBE_PORTS),
+        "ddpfix_facts_forks": forks or (len(cluster.nodes) if cluster is not None else MAX_DEFAULT_FORKS),
         "ddpfix_facts_probe": probe,
         "ddpfix_facts_probe_peers": probe_peers,
         "ddpfix_facts_probe_timeout": probe_timeout,
         "ddpfix_analyze": False,  # the CLI analyses the run itself (its options, progress and formats)
     }
+    if cluster is not None:  # what the play's first task (ddpfix_cluster) would derive: it is skipped
+        out["ddpfix_audit_cluster"] = {
+            "master": cluster.master,
+            "master_port": cluster.master_port,
+            "cluster_cidr": cluster.cluster_cidr or "",
+            "env_path": cluster.env_path,
+            "order": cluster.names,
+            "addresses": {n.name: n.address for n in cluster.nodes},
+        }
+    return out
 
 
 def collect(
-    cluster: Cluster,
+    cluster: Cluster | None,
     *,
+    inventories: Sequence[str] = (),
     limit: str | None = None,
     forks: int | None = None,
     verbosity: int = 0,
@@ -80,24 +95,37 @@ def collect(
     progress: Progress | None = None,
     thresholds: Thresholds | None = None,
 ) -> tuple[Context, RunResult]:
+    """Run the facts play and gather every node's facts. `cluster` None: the inventory `inventories` is read only
+    by ansible-playbook, whose first task (ddpfix_cluster, on the controller) derives and validates the cluster
+    before any node is contacted; the cluster is then taken from that task's result."""
     from ddpfix import ansiblecfg
     from ddpfix.runner import default_forks
 
-    nforks = default_forks(len(cluster.nodes), forks, ansiblecfg.user_forks(ansiblecfg.load(cluster.inventories)))
-    one_round = nforks >= len(cluster.nodes) or not probe
-    run = run_playbook(
-        "audit.yml",
-        cluster.inventories,
-        extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
-        limit=limit,
-        forks=forks,
-        # every node at once: the second round's tasks are left out of the play, not skipped per node
-        skip_tags=",".join(CLI_SKIP_TAGS + ((COLLECT_TAG,) if one_round else ())),
-        n_hosts=len(cluster.nodes),
-        verbosity=verbosity,
-        on_event=progress.on_event if progress else None,
-        name="audit",
-    )
+    sources = tuple(cluster.inventories) if cluster is not None else tuple(inventories)
+    n_hosts = len(cluster.nodes) if cluster is not None else MAX_DEFAULT_FORKS  # Ansible caps forks at the hosts
+    nforks = default_forks(n_hosts, forks, ansiblecfg.user_forks(ansiblecfg.load(sources)))
+    one_round = cluster is not None and (nforks >= len(cluster.nodes) or not probe)
+    try:
+        run = run_playbook(
+            "audit.yml",
+            sources,
+            extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
+            limit=limit,
+            forks=nforks,
+            # every node at once: the second round's tasks are left out of the play, not skipped per node (where the
+            # CLI does not know the number of nodes, the play's strategy leaves them out when no prober was detached)
+            skip_tags=",".join(CLI_SKIP_TAGS + ((COLLECT_TAG,) if one_round else ())),
+            n_hosts=n_hosts,
+            verbosity=verbosity,
+            on_event=progress.on_event if progress else None,
+            name="audit",
+        )
+    except DdpfixError as exc:
+        if cluster is None and exc.code in (ExitCode.RUN_FAILED, ExitCode.INVALID_INPUT):
+            _input_error_first(lambda: load_cluster(sources))  # the inventory's own error, as if the CLI read it
+        raise
+    if cluster is None:
+        cluster = _input_error_first(lambda: cluster_of_run(run, sources), run.run_dir)
     hosts: dict[str, HostFacts] = {}
     for node in cluster.nodes:
         hr = run.hosts.get(node.name)
@@ -121,6 +149,39 @@ def collect(
     # the whole inventory; nodes outside the limit are simply not in `hosts` (not read, not a finding).
     ctx = Context(cluster, hosts, thresholds or Thresholds())
     return ctx, run
+
+
+#: The audit play's first task: the cluster derived and validated from the inventory, on the controller.
+CLUSTER_ACTION = "ddpfix_cluster"
+
+
+def _input_error_first(read: Callable[[], Cluster], run_dir: Path | None = None) -> Cluster:
+    """`read()`; when it finds invalid input, the run stopped before any node was contacted: its run directory
+    (`run_dir`, else this command's newest) holds nothing to keep and goes, as if nothing had run."""
+    try:
+        return read()
+    except DdpfixError:
+        spent = run_dir or last_run_dir()
+        if spent is not None:
+            discard_run_dir(spent)
+        raise
+
+
+def cluster_of_run(run: RunResult, inventories: Sequence[str]) -> Cluster:
+    """The cluster the audit play's first task derived from the inventory (the one read of it, by ansible-playbook).
+    Its validation error is the CLI's (one line, its exit code). When the task did not run (the play matched no
+    host, or stopped before it), the inventory is read here, and its own error, if it has one, is raised."""
+    for hr in run.hosts.values():
+        task = hr.find(CLUSTER_ACTION, ran=True)
+        if task is None:
+            continue
+        if task.status == "failed":
+            raise DdpfixError(str(task.res.get("msg") or "invalid inventory"),
+                              ExitCode(int(task.res.get("ddpfix_exit_code") or ExitCode.INVALID_INPUT)))
+        data = task.res.get("inventory")
+        if isinstance(data, Mapping):
+            return cluster_from_inventory_data(data, inventories)
+    return load_cluster(inventories)
 
 
 #: What the facts module returns a node's facts as: `ansible_facts[FACTS_KEY]`.
@@ -300,6 +361,7 @@ def _window(task: TaskResult | None) -> tuple[float, float] | None:
     return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
 
 
-def run_audit(cluster: Cluster, **kwargs: object) -> AuditResult:
+def run_audit(cluster: Cluster | None, **kwargs: object) -> AuditResult:
+    """The audit: facts and probes, then the checks. `cluster` None: the play derives it (see `collect`)."""
     ctx, run = collect(cluster, **kwargs)  # type: ignore[arg-type]
-    return AuditResult(cluster, ctx, run_checks(ctx), run)
+    return AuditResult(ctx.cluster, ctx, run_checks(ctx), run)

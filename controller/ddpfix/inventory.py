@@ -444,6 +444,16 @@ def cluster_from_hostvars(
     `groups`: the group tree as `ansible-inventory --list` writes it (`{group: {"hosts": [...], "children": [...]}}`,
     the same host order as the CLI's), or the play's flat `groups` variable (`{group: [hosts]}`: Ansible's order,
     the same unless the cluster group has grandchild groups)."""
+    return cluster_from_inventory_data(inventory_data_from_hostvars(groups, hostvars), inventories)
+
+
+def inventory_data_from_hostvars(
+    groups: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What `cluster_from_inventory_data` reads, in `ansible-inventory --list`'s shape, from what a play sees: the
+    group tree and, of the cluster's hosts, only the `ddp_*` variables and `ansible_host` (plain, templated values).
+    The audit play hands this to the ddpfix CLI, which builds the same cluster from it without reading the inventory
+    a second time."""
     tree: dict[str, Any] = {
         str(g): (dict(v) if isinstance(v, Mapping) else {"hosts": [str(h) for h in v or []]}) for g, v in groups.items()
     }
@@ -455,7 +465,7 @@ def cluster_from_hostvars(
         data["_meta"]["hostvars"][h] = {
             str(k): plain(hv[k]) for k in list(hv) if str(k).startswith("ddp_") or k == "ansible_host"
         }
-    return cluster_from_inventory_data(data, inventories)
+    return data
 
 
 def plain(value: Any) -> Any:

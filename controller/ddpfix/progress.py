@@ -18,10 +18,12 @@ _STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "r
 class Progress:
     """Feeds on ansible-runner events; shows one row per host: state, current task, task count."""
 
-    def __init__(self, hosts: Sequence[str], title: str, enabled: bool | None = None) -> None:
+    def __init__(self, hosts: Sequence[str] | None, title: str, enabled: bool | None = None) -> None:
+        """`hosts` None: not known yet (the run derives them); a row is added for each host when it first starts."""
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.title = title
-        self.rows: dict[str, dict[str, Any]] = {h: {"state": "waiting", "task": "", "done": 0} for h in hosts}
+        self.open = hosts is None
+        self.rows: dict[str, dict[str, Any]] = {h: {"state": "waiting", "task": "", "done": 0} for h in hosts or ()}
         self._lock = threading.Lock()
         self._live: Live | None = None
 
@@ -42,9 +44,10 @@ class Progress:
         data = event.get("event_data") or {}
         host = data.get("host")
         kind = event.get("event", "")
-        if not host or host not in self.rows:
+        if not host or (host not in self.rows and not (self.open and kind == "runner_on_start")):
             return
         with self._lock:
+            self.rows.setdefault(host, {"state": "waiting", "task": "", "done": 0})
             row = self.rows[host]
             if kind == "runner_on_start":
                 row.update(state="running", task=data.get("task", ""))

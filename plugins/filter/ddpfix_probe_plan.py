@@ -32,7 +32,8 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     - `play_hosts`: the hosts of this play (ansible_play_hosts_all: --limit applies); `order`: the rank order (the
       ring follows it); `addresses`: {host: ansible_host} (a host missing there is dialled by its name).
     - targets: the master port on the master, and the probe `port` of the next `peers` hosts of the ring (among the
-      play's hosts), so each listener is dialled by `peers` others and the cost is (1 + peers) * N connections;
+      play's hosts), so each listener is dialled by `peers` others and the cost is (1 + peers) * N connections
+      (`port` + 1 when `port` is the master port);
     - expect_peers / expect_master: the inbound connects this node waits for;
     - expected: {name: address} of every other host whose name is a host name (address '' when not an IP): the node
       reports only names that resolve differently and routes that deviate;
@@ -41,6 +42,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
       it dials, so that the hosts block keeps the names the cluster already gives a node that was not read.
     """
     addresses = addresses or {}
+    port = int(port) if int(port) != int(master_port) else int(port) + 1  # the master's listener has the master port
     in_play = set(play_hosts or [])
     ring = [h for h in (order or []) if h in in_play] or list(play_hosts or [])
 

@@ -1,4 +1,4 @@
-"""Controller-side plugins (action ddpfix_analyze, filter ddpfix_cluster_vars) import the `ddpfix` Python package:
+"""Controller-side plugins (actions ddpfix_analyze and ddpfix_cluster) import the `ddpfix` Python package:
 installed in the Python that runs ansible-playbook (the CLI's wheel, an execution environment), or, in a checkout
 of this repository without an install, the package next to the collection (`<collection root>/controller`)."""
 

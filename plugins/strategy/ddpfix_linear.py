@@ -29,6 +29,8 @@ display = Display()
 #: files), known by what they include, whatever they are named.
 LOCK_ROLE = "ddpfix_run"
 LOCK_TASK_FILES = ("lock", "unlock")
+#: Tag of the facts role's second-round tasks (collect a detached prober): not iterated when no prober was detached.
+COLLECT_TAG = "ddpfix_facts_collect"
 
 
 def is_lock_include(task: Any) -> bool:
@@ -45,10 +47,19 @@ def stop_requested() -> bool:
     return bool(path) and os.path.exists(path)
 
 
+def detached_prober(facts: Any) -> bool:
+    """The node's facts name a detached prober (`ddpfix_node.probe.result_path`) that a second task must collect."""
+    node = facts.get("ddpfix_node") if isinstance(facts, dict) else None
+    probe = node.get("probe") if isinstance(node, dict) else None
+    return isinstance(probe, dict) and probe.get("result_path") is not None
+
+
 class StrategyModule(LinearStrategy):
     def _get_next_task_lockstep(self, hosts, iterator):  # type: ignore[override]
         while True:
             host_tasks = super()._get_next_task_lockstep(hosts, iterator)
+            if host_tasks and self._no_prober_to_collect(host_tasks):
+                continue  # every node ran at once: the collect tasks are not iterated per node (as --skip-tags)
             if not host_tasks or not stop_requested():
                 return host_tasks
             task = host_tasks[0][1]
@@ -58,3 +69,19 @@ class StrategyModule(LinearStrategy):
                 return host_tasks  # a role that started finishes; the lock is always released
             display.display(f"ddpfix: stop requested, not starting: {name}")
             # the iterator has already moved these hosts past the task: dropping it skips it
+
+    def _no_prober_to_collect(self, host_tasks: list[tuple[Any, Any]]) -> bool:
+        """A task of the facts role's second round (tag COLLECT_TAG) when no node of this step left a prober
+        detached (all ran at once: forks >= nodes). Its `when` would skip it on every node; dropping it spares a
+        worker per node. With a detached prober anywhere, the task runs and its `when` decides per node."""
+        tasks = [t for _, t in host_tasks if t.action not in ("meta", "ansible.builtin.meta")]
+        if not tasks or COLLECT_TAG not in (tasks[0].tags or []):
+            return False
+        for host, _ in host_tasks:
+            try:
+                facts = self._variable_manager._fact_cache.get(host.name)
+            except KeyError:
+                continue
+            if detached_prober(facts):
+                return False
+        return True

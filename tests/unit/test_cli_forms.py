@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from ddpfix.app import Application, ExitCode
-from ddpfix.cli import cli
+from ddpfix.cli import cli, load_commands
 from ddpfix.inventory import host_list_data, load_cluster, resolve_inventories, split_inventory_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,8 @@ def _readme_commands(text: str) -> list[str]:
 
 
 def _help_commands() -> list[str]:
-    texts = [cli.help or "", cli.commands["lab"].help or ""] + [c.help or "" for c in cli.commands.values()]
+    commands = load_commands()
+    texts = [cli.help or "", commands["lab"].help or ""] + [c.help or "" for c in commands.values()]
     out = []
     for t in texts:
         for line in t.splitlines():
@@ -59,6 +60,7 @@ def _help_commands() -> list[str]:
 
 
 def _option_takes_value(tokens: list[str], opt: str) -> bool:
+    load_commands()
     cmds: list[click.Command] = [cli]
     group: click.Command = cli
     for t in tokens:
@@ -152,6 +154,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Application]]:
             else:
                 yield c
 
+    load_commands()
     for c in leaves(cli):
         def fake(*_: Any, __name: str = c.name or "", **__: Any) -> None:
             calls.append((__name, click.get_current_context().find_object(Application)))
@@ -305,13 +308,11 @@ def test_internal_error_exits_3_with_one_line(tmp_path: Path, monkeypatch: pytes
 
 def test_internal_error_traceback_only_with_verbose(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import ddpfix.cli.audit as audit_cli
-    from ddpfix.inventory import cluster_from_inventory_data
 
     def broken(*_: Any, **__: Any) -> None:
         raise KeyError("hostvars")
 
-    monkeypatch.setattr(audit_cli, "cluster_of", lambda app: cluster_from_inventory_data(
-        {"ddp_nodes": {"hosts": ["n1"]}, "_meta": {"hostvars": {}}}))
+    monkeypatch.setattr(audit_cli, "inventory_of", lambda app: ("x.yml",))
     monkeypatch.setattr(audit_cli, "run_audit", broken)
     r = CliRunner().invoke(cli, ["audit", "-i", "x.yml"])
     assert r.exit_code == 3 and len(r.stderr.splitlines()) == 1, r.stderr
@@ -334,7 +335,7 @@ def test_run_checks_failure_is_run_failed(sim: Any, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(ddpfix.audit, "run_checks", bad_checks)
     monkeypatch.setattr(ddpfix.audit, "collect", lambda cluster, **_: (sim.context(), None))
-    monkeypatch.setattr(audit_cli, "cluster_of", lambda app: sim.cluster())
+    monkeypatch.setattr(audit_cli, "inventory_of", lambda app: ("x.yml",))
     r = CliRunner().invoke(cli, ["audit", "-i", "x.yml", "--format", "json"])
     assert r.exit_code == 3 and r.stdout == ""
     assert len(r.stderr.splitlines()) == 1, r.stderr

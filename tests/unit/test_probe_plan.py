@@ -80,3 +80,10 @@ def test_hosts_outside_the_play_are_reported_by_two_play_hosts_each() -> None:
     assert counts == dict.fromkeys(outside, 2)
     assert all(not _plan(8, me)["hosts_addresses"] for me in ("node1", "node4"))  # no --limit: nothing extra
     assert _plan(8, "node3", play=play)["hosts_addresses"] == []  # not in the play
+
+
+def test_probe_port_is_moved_off_the_master_port() -> None:
+    order = ["node1", "node2", "node3"]
+    plans = [pp.ddpfix_probe_plan(order, h, order, {}, "node1", 45678, 2, 45678) for h in order]
+    assert {p["port"] for p in plans} == {45679}
+    assert [t["port"] for t in plans[1]["targets"]] == [45678, 45679, 45679]

@@ -63,7 +63,7 @@ def _audit_on(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import ddpfix.cli.audit as audit_cli
 
     monkeypatch.setattr(ddpfix.audit, "collect", lambda cluster, **_: (sim.context(), None))
-    monkeypatch.setattr(audit_cli, "cluster_of", lambda app: sim.cluster())
+    monkeypatch.setattr(audit_cli, "inventory_of", lambda app: ("x.yml",))
 
 
 def test_audit_json_validates(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:

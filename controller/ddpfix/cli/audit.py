@@ -7,7 +7,7 @@ import click
 from ddpfix.app import Application, ExitCode
 from ddpfix.audit import audit_report, failing, run_audit
 from ddpfix.checks import Thresholds
-from ddpfix.cli.common import cluster_of, emit, global_options, output_options, probe_options
+from ddpfix.cli.common import emit, global_options, inventory_of, output_options, probe_options
 from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
 
@@ -29,10 +29,10 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     Read-only: the only thing started on a node is a short-lived probe listener, stopped again.
     Exit 0: nothing at or above --fail-on; 1: findings; 2: invalid input; 3: the run failed.
     """
-    cluster = cluster_of(app)
-    with Progress(cluster.names, "ddpfix audit", enabled=None if fmt in ("text", "table") else False) as progress:
-        result = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, probe=probe,
-                           probe_peers=probe_peers, probe_timeout=probe_timeout, progress=progress,
+    inventories = inventory_of(app)  # read once, by the audit's ansible-playbook (its first task derives the cluster)
+    with Progress(None, "ddpfix audit", enabled=None if fmt in ("text", "table") else False) as progress:
+        result = run_audit(None, inventories=inventories, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
+                           probe=probe, probe_peers=probe_peers, probe_timeout=probe_timeout, progress=progress,
                            thresholds=Thresholds(max_skew_s=max_skew))
     ctx = result.context
     doc, findings = audit_report(ctx, result.findings, probe=probe, skip=skip)

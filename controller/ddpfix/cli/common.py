@@ -85,14 +85,29 @@ def probe_options(f: F) -> F:
 
 def cluster_of(app: Application) -> Cluster:
     """The inventory's cluster, under the per-inventory controller lock (held until the command ends)."""
+    cluster = load_cluster(app.require_inventory())
+    _hold_controller_lock(cluster.inventories)
+    return cluster
+
+
+def inventory_of(app: Application) -> tuple[str, ...]:
+    """The inventory's paths, checked to exist, under the per-inventory controller lock, without reading them (the
+    audit's ansible-playbook reads the inventory, once, and the cluster comes from its first task)."""
+    from ddpfix.runner import check_inventory_paths
+
+    inventories = app.require_inventory()
+    check_inventory_paths(inventories)
+    _hold_controller_lock(inventories)
+    return inventories
+
+
+def _hold_controller_lock(inventories: tuple[str, ...]) -> None:
     from ddpfix.lock import controller_lock
 
-    cluster = load_cluster(app.require_inventory())
-    lock = controller_lock(cluster.inventories)
+    lock = controller_lock(inventories)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.call_on_close(lock.release)
-    return cluster
 
 
 def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | None = None) -> None:

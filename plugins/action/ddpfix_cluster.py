@@ -1,0 +1,46 @@
+"""Action plugin ddpfix.cluster.ddpfix_cluster: the cluster as ddpfix derives it from the inventory the play sees
+(master, port, rank order, addresses, cluster network, env file path), validated by the `ddpfix` package's own
+inventory code, on the controller, before any node is contacted. Documentation: plugins/modules/ddpfix_cluster.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
+    ddpfix,
+    inventory_tree,
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True  # reads the inventory only
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        self.validate_argument_spec(argument_spec={})
+        inventory = ddpfix("ddpfix.inventory")
+        hostvars = task_vars.get("hostvars") or {}
+        try:
+            data = inventory.inventory_data_from_hostvars(inventory_tree(hostvars, task_vars.get("groups") or {}),
+                                                          hostvars)
+            cluster = inventory.cluster_from_inventory_data(data)
+        except ddpfix("ddpfix.app").DdpfixError as exc:  # bad input: one line, its exit code, no node contacted
+            result.update(failed=True, msg=str(exc), ddpfix_exit_code=int(exc.code))
+            return result
+        result.update(
+            changed=False,
+            master=cluster.master,
+            master_port=cluster.master_port,
+            cluster_cidr=cluster.cluster_cidr or "",
+            env_path=cluster.env_path,
+            order=cluster.names,
+            addresses={n.name: n.address for n in cluster.nodes},
+            inventory=data,
+        )
+        return result

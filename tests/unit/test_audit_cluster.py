@@ -1,0 +1,125 @@
+"""The audit reads the inventory once, in ansible-playbook: its first task (action ddpfix_cluster) derives and
+validates the cluster, and the CLI builds its own view from that task's result (`ddpfix.audit.cluster_of_run`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ddpfix.audit as audit
+from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.inventory import cluster_from_hostvars, cluster_from_inventory_data, inventory_data_from_hostvars
+from ddpfix.progress import Progress
+from ddpfix.runner import HostResult, RunResult, TaskResult
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUPS = {"ddp_nodes": {"hosts": ["n1", "n2", "n3"]}, "all": {"children": ["ddp_nodes"]}}
+HOSTVARS: dict[str, dict[str, Any]] = {
+    "n1": {"ansible_host": "10.0.0.1", "ddp_master": "n2", "ddp_master_port": 29600, "ansible_user": "x"},
+    "n2": {"ansible_host": "10.0.0.2", "ddp_master": "n2", "ddp_master_port": 29600, "ddp_cluster_cidr": "10.0.0.0/24"},
+    "n3": {"ansible_host": "10.0.0.3", "ddp_master": "n2", "ddp_master_port": 29600},
+}
+
+
+def _run(*tasks: TaskResult, host: str = "n1") -> RunResult:
+    return RunResult(status="successful", rc=0, stats={}, hosts={host: HostResult(name=host, tasks=list(tasks))},
+                     run_dir=Path("/nonexistent"), seconds=0.0)
+
+
+def _cluster_task(status: str, res: dict[str, Any]) -> TaskResult:
+    return TaskResult("Cluster view", status, res, action="ddpfix.cluster.ddpfix_cluster")
+
+
+def test_the_play_hands_the_cli_the_same_cluster() -> None:
+    data = inventory_data_from_hostvars(GROUPS, HOSTVARS)
+    assert data["_meta"]["hostvars"]["n1"] == {"ansible_host": "10.0.0.1", "ddp_master": "n2", "ddp_master_port": 29600}
+    got = audit.cluster_of_run(_run(_cluster_task("ok", {"inventory": data})), ["inv.yml"])
+    want = cluster_from_hostvars(GROUPS, HOSTVARS, ["inv.yml"])
+    assert got == want and got.master == "n2" and got.names[0] == "n2" and got.inventories == ("inv.yml",)
+
+
+def test_invalid_input_found_in_the_play_is_the_cli_error_with_its_exit_code() -> None:
+    bad = {**HOSTVARS, "n1": {**HOSTVARS["n1"], "ddp_master": "nX"}}
+    with pytest.raises(DdpfixError) as want:
+        cluster_from_inventory_data(inventory_data_from_hostvars(GROUPS, dict.fromkeys(bad, bad["n1"])))
+    res = {"failed": True, "msg": str(want.value), "ddpfix_exit_code": int(want.value.code)}
+    with pytest.raises(DdpfixError) as got:
+        audit.cluster_of_run(_run(_cluster_task("failed", res)), ["inv.yml"])
+    assert str(got.value) == str(want.value) and got.value.code == ExitCode.INVALID_INPUT
+
+
+def test_without_the_task_the_inventory_is_read_by_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[tuple[str, ...]] = []
+
+    def load(inventories: Any) -> Any:
+        read.append(tuple(inventories))
+        raise DdpfixError("cannot read inventory inv.yml: broken")
+
+    monkeypatch.setattr(audit, "load_cluster", load)
+    skipped = _cluster_task("skipped", {"skipped": True})
+    with pytest.raises(DdpfixError, match="cannot read inventory"):
+        audit.cluster_of_run(_run(skipped), ["inv.yml"])
+    assert read == [("inv.yml",)]
+
+
+def test_cluster_passed_by_the_cli_skips_the_play_task() -> None:
+    c = cluster_from_hostvars(GROUPS, HOSTVARS)
+    given = audit.audit_extravars(c, True, 2, 2.0, 8, probe_port=45000)["ddpfix_audit_cluster"]
+    assert given == {"master": "n2", "master_port": 29600, "cluster_cidr": "10.0.0.0/24", "env_path": c.env_path,
+                     "order": ["n2", "n1", "n3"], "addresses": {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}}
+    derived = audit.audit_extravars(None, True, 2, 2.0, None, probe_port=45000)
+    assert "ddpfix_audit_cluster" not in derived and derived["ddpfix_facts_forks"] == audit.MAX_DEFAULT_FORKS
+    playbook = (ROOT / "playbooks" / "audit.yml").read_text()
+    assert "when: ddpfix_audit_cluster is not defined" in playbook
+
+
+def _strategy() -> Any:
+    path = ROOT / "plugins" / "strategy" / "ddpfix_linear.py"
+    spec = importlib.util.spec_from_file_location("ddpfix_linear_under_test", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_strategy_collects_only_where_a_prober_was_detached() -> None:
+    s = _strategy()
+    assert s.COLLECT_TAG == audit.COLLECT_TAG
+    assert s.detached_prober({"ddpfix_node": {"probe": {"result_path": "/run/x", "pid": 3}}})
+    for facts in ({}, None, {"ddpfix_node": {"probe": {"connects": []}}}, {"ddpfix_node": {"probe": None}},
+                  {"ddpfix_node": "x"}):
+        assert not s.detached_prober(facts)
+
+
+def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:
+    p = Progress(None, "t", enabled=True)
+    p.on_event({"event": "runner_on_ok", "event_data": {"host": "n1", "res": {}}})
+    assert p.rows == {}
+    p.on_event({"event": "runner_on_start", "event_data": {"host": "n1", "task": "facts"}})
+    p.on_event({"event": "runner_on_ok", "event_data": {"host": "n1", "res": {}}})
+    assert p.rows == {"n1": {"state": "ok", "task": "facts", "done": 1}}
+    known = Progress(["n1"], "t", enabled=True)
+    known.on_event({"event": "runner_on_start", "event_data": {"host": "localhost", "task": "analysis"}})
+    assert list(known.rows) == ["n1"]
+
+
+def test_closing_the_pty_of_an_exited_child_does_not_sleep() -> None:
+    import ptyprocess
+
+    from ddpfix.runner import _no_close_delay_after_exit
+
+    _no_close_delay_after_exit()
+    _no_close_delay_after_exit()  # once only
+    child = ptyprocess.PtyProcess.spawn(["true"])
+    while child.isalive():
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    child.close()
+    assert time.monotonic() - t0 < 0.05 and child.closed
+    alive = ptyprocess.PtyProcess.spawn(["sleep", "30"])
+    alive.close(force=True)  # a live child is still terminated
+    assert not alive.isalive()
