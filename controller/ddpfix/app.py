@@ -7,8 +7,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-import click
-
 
 class ExitCode(enum.IntEnum):
     """Exit codes shared by every subcommand (documented in the README)."""
@@ -40,10 +38,14 @@ class Application:
     extra: dict[str, object] = field(default_factory=dict)
 
     def abort(self, text: str, code: ExitCode = ExitCode.INVALID_INPUT) -> NoReturn:
+        import click  # not at import: the collection's controller plugins import this module inside ansible-playbook
+
         click.echo(f"ddpfix: error: {text}", err=True)
         sys.exit(int(code))
 
     def info(self, text: str) -> None:
+        import click
+
         click.echo(text, err=True)
 
     def require_inventory(self) -> tuple[str, ...]:
