@@ -94,6 +94,7 @@ def collect(
     probe_timeout: float = 2.0,
     progress: Progress | None = None,
     thresholds: Thresholds | None = None,
+    preload: Sequence[str] = (),
 ) -> tuple[Context, RunResult]:
     """Run the facts play and gather every node's facts. `cluster` None: the inventory `inventories` is read only
     by ansible-playbook, whose first task (ddpfix_cluster, on the controller) derives and validates the cluster
@@ -119,6 +120,7 @@ def collect(
             verbosity=verbosity,
             on_event=progress.on_event if progress else None,
             name="audit",
+            preload=preload,
         )
     except DdpfixError as exc:
         if cluster is None and exc.code in (ExitCode.RUN_FAILED, ExitCode.INVALID_INPUT):

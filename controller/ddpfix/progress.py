@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.live import Live
+    from rich.table import Table
 
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "running": "cyan",
           "waiting": "dim"}
@@ -28,7 +28,10 @@ class Progress:
         self._live: Live | None = None
 
     def __enter__(self) -> Progress:
-        if self.enabled:
+        if self.enabled:  # rich only when there is a terminal to draw on
+            from rich.console import Console
+            from rich.live import Live
+
             self._live = Live(self._table(), console=Console(stderr=True), refresh_per_second=8, transient=True)
             self._live.__enter__()
         return self
@@ -62,6 +65,8 @@ class Progress:
             self._live.update(self._table())
 
     def _table(self) -> Table:
+        from rich.table import Table
+
         t = Table(title=self.title, title_justify="left", show_edge=False, pad_edge=False)
         t.add_column("host")
         t.add_column("state")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from ddpfix import __version__
 from ddpfix.findings import Finding, Severity
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SCHEMA = "ddpfix.report/v1"
 _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -69,6 +69,8 @@ def to_json(doc: Mapping[str, Any]) -> str:
 
 
 def render_table(doc: Mapping[str, Any], console: Console) -> None:
+    from rich.table import Table  # rich only for this format (the CLI preloads it while Ansible runs)
+
     findings = doc["findings"]
     if findings:
         t = Table(show_lines=True, title=f"ddpfix {doc['command']}: findings", title_justify="left")

@@ -27,6 +27,9 @@ from ddpfix.lock import holder_info
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
+#: An inventory source Ansible cannot parse is an error, never a warning with fewer hosts (the audit's ansible-playbook
+#: is the one reader of the inventory: it must fail where the CLI's own read would).
+STRICT_INVENTORY = {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
 #: Run directories kept under the state dir (older ones are removed when a new run starts).
 KEEP_RUNS = int(os.environ.get("DDPFIX_KEEP_RUNS", "30"))
 
@@ -348,10 +351,12 @@ def run_playbook(
     on_event: EventCallback | None = None,
     name: str | None = None,
     interruptible: bool = False,
+    preload: Sequence[str] = (),
 ) -> RunResult:
     """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure, on a node lock
     held by another run (LOCKED) and, unless `interruptible` (the caller reports what changed), on Ctrl-C or
-    SIGTERM (INTERRUPTED)."""
+    SIGTERM (INTERRUPTED). `preload`: modules the caller needs after the run, imported in a background thread
+    while ansible-playbook starts (this process only waits then), off the path of the user's wait."""
     import ansible_runner  # slow import: only when a run happens
 
     _no_close_delay_after_exit()
@@ -420,8 +425,10 @@ def run_playbook(
                 tags=tags,
                 skip_tags=skip_tags,
                 verbosity=verbosity if verbosity >= 3 else None,
-                envvars={**ansible_env(run_dir, nforks, inventories, cfg), "DDPFIX_STOP_FILE": str(stop_file)},
+                envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
+                         "DDPFIX_STOP_FILE": str(stop_file)},
                 event_handler=handler,
+                status_handler=_preloader(preload),
                 cancel_callback=interrupt.cancel,
                 quiet=True,
                 json_mode=False,
@@ -457,6 +464,25 @@ def run_playbook(
             raise DdpfixError(f"--limit {limit!r} matches no host of the inventory", ExitCode.INVALID_INPUT)
         raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     return RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds)
+
+
+def _preloader(modules: Sequence[str]) -> Callable[..., None] | None:
+    """An ansible-runner status handler that imports `modules` in a daemon thread once the run is starting."""
+    if not modules:
+        return None
+
+    def load() -> None:
+        import importlib
+
+        for name in modules:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+
+    def on_status(data: Mapping[str, Any], **_: Any) -> None:
+        if data.get("status") == "running":
+            threading.Thread(target=load, name="ddpfix-preload", daemon=True).start()
+
+    return on_status
 
 
 def _no_close_delay_after_exit() -> None:
@@ -530,8 +556,7 @@ def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
     process from another config file (its settings are read once per process)."""
     check_inventory_paths(inventories)
     run_dir = new_run_dir("inventory")
-    env = {**ansible_env(run_dir, 1, inventories), "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
-           "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
+    env = {**ansible_env(run_dir, 1, inventories), **STRICT_INVENTORY}
     try:
         data = _inventory_in_process(inventories, env)
         if data is None:

@@ -149,6 +149,21 @@ def test_cli_bad_inventory_exit_2_one_line(tmp_path: Path, monkeypatch: pytest.M
     assert len(lines) == 1 and message in lines[0], r.output
 
 
+def test_cli_one_unparseable_source_of_two_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ansible would warn and go on with the hosts of the other source; the audit (ansible-playbook is its one reader
+    of the inventory) stops with the inventory's error, as the CLI's own read does, and leaves no run behind."""
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    good, bad = tmp_path / "good.yml", tmp_path / "bad.yml"
+    good.write_text("ddp_nodes:\n  hosts: {a: {ansible_host: 192.0.2.1}}\n")
+    bad.write_text("ddp_nodes: [unclosed\n")
+    r = CliRunner().invoke(cli, ["-i", str(good), "-i", str(bad), "audit"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot read inventory" in lines[0], r.output
+    runs = tmp_path / "state" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 def test_cli_missing_inventory_and_bad_option(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["-i", str(tmp_path / "nope.yml"), "audit"])
     assert r.exit_code == 2 and "inventory not found" in r.output

@@ -7,7 +7,7 @@ import click
 from ddpfix.app import Application, ExitCode
 from ddpfix.audit import audit_report, failing, run_audit
 from ddpfix.checks import Thresholds
-from ddpfix.cli.common import emit, global_options, inventory_of, output_options, probe_options
+from ddpfix.cli.common import OUTPUT_MODULES, emit, global_options, inventory_of, output_options, probe_options
 from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
 
@@ -33,7 +33,7 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     with Progress(None, "ddpfix audit", enabled=None if fmt in ("text", "table") else False) as progress:
         result = run_audit(None, inventories=inventories, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
                            probe=probe, probe_peers=probe_peers, probe_timeout=probe_timeout, progress=progress,
-                           thresholds=Thresholds(max_skew_s=max_skew))
+                           thresholds=Thresholds(max_skew_s=max_skew), preload=OUTPUT_MODULES)
     ctx = result.context
     doc, findings = audit_report(ctx, result.findings, probe=probe, skip=skip)
     failing_ = failing(findings, fail_on)

@@ -9,12 +9,13 @@ from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.render import EXTENSIONS, FORMATS, RENDERERS, render_text
-from ddpfix.report import render_table, to_json
+
+#: What `emit` needs, not imported with the CLI: a run imports it while ansible-playbook starts (runner `preload`).
+OUTPUT_MODULES = ("rich.console", "rich.table")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +69,8 @@ def output_options(f: F) -> F:
 
 def render(doc: Mapping[str, Any], fmt: str, exit_line: str | None = None) -> str:
     if fmt == "json":
+        from ddpfix.report import to_json
+
         return to_json(doc)
     if fmt == "text":
         return render_text(doc, exit_line=exit_line)
@@ -125,6 +128,10 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | Non
         if fmt in ("html", "junit", "prometheus"):
             fmt = "text"
     if fmt == "table":
+        from rich.console import Console
+
+        from ddpfix.report import render_table
+
         render_table(doc, Console(soft_wrap=False))
         if exit_line:
             click.echo(exit_line)
