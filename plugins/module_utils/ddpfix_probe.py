@@ -166,7 +166,8 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             # reject, a timeout) comes from the path itself, and repeating it would only meet ICMP rate limits
             # the retry interval grows 25 ms, 50, 100, then 200 ms: a peer that starts a moment later is found at once
             pause = min(0.2, 0.025 * 2 ** (attempts - 1))
-            if r["ok"] or "ECONNREFUSED" not in (r["error"] or "") or time.time() + pause >= dial_until or stop.is_set():
+            if (r["ok"] or "ECONNREFUSED" not in (r["error"] or "") or time.time() + pause >= dial_until
+                    or stop.is_set()):
                 break
             stop.wait(pause)
         r.update(name=t.get("name"), address=t["address"], port=int(t["port"]), kind=t.get("kind", "peer"),
