@@ -76,6 +76,32 @@ def test_refused_until_the_deadline_is_reported_with_its_attempts() -> None:
     assert not c["ok"] and "ECONNREFUSED" in c["error"] and c["attempts"] >= 2
 
 
+def test_a_listener_that_comes_up_a_moment_later_is_found_at_once() -> None:
+    """Refused dials are retried after 25, 50, 100, then 200 ms: a peer 30 ms late is dialled within ~50 ms of it."""
+    late = _free_port()
+    up: list[float] = []
+
+    def start_late() -> None:
+        time.sleep(0.03)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", late))
+        s.listen(8)
+        up.append(time.time())
+        c, _ = s.accept()
+        c.close()
+        s.close()
+
+    th = threading.Thread(target=start_late)
+    th.start()
+    pid, fd = pr.fork_prober([], _args([{"name": "late", "address": "127.0.0.1", "port": late, "kind": "peer"}], {}))
+    result, _ = pr.wait_inline(pid, fd)
+    th.join()
+    (c,) = result["connects"]
+    assert c["ok"] and 2 <= c["attempts"] <= 5, c
+    assert c["last_try"] - up[0] < 0.15, (c, up)  # was up to 0.2 s with a fixed 200 ms interval
+
+
 def test_detached_prober_is_collected_and_stopped(tmp_path: Path) -> None:
     port = _free_port()
     socks, _, _ = pr.bind_listeners([("127.0.0.1", port, "peer", False)])
