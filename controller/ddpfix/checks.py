@@ -671,6 +671,41 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
         )
 
 
+@rules(
+    Rule(
+        "hosts.block-differs",
+        W,
+        "the managed /etc/hosts block is not the same on every node (a fix applied to only some of them)",
+        "Write the same block on every node: ddpfix remediate --apply without --limit ({nodes} differ).",
+        remedies=(HOSTS_BLOCK,),
+        reads=_HOSTS,
+        sound_on_partial=True,
+    ),
+)
+def check_hosts_block(ctx: Context) -> Iterable[Finding]:
+    """ddpfix's managed /etc/hosts block is identical on every read node, or absent on all (each node returns only
+    the block's SHA-256). A node whose /etc/hosts was not read, or which returned no valid digest (validated with the
+    other node values, plan.validate_facts), is left out."""
+    by_digest: dict[str | None, list[str]] = {}
+    for name, f in ctx.audited():
+        if "hosts_file" in ctx.unread(name) or "hosts_block_sha256" not in f:
+            continue
+        by_digest.setdefault(f.get("hosts_block_sha256"), []).append(name)
+    if len(by_digest) < 2:
+        return
+    groups = sorted(by_digest.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    common = groups[0][1]
+    others = sorted(n for _, names in groups[1:] for n in names)
+    yield finding(
+        "hosts.block-differs",
+        None,
+        f"the managed /etc/hosts block differs between nodes: {', '.join(others)} against {', '.join(common)}",
+        "; ".join(f"{', '.join(names)}: " + (f"block sha256 {d[:12]}" if d else "no managed block")
+                  for d, names in groups),
+        nodes=", ".join(others),
+    )
+
+
 # ---------------------------------------------------------------- time
 
 

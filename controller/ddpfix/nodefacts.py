@@ -170,6 +170,7 @@ class NodeFacts(TypedDict, total=False):
     hosts_file: list[HostsEntry]
     hosts_file_scope: Literal["relevant", "whole"]
     hosts_file_is_mountpoint: bool
+    hosts_block_sha256: str | None  # SHA-256 (hex) of ddpfix's managed block in /etc/hosts; None: no block
     sysctl: Sysctl
     listening: list[int]  # local TCP ports in LISTEN state
     time: TimeFacts

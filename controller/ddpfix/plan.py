@@ -41,6 +41,7 @@ class NodePlan:
 RESERVED_NAMES = ("localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
                   "localhost6.localdomain6")
 _MAC = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5,19}$")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # hosts_block_sha256
 _IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-")
 
 
@@ -64,7 +65,7 @@ def _valid_ip(s: object) -> bool:
 
 
 def validate_facts(node_facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Problems with the values a node returned that ddpfix would write elsewhere: [(fact, value, why)]."""
+    """Problems with the values a node returned that ddpfix would write elsewhere or show: [(fact, value, why)]."""
     out: list[tuple[str, str, str]] = []
     hn = node_facts.get("hostname")
     if hn is not None:
@@ -86,6 +87,9 @@ def validate_facts(node_facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     port = pr.get("port")
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
         out.append(("probe.port", str(port), "not a TCP port"))
+    digest = node_facts.get("hosts_block_sha256")
+    if digest is not None and not (isinstance(digest, str) and _SHA256_HEX.fullmatch(digest)):
+        out.append(("hosts_block_sha256", str(digest)[:80], "not a SHA-256 digest"))
     return out
 
 
@@ -103,6 +107,8 @@ def sanitize_facts(node_facts: Mapping[str, Any]) -> NodeFacts:
     if "cluster.ifname" in bad:
         c["ifname"] = None
     f["cluster"] = c
+    if "hosts_block_sha256" in bad:
+        f.pop("hosts_block_sha256")  # not compared: as if the node had not said
     if "probe.address" in bad or "probe.port" in bad:
         f["probe"] = {**(f.get("probe") or {}), "address": None, "port": None}
     # interfaces other than the cluster one are not written anywhere: an odd name or address there is dropped

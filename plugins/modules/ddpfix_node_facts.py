@@ -69,7 +69,8 @@ ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self,
       hosts_file (with a probe, only the lines naming the node or a name that resolved other than expected, or mapping
       an address it dials or one of I(probe.hosts_addresses), and C(hosts_file_scope) is relevant; else the whole
-      file), hosts_file_scope,
+      file), hosts_file_scope, hosts_block_sha256 (SHA-256 of ddpfix's managed block in /etc/hosts, null without
+      one, so that nodes compare blocks without returning them),
     sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
@@ -84,6 +85,7 @@ ansible_facts:
 """
 
 import errno
+import hashlib
 import json
 import os
 import socket
@@ -123,6 +125,13 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import
 )
 
 _T0 = time.monotonic()  # the module's start
+
+
+def block_digest(text):
+    """SHA-256 (hex) of ddpfix's managed block in `text`, None when it has none."""
+    if ownership(text) != "block":
+        return None
+    return hashlib.sha256(managed_text(text).encode()).hexdigest()
 
 
 def read(path, default=None):
@@ -427,6 +436,7 @@ def collect(p):
         "resolve_self": {hostname: resolve(hostname), fqdn: resolve(fqdn)},
         "hosts_file": hosts_entries,
         "hosts_file_scope": hosts_scope,
+        "hosts_block_sha256": block_digest(hosts_text) if hosts_text is not None else None,
         "hosts_file_is_mountpoint": os.path.ismount("/etc/hosts"),
         "sysctl": {
             "ip_local_port_range": [lo, hi],

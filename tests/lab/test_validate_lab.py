@@ -143,3 +143,26 @@ def test_hosts_fix_keeps_down_and_limited_out_nodes(temp_lab) -> None:
     # without --limit the run plans the same block (node3 still down): nothing left to change for the hosts fix
     code, doc = ddpfix_json(inv, "remediate", "--only", "hosts.peer-mismatch")
     assert not [c for c in doc["changes"] if "hosts" in c["task"].lower()], doc["changes"]
+
+
+def test_block_written_under_limit_is_reported_until_written_everywhere(temp_lab) -> None:
+    """remediate --limit writes the hosts block on the limited nodes only; the whole cluster's audit then reports
+    hosts.block-differs (what verify checks), and remediate --apply without --limit writes the same block
+    everywhere."""
+    info = temp_lab(nodes=3, scenario="hostname-loopback")  # node2 and node3 map their hostname to 127.0.1.1
+    inv = str(info.inventory)
+    code, out, err = ddpfix(inv, "--limit", "node3", "remediate", "--apply")
+    assert code in (0, 1) and "ddpfix: error" not in err, (code, out[-1500:], err[-1500:])
+    assert _block(info, "node3")
+    for node in ("node1", "node2"):
+        assert "# BEGIN ddpfix managed block" not in lab.node_exec(info.name, node, ["cat", "/etc/hosts"]).stdout
+    code, doc = ddpfix_json(inv, "audit")
+    (diff,) = [f for f in doc["findings"] if f["id"] == "hosts.block-differs"]
+    assert diff["host"] is None and "node3 against node1, node2" in diff["message"], diff
+    assert "node1, node2: no managed block" in diff["evidence"] and diff["fixable"], diff
+    code, out, err = ddpfix(inv, "remediate", "--apply")
+    assert code == 0 and "ddpfix: error" not in err, (code, out[-1500:], err[-1500:])
+    code, doc = ddpfix_json(inv, "audit")
+    assert not [f for f in doc["findings"] if f["id"].startswith("hosts.")], doc["findings"]
+    blocks = {node: _block(info, node) for node in ("node1", "node2", "node3")}
+    assert blocks["node1"] == blocks["node2"] == blocks["node3"] and len(blocks["node1"]) == 3, blocks

@@ -950,3 +950,54 @@ def test_memlock_of_a_launcher_unit_counts_too(sim: Sim) -> None:
         "trainer.service": {"soft": 8388608, "hard": 8388608, "source": "systemd unit trainer.service"}}
     f = [f for f in sim.findings() if f.id == "fabric.memlock-low"]
     assert [x.host for x in f] == ["node3"] and "systemd unit trainer.service: soft 8388608 (8 MiB)" in f[0].evidence
+
+
+# ---------------------------------------------------------------- the managed hosts block, node against node
+
+
+def _hosts_with_block(lines: list[str]) -> str:
+    return "127.0.0.1 localhost\n# BEGIN ddpfix managed block\n" + "".join(f"{ln}\n" for ln in lines) + \
+        "# END ddpfix managed block\n"
+
+
+def test_hosts_block_digest_is_the_nodes_own() -> None:
+    from ddpfix.local import node_facts_module
+
+    digest = node_facts_module().block_digest
+    a = _hosts_with_block(["192.168.77.11 node1", "192.168.77.12 node2"])
+    assert digest(a) == digest("10.9.9.9 other\n" + a) and len(digest(a)) == 64  # the block only
+    assert digest(a) != digest(_hosts_with_block(["192.168.77.11 node1"]))
+    assert digest("127.0.0.1 localhost\n") is None and digest("") is None
+
+
+def test_hosts_block_differs_after_a_fix_under_limit(sim: Sim) -> None:
+    """remediate --limit node3 wrote the block on node3 only: one cluster-wide warning naming node3, fixed by the
+    hosts block on every node; the same block everywhere, or none anywhere, is no finding."""
+    from ddpfix.local import node_facts_module
+
+    digest = node_facts_module().block_digest
+    block = digest(_hosts_with_block(["192.168.77.11 node1", "192.168.77.12 node2", "192.168.77.13 node3"]))
+    for n in ("node1", "node2", "node3"):
+        sim.node(n)["hosts_block_sha256"] = None
+    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+    sim.node("node3")["hosts_block_sha256"] = block
+    (f,) = [f for f in sim.findings() if f.id == "hosts.block-differs"]
+    assert f.host is None and f.severity == Severity.WARNING and "node3 against node1, node2" in f.message
+    assert f"node3: block sha256 {block[:12]}" in f.evidence and "node1, node2: no managed block" in f.evidence
+    assert "node3 differ" in f.fix and RULES[f.id].fixable
+    for n in ("node1", "node2"):
+        sim.node(n)["hosts_block_sha256"] = block
+    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+
+
+def test_hosts_block_of_a_node_not_read_or_invalid_is_left_out(sim: Sim) -> None:
+    sim.node("node1")["hosts_block_sha256"] = "a" * 64
+    sim.node("node2")["hosts_block_sha256"] = "a" * 64
+    sim.node("node3")["hosts_block_sha256"] = "<b>not a digest</b>"  # a node's value is validated, never echoed
+    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+    sim.node("node3")["hosts_block_sha256"] = None
+    sim.node("node3").setdefault("unread", []).append({"source": "hosts_file", "reason": "permission denied"})
+    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+    sim.set_unreachable("node2", "ssh: timeout")
+    sim.node("node3")["unread"] = []
+    assert "hosts.block-differs" in {f.id for f in sim.findings()}  # node1 has the block, node3 has none
