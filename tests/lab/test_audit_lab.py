@@ -250,6 +250,8 @@ def test_every_finding_id_has_a_lab_test() -> None:
     covered = {e[0] for e in EXPECTED} | {"host.unreachable"}  # test_unreachable_node_others_fully_audited
     covered |= {"facts.incomplete"}  # test_facts_lab.py: a non-root SSH user cannot read the firewall
     covered |= {"facts.invalid"}  # test_validate_lab.py: test_hostile_hostname_fact_reaches_no_node
+    # test_validate_lab.py: test_block_written_under_limit_is_reported_until_written_everywhere
+    covered |= {"hosts.block-differs"}
     from test_fabric_lab import LAB_COVERED  # the fabric.* ids: test_fabric_lab.py
 
     covered |= LAB_COVERED
