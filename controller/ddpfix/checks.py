@@ -1174,7 +1174,7 @@ def check_rp_filter(ctx: Context) -> Iterable[Finding]:
     Rule(
         "env.missing",
         INFO,
-        "no env file yet",
+        "no env file yet (or one that sets none of the keys ddpfix writes)",
         "Write it: ddpfix env -i INVENTORY --apply (or ddpfix remediate --apply).",
         remedies=(ENV,),
         reads=_ENV,
@@ -1192,12 +1192,22 @@ def check_env(ctx: Context) -> Iterable[Finding]:
     existing: dict[str, dict[str, str]] = {}
     for name, f in ctx.audited():
         ef: Mapping[str, Any] = f.get("env_file") or {}
+        keys_set: Mapping[str, str] = ef.get("values") or {}
         if not ef.get("exists"):
             yield finding(
                 "env.missing", name, f"{ef.get('path')} does not exist", f"stat {ef.get('path')}: no such file"
             )
+        elif ef.get("readable", True) and not set(keys_set) & set(ctx.plan[name].env):
+            # a file of the user's own (or another tool's) at that path: ddpfix's keys are missing, not inconsistent
+            yield finding(
+                "env.missing",
+                name,
+                f"{ef.get('path')} sets none of the keys ddpfix writes",
+                f"{ef.get('path')}: {len(keys_set)} other key(s) ({', '.join(sorted(keys_set)[:5]) or 'none'}), "
+                "kept when ddpfix adds its block",
+            )
         else:
-            existing[name] = ef.get("values") or {}
+            existing[name] = dict(keys_set)
     if not existing:
         return
     for key in CLUSTER_KEYS:
@@ -1213,7 +1223,7 @@ def check_env(ctx: Context) -> Iterable[Finding]:
     for n, v in existing.items():
         ranks.setdefault(v.get("NODE_RANK", ""), []).append(n)
     for r, ns in ranks.items():
-        if len(ns) > 1:
+        if len(ns) > 1 and r:  # an unset NODE_RANK is reported per node below, not as a duplicate
             yield finding(
                 "env.inconsistent",
                 None,

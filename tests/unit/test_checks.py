@@ -454,6 +454,14 @@ def _(sim: Sim) -> Expect:
     return "node2", ["stat /etc/ddpfix/ddp.env: no such file"]  # the clean cluster: nothing written yet
 
 
+@case("env.missing", "file-of-the-user-without-our-keys")
+def _(sim: Sim) -> Expect:
+    for n in sim.docs:  # a file the user (or another tool) put there: ddpfix's keys are missing, nothing disagrees
+        sim.set_env_file(n, "MY_KEY=keepme\n")
+    assert {f.id for f in sim.findings()} == {"env.missing"}
+    return "node2", ["/etc/ddpfix/ddp.env: 1 other key(s) (MY_KEY)"]
+
+
 @case("env.inconsistent", "duplicate-rank")
 def _(sim: Sim) -> Expect:
     sim.write_planned_env_files(node3={"NODE_RANK": "1", "RANK": "1"})

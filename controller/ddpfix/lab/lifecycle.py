@@ -213,12 +213,31 @@ def _keygen(path: Path, comment: str) -> None:
     _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
 
 
+def drop_ddpfix_state(etc: Path) -> list[Path]:
+    """Remove from a copy of the host's /etc what ddpfix may have written on the host itself (its env file and
+    directory, firewall includes, limits, link files: every name with "ddpfix" in it), so that a lab node starts as
+    a host ddpfix never touched, whatever was done to the machine that runs the lab. Returns what it removed."""
+    gone: list[Path] = []
+    for root, dirs, files in os.walk(etc):
+        for name in [*dirs, *files]:
+            if "ddpfix" in name.lower():
+                p = Path(root, name)
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                gone.append(p)
+        dirs[:] = [x for x in dirs if "ddpfix" not in x.lower()]
+    return gone
+
+
 def _prepare_node_files(rt: Runtime, n: NodePlan) -> None:
     plan = rt.plan
     d = rt.node_dir(n)
     d.mkdir(parents=True)
     _run(["cp", "-a", "/etc", str(d / "etc")])
     etc = d / "etc"
+    drop_ddpfix_state(etc)
     for sub, mode in (
         ("run", 0o755),
         ("run/sshd", 0o755),
