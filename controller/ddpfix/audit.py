@@ -38,8 +38,6 @@ from ddpfix.runner import (
 
 #: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
 FACTS_MODULE = "ddpfix_node_facts"
-#: Tag of the second round's tasks (collect detached probers), left out when every node runs at once.
-COLLECT_TAG = "ddpfix_facts_collect"
 #: Tasks the CLI leaves out (it has their information from its own events): the play's run marker and the facts'
 #: controller clock window, which the standalone analysis (action plugin) needs.
 CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark")
@@ -71,14 +69,7 @@ def audit_extravars(cluster: Cluster | None, probe: bool, probe_peers: int, prob
         "ddpfix_analyze": False,  # the CLI analyses the run itself (its options, progress and formats)
     }
     if cluster is not None:  # what the play's first task (ddpfix_cluster) would derive: it is skipped
-        out["ddpfix_audit_cluster"] = {
-            "master": cluster.master,
-            "master_port": cluster.master_port,
-            "cluster_cidr": cluster.cluster_cidr or "",
-            "env_path": cluster.env_path,
-            "order": cluster.names,
-            "addresses": {n.name: n.address for n in cluster.nodes},
-        }
+        out["ddpfix_audit_cluster"] = cluster.play_view()
     return out
 
 
@@ -105,7 +96,6 @@ def collect(
     sources = tuple(cluster.inventories) if cluster is not None else tuple(inventories)
     n_hosts = len(cluster.nodes) if cluster is not None else MAX_DEFAULT_FORKS  # Ansible caps forks at the hosts
     nforks = default_forks(n_hosts, forks, ansiblecfg.user_forks(ansiblecfg.load(sources)))
-    one_round = cluster is not None and (nforks >= len(cluster.nodes) or not probe)
     try:
         run = run_playbook(
             "audit.yml",
@@ -113,9 +103,9 @@ def collect(
             extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
             limit=limit,
             forks=nforks,
-            # every node at once: the second round's tasks are left out of the play, not skipped per node (where the
-            # CLI does not know the number of nodes, the play's strategy leaves them out when no prober was detached)
-            skip_tags=",".join(CLI_SKIP_TAGS + ((COLLECT_TAG,) if one_round else ())),
+            # (the second round's tasks, collecting detached probers, are left out by the play's strategy when no
+            # prober was detached: every node ran at once)
+            skip_tags=",".join(CLI_SKIP_TAGS),
             n_hosts=n_hosts,
             verbosity=verbosity,
             on_event=progress.on_event if progress else None,

@@ -74,6 +74,18 @@ class Cluster:
     def world_size(self) -> int:
         return len(self.nodes) * self.nproc_per_node
 
+    def play_view(self) -> dict[str, Any]:
+        """What the audit play needs of the cluster (the result of its first task, ddpfix_cluster, which the CLI
+        passes as `ddpfix_audit_cluster` when it has read the inventory itself)."""
+        return {
+            "master": self.master,
+            "master_port": self.master_port,
+            "cluster_cidr": self.cluster_cidr or "",
+            "env_path": self.env_path,
+            "order": self.names,
+            "addresses": {n.name: n.address for n in self.nodes},
+        }
+
 
 def _bad(msg: str) -> DdpfixError:
     return DdpfixError(msg, ExitCode.INVALID_INPUT)

@@ -33,14 +33,5 @@ class ActionModule(ActionBase):
         except ddpfix("ddpfix.app").DdpfixError as exc:  # bad input: one line, its exit code, no node contacted
             result.update(failed=True, msg=str(exc), ddpfix_exit_code=int(exc.code))
             return result
-        result.update(
-            changed=False,
-            master=cluster.master,
-            master_port=cluster.master_port,
-            cluster_cidr=cluster.cluster_cidr or "",
-            env_path=cluster.env_path,
-            order=cluster.names,
-            addresses={n.name: n.address for n in cluster.nodes},
-            inventory=data,
-        )
+        result.update(changed=False, inventory=data, **cluster.play_view())
         return result

@@ -88,7 +88,8 @@ def _strategy() -> Any:
 
 def test_strategy_collects_only_where_a_prober_was_detached() -> None:
     s = _strategy()
-    assert s.COLLECT_TAG == audit.COLLECT_TAG
+    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text()
+    assert f"tags: [probe, {s.COLLECT_TAG}]" in role
     assert s.detached_prober({"ddpfix_node": {"probe": {"result_path": "/run/x", "pid": 3}}})
     for facts in ({}, None, {"ddpfix_node": {"probe": {"connects": []}}}, {"ddpfix_node": {"probe": None}},
                   {"ddpfix_node": "x"}):

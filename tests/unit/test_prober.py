@@ -46,43 +46,13 @@ def test_inline_prober_dials_itself_and_counts_inbound() -> None:
     assert c["ok"] and c["attempts"] == 1 and result["up_at"] <= c["last_try"] <= result["down_at"]
 
 
-def test_refused_dials_are_retried_until_the_late_listener_is_up() -> None:
-    late = _free_port()
-
-    def start_late() -> None:
-        time.sleep(0.8)
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", late))
-        s.listen(8)
-        c, _ = s.accept()
-        c.close()
-        s.close()
-
-    th = threading.Thread(target=start_late)
-    th.start()
-    pid, fd = pr.fork_prober([], _args([{"name": "late", "address": "127.0.0.1", "port": late, "kind": "peer"}], {}))
-    result, _ = pr.wait_inline(pid, fd)
-    th.join()
-    (c,) = result["connects"]
-    assert c["ok"] and c["attempts"] > 1, c
-
-
-def test_refused_until_the_deadline_is_reported_with_its_attempts() -> None:
-    pid, fd = pr.fork_prober([], _args([{"name": "x", "address": "127.0.0.1", "port": _free_port(), "kind": "peer"}],
-                                       {}, wait=0.6, hold=1.0))
-    result, _ = pr.wait_inline(pid, fd)
-    (c,) = result["connects"]
-    assert not c["ok"] and "ECONNREFUSED" in c["error"] and c["attempts"] >= 2
-
-
-def test_a_listener_that_comes_up_a_moment_later_is_found_at_once() -> None:
-    """Refused dials are retried after 25, 50, 100, then 200 ms: a peer 30 ms late is dialled within ~50 ms of it."""
+def _dial_late_listener(delay: float) -> tuple[dict[str, Any], float]:
+    """A prober dialling a port whose listener comes up `delay` s later: its connect result, and when it was up."""
     late = _free_port()
     up: list[float] = []
 
     def start_late() -> None:
-        time.sleep(0.03)
+        time.sleep(delay)
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", late))
@@ -98,8 +68,27 @@ def test_a_listener_that_comes_up_a_moment_later_is_found_at_once() -> None:
     result, _ = pr.wait_inline(pid, fd)
     th.join()
     (c,) = result["connects"]
+    return c, up[0]
+
+
+def test_refused_dials_are_retried_until_the_late_listener_is_up() -> None:
+    c, _ = _dial_late_listener(0.8)
+    assert c["ok"] and c["attempts"] > 1, c
+
+
+def test_refused_until_the_deadline_is_reported_with_its_attempts() -> None:
+    pid, fd = pr.fork_prober([], _args([{"name": "x", "address": "127.0.0.1", "port": _free_port(), "kind": "peer"}],
+                                       {}, wait=0.6, hold=1.0))
+    result, _ = pr.wait_inline(pid, fd)
+    (c,) = result["connects"]
+    assert not c["ok"] and "ECONNREFUSED" in c["error"] and c["attempts"] >= 2
+
+
+def test_a_listener_that_comes_up_a_moment_later_is_found_at_once() -> None:
+    """Refused dials are retried after 25, 50, 100, then 200 ms: a peer 30 ms late is dialled within ~50 ms of it."""
+    c, up = _dial_late_listener(0.03)
     assert c["ok"] and 2 <= c["attempts"] <= 5, c
-    assert c["last_try"] - up[0] < 0.15, (c, up)  # was up to 0.2 s with a fixed 200 ms interval
+    assert c["last_try"] - up < 0.15, (c, up)  # was up to 0.2 s with a fixed 200 ms interval
 
 
 def test_detached_prober_is_collected_and_stopped(tmp_path: Path) -> None:
