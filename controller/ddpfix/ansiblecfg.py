@@ -146,6 +146,27 @@ def load(inventories: Sequence[str] = (), environ: Mapping[str, str] | None = No
     return read_config(find_config(inventories, environ))
 
 
+def user_inventory(environ: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None
+                   ) -> tuple[str, tuple[str, ...]]:
+    """The inventory the user's `ansible-playbook` would read when given no -i: ANSIBLE_INVENTORY, else `inventory`
+    in [defaults] of the config file it would read (relative paths from that file's directory, as Ansible
+    resolves a path list from a file). Returns (where it was set, the paths); ((""), ()) when neither sets one
+    (Ansible's built-in /etc/ansible/hosts is not used: ddpfix audits only an inventory the user named)."""
+    env = os.environ if environ is None else environ
+    here = Path(cwd or os.getcwd())
+    raw = env.get("ANSIBLE_INVENTORY", "").strip()
+    if raw:
+        base, origin = here, "ANSIBLE_INVENTORY"
+    else:
+        path = find_config((), env, cwd)
+        raw = (read_config(path).parser.get("defaults", "inventory", raw=True, fallback="") or "").strip()
+        if not raw or path is None:
+            return "", ()
+        base, origin = path.parent, f"inventory in {path}"
+    paths = tuple(str(base / Path(p.strip()).expanduser()) for p in raw.split(",") if p.strip())
+    return origin, paths
+
+
 def extend_ssh_args(user: str | None, ours_control: str = CONTROL_PERSIST_ARGS,
                     ours_keepalive: str = KEEPALIVE_ARGS) -> str:
     """The user's ssh_args plus ddpfix's connection reuse and keepalive, each only when the user set none.

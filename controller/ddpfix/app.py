@@ -49,9 +49,18 @@ class Application:
         click.echo(text, err=True)
 
     def require_inventory(self) -> tuple[str, ...]:
-        """The inventory paths for Ansible; an ad-hoc host list (`-i host1,host2,`) becomes a YAML file."""
+        """The inventory paths for Ansible; an ad-hoc host list (`-i host1,host2,`) becomes a YAML file. With no
+        -i (nor DDPFIX_INVENTORY, nor --slurm): the inventory the user's Ansible would read (ANSIBLE_INVENTORY, or
+        `inventory` in ansible.cfg's [defaults])."""
         if not self.inventories and not self.slurm:
-            self.abort("no inventory given: pass -i/--inventory PATH (or set DDPFIX_INVENTORY), or --slurm")
+            from ddpfix.ansiblecfg import user_inventory
+
+            origin, found = user_inventory()
+            if not found:
+                self.abort("no inventory given: pass -i/--inventory PATH (or set DDPFIX_INVENTORY or "
+                           "ANSIBLE_INVENTORY, or inventory in ansible.cfg's [defaults]), or --slurm")
+            self.info(f"ddpfix: inventory {', '.join(found)} (from {origin})")
+            self.inventories = found
         from ddpfix.inventory import resolve_inventories
 
         paths = resolve_inventories(self.inventories)

@@ -143,3 +143,37 @@ def test_inventory_listing_reads_the_same_config(home: Path, tmp_path: Path, mon
     (inv.parent / "ansible.cfg").write_text("[inventory]\nenable_plugins = ini\n")  # no yaml plugin: unparsable
     with pytest.raises(DdpfixError):
         runner.list_inventory([str(inv)])
+
+
+def test_no_i_reads_the_inventory_ansible_would(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cwd = tmp_path / "work"
+    cfg_file(cwd, "[defaults]\ninventory = inventories/prod, extra.yml ; comment\n")
+    monkeypatch.chdir(cwd)
+    origin, paths = ansiblecfg.user_inventory()
+    assert paths == (str(cwd.resolve() / "inventories/prod"), str(cwd.resolve() / "extra.yml"))
+    assert origin == f"inventory in {(cwd / 'ansible.cfg').resolve()}"
+    monkeypatch.setenv("ANSIBLE_INVENTORY", "/srv/inv.yml")  # the environment beats the file, as in Ansible
+    assert ansiblecfg.user_inventory() == ("ANSIBLE_INVENTORY", ("/srv/inv.yml",))
+    monkeypatch.delenv("ANSIBLE_INVENTORY")
+    cfg_file(cwd, "[defaults]\nforks = 5\n")
+    assert ansiblecfg.user_inventory() == ("", ())
+
+
+def test_cli_without_i_uses_ansible_cfg_inventory_or_stops(home: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from ddpfix.app import ExitCode
+    from ddpfix.cli import cli
+
+    monkeypatch.delenv("DDPFIX_INVENTORY", raising=False)
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    r = CliRunner().invoke(cli, ["remediate"])
+    assert r.exit_code == ExitCode.INVALID_INPUT and "no inventory given" in r.output, r.output
+    (cwd / "hosts.yml").write_text("ddp_nodes:\n  hosts:\n    n1: {ansible_host: 10.0.0.1, ddp_master_port: 99999}\n")
+    cfg_file(cwd, "[defaults]\ninventory = hosts.yml\n")
+    r = CliRunner().invoke(cli, ["remediate"])  # the file's error proves it was read: one line, exit 2
+    assert r.exit_code == ExitCode.INVALID_INPUT and "ddp_master_port" in r.output and "99999" in r.output, r.output
+    assert f"inventory {cwd.resolve() / 'hosts.yml'} (from inventory in" in r.output
