@@ -58,3 +58,19 @@ def test_ad_hoc_host_list_and_ddpfix_inventory(clean_lab, tmp_path: Path) -> Non
     res = ddpfix("audit", "--no-probe", "--format", "json", "--fail-on", "error", state_dir=tmp_path,
                  env={**ssh_env, "DDPFIX_INVENTORY": ",".join(addrs)})
     assert _hosts(res) == sorted(addrs)
+
+
+def test_no_i_audits_the_inventory_named_in_the_users_ansible_cfg(clean_lab, tmp_path: Path) -> None:
+    """`ddpfix audit` with no -i, in a directory whose ansible.cfg names the inventory (a relative path, from that
+    file's directory, as Ansible reads it): the hosts Ansible would use, and stderr says where they came from."""
+    work = tmp_path / "work"
+    work.mkdir()
+    rel = os.path.relpath(clean_lab.inventory, work)
+    (work / "ansible.cfg").write_text(f"[defaults]\ninventory = {rel}\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("DDPFIX_", "ANSIBLE_"))}
+    full.update({"DDPFIX_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1"})
+    res = subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", "audit", "--no-probe",
+                          "--format", "json"], check=False, capture_output=True, text=True, timeout=300, env=full,
+                         cwd=work)
+    assert _hosts(res) == sorted(n.name for n in clean_lab.nodes)
+    assert f"(from inventory in {work / 'ansible.cfg'})" in res.stderr
