@@ -150,20 +150,18 @@ def user_inventory(environ: Mapping[str, str] | None = None, cwd: str | os.PathL
                    ) -> tuple[str, tuple[str, ...]]:
     """The inventory the user's `ansible-playbook` would read when given no -i: ANSIBLE_INVENTORY, else `inventory`
     in [defaults] of the config file it would read (relative paths from that file's directory, as Ansible
-    resolves a path list from a file). Returns (where it was set, the paths); ((""), ()) when neither sets one
+    resolves a path list from a file). Returns (where it was set, the paths); ("", ()) when neither sets one
     (Ansible's built-in /etc/ansible/hosts is not used: ddpfix audits only an inventory the user named)."""
     env = os.environ if environ is None else environ
-    here = Path(cwd or os.getcwd())
     raw = env.get("ANSIBLE_INVENTORY", "").strip()
-    if raw:
-        base, origin = here, "ANSIBLE_INVENTORY"
-    else:
-        path = find_config((), env, cwd)
-        raw = (read_config(path).parser.get("defaults", "inventory", raw=True, fallback="") or "").strip()
-        if not raw or path is None:
+    base, origin = Path(cwd or os.getcwd()), "ANSIBLE_INVENTORY"
+    if not raw:
+        cfg = read_config(find_config((), env, cwd))
+        raw = (cfg.parser.get("defaults", "inventory", raw=True, fallback="") or "").strip()
+        if not raw or cfg.path is None:
             return "", ()
-        base, origin = path.parent, f"inventory in {path}"
-    paths = tuple(str(base / Path(p.strip()).expanduser()) for p in raw.split(",") if p.strip())
+        base, origin = cfg.path.parent, f"inventory in {cfg.path}"
+    paths = tuple(os.path.normpath(base / Path(p.strip()).expanduser()) for p in raw.split(",") if p.strip())
     return origin, paths
 
 

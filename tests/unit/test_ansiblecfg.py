@@ -151,6 +151,9 @@ def test_no_i_reads_the_inventory_ansible_would(home: Path, tmp_path: Path, monk
     monkeypatch.chdir(cwd)
     origin, paths = ansiblecfg.user_inventory()
     assert paths == (str(cwd.resolve() / "inventories/prod"), str(cwd.resolve() / "extra.yml"))
+    cfg_file(cwd, "[defaults]\ninventory = ../inv/hosts.yml\n")  # normalised, as the fix texts show it
+    assert ansiblecfg.user_inventory()[1] == (str(tmp_path.resolve() / "inv" / "hosts.yml"),)
+    cfg_file(cwd, "[defaults]\ninventory = inventories/prod, extra.yml ; comment\n")
     assert origin == f"inventory in {(cwd / 'ansible.cfg').resolve()}"
     monkeypatch.setenv("ANSIBLE_INVENTORY", "/srv/inv.yml")  # the environment beats the file, as in Ansible
     assert ansiblecfg.user_inventory() == ("ANSIBLE_INVENTORY", ("/srv/inv.yml",))
