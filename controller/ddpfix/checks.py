@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from ddpfix import firewall
 from ddpfix import rules as registry
+from ddpfix.factguard import guard_facts
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
 from ddpfix.nodefacts import NodeFacts, ProbeResult
@@ -25,8 +26,6 @@ from ddpfix.plan import (
     cluster_nic,
     effective_cidr,
     plan_cluster,
-    sanitize_facts,
-    validate_facts,
 )
 from ddpfix.rules import Remedy, Rule, Severity, rules
 
@@ -80,10 +79,9 @@ class Context:
     def __post_init__(self) -> None:
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
-        self.invalid: dict[str, list[tuple[str, str, str]]] = {
-            n: p for n, f in raw.items() if f and (p := validate_facts(f))
-        }
-        self.facts: dict[str, NodeFacts | None] = {n: (sanitize_facts(f) if f else None) for n, f in raw.items()}
+        checked = {n: guard_facts(f) for n, f in raw.items() if f}
+        self.invalid: dict[str, list[tuple[str, str, str]]] = {n: p for n, (p, _) in checked.items() if p}
+        self.facts: dict[str, NodeFacts | None] = {n: (checked[n][1] if n in checked else None) for n in raw}
         self.cidr = effective_cidr(self.cluster, self.facts)
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
@@ -258,9 +256,12 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
     Rule(
         "facts.invalid",
         E,
-        'the node returned a hostname/address ddpfix will not write anywhere (see "Refused inputs")',
-        "Fix {fact} on the node (e.g. hostnamectl set-hostname with an RFC 1123 name); ddpfix leaves it out of every "
-        "peer's files and refuses to remediate or write env files until it is fixed.",
+        "the node returned a value that is not of its field's grammar (a hostname, address, interface name, MAC, "
+        "RDMA device, port, GID, P_Key, env-file key or value, ...): a node's text is never used as it came "
+        '(see "Refused inputs" and "Security model")',
+        "Fix {fact} on the node (a hostname: hostnamectl set-hostname with an RFC 1123 name; anything else: find what "
+        "wrote it, since the kernel and the tools do not print such values); ddpfix leaves it out of every peer's "
+        "files and refuses to remediate or write env files until it is fixed.",
     ),
 )
 def check_facts(ctx: Context) -> Iterable[Finding]:
@@ -685,7 +686,7 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
 def check_hosts_block(ctx: Context) -> Iterable[Finding]:
     """ddpfix's managed /etc/hosts block is identical on every read node, or absent on all (each node returns only
     the block's SHA-256). A node whose /etc/hosts was not read, or which returned no valid digest (validated with the
-    other node values, plan.validate_facts), is left out."""
+    other node values, factguard.validate_facts), is left out."""
     by_digest: dict[str | None, list[str]] = {}
     for name, f in ctx.audited():
         if "hosts_file" in ctx.unread(name) or "hosts_block_sha256" not in f:

@@ -6,16 +6,16 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsi
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
 from ddpfix import collection
 from ddpfix import fabric as fab
+from ddpfix.factguard import is_reserved_name
+from ddpfix.factguard import valid_ip as _valid_ip
 from ddpfix.inventory import Cluster, Node, is_hostname
-from ddpfix.nodefacts import NodeFacts
 
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "PET_MASTER_ADDR",
@@ -35,90 +35,6 @@ class NodePlan:
     #: names other nodes' /etc/hosts already map to `address` (only for nodes not read, kept in the block)
     known_names: tuple[str, ...] = ()
     comments: dict[str, str] = field(default_factory=dict)  # env key -> why it is there (in the block's comment)
-
-
-#: Names the hosts block never manages (and a node's hostname must not be): the loopback and IPv6 well-known names.
-RESERVED_NAMES = ("localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
-                  "localhost6.localdomain6")
-_MAC = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5,19}$")
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # hosts_block_sha256
-_IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-")
-
-
-def is_reserved_name(name: str) -> bool:
-    n = name.lower()
-    return n in RESERVED_NAMES or n.startswith("ip6-")
-
-
-def _valid_ifname(s: object) -> bool:
-    return isinstance(s, str) and 0 < len(s) <= 15 and set(s) <= _IFNAME_OK and s not in (".", "..")
-
-
-def _valid_ip(s: object) -> bool:
-    if not isinstance(s, str):
-        return False
-    try:
-        ipaddress.ip_address(s.split("%")[0])
-        return True
-    except ValueError:
-        return False
-
-
-def validate_facts(node_facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Problems with the values a node returned that ddpfix would write elsewhere or show: [(fact, value, why)]."""
-    out: list[tuple[str, str, str]] = []
-    hn = node_facts.get("hostname")
-    if hn is not None:
-        if not isinstance(hn, str) or not is_hostname(hn):
-            out.append(("hostname", str(hn), "not an RFC 1123 host name"))
-        elif is_reserved_name(hn):
-            out.append(("hostname", hn, "a reserved loopback name: give the node a unique hostname"))
-    fq = node_facts.get("fqdn")
-    if fq is not None and (not isinstance(fq, str) or not is_hostname(fq)):
-        out.append(("fqdn", str(fq), "not an RFC 1123 host name"))
-    c = node_facts.get("cluster") or {}
-    if c.get("address") is not None and not _valid_ip(c.get("address")):
-        out.append(("cluster.address", str(c.get("address")), "not an IP address"))
-    if c.get("ifname") is not None and not _valid_ifname(c.get("ifname")):
-        out.append(("cluster.ifname", str(c.get("ifname")), "not an interface name"))
-    pr = node_facts.get("probe") or {}
-    if pr.get("address") and not _valid_ip(pr.get("address")):
-        out.append(("probe.address", str(pr.get("address")), "not an IP address"))
-    port = pr.get("port")
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
-        out.append(("probe.port", str(port), "not a TCP port"))
-    digest = node_facts.get("hosts_block_sha256")
-    if digest is not None and not (isinstance(digest, str) and _SHA256_HEX.fullmatch(digest)):
-        out.append(("hosts_block_sha256", str(digest)[:80], "not a SHA-256 digest"))
-    return out
-
-
-def sanitize_facts(node_facts: Mapping[str, Any]) -> NodeFacts:
-    """A copy with every invalid value that could reach another node's file or a probe removed."""
-    f: dict[str, Any] = dict(node_facts)
-    bad = {fact for fact, _, _ in validate_facts(node_facts)}
-    if "hostname" in bad:
-        f["hostname"] = None
-    if "fqdn" in bad or (isinstance(f.get("fqdn"), str) and is_reserved_name(f["fqdn"])):
-        f["fqdn"] = None
-    c = dict(f.get("cluster") or {})
-    if "cluster.address" in bad:
-        c["address"] = None
-    if "cluster.ifname" in bad:
-        c["ifname"] = None
-    f["cluster"] = c
-    if "hosts_block_sha256" in bad:
-        f.pop("hosts_block_sha256")  # not compared: as if the node had not said
-    if "probe.address" in bad or "probe.port" in bad:
-        f["probe"] = {**(f.get("probe") or {}), "address": None, "port": None}
-    # interfaces other than the cluster one are not written anywhere: an odd name or address there is dropped
-    # silently (it is no reason to refuse a fix); an env file only ever names the cluster interface
-    f["interfaces"] = [
-        {**i, "addrs": [a for a in i.get("addrs") or [] if _valid_ip(a.get("local"))],
-         "mac": i.get("mac") if isinstance(i.get("mac"), str) and _MAC.match(i["mac"]) else None}
-        for i in f.get("interfaces") or [] if _valid_ifname(i.get("name"))
-    ]
-    return cast(NodeFacts, f)
 
 
 def effective_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> str | None:

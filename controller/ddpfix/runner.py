@@ -513,8 +513,24 @@ def _working_dir(fallback: Path) -> str:
         return str(fallback)
 
 
+def as_data(value: Any) -> Any:
+    """`value` with every string marked unsafe for Ansible (`{"__ansible_unsafe": s}`, which ansible-core's JSON
+    decoder turns into a value it never templates, 2.17 to 2.19 alike). Extra vars are trusted templates to
+    ansible-core; what ddpfix hands a play is data (plans, names, addresses, env values, some of which a node
+    returned), so no `{{ ... }}` in it is ever evaluated on the controller or in a role. Dict keys are not
+    templated by ansible-core and stay plain."""
+    if isinstance(value, str):
+        return {"__ansible_unsafe": value}
+    if isinstance(value, Mapping):
+        return {str(k): as_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_data(v) for v in value]
+    return value
+
+
 def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
-    """The run's extra vars as JSON in `<run dir>/env/extravars`, which ansible-runner passes as `-e @path`."""
+    """The run's extra vars as JSON in `<run dir>/env/extravars`, which ansible-runner passes as `-e @path`;
+    every string in them is data, never a template (`as_data`)."""
     import json
 
     env = run_dir / "env"
@@ -522,7 +538,7 @@ def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
     path = env / "extravars"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(dict(extravars), f)
+        json.dump(as_data(dict(extravars)), f)
     return path
 
 

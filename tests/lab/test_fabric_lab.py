@@ -8,6 +8,11 @@ have built it) before the audit."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,6 +83,73 @@ def test_memlock_low_found_and_fixed_for_new_logins(fabric_lab: Any) -> None:
     assert not fabric_findings(after), after["findings"]
     code, again = ddpfix_json(inv, "remediate", "--apply", "--only", "fabric.memlock-low")
     assert again["changed"].get("node2", 0) == 0, again["changes"]
+
+
+HOSTILE_DEVICES = ("{{ 7*191 }}", "{{ lookup('pipe', 'touch ddpfix-pwned') }}")
+HOSTILE_MAC = "52:54:00:aa:bb:cc\n{{ 7*191 }}"
+#: `ip` as a compromised node's could print it: the real one's output, every MAC replaced (bind-mounted
+#: over /usr/bin/ip inside node2's private mount namespace only)
+FAKE_IP = f"""#!/usr/bin/python3
+import json, subprocess, sys
+p = subprocess.run(["/run/ip.real", *sys.argv[1:]], capture_output=True, text=True)
+out = p.stdout
+if "-j" in sys.argv[1:] and p.returncode == 0:
+    doc = json.loads(out)
+    for i in doc:
+        if i.get("ifname") != "lo":
+            i["address"] = {HOSTILE_MAC!r}
+    out = json.dumps(doc)
+sys.stdout.write(out)
+sys.stderr.write(p.stderr)
+sys.exit(p.returncode)
+"""
+
+
+def test_hostile_rdma_device_names_and_mac_are_refused_never_evaluated(fabric_lab: Any, tmp_path: Path) -> None:
+    """A node that returns template syntax (RDMA device directories named `{{ 7*191 }}` and `{{ lookup('pipe',
+    ...) }}`, a MAC with a line break through a fake `ip`) is facts.invalid naming the field; the dry run,
+    through the CLI and through `ansible-playbook playbooks/remediate.yml`, refuses with exit 2 / a failed plan, and
+    nothing is evaluated: no 1337 anywhere, no file created by the lookup in the user's directory (the working
+    directory of ansible-playbook), no file written on the node."""
+    from ddpfix import lab
+    from ddpfix.lab.scenarios import FABRIC_RUN
+
+    apply_fabric(fabric_lab, "fabric-memlock-low")
+    base = f"/run/{FABRIC_RUN}/sys/class/infiniband"
+    for name in HOSTILE_DEVICES:
+        lab.node_exec(fabric_lab.name, "node2", ["cp", "-a", f"{base}/mlx5_1", f"{base}/{name}"])
+    lab.node_exec(fabric_lab.name, "node2", ["cp", "/usr/bin/ip", "/run/ip.real"])
+    lab.node_exec(fabric_lab.name, "node2", ["sh", "-c", "cat > /run/ip.fake && chmod 755 /run/ip.fake"],
+                  input=FAKE_IP)
+    lab.node_exec(fabric_lab.name, "node2", ["mount", "--bind", "/run/ip.fake", "/usr/bin/ip"])
+    inv = str(fabric_lab.inventory)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        _code, doc = ddpfix_json(inv, "audit")
+        invalid = [f for f in doc["findings"] if f["id"] == "facts.invalid"]
+        assert {f["host"] for f in invalid} == {"node2"}, invalid
+        evidence = {re.sub(r"^fabric\.devices\[\d+\]", "fabric.devices[]", f["evidence"]) for f in invalid}
+        assert {f"fabric.devices[].name = {n!r}" for n in HOSTILE_DEVICES} <= evidence, evidence
+        assert f"interfaces[eth0].mac = {HOSTILE_MAC!r}" in evidence, evidence
+        r = CliRunner().invoke(cli, ["-i", inv, "remediate"], catch_exceptions=False)
+        assert r.exit_code == 2 and "facts.invalid" in r.stderr, (r.exit_code, r.output)
+        pb = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inv,
+             str(Path(__file__).resolve().parents[2] / "playbooks" / "remediate.yml"), "--check", "--diff"],
+            capture_output=True, text=True, timeout=600, cwd=str(tmp_path), check=False,
+            env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+        assert pb.returncode != 0 and "facts.invalid" in pb.stdout, pb.stdout[-3000:]
+        for out in (json.dumps(doc), r.output, pb.stdout, pb.stderr):
+            assert "1337" not in out
+        assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+        assert lab.node_exec(fabric_lab.name, "node2", ["test", "-e", "/etc/ddpfix/ddp.env"],
+                             check=False).returncode != 0
+    finally:
+        os.chdir(cwd)
+        lab.node_exec(fabric_lab.name, "node2", ["umount", "/usr/bin/ip"], check=False)
+        for name in HOSTILE_DEVICES:
+            lab.node_exec(fabric_lab.name, "node2", ["rm", "-rf", f"{base}/{name}"])
 
 
 def test_clean_lab_has_no_fabric_facts_or_findings(fabric_lab: Any) -> None:

@@ -167,7 +167,7 @@ def test_unread_node_keeps_its_hosts_line_with_known_names(sim: Sim) -> None:
 
 
 def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
-    from ddpfix.plan import sanitize_facts, validate_facts
+    from ddpfix.factguard import sanitize_facts, validate_facts
 
     bad = dict(sim.node("node2"), hostname="a b\n{{ x }}")
     bad["cluster"] = dict(bad["cluster"], address="192.168.77.12\n10.0.0.1 evil")
@@ -184,13 +184,16 @@ def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
     assert validate_facts(sim.node("node1")) == []
 
 
-def test_sanitize_drops_odd_interfaces_and_macs_without_a_finding(sim: Sim) -> None:
-    from ddpfix.plan import sanitize_facts, validate_facts
+def test_odd_interfaces_and_macs_are_reported_and_dropped(sim: Sim) -> None:
+    """Every string a node returns is checked, the cluster interface's or not: an ill-formed interface name or MAC
+    is facts.invalid (a node that says such things is refused), and the sanitized facts never carry it."""
+    from ddpfix.factguard import sanitize_facts, validate_facts
 
     f = dict(sim.node("node1"))
     f["interfaces"] = [dict(i) for i in f["interfaces"]] + [{"name": "bad if\n", "addrs": [], "mac": None}]
     f["interfaces"][0]["mac"] = "aa:bb\nx"
-    assert validate_facts(f) == []  # not the cluster interface: no reason to refuse a fix
+    assert {(fld, v) for fld, v, _ in validate_facts(f)} == {
+        ("interfaces[].name", "bad if\n"), (f"interfaces[{f['interfaces'][0]['name']}].mac", "aa:bb\nx")}
     clean = sanitize_facts(f)
     assert all(i["name"] != "bad if\n" for i in clean["interfaces"]) and clean["interfaces"][0]["mac"] is None
 

@@ -1,0 +1,294 @@
+"""The trust boundary: every value a node returned is checked like an inventory value before any use.
+
+A node's facts are hostile input (a compromised node, a user with write access to /etc or /sys there): a string it
+returns may carry template syntax, shell metacharacters, line breaks or terminal escapes, and would then travel into
+peers' files, the env files, the plan a play reads and the operator's terminal. `validate_facts` lists every value
+that is not of its field's grammar, as (field, value, why), the audit's `facts.invalid` findings; `sanitize_facts`
+returns the copy the checks and the plan read, with each such value removed. Only well-formed values survive:
+
+- names: hostnames and FQDNs (RFC 1123), interface names (the kernel's alphabet), RDMA device and driver names;
+- numbers: ports, indexes, NUMA nodes, states (no bool posing as int);
+- fixed formats: IP addresses, CIDRs, MACs, GIDs, P_Keys, digests, NCCL versions, uverbs/umad device names;
+- short words read from sysfs (port states, link layers, rates, GID types);
+- env-file keys (shell names) and values without control characters.
+
+Free text (error messages, rule text, /etc/hosts lines) is never written anywhere; where it is shown it is shown
+as data (never templated: `runner.as_data`). Pure functions, no hosts needed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from ddpfix.inventory import is_hostname
+from ddpfix.nodefacts import NodeFacts
+
+Problem = tuple[str, str, str]  # (field, value, why)
+
+#: Names the hosts block never manages (and a node's hostname must not be): the loopback and IPv6 well-known names.
+RESERVED_NAMES = ("localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
+                  "localhost6.localdomain6")
+MAC = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5,19}$")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # hosts_block_sha256
+_IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-")
+#: RDMA device and driver names (kernel IB_DEVICE_NAME_MAX 64: mlx5_0, rxe0, efa_0, irdma1, bnxt_re0, rocep1s0f0)
+_RDMA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_GID = re.compile(r"[0-9a-f]{4}(:[0-9a-f]{4}){7}")
+_PKEY = re.compile(r"0x[0-9a-fA-F]{1,4}")
+#: a short word or phrase sysfs prints: `ACTIVE`, `LinkUp`, `InfiniBand`, `RoCE v2`, `IB/RoCE v1`, `200 Gb/sec (4X HDR)`
+_SYSFS_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/()+-]{0,63}")
+_DEVNODE = re.compile(r"(uverbs|umad|issm|rdma_cm)[0-9]*")
+_VERSION = re.compile(r"\d+(\.\d+){0,3}")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab is allowed in a value, nothing else below space
+_UNIT = re.compile(r"[A-Za-z0-9@_.:\\-]{1,255}")
+
+
+def is_reserved_name(name: str) -> bool:
+    n = name.lower()
+    return n in RESERVED_NAMES or n.startswith("ip6-")
+
+
+def valid_ifname(s: object) -> bool:
+    return isinstance(s, str) and 0 < len(s) <= 15 and set(s) <= _IFNAME_OK and s not in (".", "..")
+
+
+def valid_ip(s: object) -> bool:
+    if not isinstance(s, str):
+        return False
+    try:
+        ipaddress.ip_address(s.split("%")[0])
+        return True
+    except ValueError:
+        return False
+
+
+def _valid_cidr(s: object) -> bool:
+    if not isinstance(s, str):
+        return False
+    try:
+        ipaddress.ip_network(s, strict=False)
+        return True
+    except ValueError:
+        return False
+
+
+def _int(lo: int, hi: int) -> Callable[[object], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _match(rx: re.Pattern[str]) -> Callable[[object], bool]:
+    return lambda v: isinstance(v, str) and rx.fullmatch(v) is not None
+
+
+def _opt(ok: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda v: v is None or ok(v)
+
+
+def _num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _show(v: object) -> str:
+    return str(v)[:200]
+
+
+class _Checker:
+    """Collects problems while walking one node's facts; `ok(field, value, test, why)` says whether to keep it."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def ok(self, fld: str, value: object, test: Callable[[object], bool], why: str) -> bool:
+        if test(value):
+            return True
+        self.problems.append((fld, _show(value), why))
+        return False
+
+
+_RDMA = _match(_RDMA_NAME)
+_NAME_WHY = "not an RDMA device name (letters, digits, '_', '.', '-'; at most 64)"
+_WORD_WHY = "not a sysfs value of this kind (a short word: letters, digits, spaces, ._/()+-)"
+
+
+def _port(ck: _Checker, where: str, p: Mapping[str, Any]) -> dict[str, Any] | None:
+    if not ck.ok(f"{where}.port", p.get("port"), _int(0, 255), "not an RDMA port number"):
+        return None
+    out = dict(p)
+    for key, test, why in (
+        ("state", _opt(_match(_SYSFS_WORD)), _WORD_WHY),
+        ("phys_state", _opt(_match(_SYSFS_WORD)), _WORD_WHY),
+        ("rate", _opt(_match(_SYSFS_WORD)), _WORD_WHY),
+        ("link_layer", _opt(_match(_SYSFS_WORD)), _WORD_WHY),
+        ("pkey0", _opt(_match(_PKEY)), "not a P_Key (0x and up to 4 hex digits)"),
+        ("state_num", _opt(_int(0, 255)), "not a port state number"),
+        ("phys_state_num", _opt(_int(0, 255)), "not a physical state number"),
+        ("rate_gbps", _opt(_num), "not a rate"),
+    ):
+        if key in out and not ck.ok(f"{where}.{key}", out[key], test, why):
+            out[key] = None
+    gids = []
+    for g in p.get("gids") or []:
+        gw = f"{where}.gids[{g.get('index') if isinstance(g, Mapping) else '?'}]"
+        if not isinstance(g, Mapping):
+            ck.ok(gw, g, lambda _: False, "not a GID entry")
+            continue
+        if not (ck.ok(f"{gw}.index", g.get("index"), _int(0, 65535), "not a GID index")
+                and ck.ok(f"{gw}.gid", g.get("gid"), _match(_GID), "not a GID (8 groups of 4 hex digits)")
+                and ck.ok(f"{gw}.type", g.get("type"), _opt(_match(_SYSFS_WORD)), _WORD_WHY)
+                and ck.ok(f"{gw}.ndev", g.get("ndev"), _opt(valid_ifname), "not an interface name")
+                and ck.ok(f"{gw}.ipv4", g.get("ipv4"), _opt(valid_ip), "not an IP address")):
+            continue
+        gids.append(dict(g))
+    out["gids"] = gids
+    return out
+
+
+def _fabric(ck: _Checker, fab: Mapping[str, Any]) -> dict[str, Any]:
+    """The fabric facts (`ddpfix_fabric.collect`) with every ill-formed value dropped (a device whose name is ill-formed
+    is dropped whole: NCCL_IB_HCA and every fabric check name devices)."""
+    out = dict(fab)
+    devices = []
+    for i, d in enumerate(fab.get("devices") or []):
+        where = f"fabric.devices[{i}]"
+        if not isinstance(d, Mapping):
+            ck.ok(where, d, lambda _: False, "not a device entry")
+            continue
+        if not ck.ok(f"{where}.name", d.get("name"), _RDMA, _NAME_WHY):
+            continue
+        where = f"fabric.devices[{d['name']}]"
+        dev = dict(d)
+        if not ck.ok(f"{where}.driver", d.get("driver"), _opt(_RDMA), "not a driver name"):
+            dev["driver"] = None
+        if not ck.ok(f"{where}.numa_node", d.get("numa_node"), _opt(_int(-1, 4096)), "not a NUMA node"):
+            dev["numa_node"] = None
+        dev["netdevs"] = [n for n in d.get("netdevs") or []
+                          if ck.ok(f"{where}.netdevs", n, valid_ifname, "not an interface name")]
+        ports = [_port(ck, f"{where}.ports[{j}]", p) if isinstance(p, Mapping) else None
+                 for j, p in enumerate(d.get("ports") or [])]
+        dev["ports"] = [p for p in ports if p is not None]
+        devices.append(dev)
+    out["devices"] = devices
+    for key, rx in (("uverbs", _DEVNODE), ("umad", _DEVNODE)):
+        out[key] = [n for n in fab.get(key) or [] if ck.ok(f"fabric.{key}", n, _match(rx), "not an RDMA device node")]
+    efa = dict(fab.get("efa") or {})
+    efa["devices"] = [n for n in efa.get("devices") or [] if ck.ok("fabric.efa.devices", n, _RDMA, _NAME_WHY)]
+    fi = efa.get("fi_info")
+    if isinstance(fi, Mapping):
+        efa["fi_info"] = dict(fi, providers=[p for p in fi.get("providers") or []
+                                             if ck.ok("fabric.efa.fi_info.providers", p, _RDMA, "not a provider name")])
+    out["efa"] = efa
+    for key, test, why in (
+        ("mad_abi", _opt(_match(re.compile(r"\d{1,4}"))), "not an ABI version"),
+        ("nccl_version", _opt(_match(_VERSION)), "not a version (digits and dots)"),
+    ):
+        if not ck.ok(f"fabric.{key}", fab.get(key), test, why):
+            out[key] = None
+    out["memlock_units"] = {u: v for u, v in (fab.get("memlock_units") or {}).items()
+                            if ck.ok("fabric.memlock_units", u, _match(_UNIT), "not a systemd unit name")}
+    out["modules"] = {m: v for m, v in (fab.get("modules") or {}).items()
+                      if ck.ok("fabric.modules", m, _RDMA, "not a kernel module name")}
+    return out
+
+
+def _interfaces(ck: _Checker, interfaces: Any) -> list[dict[str, Any]]:
+    out = []
+    for i in interfaces or []:
+        if not isinstance(i, Mapping):
+            ck.ok("interfaces", i, lambda _: False, "not an interface entry")
+            continue
+        if not ck.ok("interfaces[].name", i.get("name"), valid_ifname, "not an interface name"):
+            continue
+        where = f"interfaces[{i['name']}]"
+        iface = dict(i)
+        for key in ("mac", "permaddr"):
+            if key in iface and not ck.ok(f"{where}.{key}", iface[key], _opt(_match(MAC)), "not a MAC address"):
+                iface[key] = None
+        if not ck.ok(f"{where}.kind", iface.get("kind"), _opt(_match(_SYSFS_WORD)), "not an interface kind"):
+            iface["kind"] = None
+        iface["addrs"] = [a for a in i.get("addrs") or []
+                          if isinstance(a, Mapping)
+                          and ck.ok(f"{where}.addrs", a.get("local"), valid_ip, "not an IP address")
+                          and ck.ok(f"{where}.addrs", a.get("prefixlen"), _int(0, 128), "not a prefix length")
+                          and ck.ok(f"{where}.addrs", a.get("family"), lambda v: v in ("inet", "inet6"),
+                                    "not an address family (inet, inet6)")]
+        out.append(iface)
+    return out
+
+
+def _env_file(ck: _Checker, ef: Mapping[str, Any]) -> dict[str, Any]:
+    """Env-file keys must be shell names and values free of control characters (a line break or an escape in a value
+    read back would be shown to the operator and compared as if it were the file's)."""
+    out = dict(ef)
+    for part in ("values", "managed"):
+        kept = {}
+        for k, v in (ef.get(part) or {}).items():
+            if (ck.ok(f"env_file.{part}", k, _match(_ENV_KEY), "not an environment variable name")
+                    and ck.ok(f"env_file.{part}.{k}", v,
+                              lambda s: isinstance(s, str) and not _CONTROL.search(s) and len(s) <= 4096,
+                              "a value with a control character (line break, escape, NUL) or over 4096 characters")):
+                kept[k] = v
+        out[part] = kept
+    out["outside_keys"] = [k for k in ef.get("outside_keys") or []
+                           if ck.ok("env_file.outside_keys", k, _match(_ENV_KEY), "not an environment variable name")]
+    return out
+
+
+def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts]:
+    """(every value of the node's facts that is not of its field's grammar, the facts without them)."""
+    ck = _Checker()
+    f: dict[str, Any] = dict(node_facts)
+    hn = f.get("hostname")
+    if hn is not None:
+        if not (isinstance(hn, str) and is_hostname(hn)):
+            ck.problems.append(("hostname", _show(hn), "not an RFC 1123 host name"))
+            f["hostname"] = None
+        elif is_reserved_name(hn):
+            ck.problems.append(("hostname", hn, "a reserved loopback name: give the node a unique hostname"))
+            f["hostname"] = None
+    fq = f.get("fqdn")
+    if fq is not None and not (isinstance(fq, str) and is_hostname(fq)):
+        ck.problems.append(("fqdn", _show(fq), "not an RFC 1123 host name"))
+        f["fqdn"] = None
+    elif isinstance(fq, str) and is_reserved_name(fq):
+        f["fqdn"] = None  # a loopback name is no peer's name to write: left out, no finding (Debian's default)
+    c = dict(f.get("cluster") or {})
+    if not ck.ok("cluster.address", c.get("address"), _opt(valid_ip), "not an IP address"):
+        c["address"] = None
+    if not ck.ok("cluster.ifname", c.get("ifname"), _opt(valid_ifname), "not an interface name"):
+        c["ifname"] = None
+    if not ck.ok("cluster.cidr", c.get("cidr"), _opt(_valid_cidr), "not a CIDR"):
+        c["cidr"] = None
+    if "cluster" in f:
+        f["cluster"] = c
+    if "master_ip" in f and not ck.ok("master_ip", f["master_ip"], _opt(valid_ip), "not an IP address"):
+        f["master_ip"] = None
+    pr = f.get("probe")
+    if isinstance(pr, Mapping):
+        addr_ok = ck.ok("probe.address", pr.get("address") or None, _opt(valid_ip), "not an IP address")
+        port_ok = ck.ok("probe.port", pr.get("port"), _opt(_int(1, 65535)), "not a TCP port")
+        if not (addr_ok and port_ok):
+            f["probe"] = {**pr, "address": None, "port": None}
+    digest = f.get("hosts_block_sha256")
+    if digest is not None and not ck.ok("hosts_block_sha256", digest, _match(SHA256_HEX), "not a SHA-256 digest"):
+        f.pop("hosts_block_sha256")  # not compared: as if the node had not said
+    if "interfaces" in f:
+        f["interfaces"] = _interfaces(ck, f.get("interfaces"))
+    if isinstance(f.get("env_file"), Mapping):
+        f["env_file"] = _env_file(ck, f["env_file"])
+    if isinstance(f.get("fabric"), Mapping):
+        f["fabric"] = _fabric(ck, f["fabric"])
+    return ck.problems, cast(NodeFacts, f)
+
+
+def validate_facts(node_facts: Mapping[str, Any]) -> list[Problem]:
+    """Problems with the values a node returned: [(field, value, why)], the audit's facts.invalid findings."""
+    return guard_facts(node_facts)[0]
+
+
+def sanitize_facts(node_facts: Mapping[str, Any]) -> NodeFacts:
+    """A copy with every invalid value removed (what the checks and the plan read)."""
+    return guard_facts(node_facts)[1]
