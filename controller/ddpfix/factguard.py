@@ -12,8 +12,10 @@ returns the copy the checks and the plan read, with each such value removed. Onl
 - short words read from sysfs (port states, link layers, rates, GID types);
 - env-file keys (shell names) and values without control characters.
 
-Free text (error messages, rule text, /etc/hosts lines) is never written anywhere; where it is shown it is shown
-as data (never templated: `runner.as_data`). Pure functions, no hosts needed.
+Free text (error messages, tool output, /etc/hosts lines) is never written anywhere: it is kept as one printable
+line (`one_line`: control characters, line separators and undecodable bytes escaped, length cut), so a report,
+a terminal or a JUnit file never shows a forged line. Firewall rule text stays as read (it is parsed line by line).
+Everything ddpfix hands a play is data, never a template (`runner.as_data`). Pure functions, no hosts needed.
 """
 
 from __future__ import annotations
@@ -43,8 +45,32 @@ _SYSFS_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/()+-]{0,63}")
 _DEVNODE = re.compile(r"(uverbs|umad|issm|rdma_cm)[0-9]*")
 _VERSION = re.compile(r"\d+(\.\d+){0,3}")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab is allowed in a value, nothing else below space
 _UNIT = re.compile(r"[A-Za-z0-9@_.:\\-]{1,255}")
+#: what a shown value must not carry: C0/C1 controls but tab (line breaks, escapes, NUL), Unicode line separators
+#: and lone surrogates (undecodable bytes): `one_line` writes them as Python escapes
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+#: the longest free-text value kept (error messages, /etc/hosts lines); longer ones are cut, marked with '...'
+FREE_TEXT_MAX = 2000
+#: fact subtrees that are machine text parsed on the controller, line by line (iptables-save, nft), not shown whole
+_PARSED_TEXT = ("firewall",)
+
+
+def one_line(text: str, limit: int = FREE_TEXT_MAX) -> str:
+    """`text` as one printable line: control characters, line separators and lone surrogates as Python escapes
+    (`\\n`, `\\x1b`, `\\udcff`), cut at `limit` characters."""
+    out = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
+def _neutral(value: Any) -> Any:
+    """Every string of a (free-text) fact subtree as one printable line; dict keys too."""
+    if isinstance(value, str):
+        return one_line(value)
+    if isinstance(value, Mapping):
+        return {(one_line(k) if isinstance(k, str) else k): _neutral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_neutral(v) for v in value]
+    return value
 
 
 def is_reserved_name(name: str) -> bool:
@@ -228,7 +254,7 @@ def _env_file(ck: _Checker, ef: Mapping[str, Any]) -> dict[str, Any]:
         for k, v in (ef.get(part) or {}).items():
             if (ck.ok(f"env_file.{part}", k, _match(_ENV_KEY), "not an environment variable name")
                     and ck.ok(f"env_file.{part}.{k}", v,
-                              lambda s: isinstance(s, str) and not _CONTROL.search(s) and len(s) <= 4096,
+                              lambda s: isinstance(s, str) and not _UNPRINTABLE.search(s) and len(s) <= 4096,
                               "a value with a control character (line break, escape, NUL) or over 4096 characters")):
                 kept[k] = v
         out[part] = kept
@@ -281,7 +307,9 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
         f["env_file"] = _env_file(ck, f["env_file"])
     if isinstance(f.get("fabric"), Mapping):
         f["fabric"] = _fabric(ck, f["fabric"])
-    return ck.problems, cast(NodeFacts, f)
+    # what is left is well-formed or free text a node reports about itself: shown only, and then as one line
+    f = {k: (v if k in _PARSED_TEXT else _neutral(v)) for k, v in f.items()}
+    return ck.problems, cast(NodeFacts, f)  # values as returned: every message shows them with repr()
 
 
 def validate_facts(node_facts: Mapping[str, Any]) -> list[Problem]:
