@@ -21,6 +21,7 @@ Everything ddpfix hands a play is data, never a template (`runner.as_data`). Pur
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -62,15 +63,33 @@ def one_line(text: str, limit: int = FREE_TEXT_MAX) -> str:
     return out if len(out) <= limit else out[:limit] + "..."
 
 
+def _line(text: str) -> str:
+    return text if len(text) <= FREE_TEXT_MAX and not _UNPRINTABLE.search(text) else one_line(text)
+
+
 def _neutral(value: Any) -> Any:
-    """Every string of a (free-text) fact subtree as one printable line; dict keys too."""
+    """Every string of a (free-text) fact subtree as one printable line; dict keys too. (JSON types only: what a
+    module returns.)"""
     if isinstance(value, str):
-        return one_line(value)
-    if isinstance(value, Mapping):
-        return {(one_line(k) if isinstance(k, str) else k): _neutral(v) for k, v in value.items()}
+        return _line(value)
+    if isinstance(value, dict):
+        return {(_line(k) if isinstance(k, str) else k): _neutral(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_neutral(v) for v in value]
     return value
+
+
+_JSON_ESCAPE = re.compile(rf'\\[^"\\/t]|"[^"]{{{FREE_TEXT_MAX},}}"')  # not \t: a tab stays
+
+
+def _printable_json(value: Any) -> bool:
+    """Whether `value` surely holds no string `_line` would change, from its JSON text alone (escapes of a control
+    character, line separator or non-ASCII character, or a string that long), a scan at C speed; False: walk it."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return _JSON_ESCAPE.search(text) is None
 
 
 def is_reserved_name(name: str) -> bool:
@@ -308,7 +327,9 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
     if isinstance(f.get("fabric"), Mapping):
         f["fabric"] = _fabric(ck, f["fabric"])
     # what is left is well-formed or free text a node reports about itself: shown only, and then as one line
-    f = {k: (v if k in _PARSED_TEXT else _neutral(v)) for k, v in f.items()}
+    shown = {k: v for k, v in f.items() if k not in _PARSED_TEXT}
+    if not _printable_json(shown):
+        f = {k: (v if k in _PARSED_TEXT else _neutral(v)) for k, v in f.items()}
     return ck.problems, cast(NodeFacts, f)  # values as returned: every message shows them with repr()
 
 
