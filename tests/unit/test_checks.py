@@ -809,6 +809,9 @@ def test_module_failure_is_not_unreachable(sim: Sim) -> None:
     doc, _ = audit_report(sim.context(), findings, probe=False)
     assert doc["summary"]["unreachable"] == 0 and doc["summary"]["module_failed"] == 1
     assert doc["hosts"]["node2"]["module_failed"] is True and "rc=1" in doc["hosts"]["node2"]["error"]
+    from ddpfix import schemas
+
+    schemas.validate(doc)
 
 
 def test_a_module_that_failed_by_itself_keeps_its_own_message() -> None:
