@@ -122,18 +122,20 @@ def module_failure(res: Mapping[str, Any]) -> str | None:
     interpreter exited non-zero or is missing, a traceback): ansible-core's message, the exit status and the tails of
     what the process wrote (stderr, then stdout, then the traceback). None for a module that failed by itself
     (fail_json: its own message is the error)."""
+    from ddpfix.factguard import one_line  # what the node wrote is hostile text: one printable line
+
     msg = " ".join(str(res.get("msg") or "").split())
     if not msg.startswith(MODULE_FAILURE_MARKERS) and "module_stderr" not in res:
         return None
-    parts = [msg or "MODULE FAILURE"]
+    parts = [one_line(msg, 200) or "MODULE FAILURE"]
     rc = res.get("rc")
     if isinstance(rc, int) and not isinstance(rc, bool):
         parts.append(f"rc={rc}")
     for key, label in (("module_stderr", "stderr"), ("module_stdout", "stdout"), ("exception", "traceback")):
         text = " ".join(str(res.get(key) or "").split())
         if text:
-            parts.append(f"{label}: {text[-300:]}")
-    return "; ".join(parts)[:600]
+            parts.append(f"{label}: {one_line(text[-300:], 400)}")
+    return "; ".join(parts)
 
 
 def record_event(hosts: dict[str, HostResult], event: Mapping[str, Any]) -> None:

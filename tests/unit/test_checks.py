@@ -814,6 +814,17 @@ def test_module_failure_is_not_unreachable(sim: Sim) -> None:
     schemas.validate(doc)
 
 
+def test_a_module_failure_shows_what_the_node_wrote_as_one_printable_line() -> None:
+    from ddpfix.runner import module_failure
+
+    got = module_failure({"failed": True, "rc": 1, "module_stdout": "{{ lookup('pipe', 'id') }}\x1b[2J",
+                          "module_stderr": "x" * 5000 + "line1\nERROR: ddpfix: forged\x00\u2028",
+                          "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error"})
+    assert got is not None and "\n" not in got and "\x1b" not in got and "\x00" not in got and "\u2028" not in got
+    assert got.startswith("MODULE FAILURE See stdout/stderr for the exact error; rc=1; stderr: ")
+    assert "\\x1b[2J" in got and "\\x00" in got and len(got) < 1000
+
+
 def test_a_module_that_failed_by_itself_keeps_its_own_message() -> None:
     from ddpfix.runner import HostResult, module_failure, record_event
 
