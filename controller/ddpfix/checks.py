@@ -199,6 +199,12 @@ def check_unreachable(ctx: Context) -> Iterable[Finding]:
             yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
 
 
+def not_read(ctx: Context, names: Iterable[str]) -> str:
+    """Nodes that were not read, each with why: 'node2 unreachable, node3 not read (its module failed)'."""
+    return ", ".join(f"{n} {'not read (its module failed)' if (h := ctx.hosts.get(n)) and h.failed else 'unreachable'}"
+                     for n in names)
+
+
 @rules(
     Rule(
         "facts.incomplete",

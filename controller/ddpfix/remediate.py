@@ -10,7 +10,7 @@ from typing import Any
 from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
-from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls
+from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
@@ -100,7 +100,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and n.name not in audited]
     write_env = env and (only is None or bool(only & ENV_IDS))
     if write_env and missing and not allow_partial:
-        refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
+        refusals.append(f"env files not written: {not_read(ctx, missing)}, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
         write_env = False
     not_ours = {

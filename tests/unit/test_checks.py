@@ -810,8 +810,11 @@ def test_module_failure_is_not_unreachable(sim: Sim) -> None:
     assert doc["summary"]["unreachable"] == 0 and doc["summary"]["module_failed"] == 1
     assert doc["hosts"]["node2"]["module_failed"] is True and "rc=1" in doc["hosts"]["node2"]["error"]
     from ddpfix import schemas
+    from ddpfix.checks import not_read
 
     schemas.validate(doc)
+    sim.set_unreachable("node3", "ssh: connect refused")
+    assert not_read(sim.context(), ["node2", "node3"]) == "node2 not read (its module failed), node3 unreachable"
 
 
 def test_a_module_failure_shows_what_the_node_wrote_as_one_printable_line() -> None:
