@@ -17,7 +17,7 @@ from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
-from ddpfix.runner import RunResult, is_node_lock_task, run_playbook
+from ddpfix.runner import RunResult, is_node_lock_task, module_failure, run_playbook
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
 FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host
@@ -304,8 +304,9 @@ def failures_of(run: RunResult) -> dict[str, str]:
         if bad is None:
             out[h] = r.message
             continue
-        msg = bad.res.get("msg") or bad.res.get("stderr") or r.message if isinstance(bad.res, dict) else r.message
-        out[h] = f"{bad.task}: {' '.join(str(msg).split())[:400]}"
+        msg = (module_failure(bad.res) or bad.res.get("msg") or bad.res.get("stderr") or r.message
+               if isinstance(bad.res, dict) else r.message)  # a module that broke on the node: its own error
+        out[h] = f"{bad.task}: {' '.join(str(msg).split())[:800]}"
     return out
 
 
