@@ -29,10 +29,12 @@ from ddpfix.progress import Progress
 from ddpfix.report import document
 from ddpfix.runner import (
     MAX_DEFAULT_FORKS,
+    HostResult,
     RunResult,
     TaskResult,
     discard_run_dir,
     last_run_dir,
+    module_failure,
     run_playbook,
 )
 
@@ -126,21 +128,28 @@ def collect(
                 continue  # outside --limit: not audited, not a finding
             hosts[node.name] = HostFacts(node.name, reachable=False, error=NOT_RUN)
             continue
-        facts_task = hr.find(FACTS_MODULE, ran=True)  # by identity: the module, whatever the task is named
-        # the last task that returned the facts: the second round's (probe result folded in) when there was one
-        found = hr.fact(FACTS_KEY)
-        hosts[node.name] = host_facts(
-            node.name,
-            found[1] if found else None,
-            error=hr.message,
-            unreachable=hr.unreachable,
-            collected_at=parse_event_time(facts_task.created) if facts_task else None,
-            window=_window(facts_task),
-        )
+        hosts[node.name] = host_facts_of(hr)
     # The cluster stays whole under --limit: ranks, NNODES, WORLD_SIZE, MASTER_ADDR and the hosts block come from
     # the whole inventory; nodes outside the limit are simply not in `hosts` (not read, not a finding).
     ctx = Context(cluster, hosts, thresholds or Thresholds())
     return ctx, run
+
+
+def host_facts_of(hr: HostResult) -> HostFacts:
+    """One node's HostFacts from its run result (the CLI's events): a node whose module failed (SSH worked) is
+    `failed`, with the module's own error, never unreachable."""
+    facts_task = hr.find(FACTS_MODULE, ran=True)  # by identity: the module, whatever the task is named
+    # the last task that returned the facts: the second round's (probe result folded in) when there was one
+    found = hr.fact(FACTS_KEY)
+    return host_facts(
+        hr.name,
+        found[1] if found else None,
+        error=hr.module_error or hr.message,
+        unreachable=hr.unreachable,
+        failed=hr.failed,
+        collected_at=parse_event_time(facts_task.created) if facts_task else None,
+        window=_window(facts_task),
+    )
 
 
 #: The audit play's first task: the cluster derived and validated from the inventory, on the controller.
@@ -184,7 +193,7 @@ NOT_RUN = "host did not run (not matched by the play)"
 
 
 def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str, Any] | None = None,
-               error: str = "", unreachable: bool = False, collected_at: float | None = None,
+               error: str = "", unreachable: bool = False, failed: bool = False, collected_at: float | None = None,
                window: tuple[float, float] | None = None) -> HostFacts:
     """One node's HostFacts from what the facts play returned: `ansible_facts.ddpfix_node` (`node`), and the probe
     result, read from the facts (`ddpfix_node.probe`, once folded there) when they carry one, else from the probe
@@ -206,6 +215,7 @@ def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str,
         name=name,
         reachable=not unreachable and node is not None,
         error=error,
+        failed=failed and not unreachable,
         node=cast(NodeFacts, dict(node)) if node is not None else None,
         probe=cast(ProbeResult, dict(probe)) if probe is not None else None,
         collected_at=collected_at,
@@ -242,8 +252,10 @@ def hosts_from_vars(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]],
             res = hv.get("ddpfix_facts_result")
             if not isinstance(res, Mapping) or res.get("unreachable") or res.get("failed") or res.get("skipped"):
                 why = (res or {}).get("msg") if isinstance(res, Mapping) else None
-                out[n.name] = HostFacts(n.name, reachable=False, error=_one_line(
-                    why or "no facts in this run: unreachable or failed before the facts task"))
+                broke = isinstance(res, Mapping) and bool(res.get("failed")) and not res.get("unreachable")
+                out[n.name] = HostFacts(n.name, reachable=False, failed=broke, error=_one_line(
+                    (module_failure(res) if broke and isinstance(res, Mapping) else None) or why
+                    or "no facts in this run: unreachable or failed before the facts task"))
                 continue
             got = (res.get("ansible_facts") or {}).get(FACTS_KEY)
             rp = ((got or {}).get("probe") or {}).get("result_path") if isinstance(got, Mapping) else None
@@ -343,6 +355,8 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
             out[node.name]["not_evaluated"] = list((not_evaluated or {}).get(node.name, []))
         if not h.reachable:
             out[node.name]["error"] = h.error
+            if h.failed:
+                out[node.name]["module_failed"] = True  # SSH worked; `error` is the module's own error
     return out
 
 

@@ -63,6 +63,8 @@ class HostFacts:
     name: str
     reachable: bool = True
     error: str = ""
+    #: not read because a module failed on the node (SSH worked): `error` is the module's own error
+    failed: bool = False
     node: NodeFacts | None = None  # ansible_facts.ddpfix_node
     probe: ProbeResult | None = None  # ddpfix_probe result
     collected_at: float | None = None  # controller clock when the facts arrived (epoch seconds)
@@ -173,15 +175,34 @@ def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
         "node not reachable over SSH (the others are still fully audited)",
         "Make the node reachable over SSH (sshd running, key, known_hosts, network) and re-run.",
     ),
+    Rule(
+        "host.module-failed",
+        E,
+        "the node answered over SSH but ddpfix's module failed there (its Python interpreter exited non-zero or is "
+        "missing, a traceback): nothing was read; the evidence is the module's own error (the others are still "
+        "fully audited)",
+        "Fix what the module's error names on the node (a working python3, the host's ansible_python_interpreter, "
+        "a full /tmp) and re-run; `ddpfix -vvv audit` shows the module's whole output.",
+    ),
 )
 def check_unreachable(ctx: Context) -> Iterable[Finding]:
     for n in ctx.cluster.nodes:
         h = ctx.hosts.get(n.name)
         if h is None:
             continue  # outside --limit: not read, not a finding
-        if not h.reachable or not h.node:
+        if h.failed and not h.node:
+            yield finding("host.module-failed", n.name,
+                          f"{n.name} ({n.address}) could not be audited: a module failed on the node (SSH works)",
+                          h.error or "the module returned no result")
+        elif not h.reachable or not h.node:
             why = (h.error if h else "") or "no facts returned"
             yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
+
+
+def not_read(ctx: Context, names: Iterable[str]) -> str:
+    """Nodes that were not read, each with why: 'node2 unreachable, node3 not read (its module failed)'."""
+    return ", ".join(f"{n} {'not read (its module failed)' if (h := ctx.hosts.get(n)) and h.failed else 'unreachable'}"
+                     for n in names)
 
 
 @rules(

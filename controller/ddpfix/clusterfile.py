@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
+import stat
 from typing import TYPE_CHECKING, Any
 
 from ddpfix.app import DdpfixError, ExitCode
@@ -56,15 +58,53 @@ def _bad(path: str, why: str) -> DdpfixError:
     return DdpfixError(f"cluster file {path}: {why}", ExitCode.INVALID_INPUT)
 
 
-def load(path: str) -> tuple[Cluster, dict[str, Any]]:
-    """(the Cluster, the document) from a cluster file; anything malformed -> exit 2 naming the field."""
+def untrusted(what: str, st: os.stat_result) -> str | None:
+    """Why a file or directory with this status may not decide what `check --local` accepts (its skip_findings,
+    its cluster view), or None: it must be owned by root (or by the user running the check, who could write it
+    anyway) and writable by nobody else."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{what} is owned by uid {st.st_uid}, not root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} " \
+               f"(mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _check_trusted(path: str, fd: int) -> None:
+    """Refuse (exit 2) a cluster file that someone other than root could have written: the file (as opened), the
+    directory it is named in and the directory it really lives in (through symlinks)."""
+    why = untrusted("it", os.fstat(fd))
+    for d in dict.fromkeys((os.path.dirname(os.path.abspath(path)), os.path.dirname(os.path.realpath(path)))):
+        if why is None:
+            try:
+                why = untrusted(f"its directory {d}", os.stat(d))
+            except OSError as exc:
+                why = f"its directory {d} cannot be read: {exc}"
+    if why:
+        raise _bad(path, f"refused: {why}; whoever can write it decides what this check accepts (chown root, "
+                         "chmod go-w; `ddpfix env --apply` writes it so)")
+
+
+def load(path: str, *, trusted: bool = True) -> tuple[Cluster, dict[str, Any]]:
+    """(the Cluster, the document) from a cluster file; anything malformed -> exit 2 naming the field. `trusted`: the
+    file must pass `_check_trusted` (owned by root, writable by nobody else), else exit 2 before it is parsed."""
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise _bad(path, "does not exist (written by `ddpfix env --apply`)") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise _bad(path, f"cannot be read: {exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _bad(path, "is not a regular file")
+        if trusted:
+            _check_trusted(path, fd)
+        with os.fdopen(os.dup(fd)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise _bad(path, f"cannot be read: {' '.join(str(exc).split())}") from None
+    finally:
+        os.close(fd)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise _bad(path, f"schema is {doc.get('schema') if isinstance(doc, dict) else None!r}, expected {SCHEMA!r}")
     nodes_raw = doc.get("nodes")

@@ -10,10 +10,11 @@ the audit's check functions run unchanged. Only findings about this node are kep
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import types
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from ddpfix import collection
 from ddpfix.checks import (
@@ -43,6 +44,104 @@ NOT_LOCAL = frozenset({"probe.port-in-use", "time.skew", "netif.mtu-mismatch", "
                        "hosts.duplicate-hostname", "hosts.duplicate-machine-id", "addr.family-mismatch"})
 #: A finding of at least this severity fails the check (NHC: the node is drained).
 FAIL_AT = Severity.WARNING
+#: The whole check's deadline by default (`--timeout`), seconds: reading this node, resolving every peer, the checks.
+DEFAULT_TIMEOUT = 10.0
+#: The longest one peer lookup may take (getaddrinfo has no timeout of its own): a slower answer is undecided.
+LOOKUP_TIMEOUT = 3.0
+#: Peer lookups running at once (daemon threads; one stuck past LOOKUP_TIMEOUT is replaced, up to 4x this many).
+LOOKUP_WORKERS = 32
+
+T = TypeVar("T")
+
+
+class Deadline:
+    """A total time budget, on the monotonic clock."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+
+def within(fn: Callable[[], T], deadline: Deadline) -> tuple[bool, T | None]:
+    """(True, fn()) when `fn` returns before the deadline; (False, None) when it does not. It runs in a daemon
+    thread that is left behind (a blocked getaddrinfo cannot be cancelled; it never holds the process's exit).
+    An exception of `fn` is raised here."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="ddpfix-check-local", daemon=True)
+    t.start()
+    t.join(deadline.left())
+    if t.is_alive():
+        return False, None
+    if "error" in box:
+        raise box["error"]
+    return True, box.get("value")
+
+
+def resolve_all(names: Sequence[str], resolve: Callable[[str], list[str]], deadline: Deadline, *,
+                per_lookup: float = LOOKUP_TIMEOUT, workers: int = LOOKUP_WORKERS,
+                ) -> tuple[dict[str, list[str]], list[str]]:
+    """(answers, undecided): each name's addresses, looked up in parallel in daemon threads. A lookup that took longer
+    than `per_lookup`, or had not answered by the deadline, is undecided: never 'does not resolve', never a pass."""
+    names = list(dict.fromkeys(names))
+    lock = threading.Lock()
+    todo = list(reversed(names))
+    running: dict[str, float] = {}  # name -> when its lookup started
+    done: dict[str, list[str]] = {}
+    late: set[str] = set()
+    replaced: set[str] = set()
+    threads = 0
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                name = todo.pop()
+                running[name] = t0 = time.monotonic()
+            try:
+                addrs = list(resolve(name) or [])
+            except Exception:  # noqa: BLE001 - resolve() answers [] for an unresolvable name; anything else: undecided
+                addrs = None
+            with lock:
+                running.pop(name, None)
+                if addrs is not None and time.monotonic() - t0 <= per_lookup:
+                    done[name] = addrs
+                else:
+                    late.add(name)
+
+    def spawn() -> None:
+        nonlocal threads
+        threads += 1
+        threading.Thread(target=work, name="ddpfix-resolve", daemon=True).start()
+
+    with lock:
+        for _ in range(min(workers, len(names))):
+            spawn()
+    while deadline.left() > 0:
+        now = time.monotonic()
+        with lock:
+            if len(done) + len(late) >= len(names):
+                break
+            for name, t0 in list(running.items()):
+                if now - t0 > per_lookup and name not in replaced:
+                    replaced.add(name)  # this lookup is undecided already: its thread is stuck, start another
+                    late.add(name)
+                    if todo and threads < 4 * workers:
+                        spawn()
+        time.sleep(min(0.02, deadline.left()))
+    with lock:
+        answers = {n: list(done[n]) for n in names if n in done}
+    return answers, [n for n in names if n not in answers]
 
 
 def node_facts_module() -> types.ModuleType:
@@ -94,9 +193,24 @@ def _match(doc: Mapping[str, Any], facts: Mapping[str, Any]) -> str | None:
     return next((str(n["name"]) for n in doc["nodes"] if n.get("address") in mine), None)
 
 
-def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict[str, Any]) -> Context:
-    """A Context holding this node's facts and, for each peer, what the cluster file says (hostname, address)."""
-    resolve = node_facts_module().resolve  # ddpfix_nodeinfo.resolve: getaddrinfo as Gloo and c10d call it
+def peer_hostnames(doc: Mapping[str, Any], me: str) -> list[str]:
+    """The hostnames of this node's peers, as the cluster file lists them (the names the checks resolve)."""
+    return [str(n["hostname"]) for n in doc["nodes"] if str(n["name"]) != me and n.get("hostname")]
+
+
+def resolve_peers(doc: Mapping[str, Any], me: str, deadline: Deadline) -> tuple[dict[str, list[str]], list[str]]:
+    """(answers, undecided) for the peers' hostnames, resolved as the facts module resolves (getaddrinfo as Gloo and
+    c10d call it: ddpfix_nodeinfo.resolve), in parallel, under the deadline."""
+    return resolve_all(peer_hostnames(doc, me), node_facts_module().resolve, deadline)
+
+
+def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict[str, Any],
+                  answers: Mapping[str, list[str]] | None = None) -> Context:
+    """A Context holding this node's facts and, for each peer, what the cluster file says (hostname, address).
+    `answers`: the peers' hostnames resolved on this node (None: resolved here, under the default deadline); a name
+    missing from it was not decided and is left out (no finding about it, never a pass)."""
+    if answers is None:
+        answers = resolve_peers(doc, me, Deadline(DEFAULT_TIMEOUT))[0]
     hosts: dict[str, HostFacts] = {}
     peer_names: dict[str, list[str]] = {}
     for n in doc["nodes"]:
@@ -109,8 +223,8 @@ def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict
             NodeFacts, {"hostname": hn, "cluster": {"address": n.get("address")}, "interfaces": [], "unread": []}
         )
         hosts[name] = HostFacts(name, node=peer)
-        if hn:
-            peer_names[hn] = resolve(hn) or []
+        if hn and hn in answers:
+            peer_names[hn] = list(answers[hn])
     hosts[me] = HostFacts(me, node=cast(NodeFacts, facts), probe={"resolve": peer_names}, collected_at=time.time())
     return Context(cluster=cluster, hosts=hosts)
 

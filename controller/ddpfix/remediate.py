@@ -10,14 +10,14 @@ from typing import Any
 from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
-from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls
+from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
-from ddpfix.runner import RunResult, is_node_lock_task, run_playbook
+from ddpfix.runner import RunResult, is_node_lock_task, module_failure, run_playbook
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
 FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host
@@ -100,7 +100,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and n.name not in audited]
     write_env = env and (only is None or bool(only & ENV_IDS))
     if write_env and missing and not allow_partial:
-        refusals.append(f"env files not written: {', '.join(missing)} unreachable, the rank set would be incomplete "
+        refusals.append(f"env files not written: {not_read(ctx, missing)}, the rank set would be incomplete "
                         "(pass --allow-partial to write the reachable nodes' files; ranks never shift)")
         write_env = False
     not_ours = {
@@ -304,8 +304,9 @@ def failures_of(run: RunResult) -> dict[str, str]:
         if bad is None:
             out[h] = r.message
             continue
-        msg = bad.res.get("msg") or bad.res.get("stderr") or r.message if isinstance(bad.res, dict) else r.message
-        out[h] = f"{bad.task}: {' '.join(str(msg).split())[:400]}"
+        msg = (module_failure(bad.res) or bad.res.get("msg") or bad.res.get("stderr") or r.message
+               if isinstance(bad.res, dict) else r.message)  # a module that broke on the node: its own error
+        out[h] = f"{bad.task}: {' '.join(str(msg).split())[:800]}"
     return out
 
 

@@ -44,7 +44,8 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     parts = [f"{counts.get(k, 0)} {k}{'s' if counts.get(k, 0) != 1 and k != 'info' else ''}" for k in SEVERITIES]
     ncauses = sum(1 for f in _findings(doc) if not f.get("caused_by"))
     line = (f"ddpfix {doc.get('command')}: {s.get('hosts', 0)} hosts, {s.get('reachable', 0)} reachable"
-            f"{', ' + str(s['unreachable']) + ' unreachable' if s.get('unreachable') else ''}; "
+            f"{', ' + str(s['unreachable']) + ' unreachable' if s.get('unreachable') else ''}"
+            f"{', ' + str(s['module_failed']) + ' with a failed module' if s.get('module_failed') else ''}; "
             f"{', '.join(parts)}")
     if _findings(doc):
         line += f"; {ncauses} root cause{'s' if ncauses != 1 else ''}"
@@ -171,7 +172,8 @@ def render_junit(doc: Mapping[str, Any]) -> str:
             elif h != "cluster" and rid in blind.get(h, {}):
                 ET.SubElement(tc, "skipped", message=f"not evaluated (not a pass): {blind[h][rid]}")
                 counts["skipped"] += 1
-            elif h != "cluster" and not hosts.get(h, {}).get("reachable", True) and rid != "host.unreachable":
+            elif h != "cluster" and not hosts.get(h, {}).get("reachable", True) \
+                    and rid not in ("host.unreachable", "host.module-failed"):
                 ET.SubElement(tc, "skipped", message=f"{h} could not be audited")
                 counts["skipped"] += 1
     for k, v in counts.items():

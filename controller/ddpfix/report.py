@@ -22,7 +22,9 @@ def summary(findings: Iterable[Finding], hosts: Mapping[str, Mapping[str, Any]])
     return {
         "hosts": len(hosts),
         "reachable": sum(1 for h in hosts.values() if h.get("reachable")),
-        "unreachable": sum(1 for h in hosts.values() if not h.get("reachable")),
+        # a node whose module failed answered over SSH: counted apart (`module_failed`), never as unreachable
+        "unreachable": sum(1 for h in hosts.values() if not h.get("reachable") and not h.get("module_failed")),
+        "module_failed": sum(1 for h in hosts.values() if h.get("module_failed")),
         "findings": {s.label: sum(1 for f in fl if f.severity == s) for s in sorted(Severity, reverse=True)},
         "not_evaluated": sum(len(h.get("not_evaluated") or []) for h in hosts.values()),
     }
@@ -100,7 +102,9 @@ def render_table(doc: Mapping[str, Any], console: Console) -> None:
         console.print(t)
     s = doc["summary"]
     counts = ", ".join(f"{n} {k}" for k, n in s["findings"].items())
-    line = f"{s['hosts']} hosts audited, {s['reachable']} reachable, {s['unreachable']} unreachable; findings: {counts}"
+    failed = f", {s['module_failed']} with a failed module" if s.get("module_failed") else ""
+    line = (f"{s['hosts']} hosts audited, {s['reachable']} reachable, {s['unreachable']} unreachable{failed}; "
+            f"findings: {counts}")
     if blind:
         line += f"; [magenta]{len(blind)} check(s) not evaluated[/] on {len({h for h, _ in blind})} host(s)"
     console.print(line)

@@ -64,6 +64,9 @@ class HostResult:
     unreachable: bool = False
     failed: bool = False
     message: str = ""
+    #: a module that failed on the node without a result of its own (its interpreter exited non-zero, a traceback, no
+    #: Python): "MODULE: its error" (SSH worked: never "unreachable")
+    module_error: str = ""
     tasks: list[TaskResult] = field(default_factory=list)
 
     def find(self, action: str, *, role: str | None = None, ran: bool = False,
@@ -108,6 +111,63 @@ class RunResult:
     @property
     def unreachable(self) -> list[str]:
         return sorted(h for h, r in self.hosts.items() if r.unreachable)
+
+
+#: How ansible-core words a module that returned no result of its own: its process failed on the node
+MODULE_FAILURE_MARKERS = ("MODULE FAILURE", "Module result deserialization failed", "The module interpreter")
+
+
+def module_failure(res: Mapping[str, Any]) -> str | None:
+    """The module's own error, in one line, when a module failed on the node without a result of its own (its
+    interpreter exited non-zero or is missing, a traceback): ansible-core's message, the exit status and the tails of
+    what the process wrote (stderr, then stdout, then the traceback). None for a module that failed by itself
+    (fail_json: its own message is the error)."""
+    from ddpfix.factguard import one_line  # what the node wrote is hostile text: one printable line
+
+    msg = " ".join(str(res.get("msg") or "").split())
+    if not msg.startswith(MODULE_FAILURE_MARKERS) and "module_stderr" not in res:
+        return None
+    parts = [one_line(msg, 200) or "MODULE FAILURE"]
+    rc = res.get("rc")
+    if isinstance(rc, int) and not isinstance(rc, bool):
+        parts.append(f"rc={rc}")
+    for key, label in (("module_stderr", "stderr"), ("module_stdout", "stdout"), ("exception", "traceback")):
+        text = " ".join(str(res.get(key) or "").split())
+        if text:
+            parts.append(f"{label}: {one_line(text[-300:], 400)}")
+    return "; ".join(parts)
+
+
+def record_event(hosts: dict[str, HostResult], event: Mapping[str, Any]) -> None:
+    """Fold one ansible-runner event into the per-host results (`hosts`, by host name)."""
+    data = event.get("event_data") or {}
+    host = data.get("host")
+    kind = str(event.get("event", ""))
+    if not host or not kind.startswith("runner_on_"):
+        return
+    hr = hosts.setdefault(host, HostResult(name=host))
+    res = data.get("res") or {}
+    task = data.get("task", "")
+    created = str(event.get("created", ""))
+    # identity of the task: the module that ran and its role (task names are for people)
+    ident = {"action": str(data.get("resolved_action") or data.get("task_action") or ""),
+             "role": str(data.get("resolved_role") or data.get("role") or "")}
+    if kind == "runner_on_unreachable":
+        hr.unreachable = True
+        hr.message = _one_line(res.get("msg", "unreachable"))
+        hr.tasks.append(TaskResult(task, "unreachable", res, **ident))
+    elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+        hr.failed = True
+        broken = module_failure(res)
+        if broken:
+            hr.module_error = f"{short_name(ident['action']) or task}: {broken}"
+        hr.message = broken or _one_line(res.get("msg") or res.get("stderr") or "task failed")
+        hr.tasks.append(TaskResult(task, "failed", res, **ident))
+    elif kind == "runner_on_ok":
+        hr.tasks.append(TaskResult(task, "changed" if res.get("changed") else "ok", res, created,
+                                   str(data.get("start", "")), str(data.get("end", "")), **ident))
+    elif kind == "runner_on_skipped":
+        hr.tasks.append(TaskResult(task, "skipped", res, **ident))
 
 
 def find_ansible_playbook() -> str:
@@ -378,31 +438,8 @@ def run_playbook(
     lock = threading.Lock()
 
     def handler(event: dict[str, Any]) -> bool:
-        data = event.get("event_data") or {}
-        host = data.get("host")
-        kind = event.get("event", "")
-        if host and kind.startswith("runner_on_"):
-            with lock:
-                hr = hosts.setdefault(host, HostResult(name=host))
-                res = data.get("res") or {}
-                task = data.get("task", "")
-                created = str(event.get("created", ""))
-                # identity of the task: the module that ran and its role (task names are for people)
-                ident = {"action": str(data.get("resolved_action") or data.get("task_action") or ""),
-                         "role": str(data.get("resolved_role") or data.get("role") or "")}
-                if kind == "runner_on_unreachable":
-                    hr.unreachable = True
-                    hr.message = _one_line(res.get("msg", "unreachable"))
-                    hr.tasks.append(TaskResult(task, "unreachable", res, **ident))
-                elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-                    hr.failed = True
-                    hr.message = _one_line(res.get("msg") or res.get("stderr") or "task failed")
-                    hr.tasks.append(TaskResult(task, "failed", res, **ident))
-                elif kind == "runner_on_ok":
-                    hr.tasks.append(TaskResult(task, "changed" if res.get("changed") else "ok", res, created,
-                                               str(data.get("start", "")), str(data.get("end", "")), **ident))
-                elif kind == "runner_on_skipped":
-                    hr.tasks.append(TaskResult(task, "skipped", res, **ident))
+        with lock:
+            record_event(hosts, event)
         if on_event is not None:
             on_event(event)
         return True

@@ -28,10 +28,6 @@ options:
     default: auto
     choices: [auto, legacy, nft]
   plan_only: {description: Change nothing and report C(pending) (changed stays false)., type: bool, default: false}
-  test_break_ssh:
-    description: Lab fault injection only - also add a ddpfix-tagged drop of TCP port 22.
-    type: bool
-    default: false
 """
 
 EXAMPLES = r"""
@@ -70,7 +66,6 @@ def main():
         argument_spec=rule_argument_spec(
             iptables_variant=dict(type="str", default="auto", choices=["auto", "legacy", "nft"]),
             plan_only=dict(type="bool", default=False),
-            test_break_ssh=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -102,9 +97,6 @@ def main():
         rule = iptables_rule(cidr, comment)
         if rule not in iptables_tagged(out, comment):
             cmds.append([exe, "-I", "INPUT", "1", *rule])
-        if cmds and p["test_break_ssh"]:
-            cmds.append([exe, "-I", "INPUT", "1", "-p", "tcp", "--dport", "22", "-m", "comment", "--comment", comment,
-                         "-j", "DROP"])
     else:
         nft = module.get_bin_path("nft", required=True)
         rc, out, err = module.run_command([nft, "-j", "list", "ruleset"])
@@ -117,9 +109,6 @@ def main():
         for f, t, c in chains:
             if (f, t, c) not in tagged:
                 cmds.append([nft, "insert", "rule", f, t, c, *nft_rule_args(cidr, comment)])
-                if p["test_break_ssh"]:
-                    cmds.append([nft, "insert", "rule", f, t, c, "tcp", "dport", "22", "drop", "comment",
-                                 f'"{comment}"'])
     result["pending"] = bool(cmds)
     if p["plan_only"]:
         module.exit_json(**result)

@@ -248,6 +248,7 @@ EXPECTED: list[tuple[str, str, str | None, Callable[[Audited], list[str]]]] = [
 
 def test_every_finding_id_has_a_lab_test() -> None:
     covered = {e[0] for e in EXPECTED} | {"host.unreachable"}  # test_unreachable_node_others_fully_audited
+    covered |= {"host.module-failed"}  # test_node_whose_python_fails_is_not_unreachable
     covered |= {"facts.incomplete"}  # test_facts_lab.py: a non-root SSH user cannot read the firewall
     covered |= {"facts.invalid"}  # test_validate_lab.py: test_hostile_hostname_fact_reaches_no_node
     # test_validate_lab.py: test_block_written_under_limit_is_reported_until_written_everywhere
@@ -397,6 +398,32 @@ def test_unreachable_node_others_fully_audited(lab_c: Audited, state: Path) -> N
         assert {i for i, host in full.ids() if host == name} <= {i for i, host in a.ids() if host == name}
     assert ("netif.missing", "node2") in a.ids() and ("time.no-daemon", "node1") in a.ids()
     assert not a.findings(host="node3") or {f["id"] for f in a.findings(host="node3")} == {"host.unreachable"}
+
+
+def test_node_whose_python_fails_is_not_unreachable(lab_c: Audited, state: Path, tmp_path: Path) -> None:
+    """node2's ansible_python_interpreter is a script that exits 1: SSH works, so the node is reported as
+    host.module-failed with the module's own error (never host.unreachable and its SSH fix), the others fully."""
+    full = lab_c.audit
+    broken = "/etc/ddpfix-lab/python3-broken"
+    sh(lab_c.info, "node2", f"mkdir -p /etc/ddpfix-lab && printf '#!/bin/sh\\necho ddpfix-lab: broken python >&2\\n"
+                            f"exit 1\\n' > {broken} && chmod 755 {broken}")
+    inv = edited_inventory(lab_c.info, tmp_path / "hosts.yml",
+                           lambda g: g["hosts"]["node2"].update(ansible_python_interpreter=broken))
+    try:
+        a = run_audit(inv, "--no-probe", state_dir=state)  # the facts task is what fails; probes add nothing here
+    finally:
+        sh(lab_c.info, "node2", f"rm -f {broken}")
+    assert a.rc == 1, a.explain()
+    assert not a.findings("host.unreachable"), a.explain()
+    mf = a.findings("host.module-failed")
+    assert [f["host"] for f in mf] == ["node2"] and mf[0]["severity"] == "error", a.explain()
+    assert "ddpfix_node_facts: " in mf[0]["evidence"] and "rc=1" in mf[0]["evidence"], mf[0]
+    assert "stderr: ddpfix-lab: broken python" in mf[0]["evidence"] and "SSH (sshd" not in mf[0]["fix"], mf[0]
+    doc = a.doc or {}
+    assert doc["summary"]["unreachable"] == 0 and doc["summary"]["module_failed"] == 1, doc["summary"]
+    assert doc["hosts"]["node2"]["module_failed"] is True and doc["hosts"]["node2"]["facts"] == {}
+    for name in ("node1", "node3"):
+        assert doc["hosts"][name]["reachable"] is True and doc["hosts"][name]["facts"] == full.doc["hosts"][name]["facts"]
 
 
 def test_limit_one_node(lab_a: Audited, state: Path) -> None:

@@ -16,6 +16,7 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -144,11 +145,19 @@ def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> Non
     assert sh(info, "node3", "test -e /etc/iptables/rules.v4", check=False).returncode == 1
 
 
-def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any) -> None:
+#: The test tree's fault injection (a callback plugin, never shipped): SSH to one node cut right after ddpfix's change
+BREAK_SSH_PLUGINS = Path(__file__).resolve().parent / "plugins" / "callback"
+
+
+def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     info = temp_lab(nodes=3, scenario="nftables-worker2", wait_sync=False)
     timeout = 20
-    # fault injection: together with its rule, ddpfix's change on node2 drops SSH (tagged as ddpfix's rule)
-    host_vars(info, "node2", {"__ddpfix_firewall_test_break_ssh": True, "ddpfix_firewall_revert_timeout": timeout})
+    # fault injection, from the test tree: right after ddpfix's change on node2 reports changed, the callback drops
+    # SSH there (a rule tagged as ddpfix's, in the chain that got ddpfix's rule), before the role's SSH check runs
+    monkeypatch.setenv("ANSIBLE_CALLBACK_PLUGINS", str(BREAK_SSH_PLUGINS))
+    monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ddpfix_test_break_ssh")
+    monkeypatch.setenv("DDPFIX_TEST_BREAK_SSH", f"{info.name}:node2")
+    host_vars(info, "node2", {"ddpfix_firewall_revert_timeout": timeout})
     before = live(info, "node2")
     conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
     start = time.monotonic()
@@ -176,7 +185,7 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any) -> None:
     for node in ("node1", "node3"):
         assert subprocess.run(info.ssh_argv(node, "true"), capture_output=True, timeout=30).returncode == 0
     # a rerun without the fault converges; with no nftables config file on node2 the report says "runtime only"
-    host_vars(info, "node2", {"__ddpfix_firewall_test_break_ssh": False})
+    monkeypatch.delenv("DDPFIX_TEST_BREAK_SSH")
     sh(info, "node2", "rm /etc/nftables.conf")
     code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
     assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])

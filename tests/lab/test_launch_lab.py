@@ -58,6 +58,63 @@ def test_healthy_nodes_pass_silently_in_under_2s(clean_lab) -> None:
     assert r.stdout == lab.node_exec(clean_lab.name, "node3", ["cat", "/etc/ddpfix/ddp.env"]).stdout
 
 
+#: A blackholed nameserver inside a node: a UDP socket on loopback that reads every query and never answers (it ends
+#: by itself after 120 s; its pid is in /run/ddpfix-test-blackhole.pid)
+BLACKHOLE = """
+import os, socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.53", 53))
+s.settimeout(1)
+open("/run/ddpfix-test-blackhole.pid", "w").write(str(os.getpid()))
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    try:
+        s.recv(4096)
+    except socket.timeout:
+        pass
+"""
+
+
+def test_blackholed_resolver_is_not_evaluated_within_the_deadline(clean_lab) -> None:
+    """node2's only nameserver never answers and its peers' names are not in its /etc/hosts: `check --local
+    --timeout 4` stops waiting at its deadline and says what it could not decide (exit 3), never a pass."""
+    node = "node2"
+
+    def sh(cmd: str) -> subprocess.CompletedProcess[str]:
+        return lab.node_exec(clean_lab.name, node, ["sh", "-c", cmd], check=False)
+
+    if sh("test -f /etc/ddpfix/cluster.json").returncode != 0:
+        apply_env(clean_lab)
+    peers = [n.hostname for n in clean_lab.nodes if n.name != node]
+    assert sh("if [ -e /etc/resolv.conf ] || [ -L /etc/resolv.conf ]; then cp -P /etc/resolv.conf "
+              "/etc/resolv.conf.ddpfix-test; fi; cp /etc/hosts /etc/hosts.ddpfix-test").returncode == 0
+    hole = lab.node_popen(clean_lab.name, node, [sys.executable, "-c", BLACKHOLE], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        drop = " ".join(f"-e {p}" for p in peers)
+        assert sh("rm -f /etc/resolv.conf && printf 'nameserver 127.0.0.53\\noptions timeout:30 attempts:1\\n' "
+                  f"> /etc/resolv.conf && grep -v -w {drop} /etc/hosts.ddpfix-test > /etc/hosts").returncode == 0
+        for _ in range(50):  # the blackhole is listening
+            if sh("test -s /run/ddpfix-test-blackhole.pid").returncode == 0:
+                break
+            time.sleep(0.1)
+        code, out, seconds = check_local(clean_lab, node, "--timeout", "4")
+    finally:
+        sh("kill $(cat /run/ddpfix-test-blackhole.pid) 2>/dev/null; rm -f /run/ddpfix-test-blackhole.pid; "
+           "cat /etc/hosts.ddpfix-test > /etc/hosts && rm /etc/hosts.ddpfix-test; rm -f /etc/resolv.conf; "
+           "if [ -e /etc/resolv.conf.ddpfix-test ] || [ -L /etc/resolv.conf.ddpfix-test ]; then "
+           "mv -T /etc/resolv.conf.ddpfix-test /etc/resolv.conf; fi")
+        hole.wait(timeout=30)
+    assert code == 3, out
+    assert out.startswith("ERROR: ddpfix: not-evaluated: peer name resolution not decided within 4 s") \
+        and out.count("\n") == 1, out
+    assert all(p in out for p in peers), out
+    assert "peer-unresolvable:" not in out and "not a pass" in out, out
+    assert seconds < 4 + 3, seconds  # the deadline, plus the interpreter's start inside the node
+    code, out, _ = check_local(clean_lab, node)  # restored: healthy again
+    assert (code, out) == (0, ""), out
+
+
 def test_hostname_loopback_gives_the_nhc_line(lab_factory) -> None:
     info = lab_factory(nodes=3, scenario="hostname-loopback", wait_sync=False)
     apply_env(info)

@@ -66,6 +66,7 @@ class Sim:
             self.docs[doc["name"]] = doc
         self.inventory: dict[str, Any] = json.loads((FACTS / "clean3" / "inventory.json").read_text())
         self.unreachable: dict[str, str] = {}
+        self.module_failed: dict[str, dict[str, Any]] = {}  # host -> the facts task's failed result (event res)
 
     # ---------------------------------------------------------------- mutation helpers
     def node(self, name: str) -> dict[str, Any]:
@@ -108,6 +109,10 @@ class Sim:
     def set_unreachable(self, name: str, error: str) -> None:
         self.unreachable[name] = error
 
+    def set_module_failed(self, name: str, res: dict[str, Any]) -> None:
+        """The facts module failed on `name` with result `res` (SSH worked), as ansible-runner reports it."""
+        self.module_failed[name] = res
+
     # ---------------------------------------------------------------- running the checks
     def cluster(self) -> Cluster:
         return cluster_from_inventory_data(self.inventory)
@@ -117,6 +122,16 @@ class Sim:
         for n, d in self.docs.items():
             if n in self.unreachable:
                 hosts[n] = HostFacts(n, reachable=False, error=self.unreachable[n])
+            elif n in self.module_failed:
+                # through the CLI's own conversion: the runner event, then the audit's HostFacts
+                from ddpfix.audit import host_facts_of
+                from ddpfix.runner import HostResult, record_event
+
+                results: dict[str, HostResult] = {}
+                record_event(results, {"event": "runner_on_failed", "event_data": {
+                    "host": n, "task": "Facts | read the node", "resolved_action": "ddpfix.cluster.ddpfix_node_facts",
+                    "res": self.module_failed[n]}})
+                hosts[n] = host_facts_of(results[n])
             else:
                 hosts[n] = HostFacts(n, node=d["node"], probe=d["probe"], collected_at=d["collected_at"])
         return Context(self.cluster(), hosts, thresholds or Thresholds())

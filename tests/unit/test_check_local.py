@@ -93,3 +93,140 @@ def test_node_facts_collector_loads_without_ansible_module_utils() -> None:
     import sys
 
     assert "ansible.module_utils.ddpfix_envfile" not in sys.modules  # the shims were only there while loading
+
+
+# ------------------------------------------------------------ deadline: a blackholed resolver, a stuck collector
+
+def _blackholed(answers: dict[str, list[str]], slow: set[str], hold: float = 30.0) -> Any:
+    """A resolver like getaddrinfo behind a blackholed nameserver: the names in `slow` never answer in time."""
+    import time
+
+    def resolve(name: str) -> list[str]:
+        if name in slow:
+            time.sleep(hold)
+        return list(answers.get(name) or [])
+
+    return resolve
+
+
+def test_resolve_all_is_parallel_and_never_calls_a_late_name_unresolvable() -> None:
+    import time
+
+    resolve = _blackholed({"a": ["10.0.0.1"], "b": ["10.0.0.2"]}, {"c", "d"})
+    t0 = time.monotonic()
+    answers, undecided = local.resolve_all(["a", "c", "b", "d"], resolve, local.Deadline(10), per_lookup=0.5)
+    assert time.monotonic() - t0 < 2  # both stuck lookups ran at once, each given up after 0.5 s
+    assert answers == {"a": ["10.0.0.1"], "b": ["10.0.0.2"]} and undecided == ["c", "d"]
+    # more stuck names than workers: replacements start, the fast names behind them are still answered
+    names = [f"s{i}" for i in range(4)] + ["a"]
+    answers, undecided = local.resolve_all(names, _blackholed({"a": ["10.0.0.1"]}, set(names[:4])),
+                                           local.Deadline(10), per_lookup=0.3, workers=2)
+    assert answers == {"a": ["10.0.0.1"]} and undecided == names[:4]
+    # the total deadline bounds everything, whatever the per-lookup timeout
+    t0 = time.monotonic()
+    answers, undecided = local.resolve_all(["c"], resolve, local.Deadline(0.4), per_lookup=5)
+    assert time.monotonic() - t0 < 1.5 and answers == {} and undecided == ["c"]
+
+
+def _check(tmp_path: Path, path: Path, *args: str) -> Any:
+    import time
+
+    t0 = time.monotonic()
+    r = CliRunner().invoke(cli, ["check", "--local", "--cluster-file", str(path), *args])
+    return r, time.monotonic() - t0
+
+
+def test_check_local_with_a_blackholed_resolver_finishes_under_its_deadline(
+        sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _cluster_file(sim, tmp_path)
+    facts = copy.deepcopy(sim.node("node2"))
+    monkeypatch.setattr(local, "collect_local", lambda cluster, doc, node: ("node2", copy.deepcopy(facts)))
+    answers = sim.probe("node2")["resolve"]
+    # healthy, every peer answers: exit 0 (the same node, the same facts)
+    monkeypatch.setattr(local.node_facts_module(), "resolve", _blackholed(answers, set()))
+    r, _ = _check(tmp_path, path)
+    assert r.exit_code == 0 and r.output == "", r.output
+    # node3's name never answers: not evaluated (exit 3, one NHC line naming it), within --timeout; never a pass and
+    # never "does not resolve"
+    monkeypatch.setattr(local.node_facts_module(), "resolve", _blackholed(answers, {"node3"}))
+    monkeypatch.setattr(local, "LOOKUP_TIMEOUT", 60.0)  # only the total deadline stops the wait here
+    r, took = _check(tmp_path, path, "--timeout", "1.5")
+    assert took < 3, took
+    assert r.exit_code == 3, r.output
+    assert r.output.startswith("ERROR: ddpfix: not-evaluated: peer name resolution not decided within 1.5 s")
+    assert "node3" in r.output and "node1" not in r.output.split(":", 3)[3] and r.output.count("\n") == 1
+    assert "peer-unresolvable:" not in r.output
+    # a real failure is still reported first, exit 1; -v adds the undecided names
+    sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
+    facts.update(resolve_self={"node2": ["127.0.1.1"]})
+    r, took = _check(tmp_path, path, "--timeout", "1", "-v")
+    assert took < 3 and r.exit_code == 1, r.output
+    assert r.output.splitlines()[0].startswith("ERROR: ddpfix: hosts.hostname-loopback: ")
+    assert r.output.splitlines()[-1].startswith("ERROR: ddpfix: not-evaluated: ")
+
+
+def test_check_local_stuck_reading_the_node_is_not_evaluated(
+        sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    path = _cluster_file(sim, tmp_path)
+    monkeypatch.setattr(local, "collect_local", lambda cluster, doc, node: time.sleep(30))
+    r, took = _check(tmp_path, path, "--timeout", "1")
+    assert took < 2.5 and r.exit_code == 3, (took, r.output)
+    assert r.output.startswith("ERROR: ddpfix: not-evaluated: nothing decided within 1 s") and r.output.count("\n") == 1
+
+
+# ------------------------------------------------------------ who may write the cluster file
+
+@pytest.mark.parametrize(("target", "mode", "why"), [
+    ("file", 0o664, "it is writable by its group (mode 0664)"),
+    ("file", 0o646, "it is writable by others (mode 0646)"),
+    ("dir", 0o777, "is writable by others (mode 0777)"),
+    ("dir", 0o775, "is writable by its group (mode 0775)"),
+])
+def test_cluster_file_writable_by_others_is_refused_and_its_skips_ignored(
+        sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, mode: int, why: str) -> None:
+    # the file accepts node2's failure (skip_findings): obeyed from a trusted file only
+    sim.set_var(None, ddp_skip_findings=["hosts.hostname-loopback@node2"])
+    d = tmp_path / "etc"
+    d.mkdir(mode=0o755)
+    path = _cluster_file(sim, d)
+    path.chmod(0o644)
+    sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
+    facts = copy.deepcopy(sim.node("node2"))
+    monkeypatch.setattr(local, "collect_local", lambda cluster, doc, node: ("node2", copy.deepcopy(facts)))
+    monkeypatch.setattr(local.node_facts_module(), "resolve", _blackholed(sim.probe("node2")["resolve"], set()))
+    r, _ = _check(tmp_path, path)
+    assert r.exit_code == 0, r.output  # trusted: the accepted finding stays accepted
+    (path if target == "file" else d).chmod(mode)
+    try:
+        r, _ = _check(tmp_path, path)
+    finally:
+        d.chmod(0o755)
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith(f"ERROR: ddpfix: cluster-file: cluster file {path}: refused: ") and why in r.output
+
+
+def test_cluster_file_owned_by_another_user_is_refused() -> None:
+    import os
+    import stat
+
+    def st(mode: int, uid: int) -> os.stat_result:
+        return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+    reg = stat.S_IFREG
+    assert clusterfile.untrusted("it", st(reg | 0o644, 0)) is None
+    assert clusterfile.untrusted("it", st(reg | 0o600, os.geteuid())) is None
+    other = 4242 if os.geteuid() != 4242 else 4243
+    assert clusterfile.untrusted("it", st(reg | 0o644, other)) == f"it is owned by uid {other}, not root"
+    assert clusterfile.untrusted("it", st(reg | 0o666, 0)) == "it is writable by others (mode 0666)"
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="chown to another user needs root")
+def test_cluster_file_chowned_to_a_user_is_refused(sim: Sim, tmp_path: Path) -> None:
+    import os
+
+    path = _cluster_file(sim, tmp_path)
+    os.chown(path, 4242, 4242)
+    r, _ = _check(tmp_path, path)
+    assert r.exit_code == 2 and "refused: it is owned by uid 4242, not root" in r.output, r.output

@@ -86,6 +86,31 @@ def _(sim: Sim) -> Expect:
     return "node3", ["port 22: Connection refused"]
 
 
+#: What ansible-core 2.19 returns when a module's interpreter exits 1 (recorded on a lab node whose
+#: ansible_python_interpreter is a script printing to stderr and exiting 1; see test_audit_lab)
+INTERPRETER_EXIT_1 = {
+    "failed": True, "changed": False, "rc": 1, "module_stdout": "",
+    "module_stderr": "ddpfix-lab: broken python: libpython3.12.so.1.0: cannot open shared object file\n",
+    "msg": "Module result deserialization failed: No start of json char found\nSee stdout/stderr for the returned output.",
+}
+
+
+@case("host.module-failed")
+def _(sim: Sim) -> Expect:
+    sim.set_module_failed("node2", dict(INTERPRETER_EXIT_1))
+    return "node2", ["ddpfix_node_facts: Module result deserialization failed", "rc=1",
+                     "stderr: ddpfix-lab: broken python: libpython3.12.so.1.0: cannot open shared object file"]
+
+
+@case("host.module-failed", "module-failure")
+def _(sim: Sim) -> Expect:
+    # the older wording (ansible-core before 2.19), the interpreter missing
+    sim.set_module_failed("node3", {"failed": True, "rc": 127, "module_stdout": "",
+                                    "module_stderr": "/bin/sh: 1: /usr/bin/python3: not found\n",
+                                    "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error"})
+    return "node3", ["MODULE FAILURE", "rc=127", "/usr/bin/python3: not found"]
+
+
 @case("facts.incomplete")
 def _(sim: Sim) -> Expect:
     _nonroot_firewall(sim, "node3")
@@ -765,6 +790,54 @@ def test_unreachable_node_does_not_stop_the_others(sim: Sim) -> None:
     ids = {(f.id, f.host) for f in sim.findings()}
     assert {("host.unreachable", "node3"), ("netif.mtu-mismatch", None), ("time.no-daemon", "node1")} <= ids
     assert not any(h == "node3" for i, h in ids if i != "host.unreachable")
+
+
+def test_module_failure_is_not_unreachable(sim: Sim) -> None:
+    """A node whose Python fails answered over SSH: host.module-failed with the module's error, no SSH fix text,
+    counted apart from unreachable nodes; the other nodes are still fully audited."""
+    from ddpfix.audit import audit_report
+
+    CASES["host.module-failed"](sim)
+    sim.node("node1")["time"] = {"daemons": [], "chrony_tracking": None}
+    findings = sim.findings()
+    ids = {(f.id, f.host) for f in findings}
+    assert ("host.module-failed", "node2") in ids and ("time.no-daemon", "node1") in ids
+    assert not [f for f in findings if f.id == "host.unreachable"]
+    assert not any(h == "node2" for i, h in ids if i != "host.module-failed")
+    f = next(f for f in findings if f.id == "host.module-failed")
+    assert "SSH" not in f.fix and f.severity == Severity.ERROR
+    doc, _ = audit_report(sim.context(), findings, probe=False)
+    assert doc["summary"]["unreachable"] == 0 and doc["summary"]["module_failed"] == 1
+    assert doc["hosts"]["node2"]["module_failed"] is True and "rc=1" in doc["hosts"]["node2"]["error"]
+    from ddpfix import schemas
+    from ddpfix.checks import not_read
+
+    schemas.validate(doc)
+    sim.set_unreachable("node3", "ssh: connect refused")
+    assert not_read(sim.context(), ["node2", "node3"]) == "node2 not read (its module failed), node3 unreachable"
+
+
+def test_a_module_failure_shows_what_the_node_wrote_as_one_printable_line() -> None:
+    from ddpfix.runner import module_failure
+
+    got = module_failure({"failed": True, "rc": 1, "module_stdout": "{{ lookup('pipe', 'id') }}\x1b[2J",
+                          "module_stderr": "x" * 5000 + "line1\nERROR: ddpfix: forged\x00\u2028",
+                          "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error"})
+    assert got is not None and "\n" not in got and "\x1b" not in got and "\x00" not in got and "\u2028" not in got
+    assert got.startswith("MODULE FAILURE See stdout/stderr for the exact error; rc=1; stderr: ")
+    assert "\\x1b[2J" in got and "\\x00" in got and len(got) < 1000
+
+
+def test_a_module_that_failed_by_itself_keeps_its_own_message() -> None:
+    from ddpfix.runner import HostResult, module_failure, record_event
+
+    assert module_failure({"failed": True, "msg": "nft -j list ruleset failed: Operation not permitted"}) is None
+    hosts: dict[str, HostResult] = {}
+    record_event(hosts, {"event": "runner_on_failed", "event_data": {
+        "host": "n1", "task": "t", "resolved_action": "ddpfix.cluster.ddpfix_node_facts",
+        "res": {"failed": True, "msg": "nft -j list ruleset failed: Operation not permitted"}}})
+    assert hosts["n1"].failed and not hosts["n1"].unreachable and not hosts["n1"].module_error
+    assert hosts["n1"].message == "nft -j list ruleset failed: Operation not permitted"
 
 
 def test_unreachable_master_is_reported_and_checks_still_run(sim: Sim) -> None:

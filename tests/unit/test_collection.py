@@ -73,3 +73,23 @@ def test_every_module_documents_itself_in_valid_yaml() -> None:
         for name, text in docs.items():
             assert yaml.safe_load(text) is not None, (path.name, name)
         assert yaml.safe_load(docs["DOCUMENTATION"])["module"] == path.stem, path.name
+
+
+def test_no_test_only_switch_ships() -> None:
+    """Fault injection lives in the test tree (tests/lab/plugins): no shipped module documents an option named like
+    a test switch, and no role, playbook or module reads a variable named so (an inventory could set it)."""
+    import re
+
+    switch = re.compile(r"\b\w*(?:test_break|_test_|fault_inject)\w*\b", re.I)
+    for path in sorted((ROOT / "plugins" / "modules").glob("*.py")):
+        import ast
+
+        doc = next(n.value.value for n in ast.parse(path.read_text()).body
+                   if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+                   and n.targets[0].id == "DOCUMENTATION" and isinstance(n.value, ast.Constant))
+        options = (yaml.safe_load(doc) or {}).get("options") or {}
+        assert not [o for o in options if o.startswith("test") or switch.search(o)], (path.name, list(options))
+    shipped = [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/*.yml"), *ROOT.glob("plugins/**/*.py")]
+    for path in shipped:
+        hits = switch.findall(path.read_text())
+        assert not hits, (path.relative_to(ROOT), hits)

@@ -82,3 +82,13 @@ def test_failure_step_skips_the_lock_release_after_it() -> None:
     run = RunResult("failed", 2, {}, {"n1": HostResult("n1", unreachable=True, message="gone", tasks=[step, release])},
                     Path("/nonexistent"), 1.0)
     assert remediate.failures_of(run) == {"n1": "Apply the rule: reverted"}
+
+
+def test_a_fix_step_whose_module_broke_names_the_modules_own_error() -> None:
+    res = {"failed": True, "rc": 1, "module_stdout": "", "module_stderr": "Traceback ...\nMemoryError\n",
+           "msg": "Module result deserialization failed: No start of json char found"}
+    step = TaskResult("Write the env file", "failed", res, action="ddpfix_env_file", role="ddpfix_env")
+    run = RunResult("failed", 2, {}, {"n1": HostResult("n1", failed=True, message="x", tasks=[step])},
+                    Path("/nonexistent"), 1.0)
+    assert remediate.failures_of(run) == {"n1": "Write the env file: Module result deserialization failed: No start of "
+                                                "json char found; rc=1; stderr: Traceback ... MemoryError"}

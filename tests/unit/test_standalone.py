@@ -80,6 +80,28 @@ def test_hosts_from_vars_follows_the_cli_on_nodes_without_facts() -> None:
     assert not cached[n2].reachable and cached[n2].error == "no facts in the fact cache"
 
 
+def test_hosts_from_vars_names_a_module_failure_as_the_cli_does() -> None:
+    """The standalone play's view of a node whose Python failed: failed (SSH worked), the module's own error; the
+    analysis reports host.module-failed there, never host.unreachable."""
+    from ddpfix.checks import Context, run_checks
+
+    cluster, nodes = _recorded()
+    n1, n2, n3 = cluster.names
+    hv: dict[str, Any] = {n: {"ansible_facts": {"ddpfix_node": nodes[n]["node"]}, "ddpfix_audit_in_run": True,
+                              "ddpfix_facts_result": {"ansible_facts": {"ddpfix_node": nodes[n]["node"]}}}
+                          for n in cluster.names}
+    hv[n2]["ddpfix_facts_result"] = {
+        "failed": True, "rc": 1, "module_stdout": "", "module_stderr": "broken python\n",
+        "msg": "Module result deserialization failed: No start of json char found"}
+    hosts = hosts_from_vars(cluster, hv, from_run=True)
+    assert not hosts[n2].reachable and hosts[n2].failed
+    assert hosts[n2].error == ("Module result deserialization failed: No start of json char found; rc=1; "
+                               "stderr: broken python")
+    ids = {(f.id, f.host) for f in run_checks(Context(cluster, hosts))}
+    assert (("host.module-failed", n2) in ids and not any(i == "host.unreachable" for i, _ in ids)
+            and hosts[n1].reachable and hosts[n3].reachable)
+
+
 def test_controller_window_of_the_facts_is_read_for_time_skew() -> None:
     cluster, nodes = _recorded()
     hv = {n: {"ansible_facts": {"ddpfix_node": nodes[n]["node"], "ddpfix_facts_window": [10.0, 12.5]}}

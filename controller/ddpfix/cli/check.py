@@ -23,17 +23,26 @@ def _nhc(check_id: str, message: str) -> str:
               help="The cluster view written by `ddpfix env --apply` [env: DDPFIX_CLUSTER_FILE].")
 @click.option("--node", metavar="NAME", help="This node's name in the cluster file (default: by hostname, then by "
                                               "the cluster address on its interfaces).")
+@click.option("--timeout", type=click.FloatRange(min=0.5, max=3600), default=10.0, show_default=True,
+              envvar="DDPFIX_CHECK_TIMEOUT", metavar="SECONDS",
+              help="Total deadline: reading this node and resolving every peer (in parallel, each lookup at most "
+                   "3 s); what is not decided by then is reported as not evaluated, exit 3 [env: "
+                   "DDPFIX_CHECK_TIMEOUT].")
 @click.option("-v", "--verbose", "verbose", count=True, help="Every failure, one line each; OK line when healthy.")
 @click.pass_obj
-def command(app: Application, local: bool, cluster_file: str, node: str | None, verbose: int) -> None:
+def command(app: Application, local: bool, cluster_file: str, node: str | None, timeout: float,
+            verbose: int) -> None:
     """Run the audit's checks that need only this node and the cluster file, in well under 2 s.
 
     Output and exit status follow LBNL NHC: healthy: exit 0, no output (-v: one OK line); a failure: one line
-    `ERROR: ddpfix: <id>: <message>` (the first; -v: all) and exit 1; a missing or bad cluster file: exit 2.
+    `ERROR: ddpfix: <id>: <message>` (the first; -v: all) and exit 1; a missing or bad cluster file, or one that
+    is not owned by root or is writable by group/others: exit 2; not decided within --timeout (a peer name that
+    did not resolve in time, this node's facts not read in time): `ERROR: ddpfix: not-evaluated: ...`, exit 3.
     Checked: hostname not on loopback, peers resolve to their cluster addresses, the cluster interface exists,
     is up and in the CIDR, the env file exists and matches the cluster file, the firewall lets the cluster CIDR reach
     the master port and the ephemeral range, the time daemon is synchronised, the master port is outside the ephemeral
-    range. Findings listed in the inventory's ddp_skip_findings are accepted.
+    range. Findings listed in the inventory's ddp_skip_findings are accepted (read only from a cluster file that passed
+    the ownership check).
     """
     verbose = max(verbose, app.verbosity)
     if not local:
@@ -50,18 +59,34 @@ def command(app: Application, local: bool, cluster_file: str, node: str | None, 
     except DdpfixError as exc:
         click.echo(_nhc("cluster-file", str(exc)))
         raise SystemExit(int(exc.code)) from None
-    me, facts = loc.collect_local(cluster, doc, node)
+    deadline = loc.Deadline(timeout)
+    read, got = loc.within(lambda: loc.collect_local(cluster, doc, node), deadline)
+    if not read or got is None:
+        click.echo(_nhc("not-evaluated", f"nothing decided within {timeout:g} s: this node's facts were not read in "
+                                         "time (a slow resolver or tool); not a pass"))
+        sys.stdout.flush()
+        raise SystemExit(int(ExitCode.RUN_FAILED))
+    me, facts = got
     if not me:
         click.echo(_nhc("cluster-file", f"this node ({os.uname().nodename}) is not in {cluster_file}: none of its "
                                         "hostnames or addresses is listed (pass --node NAME)"))
         raise SystemExit(int(ExitCode.INVALID_INPUT))
-    findings = loc.run_local(loc.local_context(cluster, doc, me, facts), me)
+    answers, undecided = loc.resolve_peers(doc, me, deadline)
+    findings = loc.run_local(loc.local_context(cluster, doc, me, facts, answers), me)
     failed = loc.failures(findings)
     for f in failed[: None if verbose else 1]:
         click.echo(_nhc(f.id, f.message))
+    if undecided and (verbose or not failed):
+        shown = ", ".join(undecided[:10]) + (f" and {len(undecided) - 10} more" if len(undecided) > 10 else "")
+        click.echo(_nhc("not-evaluated", f"peer name resolution not decided within {timeout:g} s (getaddrinfo did "
+                                         f"not answer in time): {shown}; hosts.peer-unresolvable and "
+                                         "hosts.peer-mismatch not evaluated for them, not a pass"))
     if failed:
         sys.stdout.flush()
         raise SystemExit(int(ExitCode.FINDINGS))
+    if undecided:
+        sys.stdout.flush()
+        raise SystemExit(int(ExitCode.RUN_FAILED))
     if verbose:
         click.echo(f"OK: ddpfix: {me}: rank {cluster.node(me).rank} of {len(cluster.nodes)}, "
                    f"{len(loc.LOCAL_CHECKS)} check groups passed")

@@ -13,6 +13,7 @@ import click
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import collect
+from ddpfix.checks import not_read
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
 from ddpfix.inventory import Cluster
@@ -85,7 +86,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         raise SystemExit(int(ExitCode.FINDINGS))
     unusable = [n for n, p in ctx.plan.items() if n in ctx.hosts and n not in missing and not p.address]
     if missing and not allow_partial:
-        click.echo(f"ddpfix: refused: {', '.join(missing)} unreachable; writing env files now would leave an "
+        click.echo(f"ddpfix: refused: {not_read(ctx, missing)}; writing env files now would leave an "
                    "incomplete rank set (ranks never shift). Fix the node or pass --allow-partial.", err=True)
         raise SystemExit(int(ExitCode.FINDINGS))
     if unusable:

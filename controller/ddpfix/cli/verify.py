@@ -51,10 +51,11 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
         audit = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     checks = [] if no_checks else testinfra_checks(audit.context, audit.findings)
     for f in audit.findings:
-        if f.id == "host.unreachable":
+        if f.id in ("host.unreachable", "host.module-failed"):
             from ddpfix.verify import Check
 
-            checks.append(Check(f.host or "", "reachable over SSH", False, f.evidence))
+            what = "reachable over SSH" if f.id == "host.unreachable" else "ddpfix's module runs on the node"
+            checks.append(Check(f.host or "", what, False, f.evidence))
     torch_results = None
     nccl_doc = None
     if backend == "nccl":
