@@ -115,11 +115,11 @@ def test_ipt_goto_chain_end_uses_builtin_policy(ipt):
     assert ok(ipt, "10.30.1.1", 22).allowed
 
 
-def test_ipt_unknown_match_is_not_matching_and_reported(ipt):
-    r = ok(ipt, "192.0.2.1", 8080)  # -m recent --rcheck ... -j ACCEPT
-    assert not r.allowed
-    assert any("-m recent --rcheck" in n for n in r.notes)
-    assert "not evaluated, treated as non-matching" in r.evidence
+def test_ipt_unknown_match_before_the_drop_is_undecided(ipt):
+    r = ok(ipt, "192.0.2.1", 8080)  # -m recent --rcheck ... -j ACCEPT, then the DROP policy
+    assert not r.allowed and not r.decided  # dropped only if the recent list does not hold the source
+    assert len(r.undecided) == 1 and "-m recent --rcheck" in r.undecided[0]
+    assert r.evidence == "iptables filter INPUT policy DROP"
 
 
 def test_ipt_policy_accept_vs_drop_and_reject_rules():
@@ -195,7 +195,8 @@ def test_nft_all_base_chains_ordered_by_hook_and_priority(nft):
 
 def test_nft_unknown_interface_is_reported(nft):
     r = ok(nft, "10.10.1.1", 29500, iface=None)
-    assert any('iifname != "eth*"' in n for n in r.notes)
+    assert r.allowed and not r.decided  # dropped if the (unknown) interface is not eth*
+    assert any('iifname != "eth*"' in n for n in r.undecided)
 
 
 def test_nft_ipv6_source_skips_ip_tables(nft):
@@ -214,8 +215,8 @@ def test_iptables_nft_table_not_double_counted(ipt):
     # the conntrack/multiport xt matches are opaque (so the guard is what keeps it clean)
     only_nft = dict(ipt, iptables=None)
     r = ok(only_nft, "10.10.1.1", 29500)
-    assert not r.allowed and r.layer == "nftables"
-    assert any("ip saddr 10.10.0.0/16 ct state new tcp dport { 29500, 32768-60999 }" in n for n in r.notes)
+    assert not r.allowed and r.layer == "nftables" and not r.decided
+    assert any("ip saddr 10.10.0.0/16 ct state new tcp dport { 29500, 32768-60999 }" in n for n in r.undecided)
 
 
 def test_legacy_iptables_does_not_hide_nft_tables(ipt):
@@ -281,7 +282,7 @@ def test_firewalld_rich_rules(fwd):
 
 def test_firewalld_limited_rich_rule_is_unknown(fwd):
     r = ok(fwd, "10.50.1.1", 8080, iface="eth1")
-    assert not r.allowed and any("limit" in n for n in r.notes)
+    assert not r.allowed and not r.decided and any("limit" in n for n in r.undecided)
 
 
 def test_firewalld_loopback(fwd):
@@ -305,7 +306,7 @@ def test_firewalld_zone_model_agrees_with_its_generated_nft_ruleset(fwd):
     raw = dict(fwd, firewalld=None)
     for src, port, iface in CROSS:
         a, b = ok(fwd, src, port, iface=iface), ok(raw, src, port, iface=iface)
-        if "limit" in " ".join(a.notes):
+        if "limit" in " ".join(a.undecided):
             continue  # the zone model reports the limited rule as unknown, nft has no limit stmt here
         assert a.allowed == b.allowed, (src, port, iface, a.evidence, b.evidence)
 

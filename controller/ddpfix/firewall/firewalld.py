@@ -231,24 +231,37 @@ def evaluate(fw: Firewalld, pkt: Packet) -> LayerResult:
     drifting = fw.allow_zone_drifting and _version_lt(fw.version, (1, 0))
     if not chosen or drifting:
         chosen.append(izone)
+    maybe: list[tuple[Action, str]] = []  # rich rules met that the evaluator cannot decide: (action, rule)
     for i, (zname, why) in enumerate(chosen):
         z = zones.get(zname) if zname is not None else None
         if z is None:
             notes.append(f"zone {zname!r} not collected")
             continue
-        verdict, explicit, ev = _eval_zone(fw, z, why, pkt, notes)
+        verdict, explicit, ev = _eval_zone(fw, z, why, pkt, notes, maybe)
         if verdict is None and i + 1 < len(chosen) and z.target == "default":
             notes.append(f"AllowZoneDrifting: {ev}")
             continue
-        return LayerResult("firewalld", verdict or "reject", explicit, ev, tuple(notes))
-    return LayerResult("firewalld", "reject", False, "firewalld: no zone matched", tuple(notes))
+        return _settled(verdict or "reject", explicit, ev, notes, maybe)
+    return _settled("reject", False, "firewalld: no zone matched", notes, maybe)
+
+
+def _settled(verdict: Action, explicit: bool, ev: str, notes: list[str],
+             maybe: list[tuple[Action, str]]) -> LayerResult:
+    """The layer's result: a rich rule met before the deciding one that the evaluator cannot decide, and whose
+    action would turn around whether the packet is accepted, makes it undecided; the others are notes."""
+    flip = tuple(dict.fromkeys(f"firewalld rich rule: {r}" for a, r in maybe
+                               if (a == "accept") != (verdict == "accept")))
+    notes = notes + [f"rich rule not evaluated (cannot change this verdict): {r}" for a, r in maybe
+                     if (a == "accept") == (verdict == "accept")]
+    return LayerResult("firewalld", verdict, explicit, ev, tuple(dict.fromkeys(notes)), flip)
 
 
 def _action(a: str | None) -> Action:
     return "accept" if a == "accept" else "drop" if a == "drop" else "reject"
 
 
-def _eval_zone(fw: Firewalld, z: Zone, why: str, pkt: Packet, notes: list[str]) -> tuple[Action | None, bool, str]:
+def _eval_zone(fw: Firewalld, z: Zone, why: str, pkt: Packet, notes: list[str],
+               maybe: list[tuple[Action, str]]) -> tuple[Action | None, bool, str]:
     head = f"firewalld zone {z.name!r} ({why})"
     parsed = [(x, parse_rich(x)) for x in z.rich_rules]
     notes.extend(f"unparsable rich rule {x!r}" for x, r in parsed if r is None)
@@ -265,7 +278,7 @@ def _eval_zone(fw: Firewalld, z: Zone, why: str, pkt: Packet, notes: list[str]) 
             if m and r.limit:
                 m = None
             if m is None:
-                notes.append(f"rich rule not evaluated (unsupported element): {r.raw}")
+                maybe.append((_action(r.action), r.raw))
             elif m:
                 return _action(r.action), True, f"{head}: rich rule: {r.raw}"
         return None

@@ -6,17 +6,19 @@ from __future__ import annotations
 import ipaddress
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ddpfix.firewall.verdict import (
     PROTO_NUM,
     Action,
+    Alt,
     LayerResult,
     Packet,
-    Step,
     iface_match,
     in_net,
     in_ports,
+    settle,
     tri_and,
     walk,
 )
@@ -128,6 +130,16 @@ def _option(o: Option, pkt: Packet) -> bool | None:
         r = any(in_ports(pkt.dport, p, ":") for p in a.split(","))
         if name == "--ports" and not r:
             r = None  # could still match the (unknown) source port
+    elif name == "--sport":
+        # the dialer's source port is an unprivileged one of its ephemeral range: a privileged-only range never
+        # matches, anything else is not known
+        if in_ports(1023, a, ":") is None or not a.replace(":", "").isdigit():
+            return None
+        lo_s, _, hi_s = a.partition(":")
+        hi_p = int(hi_s) if hi_s else (65535 if ":" in a else int(lo_s or 0))
+        if hi_p >= 1024:
+            return None
+        r = False
     elif name in ("--state", "--ctstate"):
         r = "NEW" in a.upper().split(",")
     elif name == "--ctstatus":
@@ -163,33 +175,44 @@ def is_active(chains: dict[str, Chain]) -> bool:
     return inp is not None and (bool(inp.rules) or inp.policy not in ("ACCEPT", "-"))
 
 
+#: The ways a rule whose target the evaluator does not model can go when it matches (NFQUEUE, TARPIT, ...): on to
+#: the next rule, or a verdict either way.
+UNMODELLED_TARGET: tuple[Alt, ...] = ((None, None), ("drop", None), ("accept", None))
+
+
 def evaluate(chains: dict[str, Chain], pkt: Packet, label: str) -> LayerResult | None:
-    """Walk filter INPUT like the kernel. -> the layer's result, or None (no filter table / nothing in INPUT)."""
+    """Walk filter INPUT like the kernel. -> the layer's result, or None (no filter table / nothing in INPUT).
+
+    A rule with a match the evaluator does not model (``-m set``, ``recent``, ``hashlimit``, ``string``, ``u32``,
+    ``bpf``, ``connlimit``, ``limit``, source ports, ...) or an unknown target is undecided: both ways are walked,
+    and when they end differently the rule is named in ``undecided``."""
     if not is_active(chains):
         return None
-    notes: list[str] = []
     empty = Chain()
 
-    def decide(chain: str, n: int, rule: Rule) -> tuple[Step, str | None, str]:
+    def decide(chain: str, n: int, rule: Rule) -> tuple[Sequence[Alt], str]:
         m = tri_and([_option(o, pkt) for o in rule.options])
         ref = f"{label} filter {chain} #{n}: {rule.line}"
         target = rule.target
-        if m is None:
-            notes.append("not evaluated (unsupported match, treated as non-matching): " + ref)
-        elif m and target in ("ACCEPT", "DROP", "REJECT", "RETURN"):
-            step: Step = {"ACCEPT": "accept", "DROP": "drop", "REJECT": "reject"}.get(target, "return")  # type: ignore[assignment]
-            return step, None, ref
-        elif m and target in chains:
-            return "goto" if rule.goto else "jump", target, ref
-        elif m and target and target not in CONTINUE:
-            notes.append("unknown target, ignored: " + ref)
-        return None, None, ref
-    verdict, ref = walk("INPUT", lambda c: chains.get(c, empty).rules, decide)
-    if verdict and ref is not None:
-        return LayerResult(label, verdict, True, ref, tuple(notes))
+        if m is False:
+            return (), ref
+        if target in ("ACCEPT", "DROP", "REJECT", "RETURN"):
+            alt: Alt = ({"ACCEPT": "accept", "DROP": "drop", "REJECT": "reject"}.get(target, "return"), None)  # type: ignore[assignment]
+        elif target in chains:
+            alt = ("goto" if rule.goto else "jump", target)
+        elif not target or target in CONTINUE:
+            return (), ref
+        else:  # a target the evaluator does not model
+            return UNMODELLED_TARGET, ref
+        return ((alt,) if m else ((None, None), alt)), ref
+    paths, complete = walk("INPUT", lambda c: chains.get(c, empty).rules, decide)
     pol = chains["INPUT"].policy
     policy: Action = "drop" if pol == "DROP" else "reject" if pol == "REJECT" else "accept"
-    return LayerResult(label, policy, policy != "accept", f"{label} filter INPUT policy {pol}", tuple(notes))
+    nominal, undecided, others = settle(paths, complete, policy)
+    notes = tuple(f"not evaluated (cannot change this verdict): {r}" for r in others)
+    if nominal.verdict and nominal.evidence is not None:
+        return LayerResult(label, nominal.verdict, True, nominal.evidence, notes, undecided)
+    return LayerResult(label, policy, policy != "accept", f"{label} filter INPUT policy {pol}", notes, undecided)
 
 
 def port_marks(text: str | None) -> set[int]:

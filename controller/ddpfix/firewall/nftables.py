@@ -13,12 +13,15 @@ from typing import Any
 
 from ddpfix.firewall.verdict import (
     PROTO_NUM,
+    Action,
     Address,
+    Alt,
     LayerResult,
     Packet,
     Step,
     iface_match,
     in_net,
+    settle,
     walk,
 )
 
@@ -223,12 +226,25 @@ def _verdict(e: Json) -> tuple[str, str | None] | None:
 
 _STEPS: dict[str, Step] = {"accept": "accept", "drop": "drop", "reject": "reject", "return": "return",
                            "jump": "jump", "goto": "goto"}
-Outcome = tuple[str, str | None]  # ("nomatch" | "unknown" | "queue" | a Step, jump target)
+#: A verdict the evaluator cannot follow (queue: userspace decides): on to the next rule, or a verdict either way.
+UNMODELLED: tuple[tuple[str, str | None], ...] = (("nomatch", None), ("drop", None), ("accept", None))
+Outcome = tuple[str, str | None]  # ("nomatch" | "queue" | a Step, jump target)
 
 
-def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> Outcome:
-    """-> ('nomatch'|'unknown'|'queue'|verdict, target). Statements before the verdict are ignored."""
+def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> tuple[Outcome, ...]:
+    """-> the ways the rule can go, the nominal one (no undecided expression matches) first: one when the
+    evaluator decided the rule, more when an expression it does not model (an unknown set, `xt`, `limit`, `meta
+    mark`, `fib`, ...) stands before the verdict. Statements before the verdict are ignored."""
     unknown = False
+
+    def ways(*found: Outcome) -> tuple[Outcome, ...]:
+        out = [("nomatch", None)] if unknown else []
+        for v in found:
+            out.extend(UNMODELLED[1:] if v[0] == "queue" else [v])
+        if not unknown and found and found[0][0] == "queue":
+            out.insert(0, ("nomatch", None))
+        return tuple(dict.fromkeys(out)) or (("nomatch", None),)
+
     for e in rule.get("expr") or []:
         if not isinstance(e, dict) or not e:
             continue
@@ -236,29 +252,33 @@ def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> Ou
         if k == "match" and isinstance(e["match"], dict):
             r = _match(e["match"], pkt, sets)
             if r is False:
-                return "nomatch", None
+                return (("nomatch", None),)
             unknown = unknown or r is None
         elif k == "vmap" and isinstance(e["vmap"], dict):
-            if unknown:
-                return "unknown", None
             kind, val = _left(e["vmap"].get("key"), pkt)
             if kind == "false":
-                return "nomatch", None
+                return (("nomatch", None),)
             data = e["vmap"].get("data")
             pairs = _elems(data, sets) if not isinstance(data, dict) else data.get("set", [])
+            hit: Outcome | None = None
+            maybe: list[Outcome] = []
             for pair in pairs:
                 if isinstance(pair, list) and len(pair) == 2:
                     m = _elem_match(kind, val, pair[0]) if kind != "?" else None
+                    v = _verdict(pair[1]) or ("queue", None)
                     if m is None:
-                        return "unknown", None
-                    if m:
-                        return _verdict(pair[1]) or ("unknown", None)
-            return "nomatch", None
+                        maybe.append(v)
+                    elif m and hit is None:
+                        hit = v
+            if maybe and hit is None:
+                unknown = True  # the key may hit one of these, or none
+                return ways(*maybe)
+            return ways(hit) if hit else (("nomatch", None),)
         elif (v := _verdict(e)) is not None:
-            return ("unknown", None) if unknown else v
+            return ways(v)
         elif k in ("xt", "limit") or k not in CONTINUE:
             unknown = True
-    return ("unknown", None) if unknown else ("nomatch", None)
+    return (("nomatch", None),)
 
 
 def _render(rule: dict[str, Json]) -> str:
@@ -294,40 +314,56 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
         return None
     explicit: str | None = None
     last: str | None = None
+    denied: list[tuple[str, str, tuple[str, ...]]] = []  # (verdict, evidence, undecided) of each refusing chain
+    may_deny: list[str] = []  # undecided rules of accepting chains
     for _, _, key, base in bases:
         t, label = tables[key], "nft {} {}".format(*key)
 
         def decide(chain: str, n: int, rule: dict[str, Json], t: Table = t,
-                   label: str = label) -> tuple[Step, str | None, str]:
+                   label: str = label) -> tuple[list[Alt], str]:
             handle = rule.get("handle")
             txt = rs.texts.get((t.family, t.name, chain, handle if isinstance(handle, int) else -1)) or _render(rule)
             ref = f"{label} {chain}: {txt}"
-            v, target = _rule(rule, pkt, t.sets)
-            if v == "unknown":
-                notes.append("not evaluated (unsupported expression, treated as non-matching): " + ref)
-            elif v == "queue":
-                notes.append("queue verdict (userspace decides), ignored: " + ref)
-            elif v in ("jump", "goto") and target not in t.chains:
-                notes.append("jump to unknown chain, ignored: " + ref)
-            elif v in _STEPS:
-                return _STEPS[v], target, ref
-            return None, None, ref
+            alts: list[Alt] = []
+            for v, target in _rule(rule, pkt, t.sets):
+                if v in ("jump", "goto") and target not in t.chains:
+                    notes.append("jump to unknown chain, ignored: " + ref)
+                    alts.append((None, None))
+                else:
+                    alts.append((_STEPS.get(v), target))
+            return ([] if alts == [(None, None)] else alts), ref
 
         def rules_of(chain: str, t: Table = t) -> list[dict[str, Json]]:
             return t.rules.get(chain, [])
-        verdict, ref = walk(base, rules_of, decide)
-        by_rule = verdict is not None
+        paths, complete = walk(base, rules_of, decide)
+        pol = t.chains[base].get("policy", "accept")
+        policy: Action = "accept" if pol == "accept" else "drop"  # nft knows no other policy: never read as a pass
+        nominal, undecided, others = settle(paths, complete, policy)
+        notes.extend(f"not evaluated (cannot change this verdict): {r}" for r in others)
+        verdict, ref = nominal.verdict, nominal.evidence
+        by_rule = verdict is not None and ref is not None
         if verdict is None or ref is None:
-            policy = t.chains[base].get("policy", "accept")
-            verdict = "accept" if policy == "accept" else "drop"  # nft knows no other policy: never read as a pass
-            ref = f"{label} {base} policy {policy}"
+            verdict, ref = policy, f"{label} {base} policy {pol}"
         if verdict != "accept":
-            return LayerResult("nftables", verdict, True, ref, tuple(notes))
-        if by_rule:
+            denied.append((verdict, ref, undecided))
+        elif by_rule:
             explicit = explicit or ref
+            may_deny.extend(undecided)
         else:
             last = last or ref
-    return LayerResult("nftables", "accept", bool(explicit), explicit or last or "", tuple(notes))
+            may_deny.extend(undecided)
+    if denied:
+        verdict, ref, _ = denied[0]
+        if all(u for _, _, u in denied):  # every refusing chain could accept after all: undecided
+            flip = tuple(dict.fromkeys(r for _, _, u in denied for r in u))
+        else:
+            flip = ()
+            notes.extend(f"not evaluated (cannot change this verdict): {r}" for _, _, u in denied for r in u)
+        notes.extend(f"not evaluated (cannot change this verdict): {r}" for r in may_deny)
+        d: Action = "reject" if verdict == "reject" else "drop"
+        return LayerResult("nftables", d, True, ref, tuple(dict.fromkeys(notes)), flip)
+    return LayerResult("nftables", "accept", bool(explicit), explicit or last or "", tuple(dict.fromkeys(notes)),
+                       tuple(dict.fromkeys(may_deny)))
 
 
 def port_marks(nft: Json) -> set[int]:

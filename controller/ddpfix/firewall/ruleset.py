@@ -116,12 +116,21 @@ class Ruleset:
         picks = deny or expl or layers
         if not picks:
             return Verdict(True, None, "accept", False, "no active firewall rules", tuple(notes), ())
+        # Undecided: accepted unless an undecided rule of some layer refuses it, or refused unless an undecided
+        # rule of every refusing layer accepts it. Undecided rules that cannot turn the outcome are notes.
+        if deny:
+            flips = deny if all(lr.undecided for lr in deny) else []
+        else:
+            flips = [lr for lr in layers if lr.undecided]
+        undecided = tuple(dict.fromkeys(u for lr in flips for u in lr.undecided))
+        notes.extend(f"{lr.layer}: not evaluated (cannot change this verdict): {u}" for lr in layers
+                     if lr not in flips for u in lr.undecided)
         pick = picks[0]
         ev = pick.evidence
         if notes:
-            ev += " [{} rule(s) not evaluated, treated as non-matching: {}]".format(
+            ev += " [{} rule(s) not evaluated, cannot change this verdict: {}]".format(
                 len(notes), "; ".join(notes[:3]) + ("; ..." if len(notes) > 3 else ""))
-        return Verdict(not deny, pick.layer, pick.verdict, pick.explicit, ev, tuple(notes), tuple(layers))
+        return Verdict(not deny, pick.layer, pick.verdict, pick.explicit, ev, tuple(notes), tuple(layers), undecided)
 
 
 State = Ruleset | Mapping[str, Any]

@@ -41,21 +41,33 @@ class Packet:
 
 @dataclass(frozen=True)
 class LayerResult:
-    """One firewall layer's decision on the packet."""
+    """One firewall layer's decision on the packet.
+
+    ``verdict`` is what the layer does when no rule it cannot evaluate matches; ``undecided`` names the rules it
+    cannot evaluate (a match or target the evaluator does not model) whose match would change whether the layer
+    accepts: when it is not empty, the layer's fate of the packet is undecided."""
 
     layer: str  # "firewalld", "iptables", "ip6tables", "iptables-legacy", "nftables"
     verdict: Action
     explicit: bool  # an explicit rule decided (not a chain policy / an empty ruleset)
     evidence: str  # the deciding rule, as the tool prints it
-    notes: tuple[str, ...] = ()  # rules that could not be decided (treated as non-matching)
+    notes: tuple[str, ...] = ()  # rules that could not be evaluated but cannot change the verdict
+    undecided: tuple[str, ...] = ()  # rules that could not be evaluated and could change the verdict
+
+    @property
+    def decided(self) -> bool:
+        return not self.undecided
 
 
 @dataclass(frozen=True)
 class Verdict:
     """Does the packet get accepted by every active layer?
 
-    ``layer``/``evidence`` name the deciding rule: the first drop/reject, else the first explicit accept, else a
-    policy accept; ``layer`` is None when no layer holds rules."""
+    ``allowed``/``layer``/``evidence`` name the outcome when no rule the evaluator cannot decide matches: the first
+    drop/reject, else the first explicit accept, else a policy accept; ``layer`` is None when no layer holds rules.
+    ``undecided`` lists the rules (as the tools print them) that the evaluator does not model and whose match would
+    turn that outcome around: when it is not empty the packet's fate is **undecided**, neither a pass nor a block
+    (``allowed`` then says which way it goes if none of them matches)."""
 
     allowed: bool
     layer: str | None
@@ -64,6 +76,11 @@ class Verdict:
     evidence: str
     notes: tuple[str, ...] = ()
     layers: tuple[LayerResult, ...] = field(default=())
+    undecided: tuple[str, ...] = ()
+
+    @property
+    def decided(self) -> bool:
+        return not self.undecided
 
 
 def in_net(addr: Address | None, spec: str) -> bool | None:
@@ -105,36 +122,106 @@ def tri_and(values: Sequence[bool | None]) -> bool | None:
 
 
 R = TypeVar("R")
-#: decide(chain, n, rule) -> (step, target chain, evidence of the rule)
-Decide = Callable[[str, int, R], tuple[Step, str | None, str]]
+#: One way a rule can go: (step, jump/goto target). A rule the evaluator decided has one; a rule it cannot decide
+#: has several, the first being what it does when it does not match (usually ``(None, None)``: next rule).
+Alt = tuple[Step, str | None]
+#: decide(chain, n, rule) -> (the ways the rule can go, evidence of the rule)
+Decide = Callable[[str, int, R], tuple[Sequence[Alt], str]]
+#: Paths explored per walk before giving up (each undecided rule that can change the path doubles them).
+MAX_PATHS = 256
 
 
-def walk(start: str, rules_of: Callable[[str], Sequence[R]], decide: Decide[R]) -> tuple[Action | None, str | None]:
+@dataclass(frozen=True)
+class Path:
+    """One way through the chains: its end (None: the base chain's policy decides), the deciding rule's evidence
+    (+ how it was reached), and the undecided rules it assumed to match on the way (empty: the nominal path)."""
+
+    verdict: Action | None
+    evidence: str | None
+    assumed: tuple[str, ...] = ()
+
+
+Frame = tuple[str, int, tuple[str, ...]]  # (chain, next rule index, how it was reached)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A walk still to do: where it stands, its return stack and the undecided rules it assumed to match."""
+
+    chain: str
+    idx: int
+    via: tuple[str, ...]
+    stack: tuple[Frame, ...]
+    assumed: tuple[str, ...]
+
+
+def _step(at: _Pending, action: Step, target: str | None, ref: str) -> _Pending | Path | None:
+    """Take one rule's step from ``at`` (the rule just read): a finished path, where the walk goes on, or None
+    (no step: the next rule)."""
+    if action in ("accept", "drop", "reject"):
+        verdict: Action = "accept" if action == "accept" else "drop" if action == "drop" else "reject"
+        return Path(verdict, ref + (" (via {})".format(", ".join(at.via)) if at.via else ""), at.assumed)
+    if action == "return":
+        if not at.stack:
+            return Path(None, None, at.assumed)
+        (c, i, v), rest = at.stack[-1], at.stack[:-1]
+        return _Pending(c, i, v, rest, at.assumed)
+    if action in ("jump", "goto") and target is not None:
+        stack = (*at.stack, (at.chain, at.idx, at.via)) if action == "jump" else at.stack
+        return _Pending(target, 0, (*at.via, f"{at.chain} #{at.idx}"), stack, at.assumed)
+    return None
+
+
+def walk(start: str, rules_of: Callable[[str], Sequence[R]], decide: Decide[R],
+         max_paths: int = MAX_PATHS) -> tuple[list[Path], bool]:
     """Netfilter chain traversal shared by iptables and nft: rules in order, jump pushes a return point, goto does
     not, RETURN / end of a called chain pops, end of the base chain (or RETURN in it) falls to the policy.
 
-    -> (verdict or None for "the policy decides", evidence of the deciding rule + how it was reached)."""
-    stack: list[tuple[str, int, list[str]]] = []
-    via: list[str] = []
-    chain, idx = start, 0
-    for _ in range(100000):  # loop guard; nft and iptables both reject chain loops anyway
-        rules = rules_of(chain)
-        if idx >= len(rules):
-            if not stack:
+    A rule that ``decide`` cannot decide forks the walk: the nominal path goes on as if it did not match, each
+    other way it can go is walked too (assuming the rule matched). -> (the paths, the nominal one first; whether
+    every path was walked: False when more than ``max_paths`` would be needed)."""
+    todo: list[_Pending | Path] = [_Pending(start, 0, (), (), ())]
+    paths: list[Path] = []
+    while todo:
+        if len(paths) + len(todo) > max_paths:
+            return paths, False
+        at: _Pending | Path | None = todo.pop(0)
+        for _ in range(100000):  # loop guard; nft and iptables both reject chain loops anyway
+            if not isinstance(at, _Pending):
                 break
-            chain, idx, via = stack.pop()
-            continue
-        idx += 1
-        action, target, ref = decide(chain, idx, rules[idx - 1])
-        if action in ("accept", "drop", "reject"):
-            verdict: Action = "accept" if action == "accept" else "drop" if action == "drop" else "reject"
-            return verdict, ref + (" (via {})".format(", ".join(via)) if via else "")
-        if action == "return":
-            if not stack:
-                break
-            chain, idx, via = stack.pop()
-        elif action in ("jump", "goto") and target is not None:
-            if action == "jump":
-                stack.append((chain, idx, via))
-            chain, idx, via = target, 0, [*via, f"{chain} #{idx}"]
-    return None, None
+            rules = rules_of(at.chain)
+            if at.idx >= len(rules):
+                at = _step(at, "return", None, "")
+                continue
+            cur = _Pending(at.chain, at.idx + 1, at.via, at.stack, at.assumed)
+            alts, ref = decide(cur.chain, cur.idx, rules[at.idx])
+            if not alts:
+                at = cur
+                continue
+            fork = _Pending(cur.chain, cur.idx, cur.via, cur.stack, (*cur.assumed, ref))
+            for action, target in alts[1:]:  # the undecided rule matched: another path
+                todo.append(_step(fork, action, target, ref) or fork)
+            nxt = _step(cur, alts[0][0], alts[0][1], ref)
+            at = cur if nxt is None else nxt
+        paths.append(at if isinstance(at, Path) else Path(None, None, at.assumed if at else ()))
+    return paths, True
+
+
+def settle(paths: Sequence[Path], complete: bool, policy: Action) -> tuple[Path, tuple[str, ...], tuple[str, ...]]:
+    """What the walk's paths say about one base chain whose policy is ``policy``.
+
+    -> (the nominal path (no undecided rule matched), the undecided rules whose match turns around whether the
+    packet is accepted, the other undecided rules met: they cannot change it). When not every path was walked,
+    every undecided rule met counts as one that could change the verdict."""
+    nominal = paths[0]
+
+    def accepted(p: Path) -> bool:
+        return (p.verdict or policy) == "accept"
+
+    want = accepted(nominal)
+    und: list[str] = []
+    for p in paths[1:]:
+        if accepted(p) != want or not complete:
+            und.extend(r for r in p.assumed if r not in und)
+    met = [r for p in paths for r in p.assumed]
+    return nominal, tuple(und), tuple(dict.fromkeys(r for r in met if r not in und))
