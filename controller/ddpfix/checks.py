@@ -261,6 +261,10 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
             if unread
             else []
         )
+        for f in findings:  # an undecided firewall verdict: the check it stands for was not evaluated
+            check = f.var("check")
+            if f.host == name and f.id in UNDECIDED and check and (check, name) not in reported:
+                items.append({"id": check, "reason": f"undecided ({f.id}): {f.var('rule')}"})
         for c in (ctx.hosts[name].probe or {}).get("connects") or []:  # a peer that did not run: not a failure
             why = None if c.get("ok") else probe_not_evaluated(ctx, c)
             if why:
@@ -302,18 +306,19 @@ class _FirewallMemo:
 
     def __init__(self) -> None:
         self.rulesets = firewall.Rulesets()
-        self.evaluated: dict[tuple[int, str, int, str | None], firewall.Verdict] = {}
+        self.evaluated: dict[tuple[int, str, int, str | None, str | None], firewall.Verdict] = {}
         self.samples: dict[tuple[int, int, int, int], list[int]] = {}
-        self.open: dict[tuple[int, int | tuple[int, int], str, str | None], str | None] = {}
+        self.open: dict[tuple[int, int | tuple[int, int], str, str | None, str | None], str | None] = {}
 
     def ruleset(self, state: Mapping[str, Any]) -> tuple[int, firewall.Ruleset]:
         return self.rulesets.get(state)
 
-    def evaluate(self, key: int, rs: firewall.Ruleset, src: str, port: int, iface: str | None) -> firewall.Verdict:
-        k = (key, src, port, iface)
+    def evaluate(self, key: int, rs: firewall.Ruleset, src: str, port: int, iface: str | None,
+                 dst: str | None = None) -> firewall.Verdict:
+        k = (key, src, port, iface, dst)
         v = self.evaluated.get(k)
         if v is None:
-            v = self.evaluated[k] = firewall.evaluate(rs, src, port, iface=iface)
+            v = self.evaluated[k] = firewall.evaluate(rs, src, port, iface=iface, dst=dst)
         return v
 
     def sample_ports(self, key: int, rs: firewall.Ruleset, lo: int, hi: int, n: int) -> list[int]:
@@ -323,11 +328,12 @@ class _FirewallMemo:
         return self.samples[k]
 
     def world_open(
-        self, key: int, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str, iface: str | None
+        self, key: int, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str, iface: str | None,
+        dst: str | None = None,
     ) -> str | None:
-        k = (key, port, cidr, iface)
+        k = (key, port, cidr, iface, dst)
         if k not in self.open:
-            self.open[k] = firewall.world_open(rs, port, cidr, iface=iface)
+            self.open[k] = firewall.world_open(rs, port, cidr, iface=iface, dst=dst)
         return self.open[k]
 
 
@@ -365,6 +371,27 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         reads=FIREWALL_SOURCES | _IFACES,
         manual="ddpfix only adds CIDR rules",
     ),
+    Rule(
+        "firewall.undecided",
+        E,
+        "a rule ddpfix does not model (ipset, `recent`, `hashlimit`, `limit`, `string`, `u32`, `bpf`, `connlimit`, "
+        "marks, an nft set or expression it cannot resolve, a queue target) stands before the rule accepting TCP from "
+        "peers to the master port / ephemeral range and could drop it: not evaluated, never a pass (probes decide)",
+        "Check by hand whether the rule named in the evidence matches TCP from {cidr} to {ports} on {node}; accept "
+        "{cidr} explicitly before it if the cluster must pass; `ddpfix audit` with probes (the default) decides by "
+        "connecting.",
+        manual="ddpfix cannot tell what the rule does",
+    ),
+    Rule(
+        "firewall.undecided-accept",
+        W,
+        "TCP from peers to the master port / ephemeral range is refused unless a rule ddpfix does not model (e.g. "
+        "an ipset match) accepts it: not evaluated, never a pass (probes decide)",
+        "Make sure the rule named in the evidence matches TCP from every node of {cidr} to {ports} on {node} (e.g. "
+        "the ipset holds every node's address), or accept {cidr} explicitly; `ddpfix audit` with probes (the "
+        "default) decides by connecting.",
+        manual="ddpfix cannot tell what the rule does",
+    ),
 )
 def check_firewall(ctx: Context) -> Iterable[Finding]:
     memo = _FirewallMemo()
@@ -378,15 +405,38 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
         cl: Mapping[str, Any] = f.get("cluster") or {}
         iface = cl.get("ifname")
         own = ctx.plan[name].address
+        dst = own if rs.uses_dst else None  # the packet's destination matters only to rules that match on it
         sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
         sysctl: Mapping[str, Any] = f.get("sysctl") or {}
         lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
         master = name == ctx.cluster.master
-        key = (skey, iface, tuple(sources), int(lo), int(hi), master)
+        key = (skey, iface, tuple(sources), int(lo), int(hi), master, dst)
         if key not in outcomes:
-            outcomes[key] = list(_firewall_outcomes(ctx, memo, skey, rs, iface, sources, (int(lo), int(hi)), master))
-        for fid, summary, evidence, details in outcomes[key]:
-            yield finding(fid, name, summary, evidence, **details)
+            outcomes[key] = list(
+                _firewall_outcomes(ctx, memo, skey, rs, iface, sources, (int(lo), int(hi)), master, dst)
+            )
+        for out in outcomes[key]:
+            fid, summary, evidence, details = _probe_decides(ctx, memo, skey, rs, name, iface, dst, out)
+            if fid:
+                yield finding(fid, name, summary, evidence, **{k: v for k, v in details.items() if k != "_pairs"})
+
+
+#: The undecided findings and the check each stands for (listed per host as not evaluated, never as a pass).
+UNDECIDED = {"firewall.undecided", "firewall.undecided-accept"}
+_BLOCKED = {True: "firewall.master-port-blocked", False: "firewall.peer-ports-blocked"}
+
+
+def _undecided(v: firewall.Verdict, src: str, what: str, details: dict[str, Any],
+               pairs: list[tuple[str, int, firewall.Verdict]]) -> _Outcome:
+    """The finding of an undecided verdict: which way it goes if no undecided rule matches, and the rules."""
+    rules_ = "; ".join(v.undecided[:3]) + (f"; ... ({len(v.undecided)} rules)" if len(v.undecided) > 3 else "")
+    if v.allowed:
+        fid, how = "firewall.undecided", "could be dropped/rejected by a rule ddpfix does not model"
+        ev = f"not modelled, stands before the accepting rule: {rules_}; if it does not match: accepted by {v.evidence}"
+    else:
+        fid, how = "firewall.undecided-accept", f"is {_past(v.verdict)} unless a rule ddpfix does not model accepts it"
+        ev = f"not modelled, the only rule that could accept it: {rules_}; if it does not match: {v.evidence}"
+    return fid, f"TCP {src} -> {what} {how} (not evaluated)", ev, {**details, "rule": v.undecided[0], "_pairs": pairs}
 
 
 def _firewall_outcomes(
@@ -398,43 +448,117 @@ def _firewall_outcomes(
     sources: list[str],
     ephemeral: tuple[int, int],
     master: bool,
+    dst: str | None = None,
 ) -> Iterable[_Outcome]:
+    """The firewall findings of one node, without its host. A decided block is reported as blocked; else an
+    undecided verdict (for any source) is reported as undecided, naming every (source, port) it holds for so that a
+    probe can decide (see `_probe_decides`)."""
     lo, hi = ephemeral
     port = ctx.cluster.master_port
     if master:
+        pairs: list[tuple[str, int, firewall.Verdict]] = []
+        blocked: tuple[str, int, firewall.Verdict] | None = None
         for src in sources:
-            v = memo.evaluate(skey, rs, src, port, iface)
-            if not v.allowed:
-                yield (
-                    "firewall.master-port-blocked",
-                    f"TCP {src} -> {port} would be {_past(v.verdict)} by {v.layer}",
-                    v.evidence,
-                    {"cidr": ctx.cidr, "port": port, "layer": v.layer},
-                )
+            v = memo.evaluate(skey, rs, src, port, iface, dst)
+            if not v.decided:
+                pairs.append((src, port, v))
+            elif not v.allowed:
+                blocked = (src, port, v)
                 break
-        open_ev = memo.world_open(skey, rs, port, ctx.cidr, iface) if ctx.cidr else None
+        details = {"cidr": ctx.cidr, "port": port, "ports": f"port {port}", "check": _BLOCKED[True]}
+        if blocked:
+            src, _, v = blocked
+            yield (
+                "firewall.master-port-blocked",
+                f"TCP {src} -> {port} would be {_past(v.verdict)} by {v.layer}",
+                v.evidence,
+                {"cidr": ctx.cidr, "port": port, "layer": v.layer},
+            )
+        elif pairs:
+            yield _undecided(pairs[0][2], pairs[0][0], f"{port}", {**details, "layer": pairs[0][2].layer}, pairs)
+        open_ev = memo.world_open(skey, rs, port, ctx.cidr, iface, dst) if ctx.cidr else None
         if open_ev:
             yield "firewall.world-open", f"master port {port} is open to any source", open_ev, {"cidr": ctx.cidr}
-    blocked = None
+    peer_blocked = None
+    upairs: list[tuple[str, int, firewall.Verdict]] = []
     for src in sources:
+        first_undecided = None
         for p in memo.sample_ports(skey, rs, lo, hi, ctx.thresholds.peer_port_samples):
-            v = memo.evaluate(skey, rs, src, p, iface)
-            if not v.allowed:
-                blocked = (src, p, v)
+            v = memo.evaluate(skey, rs, src, p, iface, dst)
+            if not v.decided:
+                first_undecided = first_undecided or (src, p, v)
+            elif not v.allowed:
+                peer_blocked = (src, p, v)
                 break
-        if blocked:
+        if peer_blocked:
             break
-    if blocked:
-        src, p, v = blocked
+        if first_undecided:
+            upairs.append(first_undecided)
+    if peer_blocked:
+        src, p, v = peer_blocked
         yield (
             "firewall.peer-ports-blocked",
             f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {_past(v.verdict)} by {v.layer}",
             v.evidence,
             {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "layer": v.layer},
         )
-    open_ev = memo.world_open(skey, rs, (lo, hi), ctx.cidr, iface) if ctx.cidr else None
+    elif upairs:
+        src, p, v = upairs[0]
+        details = {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "ports": f"the ephemeral range {lo}-{hi}",
+                   "layer": v.layer, "check": _BLOCKED[False]}
+        yield _undecided(v, src, f"ephemeral port {p} (range {lo}-{hi})", details, upairs)
+    open_ev = memo.world_open(skey, rs, (lo, hi), ctx.cidr, iface, dst) if ctx.cidr else None
     if open_ev:
         yield "firewall.world-open", f"ephemeral range {lo}-{hi} is open to any source", open_ev, {"cidr": ctx.cidr}
+
+
+def _probe_decides(
+    ctx: Context,
+    memo: _FirewallMemo,
+    skey: int,
+    rs: firewall.Ruleset,
+    name: str,
+    iface: str | None,
+    dst: str | None,
+    out: _Outcome,
+) -> _Outcome:
+    """An undecided outcome on node `name`, decided by the probes where they ran: every (source, port) it holds for
+    connected -> no finding (id ""); one failed -> the blocked finding, with the probe's error as evidence; none
+    probed -> the undecided finding as it is, with the host to fill its fix. A peer's probe port stands for the
+    sampled ephemeral port when the same undecided rules decide both."""
+    fid, summary, evidence, details = out
+    if fid not in UNDECIDED:
+        return out
+    details = {**details, "node": name}
+    master = details.get("check") == _BLOCKED[True]
+    connected: list[str] = []
+    for src, port, v in details.get("_pairs") or []:
+        dialer = ctx.by_address.get(src)
+        probe = (ctx.hosts[dialer].probe or {}) if dialer in ctx.hosts else {}
+        for c in probe.get("connects") or []:
+            if c.get("name") != name or c.get("kind") != ("master" if master else "peer"):
+                continue
+            try:
+                cport = int(str(c.get("port")))
+            except (TypeError, ValueError):
+                continue
+            if cport != port and memo.evaluate(skey, rs, src, cport, iface, dst).undecided != v.undecided:
+                continue  # the probe tested a port these rules do not decide alike
+            what = f"the probe from {dialer} ({src}) to {name}:{cport}"
+            if c.get("ok"):
+                connected.append(f"{what} connected")
+            elif not probe_not_evaluated(ctx, c):
+                ev = f"{what} failed: {c.get('error')} (the rules could not decide: {evidence})"
+                blocked_summary = f"TCP {src} -> {cport} failed although the rules could not decide (probe)"
+                keep = {"cidr": ctx.cidr, "layer": details.get("layer")}
+                keep.update({"port": cport} if master else {"range": details.get("range")})
+                return details["check"], blocked_summary, ev, keep
+            break
+        else:
+            return fid, summary, evidence, details  # not probed from this source: still undecided
+    if connected and len(connected) == len(details.get("_pairs") or []):
+        return "", "", "", {}  # the probes decided: accepted
+    return fid, summary, evidence, details
 
 
 # ---------------------------------------------------------------- probes

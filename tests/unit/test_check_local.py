@@ -230,3 +230,15 @@ def test_cluster_file_chowned_to_a_user_is_refused(sim: Sim, tmp_path: Path) -> 
     os.chown(path, 4242, 4242)
     r, _ = _check(tmp_path, path)
     assert r.exit_code == 2 and "refused: it is owned by uid 4242, not root" in r.output, r.output
+
+
+def test_undecided_firewall_rule_fails_the_local_check(sim: Sim, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """check --local reads the same rules as the audit: an ipset DROP before the accept is a failure, never a pass."""
+    path = _cluster_file(sim, tmp_path)
+    rules = sim.node("node1")["firewall"]
+    rules["iptables"] = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                         "-A INPUT -p tcp -m tcp --dport 29500 -m set ! --match-set ok src -j DROP\nCOMMIT\n")
+    got = local.failures(_local_findings(sim, path, "node1", monkeypatch))
+    assert [f.id for f in got] == ["firewall.undecided"]
+    assert "--match-set ok src -j DROP" in got[0].evidence and got[0].severity.label == "error"

@@ -206,6 +206,53 @@ def _(sim: Sim) -> Expect:
     return "node1", ["29500"]
 
 
+def _no_probes(sim: Sim) -> None:
+    """`audit --no-probe` (and `check --local`): no connect decides what the rules cannot."""
+    for n in sim.docs:
+        sim.probe(n)["connects"] = []
+
+
+UNDECIDED_MASTER = "-A INPUT -p tcp -m tcp --dport 29500 -m set ! --match-set ok src -j DROP"
+
+
+@case("firewall.undecided")
+def _(sim: Sim) -> Expect:
+    # the issue's rule: the master port blocked for every source outside the ipset `ok`, policy ACCEPT
+    _no_probes(sim)
+    _firewall_state(sim, "node1", iptables=_iptables([UNDECIDED_MASTER]))
+    return "node1", [UNDECIDED_MASTER, "stands before the accepting rule", "iptables filter INPUT policy ACCEPT"]
+
+
+@case("firewall.undecided", "ephemeral-hashlimit")
+def _(sim: Sim) -> Expect:
+    rule = ("-A INPUT -p tcp -m tcp --dport 32768:60999 -m hashlimit --hashlimit-above 10/sec --hashlimit-burst 5 "
+            "--hashlimit-mode srcip --hashlimit-name h -j DROP")
+    _no_probes(sim)
+    _firewall_state(sim, "node2", iptables=_iptables([rule]))
+    return "node2", ["-m hashlimit --hashlimit-above 10/sec"]
+
+
+@case("firewall.undecided", "nft-limit")
+def _(sim: Sim) -> Expect:
+    _no_probes(sim)
+    nft = json.loads(firewall_fixture("nft_unmodelled.json"))
+    for o in nft["nftables"]:  # the recorded `tcp dport 29601 limit rate over 10/second drop`, on the master port
+        for e in (o.get("rule") or {}).get("expr") or []:
+            if (e.get("match") or {}).get("right") == 29601:
+                e["match"]["right"] = 29500
+    _firewall_state(sim, "node1", nft=nft, nft_text=None)
+    return "node1", ['"limit"', "nft inet filter input"]
+
+
+@case("firewall.undecided-accept")
+def _(sim: Sim) -> Expect:
+    rules = ["-A INPUT -i lo -j ACCEPT", "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+             "-A INPUT -p tcp -m set --match-set cluster src -j ACCEPT"]
+    _no_probes(sim)
+    _firewall_state(sim, "node3", iptables=_iptables(rules, policy="DROP"))
+    return "node3", ["-m set --match-set cluster src -j ACCEPT", "iptables filter INPUT policy DROP"]
+
+
 @case("probe.master-port-unreachable")
 def _(sim: Sim) -> Expect:
     refused = next(c for c in json.loads(recorded("probe.json"))["connects"] if not c["ok"])["error"]

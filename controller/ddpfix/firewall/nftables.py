@@ -42,7 +42,8 @@ class Table:
     name: str
     chains: dict[str, dict[str, Json]] = field(default_factory=dict)
     rules: dict[str, list[dict[str, Json]]] = field(default_factory=dict)
-    sets: dict[str, list[Json]] = field(default_factory=dict)
+    #: named sets and maps: their elements, or None when the dump cannot say (a dynamic set the packet path fills)
+    sets: dict[str, list[Json] | None] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -87,7 +88,10 @@ def index(nft: Json) -> dict[tuple[str, str], Table]:
             elif kind == "rule" and "chain" in o:
                 t.rules.setdefault(str(o["chain"]), []).append(o)
             elif kind in ("set", "map") and "name" in o:
-                t.sets[str(o["name"])] = list(o.get("elem") or [])
+                flags = o.get("flags") or []
+                flags = [flags] if isinstance(flags, str) else flags
+                dynamic = isinstance(flags, list) and bool({"dynamic", "timeout"} & set(map(str, flags)))
+                t.sets[str(o["name"])] = None if dynamic else list(o.get("elem") or [])
     return tables
 
 
@@ -147,10 +151,13 @@ def _left(left: Json, pkt: Packet) -> Field:
     return "?", None
 
 
-def _elems(right: Json, sets: dict[str, list[Json]]) -> list[Json]:
+def _elems(right: Json, sets: dict[str, list[Json] | None]) -> list[Json] | None:
+    """The elements on the right of a match; None: a named set whose elements are not known (missing, dynamic)."""
     if isinstance(right, str) and right.startswith("@"):
-        return [e["elem"]["val"] if isinstance(e, dict) and isinstance(e.get("elem"), dict) else e
-                for e in sets.get(right[1:], [])]
+        named = sets.get(right[1:])
+        if named is None:
+            return None
+        return [e["elem"]["val"] if isinstance(e, dict) and isinstance(e.get("elem"), dict) else e for e in named]
     if isinstance(right, dict) and "set" in right:
         return list(right["set"])
     if isinstance(right, list):
@@ -186,7 +193,7 @@ def _elem_match(kind: str, val: Any, el: Json) -> bool | None:
     return el == val if isinstance(el, (str, int)) else None
 
 
-def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> bool | None:
+def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json] | None]) -> bool | None:
     kind, val = _left(m.get("left"), pkt)
     if kind == "false":
         return False
@@ -204,7 +211,10 @@ def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> bool
         return {"<": v < r, ">": v > r, "<=": v <= r, ">=": v >= r}[op]
     if op not in ("==", "!=", "in"):
         return None
-    res = [_elem_match(kind, val, e) for e in _elems(right, sets)]
+    elems = _elems(right, sets)
+    if elems is None:
+        return None
+    res = [_elem_match(kind, val, e) for e in elems]
     hit = True if True in res else (None if None in res else False)
     if hit is None:
         return None
@@ -231,14 +241,14 @@ UNMODELLED: tuple[tuple[str, str | None], ...] = (("nomatch", None), ("drop", No
 Outcome = tuple[str, str | None]  # ("nomatch" | "queue" | a Step, jump target)
 
 
-def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> tuple[Outcome, ...]:
+def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json] | None]) -> tuple[Outcome, ...]:
     """-> the ways the rule can go, the nominal one (no undecided expression matches) first: one when the
     evaluator decided the rule, more when an expression it does not model (an unknown set, `xt`, `limit`, `meta
     mark`, `fib`, ...) stands before the verdict. Statements before the verdict are ignored."""
     unknown = False
 
     def ways(*found: Outcome) -> tuple[Outcome, ...]:
-        out = [("nomatch", None)] if unknown else []
+        out: list[Outcome] = [("nomatch", None)] if unknown else []
         for v in found:
             out.extend(UNMODELLED[1:] if v[0] == "queue" else [v])
         if not unknown and found and found[0][0] == "queue":
@@ -260,16 +270,19 @@ def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json]]) -> tu
                 return (("nomatch", None),)
             data = e["vmap"].get("data")
             pairs = _elems(data, sets) if not isinstance(data, dict) else data.get("set", [])
+            if pairs is None:  # a map the dump cannot resolve: any of its verdicts, or none
+                unknown = True
+                return ways(*UNMODELLED[1:])
             hit: Outcome | None = None
             maybe: list[Outcome] = []
             for pair in pairs:
                 if isinstance(pair, list) and len(pair) == 2:
                     m = _elem_match(kind, val, pair[0]) if kind != "?" else None
-                    v = _verdict(pair[1]) or ("queue", None)
+                    way: Outcome = _verdict(pair[1]) or ("queue", None)
                     if m is None:
-                        maybe.append(v)
+                        maybe.append(way)
                     elif m and hit is None:
-                        hit = v
+                        hit = way
             if maybe and hit is None:
                 unknown = True  # the key may hit one of these, or none
                 return ways(*maybe)
@@ -314,7 +327,7 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
         return None
     explicit: str | None = None
     last: str | None = None
-    denied: list[tuple[str, str, tuple[str, ...]]] = []  # (verdict, evidence, undecided) of each refusing chain
+    denied: list[tuple[Action, str, tuple[str, ...]]] = []  # (verdict, evidence, undecided) of each refusing chain
     may_deny: list[str] = []  # undecided rules of accepting chains
     for _, _, key, base in bases:
         t, label = tables[key], "nft {} {}".format(*key)
@@ -353,14 +366,14 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
             last = last or ref
             may_deny.extend(undecided)
     if denied:
-        verdict, ref, _ = denied[0]
+        d_verdict, ref, _ = denied[0]
         if all(u for _, _, u in denied):  # every refusing chain could accept after all: undecided
             flip = tuple(dict.fromkeys(r for _, _, u in denied for r in u))
         else:
             flip = ()
             notes.extend(f"not evaluated (cannot change this verdict): {r}" for _, _, u in denied for r in u)
         notes.extend(f"not evaluated (cannot change this verdict): {r}" for r in may_deny)
-        d: Action = "reject" if verdict == "reject" else "drop"
+        d: Action = "reject" if d_verdict == "reject" else "drop"
         return LayerResult("nftables", d, True, ref, tuple(dict.fromkeys(notes)), flip)
     return LayerResult("nftables", "accept", bool(explicit), explicit or last or "", tuple(dict.fromkeys(notes)),
                        tuple(dict.fromkeys(may_deny)))

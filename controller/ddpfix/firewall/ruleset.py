@@ -5,15 +5,18 @@
 Netfilter semantics: every active layer / base chain must accept; the first drop/reject is final. Layers: the
 firewalld zone model (firewalld's own nft tables / iptables chains are then skipped), iptables (filter INPUT and the
 user chains it reaches), nftables (base filter chains on prerouting and input; tables that iptables-nft created are
-skipped when iptables-save was evaluated). Unknowns are conservative and always reported: a rule with a match that
-cannot be decided (ipsets, limits, recent, marks, source ports, destination addresses when ``dst`` is not given,
-``fib``, ``xt`` expressions, ...) is treated as NOT matching and listed in ``notes`` / the evidence. ``iface=None``
-means "some non-loopback interface".
+skipped when iptables-save was evaluated). What cannot be decided is never a pass: a rule with a match or target
+the evaluator does not model (ipsets, limits, recent, hashlimit, string, u32, bpf, connlimit, marks, source ports,
+destination addresses when ``dst`` is not given, ``fib``, ``xt`` expressions, sets it cannot resolve, queue
+verdicts, ...) is walked both ways; when that could turn around whether the packet is accepted, the verdict is
+undecided (``Verdict.undecided`` names those rules), else the rule is listed in ``notes`` / the evidence.
+``iface=None`` means "some non-loopback interface".
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -86,6 +89,18 @@ class Ruleset:
             marks |= fwd.port_marks(self.firewalld)
         marks |= nft.port_marks(self.state.get("nft"))
         return frozenset(marks)
+
+    @cached_property
+    def uses_dst(self) -> bool:
+        """Whether any rule matches on the destination address (then the packet's destination must be given, or
+        those rules are undecided)."""
+        texts = [t.text for t in self.ipv4 + self.ipv6]
+        if any(re.search(r"(?:^|\s)(?:-d|--destination|--dst|--dst-range)\s", t, re.MULTILINE) for t in texts):
+            return True
+        if self.firewalld is not None and any("destination" in r for z in self.firewalld.zones.values()
+                                              for r in z.rich_rules):
+            return True
+        return self.nft is not None and '"daddr"' in json.dumps(self.state.get("nft"))
 
     def evaluate(self, pkt: Packet) -> Verdict:
         """Would the packet be accepted by every active layer?"""
@@ -245,6 +260,6 @@ def world_open(state: State, port_or_range: int | tuple[int, int] | list[int], c
     for src in v4 + [s for s in srcs if ":" in s]:
         for p in ports:
             r = evaluate(rs, src, p, iface=iface, dst=dst)
-            if r.allowed and r.layer and r.explicit:
+            if r.allowed and r.layer and r.explicit and r.decided:
                 return f"{p}/tcp from {src} (outside {cidr}) accepted: {r.evidence}"
     return None
