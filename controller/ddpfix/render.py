@@ -52,7 +52,7 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     if doc.get("skipped"):
         line += f"; {len(doc['skipped'])} skipped"
     if s.get("not_evaluated"):
-        line += f"; {s['not_evaluated']} checks NOT evaluated (facts could not be read)"
+        line += f"; {s['not_evaluated']} checks NOT evaluated (facts not read or rules undecided)"
     return line
 
 

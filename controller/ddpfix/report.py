@@ -91,7 +91,7 @@ def render_table(doc: Mapping[str, Any], console: Console) -> None:
     if blind:
         t = Table(
             show_lines=False,
-            title=f"ddpfix {doc['command']}: NOT EVALUATED (facts could not be read; not a pass)",
+            title=f"ddpfix {doc['command']}: NOT EVALUATED (facts not read or rules undecided; not a pass)",
             title_justify="left",
         )
         t.add_column("host", no_wrap=True)

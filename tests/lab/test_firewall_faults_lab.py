@@ -5,6 +5,8 @@
   --test`, Docker's chains stay in the running rule set and never reach a file, the audit is clean.
 - A persisted config ddpfix's rule cannot be added to: the host fails with nft's error, the old file stays
   (another host, with RHEL's /etc/sysconfig/iptables, is fixed and persisted).
+- An undecided rule (issue 20, item 3): a DROP of the master port unless the source is in an ipset gives
+  `firewall.undecided` in `audit --no-probe` and `check --local` (exit 1), never a pass.
 - SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes ddpfix's
   rule by itself within the revert timeout, becomes reachable again, other rules intact; a rerun converges (with no
   nftables config file: noted "runtime only").
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -122,6 +125,53 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
     assert code == 0, after["findings"]
     code, again = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0 and sum(again["changed"].values()) == 0, again["changes"]
+
+
+#: ddpfix inside a node: the checkout's package on PYTHONPATH, the controller's interpreter (the node sees /work).
+NODE_DDPFIX = ["env", f"PYTHONPATH={Path(__file__).resolve().parents[2] / 'controller'}", sys.executable, "-c",
+               "from ddpfix.cli import main; main()"]
+
+
+def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_lab: Any) -> None:
+    """Issue 20, item 3 on a real node (this module's lab, after the test above): the issue's rule, a DROP of the
+    master port for every source outside an ipset, makes the master port undecided, never a pass. Without the
+    ipset tool on the node, `-m recent` (built into iptables) stands in: ddpfix models neither."""
+    info, inv = docker_lab, str(docker_lab.inventory)
+    master, port = info.master, info.master_port
+    if sh(info, master, "command -v ipset", check=False).returncode == 0:
+        sh(info, master, "ipset create ok hash:net -exist")
+        match, shown = "-m set ! --match-set ok src", "-m set ! --match-set ok src -j DROP"
+    else:
+        match, shown = "-m recent ! --rcheck --name ok", "-m recent ! --rcheck"
+    rule = f"-p tcp -m tcp --dport {port} {match} -j DROP"
+    sh(info, master, f"iptables -I INPUT {rule}")
+    try:
+        code, doc = ddpfix_json(inv, "audit", "--no-probe")
+        assert code == 1, doc["findings"]
+        got = [f for f in doc["findings"] if f["id"] == "firewall.undecided" and f["host"] == master]
+        assert got and got[0]["severity"] == "error", doc["findings"]
+        assert shown in got[0]["evidence"] and f"--dport {port}" in got[0]["evidence"], got[0]["evidence"]
+        assert "firewall.master-port-blocked" not in {f["id"] for f in doc["findings"] if f["host"] == master}
+        blind = {x["id"]: x["reason"] for x in doc["hosts"][master]["not_evaluated"]}
+        assert shown in blind.get("firewall.master-port-blocked", ""), blind
+
+        if sh(info, master, "test -e /etc/ddpfix/cluster.json", check=False).returncode != 0:
+            r = CliRunner().invoke(cli, ["-i", inv, "env", "--apply"], catch_exceptions=False)
+            assert r.exit_code == 0, r.output[-1500:]
+        r = lab.node_exec(info.name, master, [*NODE_DDPFIX, "check", "--local"], check=False, timeout=60)
+        out = r.stdout + r.stderr
+        assert r.returncode == 1 and "ERROR: ddpfix: firewall.undecided: " in out, out
+
+        # with probes the connects decide: the set is empty, so every peer's connect to the master port fails
+        code, doc = ddpfix_json(inv, "audit")
+        assert code == 1
+        blocked = [f for f in doc["findings"] if f["id"] == "firewall.master-port-blocked" and f["host"] == master]
+        assert blocked and "the probe from node" in blocked[0]["evidence"], doc["findings"]
+        assert f"to {master}:{port} failed" in blocked[0]["evidence"] and shown in blocked[0]["evidence"]
+        assert not [f for f in doc["findings"] if f["id"] == "firewall.undecided"], doc["findings"]
+    finally:
+        sh(info, master, f"iptables -D INPUT {rule}")
+        sh(info, master, "ipset destroy ok 2>/dev/null || true")
 
 
 def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> None:

@@ -227,3 +227,28 @@ def test_undecided_accept_is_a_warning_and_no_block():
     assert len(got) == 2 and "port 29500" in fixes[0] and "the ephemeral range 32768-60999" in fixes[1], fixes
     for _, _, f in got:
         assert f.severity.label == "warning" and "-m set --match-set cluster src -j ACCEPT" in f.evidence
+
+
+@pytest.mark.parametrize(("spec", "want"), [("1:1023", False), ("53", False), (":1023", False), ("40000", None),
+                                            ("1024:", None), ("0:", None), ("1000:2000", None), ("x", None)])
+def test_source_port_match_is_known_only_for_privileged_ports(spec, want):
+    from ddpfix.firewall.iptables import Option, _option
+    from ddpfix.firewall.verdict import Packet
+
+    pkt = Packet.of(SRC, 29500)
+    assert _option(Option(False, "--sport", (spec,)), pkt) is want
+    assert _option(Option(True, "--sport", (spec,)), pkt) is (None if want is None else not want)
+
+
+def test_firewalld_ipset_source_zone_ahead_of_the_interface_zone_is_undecided():
+    st = json.loads(read("fwd_cli.json"))
+    st["iptables"], st["nft"] = "", None
+    zones = st["firewalld"]["zones"]
+    zones["drop"]["sources"] = ["ipset:blocked"]  # firewall-cmd --zone=drop --add-source=ipset:blocked
+    v = fw.evaluate(st, SRC, 29500, iface="eth0")  # public on eth0 opens 29500/tcp, unless the source is blocked
+    assert v.allowed and not v.decided and v.undecided == (
+        "firewalld zone 'drop' source ipset:blocked (the packet may come from it)",)
+    zones["trusted"]["sources"] = ["ipset:cluster"]  # a zone that accepts too: cannot change an accept
+    zones["drop"]["sources"] = []
+    v = fw.evaluate(st, SRC, 29500, iface="eth0")
+    assert v.allowed and v.decided and any("ipset:cluster" in n for n in v.notes)

@@ -210,11 +210,14 @@ def evaluate(fw: Firewalld, pkt: Packet) -> LayerResult:
     if pkt.iface == "lo":
         return LayerResult("firewalld", "accept", True, "firewalld accepts all traffic on loopback (iifname lo)")
     chosen: list[tuple[str | None, str]] = []
+    maybe_zones: list[tuple[str, str]] = []  # source zones ahead of the chosen one whose source is not known (ipset:)
     for name in sorted(zones, key=lambda n: (zones[n].ingress_priority, n)):
         for s in zones[name].sources:
             m = in_net(pkt.src, s)
-            if m is None:
-                notes.append(f"zone {name!r} source {s} not evaluated")
+            if m is None and not chosen:
+                maybe_zones.append((name, s))
+            elif m is None:
+                notes.append(f"zone {name!r} source {s} not evaluated (after the chosen zone)")
             elif m and not chosen:
                 chosen.append((name, f"source {s}"))
     izone: tuple[str | None, str] | None = None
@@ -241,19 +244,26 @@ def evaluate(fw: Firewalld, pkt: Packet) -> LayerResult:
         if verdict is None and i + 1 < len(chosen) and z.target == "default":
             notes.append(f"AllowZoneDrifting: {ev}")
             continue
-        return _settled(verdict or "reject", explicit, ev, notes, maybe)
-    return _settled("reject", False, "firewalld: no zone matched", notes, maybe)
+        return _settled(fw, pkt, verdict or "reject", explicit, ev, notes, maybe, maybe_zones)
+    return _settled(fw, pkt, "reject", False, "firewalld: no zone matched", notes, maybe, maybe_zones)
 
 
-def _settled(verdict: Action, explicit: bool, ev: str, notes: list[str],
-             maybe: list[tuple[Action, str]]) -> LayerResult:
+def _settled(fw: Firewalld, pkt: Packet, verdict: Action, explicit: bool, ev: str, notes: list[str],
+             maybe: list[tuple[Action, str]], maybe_zones: list[tuple[str, str]]) -> LayerResult:
     """The layer's result: a rich rule met before the deciding one that the evaluator cannot decide, and whose
-    action would turn around whether the packet is accepted, makes it undecided; the others are notes."""
-    flip = tuple(dict.fromkeys(f"firewalld rich rule: {r}" for a, r in maybe
-                               if (a == "accept") != (verdict == "accept")))
+    action would turn around whether the packet is accepted, makes it undecided, as does a source zone ahead of the
+    chosen one whose source (an ipset) the evaluator cannot match and whose verdict differs; the others are
+    notes."""
+    flip = [f"firewalld rich rule: {r}" for a, r in maybe if (a == "accept") != (verdict == "accept")]
+    for name, src in maybe_zones:
+        zv, _, _ = _eval_zone(fw, fw.zones[name], f"source {src}", pkt, [], [])
+        if ((zv or "reject") == "accept") != (verdict == "accept"):
+            flip.append(f"firewalld zone {name!r} source {src} (the packet may come from it)")
+        else:
+            notes.append(f"zone {name!r} source {src} not evaluated (cannot change this verdict)")
     notes = notes + [f"rich rule not evaluated (cannot change this verdict): {r}" for a, r in maybe
                      if (a == "accept") == (verdict == "accept")]
-    return LayerResult("firewalld", verdict, explicit, ev, tuple(dict.fromkeys(notes)), flip)
+    return LayerResult("firewalld", verdict, explicit, ev, tuple(dict.fromkeys(notes)), tuple(dict.fromkeys(flip)))
 
 
 def _action(a: str | None) -> Action:

@@ -131,13 +131,12 @@ def _option(o: Option, pkt: Packet) -> bool | None:
         if name == "--ports" and not r:
             r = None  # could still match the (unknown) source port
     elif name == "--sport":
-        # the dialer's source port is an unprivileged one of its ephemeral range: a privileged-only range never
-        # matches, anything else is not known
-        if in_ports(1023, a, ":") is None or not a.replace(":", "").isdigit():
+        # the dialer's source port is an unprivileged one (of its ephemeral range): a range of privileged ports
+        # only never matches, any other is not known
+        lo_s, sep, hi_s = a.partition(":")
+        if not (lo_s.isdigit() or (sep and not lo_s)) or not (hi_s or "0").isdigit():
             return None
-        lo_s, _, hi_s = a.partition(":")
-        hi_p = int(hi_s) if hi_s else (65535 if ":" in a else int(lo_s or 0))
-        if hi_p >= 1024:
+        if (int(hi_s) if hi_s else 65535 if sep else int(lo_s)) >= 1024:
             return None
         r = False
     elif name in ("--state", "--ctstate"):

@@ -133,10 +133,8 @@ class Ruleset:
             return Verdict(True, None, "accept", False, "no active firewall rules", tuple(notes), ())
         # Undecided: accepted unless an undecided rule of some layer refuses it, or refused unless an undecided
         # rule of every refusing layer accepts it. Undecided rules that cannot turn the outcome are notes.
-        if deny:
-            flips = deny if all(lr.undecided for lr in deny) else []
-        else:
-            flips = [lr for lr in layers if lr.undecided]
+        may_accept = bool(deny) and all(lr.undecided for lr in deny)
+        flips = (deny if may_accept else []) if deny else [lr for lr in layers if lr.undecided]
         undecided = tuple(dict.fromkeys(u for lr in flips for u in lr.undecided))
         notes.extend(f"{lr.layer}: not evaluated (cannot change this verdict): {u}" for lr in layers
                      if lr not in flips for u in lr.undecided)
