@@ -253,6 +253,8 @@ def test_every_finding_id_has_a_lab_test() -> None:
     covered |= {"facts.invalid"}  # test_validate_lab.py: test_hostile_hostname_fact_reaches_no_node
     # test_validate_lab.py: test_block_written_under_limit_is_reported_until_written_everywhere
     covered |= {"hosts.block-differs"}
+    # test_firewall_faults_lab.py: test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local
+    covered |= {"firewall.undecided", "firewall.undecided-accept"}
     from test_fabric_lab import LAB_COVERED  # the fabric.* ids: test_fabric_lab.py
 
     covered |= LAB_COVERED

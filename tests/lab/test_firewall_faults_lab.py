@@ -6,7 +6,8 @@
 - A persisted config ddpfix's rule cannot be added to: the host fails with nft's error, the old file stays
   (another host, with RHEL's /etc/sysconfig/iptables, is fixed and persisted).
 - An undecided rule (issue 20, item 3): a DROP of the master port unless the source is in an ipset gives
-  `firewall.undecided` in `audit --no-probe` and `check --local` (exit 1), never a pass.
+  `firewall.undecided` in `audit --no-probe` and `check --local` (exit 1), never a pass; with probes the failed
+  connects decide; the same match as the only ACCEPT before a DROP gives `firewall.undecided-accept`.
 - SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes ddpfix's
   rule by itself within the revert timeout, becomes reachable again, other rules intact; a rerun converges (with no
   nftables config file: noted "runtime only").
@@ -144,6 +145,7 @@ def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_la
     else:
         match, shown = "-m recent ! --rcheck --name ok", "-m recent ! --rcheck"
     rule = f"-p tcp -m tcp --dport {port} {match} -j DROP"
+    accept, drop = rule, f"-p tcp -m tcp --dport {port} -j DROP"
     sh(info, master, f"iptables -I INPUT {rule}")
     try:
         code, doc = ddpfix_json(inv, "audit", "--no-probe")
@@ -169,8 +171,19 @@ def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_la
         assert blocked and "the probe from node" in blocked[0]["evidence"], doc["findings"]
         assert f"to {master}:{port} failed" in blocked[0]["evidence"] and shown in blocked[0]["evidence"]
         assert not [f for f in doc["findings"] if f["id"] == "firewall.undecided"], doc["findings"]
+
+        # the other way round: only the unmodelled rule accepts the master port, a DROP follows
+        accept = f"-p tcp -m tcp --dport {port} {match.replace('! ', '')} -j ACCEPT"
+        sh(info, master, f"iptables -D INPUT {rule} && iptables -A INPUT {accept} && iptables -A INPUT {drop}")
+        code, doc = ddpfix_json(inv, "audit", "--no-probe")
+        assert code == 1, doc["findings"]
+        got = [f for f in doc["findings"] if f["id"] == "firewall.undecided-accept" and f["host"] == master]
+        assert got and got[0]["severity"] == "warning", doc["findings"]
+        assert shown.replace("! ", "").replace("DROP", "ACCEPT") in got[0]["evidence"], got[0]["evidence"]
+        assert f"-A INPUT {drop}" in got[0]["evidence"]
+        assert "firewall.master-port-blocked" not in {f["id"] for f in doc["findings"] if f["host"] == master}
     finally:
-        sh(info, master, f"iptables -D INPUT {rule}")
+        sh(info, master, f"iptables -D INPUT {rule}; iptables -D INPUT {accept}; iptables -D INPUT {drop}; true")
         sh(info, master, "ipset destroy ok 2>/dev/null || true")
 
 
