@@ -252,3 +252,56 @@ def test_firewalld_ipset_source_zone_ahead_of_the_interface_zone_is_undecided():
     zones["drop"]["sources"] = []
     v = fw.evaluate(st, SRC, 29500, iface="eth0")
     assert v.allowed and v.decided and any("ipset:cluster" in n for n in v.notes)
+
+
+# --------------------------------------------------------------------------- property: undecided exactly when it matters
+
+from itertools import product  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_MATCHES = ["", "-p tcp -m tcp --dport 29500", "-p tcp -m tcp --dport 8080", "-s 10.20.0.0/16", "UNKNOWN"]
+_TARGETS = ["ACCEPT", "DROP", "REJECT", "RETURN", "LOG", "A", "B"]
+_rule = st.tuples(st.sampled_from(_MATCHES), st.sampled_from(_TARGETS))
+
+
+def _ruleset(policy, chains, assign=None):
+    """iptables-save text; each UNKNOWN match is `-m recent` (not modelled) or, under `assign`, a match that always
+    (`-m comment`) or never (`-s 192.0.2.0/32`) holds for the packet."""
+    lines, k = [], 0
+    for chain, rules in chains.items():
+        for m, target in rules:
+            if m == "UNKNOWN":
+                m = (f"-m recent --rcheck --name u{k}" if assign is None
+                     else f"-m comment --comment u{k}" if assign[k] else "-s 192.0.2.0/32")
+                k += 1
+            lines.append(f"-A {chain} {m} -j {target}".replace("  ", " "))
+    return ("*filter\n" f":INPUT {policy} [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:A - [0:0]\n:B - [0:0]\n"
+            + "\n".join(lines) + "\nCOMMIT\n"), k
+
+
+@settings(max_examples=300, deadline=None)
+@given(policy=st.sampled_from(["ACCEPT", "DROP"]),
+       inp=st.lists(_rule, max_size=5),
+       a=st.lists(_rule.filter(lambda r: r[1] not in ("A",)), max_size=3),
+       b=st.lists(_rule.filter(lambda r: r[1] not in ("A", "B")), max_size=3))
+def test_a_decided_verdict_holds_whatever_the_unmodelled_rules_do(policy, inp, a, b):
+    """Decided -> every way the unmodelled matches can go gives the same acceptance; the nominal verdict is the one
+    where none matches; undecided -> some way really differs (checked where no chain is entered twice, so the walk's
+    paths are all feasible)."""
+    chains = {"INPUT": inp, "A": a, "B": b}
+    text, k = _ruleset(policy, chains)
+    v = fw.evaluate(state() | {"iptables": text}, SRC, 29500, iface="eth0")
+    outcomes = set()
+    for assign in product([False, True], repeat=k):
+        concrete, _ = _ruleset(policy, chains, assign)
+        c = fw.evaluate(state() | {"iptables": concrete}, SRC, 29500, iface="eth0")
+        assert c.decided, c.undecided
+        outcomes.add(c.allowed)
+        if not any(assign):
+            assert c.allowed == v.allowed  # the nominal way: no unmodelled rule matches
+    if v.decided:
+        assert outcomes == {v.allowed}, (text, v)
+    elif sum(t in ("A", "B") for _, t in inp + a) <= 1:
+        assert outcomes == {True, False}, (text, v.undecided)
