@@ -305,3 +305,28 @@ def test_a_decided_verdict_holds_whatever_the_unmodelled_rules_do(policy, inp, a
         assert outcomes == {v.allowed}, (text, v)
     elif sum(t in ("A", "B") for _, t in inp + a) <= 1:
         assert outcomes == {True, False}, (text, v.undecided)
+
+
+def test_cli_audit_reports_undecided_as_not_evaluated_in_json_and_text(monkeypatch):
+    """Through the CLI (`ddpfix audit --no-probe`, recorded facts): exit 1, the finding in the JSON report (which
+    validates against its schema) and a NOT EVALUATED row in the text report naming the rule."""
+    from click.testing import CliRunner
+
+    import ddpfix.audit
+    import ddpfix.cli.audit as audit_cli
+    from ddpfix import schemas
+    from ddpfix.cli import cli
+
+    sim = Sim()
+    _master_rule(sim)
+    monkeypatch.setattr(ddpfix.audit, "collect", lambda cluster, **_: (sim.context(), None))
+    monkeypatch.setattr(audit_cli, "inventory_of", lambda app: ("x.yml",))
+    r = CliRunner().invoke(cli, ["audit", "-i", "x.yml", "--no-probe", "--format", "json"])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    schemas.validate(doc)
+    assert [(f["id"], f["severity"]) for f in doc["findings"] if f["id"].startswith("firewall.")] == [
+        ("firewall.undecided", "error")]
+    assert [x["id"] for x in doc["hosts"]["node1"]["not_evaluated"]] == ["firewall.master-port-blocked"]
+    r = CliRunner().invoke(cli, ["audit", "-i", "x.yml", "--no-probe"], env={"COLUMNS": "250", "NO_COLOR": "1"})
+    assert r.exit_code == 1 and "NOT EVALUATED" in r.stdout and "--match-set ok src -j DROP" in r.stdout, r.stdout
