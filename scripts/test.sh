@@ -3,7 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || exit 1
-.venv/bin/python -m pytest -q -ra "$@"
+.venv/bin/python -m pytest -q -ra --durations=25 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "no tests were collected" >&2
