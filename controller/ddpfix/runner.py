@@ -23,7 +23,7 @@ from typing import Any
 
 from ddpfix import ansiblecfg, paths
 from ddpfix.app import DdpfixError, ExitCode
-from ddpfix.lock import holder_info
+from ddpfix.lock import HELD_ENV, HELD_TEXT, holder_info
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
@@ -463,7 +463,7 @@ def run_playbook(
                 skip_tags=skip_tags,
                 verbosity=verbosity if verbosity >= 3 else None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
-                         "DDPFIX_STOP_FILE": str(stop_file)},
+                         "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, "")},
                 event_handler=handler,
                 status_handler=_preloader(preload),
                 cancel_callback=interrupt.cancel,
@@ -495,8 +495,11 @@ def run_playbook(
         tail = _stdout_tail(r)
         raise DdpfixError(f"ansible run {r.status} (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     if r.status == "failed" and not stats:
-        # No stats at all: the playbook never ran (syntax error, inventory error, ...)
+        # No stats at all: the playbook never ran (syntax error, inventory error, ...), or stopped before any node
+        # was contacted: another run holds the cluster's controller lock (strategy ddpfix_linear)
         tail = _stdout_tail(r)
+        if HELD_TEXT in tail:
+            raise DdpfixError(tail.removeprefix("ERROR! ").removeprefix("[ERROR]: "), ExitCode.LOCKED)
         if "no hosts to target" in tail or "Could not match supplied host pattern" in tail:
             raise DdpfixError(f"--limit {limit!r} matches no host of the inventory", ExitCode.INVALID_INPUT)
         raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)

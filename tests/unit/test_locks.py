@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import load_role_module, nodeinfo, recorded
+from conftest import ROOT, load_role_module, nodeinfo, recorded
 
 from ddpfix import lock as ddlock
 from ddpfix import runner
@@ -33,51 +34,80 @@ def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ---------------------------------------------------------------- controller lock
 
 
-def test_second_lock_on_the_same_inventory_names_the_holder(tmp_path: Path) -> None:
-    inv = tmp_path / "hosts.yml"
-    inv.write_text("ddp_nodes:\n  hosts: {a: {}}\n")
-    first = ddlock.controller_lock([str(inv)])
+def test_second_lock_on_the_same_cluster_names_the_holder() -> None:
+    first = ddlock.controller_lock(["10.0.0.2", "10.0.0.1", "10.0.0.3"])
     try:
         with pytest.raises(DdpfixError) as exc:
-            ddlock.controller_lock([str(tmp_path / "." / "hosts.yml")])  # same file, other spelling
+            ddlock.controller_lock(["10.0.0.3", "10.0.0.1", "10.0.0.2", "10.0.0.1"])  # same nodes, other order
         assert exc.value.code == ExitCode.LOCKED
         msg = str(exc.value)
         assert f"pid {os.getpid()}" in msg and ddlock.STARTED in msg and ddlock.RUN_ID in msg
+        assert ddlock.HELD_TEXT in msg and "3 nodes: 10.0.0.1, 10.0.0.2, 10.0.0.3" in msg
         assert json.loads(first.path.read_text())["pid"] == os.getpid()
-        ddlock.controller_lock([str(tmp_path / "other.yml")]).release()  # another inventory: its own lock
+        assert os.environ[ddlock.HELD_ENV] == ddlock.cluster_key(["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+        ddlock.controller_lock(["10.0.0.1", "10.0.0.2"]).release()  # another cluster: its own lock
     finally:
         first.release()
-    ddlock.controller_lock([str(inv)]).release()  # released: free again
+    assert ddlock.HELD_ENV not in os.environ
+    ddlock.controller_lock(["10.0.0.1", "10.0.0.2", "10.0.0.3"]).release()  # released: free again
 
 
-def test_lock_held_by_another_process_and_gone_with_it(tmp_path: Path) -> None:
-    inv = tmp_path / "hosts.yml"
-    inv.write_text("ddp_nodes:\n  hosts: {a: {}}\n")
-    code = ("import sys, time; from ddpfix import lock; lock.controller_lock([sys.argv[1]]); "
+def test_cluster_key_ignores_order_duplicates_and_case() -> None:
+    assert ddlock.cluster_key(["B.example", "a.example"]) == ddlock.cluster_key(["a.example", "b.example", "A.example"])
+    assert ddlock.cluster_key(["a"]) != ddlock.cluster_key(["a", "b"])
+
+
+def test_lock_held_by_another_process_and_gone_with_it() -> None:
+    code = ("import sys, time; from ddpfix import lock; lock.controller_lock(sys.argv[1:]); "
             "print('held', flush=True); time.sleep(60)")
-    p = subprocess.Popen([sys.executable, "-c", code, str(inv)], stdout=subprocess.PIPE, text=True,
+    p = subprocess.Popen([sys.executable, "-c", code, "n1", "n2"], stdout=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "held"
         with pytest.raises(DdpfixError) as exc:
-            ddlock.controller_lock([str(inv)])
+            ddlock.controller_lock(["n2", "n1"])
         assert exc.value.code == ExitCode.LOCKED and f"pid {p.pid}" in str(exc.value)
     finally:
         p.kill()
         p.wait()
-    ddlock.controller_lock([str(inv)]).release()  # the holder died (kill -9): no stale lock
+    ddlock.controller_lock(["n1", "n2"]).release()  # the holder died (kill -9): no stale lock
 
 
-def test_cli_exits_with_the_lock_code(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spelling", ["adhoc", "file"])
+def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_path: Path, spelling: str) -> None:
+    """An ad-hoc host list (a new file per run) and an inventory file naming the same nodes share the lock."""
     inv = tmp_path / "hosts.yml"
-    inv.write_text("ddp_nodes:\n  hosts: {a: {}, b: {}}\n")
-    held = ddlock.controller_lock([str(inv)])
+    inv.write_text("ddp_nodes:\n  hosts: {a: {ansible_host: 10.9.0.1}, b: {ansible_host: 10.9.0.2}}\n")
+    held = ddlock.controller_lock(["10.9.0.2", "10.9.0.1"])
     try:
-        r = CliRunner().invoke(cli, ["-i", str(inv), "audit"])
+        spec = "10.9.0.1,10.9.0.2," if spelling == "adhoc" else str(inv)
+        r = CliRunner().invoke(cli, ["-i", spec, "env"])
     finally:
         held.release()
     assert r.exit_code == ExitCode.LOCKED == 5, r.output
-    assert "holds the lock for this inventory" in r.output and f"pid {os.getpid()}" in r.output
+    assert ddlock.HELD_TEXT in r.output and f"pid {os.getpid()}" in r.output
+
+
+def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location("ddpfix_linear_lock", ROOT / "plugins/strategy/ddpfix_linear.py")
+    assert spec and spec.loader
+    strategy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(strategy)
+    view = {"addresses": {"node1": "10.8.0.1", "node2": "10.8.0.2"}}
+    assert strategy.cluster_addresses(view) == ["10.8.0.1", "10.8.0.2"]
+    assert strategy.cluster_addresses({"failed": True, **view}) is None and strategy.cluster_addresses(None) is None
+    held = ddlock.controller_lock(["10.8.0.2", "10.8.0.1"])  # the CLI holds it (DDPFIX_CLUSTER_LOCK names it)
+    try:
+        strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
+        monkeypatch.delenv(ddlock.HELD_ENV)  # another run's ansible-playbook: refused, naming the holder
+        with pytest.raises(strategy.AnsibleError, match="holds the lock for this cluster.*no node was contacted"):
+            strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
+    finally:
+        held.release()
+    strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])  # free: this process takes it, and keeps it
+    with pytest.raises(DdpfixError):
+        ddlock.controller_lock(["10.8.0.1", "10.8.0.2"])
+    strategy._HELD.popitem()[1].release()
 
 
 # ---------------------------------------------------------------- node lock module
