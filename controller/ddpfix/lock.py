@@ -36,11 +36,42 @@ RUN_ID = uuid.uuid4().hex[:12]
 STARTED = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _pid_start() -> str:
+    stat = _read("/proc/self/stat")
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _pidns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+#: This process's start time (/proc/self/stat field 22), boot id and PID namespace: with its PID, they identify
+#: it on its machine (a node lock whose holder runs on that node is stale as soon as this process is gone).
+PID_START = _pid_start()
+BOOT_ID = _read("/proc/sys/kernel/random/boot_id")
+PIDNS = _pidns()
+
+
 def holder_info() -> dict[str, Any]:
     """Who we are, as written into the controller lock file and the node lock files."""
     return {
         "run_id": RUN_ID,
         "pid": os.getpid(),
+        "pid_start": PID_START,
+        "boot_id": BOOT_ID,
+        "pidns": PIDNS,
         "controller": socket.gethostname(),
         "command": " ".join(["ddpfix", *sys.argv[1:]])[:300],
         "started": STARTED,

@@ -358,6 +358,18 @@ def lock_held_elsewhere(t: TaskResult, message: str) -> bool:
         t.is_action(NODE_FACTS_MODULE) and bool(t.res.get("locked")))
 
 
+def changed_before(hosts: Mapping[str, HostResult], check: bool = False) -> str:
+    """What a run that stopped (exit 5) had changed by then, in one clause: per node, the tasks that reported a
+    change (under --check: would have), or that it changed nothing."""
+    done = {h: [t.task for t in hr.tasks if t.status == "changed"] for h, hr in sorted(hosts.items())}
+    done = {h: ts for h, ts in done.items() if ts}
+    verb = "would have changed" if check else "changed"
+    if not done:
+        return f"this run {'would have changed' if check else 'had changed'} nothing before it stopped"
+    return f"this run {verb} before it stopped: " + "; ".join(
+        f"{h}: {', '.join(ts[:5])}{f' (+{len(ts) - 5} more)' if len(ts) > 5 else ''}" for h, ts in done.items())
+
+
 class _Interrupt:
     """Ctrl-C/SIGTERM during a run: the first one asks the play to start no new task (a stop file that the
     `ddpfix_linear` strategy checks before each task); running tasks finish. A second one kills the run."""
@@ -484,7 +496,8 @@ def run_playbook(
             locked.setdefault(hr.message, []).append(h)
     if locked:
         what = "; ".join(f"{', '.join(nodes)}: {msg}" for msg, nodes in locked.items())
-        raise DdpfixError(f"another ddpfix run holds the node lock: {what} [run dir: {run_dir}]", ExitCode.LOCKED)
+        raise DdpfixError(f"another ddpfix run holds the node lock: {what}; {changed_before(hosts, check)} "
+                          f"[run dir: {run_dir}]", ExitCode.LOCKED)
     if interrupt.signals:
         result = RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds,
                            interrupted=True)

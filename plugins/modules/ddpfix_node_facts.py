@@ -308,7 +308,8 @@ def main():
     detached = bool((p["probe"] or {}).get("detach"))
     lock = None
     if holder.get("run_id"):
-        lock, failure = take_lock(p["lock_path"], holder, max(0, p["lock_stale_minutes"]) * 60)
+        # read-only: where /run cannot be written the facts are still read (required=False), without a lock
+        lock, failure = take_lock(p["lock_path"], holder, max(0, p["lock_stale_minutes"]) * 60, required=False)
         if failure:
             module.fail_json(**failure)
         if lock.get("unlocked"):  # no lock file to watch: the prober ends by its own deadlines only

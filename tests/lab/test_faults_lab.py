@@ -90,6 +90,28 @@ def test_two_audits_at_once_one_waits_no_false_findings(clean_lab: Any, tmp_path
         assert leftovers(clean_lab) == {}
 
 
+def test_two_adhoc_remediations_at_once_one_runs_the_other_exits_5_at_once(clean_lab: Any, tmp_path: Path) -> None:
+    """`remediate --apply -i ip1,ip2,ip3,` twice at once (each writes its own ad-hoc inventory file): the controller
+    lock is keyed on the cluster's node addresses, so the second exits 5 before any playbook (no node lock taken)
+    and the first runs to its end (exit 0: it met no node lock of the other). Round 1 with --forks 2: detached
+    probers, and still no lock or listener on the master port once the run returned."""
+    addrs = ",".join(n.address for n in clean_lab.nodes) + ","
+    env = {**cli_env(tmp_path / "state"), "ANSIBLE_REMOTE_USER": "root",
+           "ANSIBLE_PRIVATE_KEY_FILE": str(Path(clean_lab.ssh_config).parent / "id_ed25519"),
+           "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={clean_lab.known_hosts} -o StrictHostKeyChecking=yes "
+                                      "-o IdentitiesOnly=yes"}
+    for extra in (["--forks", "2"], []):
+        argv = [DDPFIX, "-i", addrs, "remediate", "--apply", *extra, "--format", "json"]
+        procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+        assert sorted(r[0] for r in results) == [0, 5], [(c, e[-1500:]) for c, _, e in results]
+        code, out, err = next(r for r in results if r[0] == 5)
+        assert "holds the lock for this cluster (3 nodes:" in err and "remediate" in err, err
+        assert "node lock" not in err and out.strip() == "", (out, err)
+        assert leftovers(clean_lab) == {}  # no node lock, nothing on the master port
+
+
 def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_path: Path) -> None:
     node = clean_lab.nodes[1].name
     holder = json.dumps({"run_id": "otherrun", "pid": 999999, "controller": "elsewhere",

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -142,14 +144,97 @@ def test_node_lock_refuses_a_second_run_and_names_it(tmp_path: Path) -> None:
     assert lockmod.absent(path, holder("aaa")) and not os.path.exists(path)
 
 
-def test_stale_node_lock_is_taken_over(tmp_path: Path) -> None:
+lockutil = load_role_module("module_utils/ddpfix_lock.py", "ddpfix_lock")
+
+
+def _record(path: str) -> dict[str, Any]:
+    return dict(json.loads(Path(path).read_text()))
+
+
+def test_node_lock_records_its_holder_and_is_refreshed_by_the_same_run(tmp_path: Path) -> None:
+    path = str(tmp_path / "ddpfix.lock")
+    first = lockmod.present(_Module(), path, holder("aaa"), 1200)
+    rec = _record(path)
+    assert first["refreshed"] is False and rec["run_id"] == "aaa" and rec["pid"] == 4242
+    assert rec["node_boot_id"] == lockutil.boot_id() != "" and rec["node_pid"] == os.getpid()
+    assert rec["node_pid_start"] == lockutil.proc_start(os.getpid()) and rec["lease_s"] == 1200
+    # a long run: taken 25 minutes ago, refreshed by each play since; never taken over while it refreshes
+    Path(path).write_text(json.dumps(dict(rec, taken_at=time.time() - 1500, refreshed_at=time.time() - 60)))
+    with pytest.raises(_Failed):
+        lockmod.present(_Module(), path, holder("bbb"), 1200)
+    again = lockmod.present(_Module(), path, holder("aaa"), 1200)
+    rec2 = _record(path)
+    assert again["refreshed"] is True and rec2["refreshed_at"] >= time.time() - 5
+    assert rec2["taken_at"] == pytest.approx(time.time() - 1500, abs=5)  # a refresh keeps when it was taken
+
+
+def test_remote_holder_is_stale_only_when_its_lease_ran_out(tmp_path: Path) -> None:
     path = str(tmp_path / "ddpfix.lock")
     lockmod.present(_Module(), path, holder("dead"), 1200)
-    old = time.time() - 1300
-    os.utime(path, (old, old))
+    rec = _record(path)
+    Path(path).write_text(json.dumps(dict(rec, refreshed_at=time.time() - 1100)))
+    with pytest.raises(_Failed):  # 18 minutes without a refresh: still within its lease
+        lockmod.present(_Module(), path, holder("new"), 1200)
+    Path(path).write_text(json.dumps(dict(rec, refreshed_at=time.time() - 1300)))
     got = lockmod.present(_Module(), path, holder("new"), 1200)
-    assert got["taken_over"]["run_id"] == "dead" and got["taken_over"]["age_seconds"] >= 1300
-    assert json.loads(Path(path).read_text())["run_id"] == "new"
+    assert got["taken_over"]["run_id"] == "dead" and "not refreshed for 13" in got["taken_over"]["stale"]
+    assert _record(path)["run_id"] == "new"
+
+
+def test_holder_on_this_node_is_stale_exactly_when_its_process_is_gone(tmp_path: Path) -> None:
+    path = str(tmp_path / "ddpfix.lock")
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        local = dict(holder("local"), pid=p.pid, pid_start=lockutil.proc_start(p.pid), boot_id=lockutil.boot_id(),
+                     pidns=lockutil.pid_namespace())
+        lockmod.present(_Module(), path, local, 1200)
+        Path(path).write_text(json.dumps(dict(_record(path), refreshed_at=time.time() - 86400)))
+        with pytest.raises(_Failed):  # a day without a refresh, but its holder runs: held
+            lockmod.present(_Module(), path, holder("other"), 1200)
+    finally:
+        p.kill()
+        p.wait()
+    got = lockmod.present(_Module(), path, holder("other"), 1200)  # gone: taken over at once, whatever its age
+    assert got["taken_over"]["stale"] == f"its holder, pid {p.pid} on this node, is gone"
+    # same PID again but another process (PID reuse: another start time): gone too
+    rec = dict(local, node_boot_id=lockutil.boot_id(), pid=os.getpid(), pid_start="1")
+    assert "is gone" in lockutil.stale_reason(rec, time.time(), 1200)
+    # another PID namespace on the same kernel (a container, a lab node): not "this node", the lease decides
+    assert lockutil.stale_reason(dict(rec, pidns="pid:[1]"), time.time(), 1200) is None
+
+
+def test_lock_taken_before_a_reboot_is_stale(tmp_path: Path) -> None:
+    rec = dict(holder("old"), node_boot_id="2f7c-before-the-reboot", refreshed_at=time.time())
+    why = lockutil.stale_reason(rec, time.time(), 1200, this_boot="9a1e-now")
+    assert why == "the node rebooted since it was taken (boot id 2f7c-before-the-reboot, now 9a1e-now)"
+    assert lockutil.stale_reason(rec, time.time(), 1200, this_boot="2f7c-before-the-reboot") is None
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES, errno.EPERM])
+def test_lock_that_cannot_be_written_refuses_the_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      err: int) -> None:
+    def refuse(*_a: Any, **_k: Any) -> int:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(lockutil.os, "open", refuse)
+    path = str(tmp_path / "ddpfix.lock")
+    with pytest.raises(_Failed) as exc:
+        lockmod.present(_Module(), path, holder("aaa"), 1200)
+    kw = exc.value.args[0]
+    assert kw["unlockable"] and not kw.get("locked") and "this node is refused, nothing written" in kw["msg"]
+    assert os.strerror(err) in kw["msg"] and path in kw["msg"]
+    # the read-only audit (ddpfix_node_facts: required=False) reads on without it
+    result, failure = lockutil.present(path, holder("aaa"), 1200, required=False)
+    assert failure is None and os.strerror(err) in result["unlocked"]
+
+
+def test_lock_file_is_written_without_following_links(tmp_path: Path) -> None:
+    path = tmp_path / "ddpfix.lock"
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (tmp_path / f"ddpfix.lock.{os.getpid()}.tmp").symlink_to(victim)  # planted at the temporary name
+    lockmod.present(_Module(), str(path), holder("aaa"), 1200)
+    assert victim.read_text() == "keep\n" and _record(str(path))["run_id"] == "aaa"
 
 
 def test_unreadable_node_lock_counts_as_held_until_stale(tmp_path: Path) -> None:
@@ -159,7 +244,9 @@ def test_unreadable_node_lock_counts_as_held_until_stale(tmp_path: Path) -> None
         lockmod.present(_Module(), str(path), holder("x"), 1200)
     old = time.time() - 1300
     os.utime(path, (old, old))
-    assert lockmod.present(_Module(), str(path), holder("x"), 1200)["taken_over"] == {"age_seconds": pytest.approx(1300, abs=5)}
+    got = lockmod.present(_Module(), str(path), holder("x"), 1200)["taken_over"]
+    assert set(got) == {"age_seconds", "stale"} and got["age_seconds"] == pytest.approx(1300, abs=5)
+    assert re.match(r"not refreshed for 1[23]\d\d s \(lease 1200 s\): its run is gone$", got["stale"]), got
 
 
 def test_writable_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
