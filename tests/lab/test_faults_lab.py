@@ -52,10 +52,12 @@ def checksums(info: Any, files: str = CLUSTER_FILES) -> dict[str, str]:
 
 
 def leftovers(info: Any, port: int = 29500) -> dict[str, str]:
-    """Per node: a ddpfix lock or a process listening on the master port (nothing may be left after a run)."""
+    """Per node: a ddpfix lock, a process listening on the master port or a prober's result directory (nothing may
+    be left after a run)."""
     out = {}
     for n in info.nodes:
-        s = node_sh(info, n.name, f"ls /run/ddpfix.lock 2>/dev/null; ss -Hltn 'sport = :{port}'", check=False).strip()
+        s = node_sh(info, n.name, f"ls -d /run/ddpfix.lock /run/ddpfix-probe* /tmp/ddpfix-probe* 2>/dev/null; "
+                                  f"ss -Hltn 'sport = :{port}'", check=False).strip()
         if s:
             out[n.name] = s
     return out
@@ -106,7 +108,7 @@ def test_two_adhoc_remediations_at_once_one_runs_the_other_exits_5_at_once(clean
                  for _ in range(2)]
         results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
         assert sorted(r[0] for r in results) == [0, 5], [(c, e[-1500:]) for c, _, e in results]
-        code, out, err = next(r for r in results if r[0] == 5)
+        _, out, err = next(r for r in results if r[0] == 5)
         assert "holds the lock for this cluster (3 nodes:" in err and "remediate" in err, err
         assert "node lock" not in err and out.strip() == "", (out, err)
         assert leftovers(clean_lab) == {}  # no node lock, nothing on the master port

@@ -102,7 +102,7 @@ def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: py
     try:
         strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
         monkeypatch.delenv(ddlock.HELD_ENV)  # another run's ansible-playbook: refused, naming the holder
-        with pytest.raises(strategy.AnsibleError, match="holds the lock for this cluster.*no node was contacted"):
+        with pytest.raises(strategy.AnsibleError, match=r"holds the lock for this cluster.*no node was contacted"):
             strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
     finally:
         held.release()
