@@ -88,7 +88,7 @@ def describe_holder(h: dict[str, Any]) -> str:
 #: Environment variable naming the cluster key whose controller lock this process (the CLI) holds: its own
 #: ansible-playbook runs (strategy ddpfix_linear) do not try to take it again.
 HELD_ENV = "DDPFIX_CLUSTER_LOCK"
-#: Words of the message of a controller lock held by another run (the CLI maps a run that failed so to exit 5).
+#: Words of the message of a controller lock held by another run.
 HELD_TEXT = "holds the lock for this cluster"
 
 
@@ -117,7 +117,7 @@ class ControllerLock:
             os.close(fd)
             raise DdpfixError(
                 f"another ddpfix run {HELD_TEXT} ({self.what}): {describe_holder(holder)} "
-                f"[lock: {self.path}]", ExitCode.LOCKED) from None
+                f"[lock: {self.path}]; this run changed nothing", ExitCode.LOCKED) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder_info()) + "\n").encode(), 0)
         self.fd = fd

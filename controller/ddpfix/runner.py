@@ -23,7 +23,7 @@ from typing import Any
 
 from ddpfix import ansiblecfg, paths
 from ddpfix.app import DdpfixError, ExitCode
-from ddpfix.lock import HELD_ENV, HELD_TEXT, holder_info
+from ddpfix.lock import HELD_ENV, holder_info
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
@@ -445,6 +445,7 @@ def run_playbook(
     if diff:
         cmdline.append("--diff")
     stop_file = run_dir / "stop"
+    locked_file = run_dir / "locked"  # strategy ddpfix_linear: another run holds the cluster's controller lock
     write_extravars(run_dir, {"ddpfix_run_holder": holder_info(), **dict(extravars or {})})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
@@ -475,7 +476,8 @@ def run_playbook(
                 skip_tags=skip_tags,
                 verbosity=verbosity if verbosity >= 3 else None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
-                         "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, "")},
+                         "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
+                         "DDPFIX_LOCKED_FILE": str(locked_file)},
                 event_handler=handler,
                 status_handler=_preloader(preload),
                 cancel_callback=interrupt.cancel,
@@ -489,6 +491,8 @@ def run_playbook(
     stats = r.stats or {}
     for h in (stats.get("dark") or {}):
         hosts.setdefault(h, HostResult(name=h)).unreachable = True
+    if locked_file.is_file():  # stopped before any node was contacted: another run holds the cluster's lock
+        raise DdpfixError(locked_file.read_text().strip(), ExitCode.LOCKED)
     locked: dict[str, list[str]] = {}  # message -> nodes
     for h, hr in sorted(hosts.items()):
         # only a lock another run holds is "locked" (exit 5); a lock module that broke is a failure of that host
@@ -508,11 +512,8 @@ def run_playbook(
         tail = _stdout_tail(r)
         raise DdpfixError(f"ansible run {r.status} (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)
     if r.status == "failed" and not stats:
-        # No stats at all: the playbook never ran (syntax error, inventory error, ...), or stopped before any node
-        # was contacted: another run holds the cluster's controller lock (strategy ddpfix_linear)
+        # No stats at all: the playbook never ran (syntax error, inventory error, ...)
         tail = _stdout_tail(r)
-        if HELD_TEXT in tail:
-            raise DdpfixError(tail.removeprefix("ERROR! ").removeprefix("[ERROR]: "), ExitCode.LOCKED)
         if "no hosts to target" in tail or "Could not match supplied host pattern" in tail:
             raise DdpfixError(f"--limit {limit!r} matches no host of the inventory", ExitCode.INVALID_INPUT)
         raise DdpfixError(f"ansible-playbook failed (rc={r.rc}): {tail} [run dir: {run_dir}]", ExitCode.RUN_FAILED)

@@ -88,7 +88,15 @@ def hold_cluster_lock(addresses: list[str]) -> None:
     try:
         _HELD[key] = lock.controller_lock(addresses)
     except ddpfix("ddpfix.app").DdpfixError as exc:
-        raise AnsibleError(f"ddpfix: {exc} (no node was contacted)") from None
+        msg = f"{exc} (no node was contacted)"
+        report = os.environ.get("DDPFIX_LOCKED_FILE")  # the ddpfix CLI reads it: exit 5 with this line
+        if report:
+            with open(report, "w") as f:
+                f.write(msg + "\n")
+        raise AnsibleError(f"ddpfix: {msg}") from None
+    except OSError as exc:  # no writable state directory here (e.g. a read-only home): the node locks still apply
+        display.warning(f"ddpfix: controller lock not taken: {exc}; only the node locks keep runs apart")
+        _HELD[key] = None
 
 
 class StrategyModule(LinearStrategy):

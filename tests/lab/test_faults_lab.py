@@ -115,6 +115,28 @@ def test_two_adhoc_remediations_at_once_one_runs_the_other_exits_5_at_once(clean
         assert leftovers(clean_lab) == {}  # no node lock, nothing on the master port
 
 
+def test_audit_meets_the_cluster_lock_before_it_contacts_any_node(clean_lab: Any, tmp_path: Path) -> None:
+    """Another process holds the controller lock of these nodes (as `-i ip1,ip2,ip3,` would): `ddpfix audit -i
+    INV` (whose ansible-playbook reads the inventory) exits 5 from its first task, naming the holder; no node was
+    contacted (no node lock taken, no listener)."""
+    state = tmp_path / "state"
+    addrs = [n.address for n in clean_lab.nodes]
+    code = ("import sys, time; from ddpfix import lock; lock.controller_lock(sys.argv[1:]); print('held', flush=True); "
+            "time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", code, *reversed(addrs)], stdout=subprocess.PIPE, text=True,
+                              env=cli_env(state))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        rc, doc, err = run_cli(clean_lab.inventory, state, "audit")
+        assert rc == 5 and doc == {}, (rc, err[-2000:])
+        assert "holds the lock for this cluster (3 nodes:" in err and f"pid {holder.pid}" in err, err
+        assert "no node was contacted" in err, err
+        assert leftovers(clean_lab) == {}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_path: Path) -> None:
     node = clean_lab.nodes[1].name
     holder = json.dumps({"run_id": "otherrun", "pid": 999999, "controller": "elsewhere",

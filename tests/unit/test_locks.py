@@ -45,6 +45,7 @@ def test_second_lock_on_the_same_cluster_names_the_holder() -> None:
         msg = str(exc.value)
         assert f"pid {os.getpid()}" in msg and ddlock.STARTED in msg and ddlock.RUN_ID in msg
         assert ddlock.HELD_TEXT in msg and "3 nodes: 10.0.0.1, 10.0.0.2, 10.0.0.3" in msg
+        assert msg.endswith("this run changed nothing")
         assert json.loads(first.path.read_text())["pid"] == os.getpid()
         assert os.environ[ddlock.HELD_ENV] == ddlock.cluster_key(["10.0.0.1", "10.0.0.2", "10.0.0.3"])
         ddlock.controller_lock(["10.0.0.1", "10.0.0.2"]).release()  # another cluster: its own lock
@@ -90,7 +91,8 @@ def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_pat
     assert ddlock.HELD_TEXT in r.output and f"pid {os.getpid()}" in r.output
 
 
-def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("ddpfix_linear_lock", ROOT / "plugins/strategy/ddpfix_linear.py")
     assert spec and spec.loader
     strategy = importlib.util.module_from_spec(spec)
@@ -102,14 +104,23 @@ def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: py
     try:
         strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
         monkeypatch.delenv(ddlock.HELD_ENV)  # another run's ansible-playbook: refused, naming the holder
+        report = tmp_path / "locked"
+        monkeypatch.setenv("DDPFIX_LOCKED_FILE", str(report))  # where the CLI reads it (exit 5)
         with pytest.raises(strategy.AnsibleError, match=r"holds the lock for this cluster.*no node was contacted"):
             strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
+        assert ddlock.HELD_TEXT in report.read_text() and f"pid {os.getpid()}" in report.read_text()
     finally:
         held.release()
     strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])  # free: this process takes it, and keeps it
     with pytest.raises(DdpfixError):
         ddlock.controller_lock(["10.8.0.1", "10.8.0.2"])
     strategy._HELD.popitem()[1].release()
+    # no writable state directory (a read-only home on an execution node): a warning, the play goes on
+    monkeypatch.setenv("DDPFIX_STATE_DIR", "/proc/ddpfix-no-such-dir")
+    warned: list[str] = []
+    monkeypatch.setattr(strategy.display, "warning", warned.append)
+    strategy.hold_cluster_lock(["10.8.0.3"])
+    assert warned and "controller lock not taken" in warned[0] and strategy._HELD.popitem()[1] is None
 
 
 # ---------------------------------------------------------------- node lock module
@@ -346,3 +357,13 @@ def test_bond_slave_pinned_by_permanent_mac_unless_the_bond_carries_it() -> None
 def test_old_facts_without_the_physical_flag_are_not_pinned() -> None:
     mac, why = pin_target([{"name": "eth0", "mac": "aa:00:00:00:00:01"}], "eth0")
     assert mac is None and "audit again" in why
+
+
+def test_exit_5_from_a_node_lock_says_what_the_run_had_changed() -> None:
+    hosts = {"node1": runner.HostResult(name="node1"), "node2": runner.HostResult(name="node2")}
+    assert runner.changed_before(hosts) == "this run had changed nothing before it stopped"
+    hosts["node1"].tasks += [runner.TaskResult("Fix firewall.peer-ports-blocked | accept", "changed", {}),
+                             runner.TaskResult("Facts", "ok", {})]
+    assert runner.changed_before(hosts) == (
+        "this run changed before it stopped: node1: Fix firewall.peer-ports-blocked | accept")
+    assert runner.changed_before(hosts, check=True).startswith("this run would have changed before it stopped")
