@@ -175,6 +175,26 @@ def broken(lab_factory: Any) -> Any:
     return lab_factory(nodes=3, scenario="iptables-worker2,hostname-loopback,chrony-absent,env-wrong", wait_sync=False)
 
 
+def test_node_lock_that_cannot_be_taken_refuses_the_run_before_any_change(broken: Any, tmp_path: Path) -> None:
+    """/run read-only on one node (its node lock cannot be written): the facts are still read (read-only), then
+    `env --apply` stops on every node at the lock task: no env file written anywhere (all were due)."""
+    ro = broken.nodes[2].name
+    before = checksums(broken)
+    node_sh(broken, ro, "mount --bind /run /run && mount -o remount,ro,bind /run")
+    try:
+        p = subprocess.run([DDPFIX, "-i", str(broken.inventory), "env", "--apply"], env=cli_env(tmp_path / "state"),
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 1, p.stderr
+        assert checksums(broken) == before
+        lines = {ln.split(":", 1)[0]: ln for ln in p.stderr.splitlines() if ln.startswith("node")}
+        assert "node lock /run/ddpfix.lock cannot be taken: Read-only file system" in lines[ro], p.stderr
+        assert "this node is refused" in lines[ro], p.stderr
+        assert all(f"cannot be taken on {ro}" in lines[n.name] for n in broken.nodes if n.name != ro), p.stderr
+    finally:
+        node_sh(broken, ro, "umount /run")
+    assert leftovers(broken) == {}
+
+
 def test_read_only_etc_on_one_node_no_node_gets_cluster_files(broken: Any, tmp_path: Path) -> None:
     ro = broken.nodes[2].name
     before = checksums(broken)
