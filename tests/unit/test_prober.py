@@ -205,7 +205,7 @@ def test_probe_plan_names_the_dialers_of_each_listener() -> None:
 
 def test_inline_prober_ends_when_its_parent_is_gone() -> None:
     """The module process that forked an inline prober dies (its SSH session went with the controller): the
-    prober ends within a second, not at its deadline, and its listener is gone."""
+    prober ends within about a second, not at its deadline, and its listener is gone."""
     import subprocess
     import sys
 
@@ -232,9 +232,17 @@ def test_inline_prober_ends_when_its_parent_is_gone() -> None:
     p.kill()
     p.wait()
     t0 = time.time()
-    while pr.proc_start(child) is not None and time.time() - t0 < 5:
+
+    def running() -> bool:  # a zombie (ended, not reaped yet by whoever adopted it) holds no socket
+        try:
+            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    while running() and time.time() - t0 < 20:
         time.sleep(0.05)
-    assert time.time() - t0 < 2, "the prober outlived its parent"
+    # it checks every 0.5 s (its deadline here is 60 s): a few seconds at most, even on a loaded machine
+    assert time.time() - t0 < 8, "the prober outlived its parent"
     s = socket.socket()
     assert s.connect_ex(("127.0.0.1", port)) != 0
     s.close()
