@@ -16,7 +16,7 @@ class ExitCode(enum.IntEnum):
     INVALID_INPUT = 2  # bad inventory, bad options: nothing was run
     RUN_FAILED = 3  # Ansible failed
     PREREQUISITE = 4  # the controller machine lacks something (ansible-playbook, root, a package)
-    LOCKED = 5  # another ddpfix run holds the inventory's lock or a node's lock (the holder is named)
+    LOCKED = 5  # another ddpfix run holds the cluster's lock or a node's lock (the holder is named)
     INTERRUPTED = 6  # Ctrl-C/SIGTERM: running tasks finished, no new one started, changes so far listed
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ddpfix import ansiblecfg, paths
 from ddpfix.app import DdpfixError, ExitCode
-from ddpfix.lock import holder_info
+from ddpfix.lock import HELD_ENV, holder_info
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
@@ -358,6 +358,18 @@ def lock_held_elsewhere(t: TaskResult, message: str) -> bool:
         t.is_action(NODE_FACTS_MODULE) and bool(t.res.get("locked")))
 
 
+def changed_before(hosts: Mapping[str, HostResult], check: bool = False) -> str:
+    """What a run that stopped (exit 5) had changed by then, in one clause: per node, the tasks that reported a
+    change (under --check: would have), or that it changed nothing."""
+    done = {h: [t.task for t in hr.tasks if t.status == "changed"] for h, hr in sorted(hosts.items())}
+    done = {h: ts for h, ts in done.items() if ts}
+    verb = "would have changed" if check else "changed"
+    if not done:
+        return f"this run {'would have changed' if check else 'had changed'} nothing before it stopped"
+    return f"this run {verb} before it stopped: " + "; ".join(
+        f"{h}: {', '.join(ts[:5])}{f' (+{len(ts) - 5} more)' if len(ts) > 5 else ''}" for h, ts in done.items())
+
+
 class _Interrupt:
     """Ctrl-C/SIGTERM during a run: the first one asks the play to start no new task (a stop file that the
     `ddpfix_linear` strategy checks before each task); running tasks finish. A second one kills the run."""
@@ -433,6 +445,7 @@ def run_playbook(
     if diff:
         cmdline.append("--diff")
     stop_file = run_dir / "stop"
+    locked_file = run_dir / "locked"  # strategy ddpfix_linear: another run holds the cluster's controller lock
     write_extravars(run_dir, {"ddpfix_run_holder": holder_info(), **dict(extravars or {})})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
@@ -463,7 +476,8 @@ def run_playbook(
                 skip_tags=skip_tags,
                 verbosity=verbosity if verbosity >= 3 else None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
-                         "DDPFIX_STOP_FILE": str(stop_file)},
+                         "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
+                         "DDPFIX_LOCKED_FILE": str(locked_file)},
                 event_handler=handler,
                 status_handler=_preloader(preload),
                 cancel_callback=interrupt.cancel,
@@ -477,6 +491,8 @@ def run_playbook(
     stats = r.stats or {}
     for h in (stats.get("dark") or {}):
         hosts.setdefault(h, HostResult(name=h)).unreachable = True
+    if locked_file.is_file():  # stopped before any node was contacted: another run holds the cluster's lock
+        raise DdpfixError(locked_file.read_text().strip(), ExitCode.LOCKED)
     locked: dict[str, list[str]] = {}  # message -> nodes
     for h, hr in sorted(hosts.items()):
         # only a lock another run holds is "locked" (exit 5); a lock module that broke is a failure of that host
@@ -484,7 +500,8 @@ def run_playbook(
             locked.setdefault(hr.message, []).append(h)
     if locked:
         what = "; ".join(f"{', '.join(nodes)}: {msg}" for msg, nodes in locked.items())
-        raise DdpfixError(f"another ddpfix run holds the node lock: {what} [run dir: {run_dir}]", ExitCode.LOCKED)
+        raise DdpfixError(f"another ddpfix run holds the node lock: {what}; {changed_before(hosts, check)} "
+                          f"[run dir: {run_dir}]", ExitCode.LOCKED)
     if interrupt.signals:
         result = RunResult(status=r.status, rc=r.rc, stats=stats, hosts=hosts, run_dir=run_dir, seconds=seconds,
                            interrupted=True)

@@ -35,6 +35,8 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
       play's hosts), so each listener is dialled by `peers` others and the cost is (1 + peers) * N connections
       (`port` + 1 when `port` is the master port);
     - expect_peers / expect_master: the inbound connects this node waits for;
+    - sources: {peer: [...], master: [...]}, the planned dialers of this node's listeners ({name, address}): only
+      connects from their addresses (or what their names resolve to on the node) count toward those totals;
     - expected: {name: address} of every other host whose name is a host name (address '' when not an IP): the node
       reports only names that resolve differently and routes that deviate;
     - hosts_addresses: the addresses of hosts outside the play (--limit) this node reports the /etc/hosts lines of
@@ -50,6 +52,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
         return str(addresses.get(h) or h)
 
     targets = []
+    dialers = {"peer": [], "master": []}  # who dials this node's listeners: only their connects count
     if master in in_play:
         targets.append({"name": master, "address": addr(master), "port": int(master_port), "kind": "master"})
     k = min(int(peers), max(0, len(ring) - 1))
@@ -58,6 +61,10 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
         for step in range(1, k + 1):
             h = ring[(i + step) % len(ring)]
             targets.append({"name": h, "address": addr(h), "port": int(port), "kind": "peer"})
+            back = ring[(i - step) % len(ring)]  # the node `step` places before me dials me
+            dialers["peer"].append({"name": back, "address": addr(back)})
+    if me == master:
+        dialers["master"] = [{"name": h, "address": addr(h)} for h in ring]
     expected = {}
     for h in ring:
         if h != me and _name_ok(h):
@@ -76,6 +83,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
         "expect_peers": k if me in ring else 0,
         "expect_master": len(ring) if me == master else 0,
         "expected": expected,
+        "sources": dialers,
     }
 
 

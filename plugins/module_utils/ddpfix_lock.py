@@ -1,4 +1,19 @@
-"""The ddpfix node lock (one run at a time per node): shared by ddpfix_run_lock and ddpfix_node_facts."""
+"""The ddpfix node lock (one run at a time per node): shared by ddpfix_run_lock and ddpfix_node_facts.
+
+The lock file (JSON) names its holder: the controller run (run_id, its PID, PID start time, boot id and host name,
+command, start), and on this node the boot id, the PID and start time of the module process that took it, when it
+was taken and when it was last refreshed. Every lock-taking call of the same run refreshes it (the lock tasks at
+the start of each ddpfix play, the audit's facts task, the probe collection). It is stale only when its holder is
+gone:
+
+- the node rebooted since it was taken (its boot id differs): the run's work on this node ended with that boot;
+- the holder runs on this node (its boot id and PID namespace are this node's: ddpfix with a local connection): its
+  PID no longer runs with the recorded start time;
+- the holder is a remote controller: its lease ran out, it was not refreshed for the lease's length (a run that is
+  alive refreshes it at each play and each facts task).
+
+A lock without those fields (written by hand, or an older ddpfix) is judged by its file's age against the lease.
+"""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,6 +26,32 @@ import json
 import os
 import time
 
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id():
+    try:
+        with open(BOOT_ID_PATH) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace():
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def proc_start(pid):
+    """Field 22 (starttime) of /proc/PID/stat, or None when PID does not run."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError, ValueError, TypeError):
+        return None
+
 
 def describe(h):
     return "run {} (pid {} on {}, started {}: {})".format(
@@ -19,7 +60,8 @@ def describe(h):
 
 def read_lock(path):
     try:
-        with open(path) as f:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}, os.stat(path).st_mtime
     except (OSError, ValueError):
@@ -31,25 +73,61 @@ def read_lock(path):
 
 def write_lock(path, holder):
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "w") as f:
         json.dump(holder, f)
         f.write("\n")
-    os.chmod(tmp, 0o644)
     os.rename(tmp, path)
 
 
-def present(path, holder, stale_s):
-    """Take the lock for `holder`. Returns (result, failure): failure is None or a dict for fail_json (msg, holder,
-    lock, locked=True) when another live run holds it."""
+def stale_reason(current, mtime, lease_s, now=None, this_boot=None):
+    """Why the lock `current` (its file's `mtime`) no longer has a live holder, or None while it has one."""
+    now = time.time() if now is None else now
+    this_boot = boot_id() if this_boot is None else this_boot
+    node_boot = current.get("node_boot_id")
+    if node_boot and this_boot and node_boot != this_boot:
+        return f"the node rebooted since it was taken (boot id {node_boot}, now {this_boot})"
+    if (this_boot and current.get("boot_id") == this_boot and current.get("pid")
+            and current.get("pidns") and current.get("pidns") == pid_namespace()):
+        # the holder runs on this node (same boot, same PID namespace: a container or lab node sharing the kernel
+        # is not "this node"): alive exactly while its PID runs with the same start time
+        if current.get("pid_start") and proc_start(current["pid"]) == str(current["pid_start"]):
+            return None
+        if not current.get("pid_start") and proc_start(current["pid"]) is not None:
+            return None
+        return f"its holder, pid {current['pid']} on this node, is gone"
+    try:
+        refreshed = float(current.get("refreshed_at") or mtime or 0)
+    except (TypeError, ValueError):
+        refreshed = float(mtime or 0)
+    try:
+        lease = float(current.get("lease_s") or lease_s)
+    except (TypeError, ValueError):
+        lease = float(lease_s)
+    age = now - refreshed
+    if age < lease:
+        return None
+    return f"not refreshed for {int(age)} s (lease {int(lease)} s): its run is gone"
+
+
+def present(path, holder, stale_s, required=True):
+    """Take (or, for the same run, refresh) the lock for `holder`. Returns (result, failure): failure is None or a
+    dict for fail_json (msg, holder, lock, locked=True when another live run holds it; unlockable=True when the
+    lock cannot be written here and `required`: a node the run will write to is refused)."""
     try:
         return _present(path, holder, stale_s)
     except OSError as exc:
         if getattr(exc, "errno", None) not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
-        # An SSH user who may not write /run (no root, no become) can change nothing on this node either: the run
-        # goes on without the node lock (the controller's lock still keeps runs from one controller apart).
-        return dict(holder=holder, taken_over=None,
-                    unlocked=f"node lock {path} not taken: {exc.strerror} (uid {os.getuid()})"), None
+        reason = f"node lock {path} cannot be taken: {exc.strerror} (uid {os.getuid()})"
+        if required:
+            return None, dict(msg=f"{reason}: this node is refused, nothing written (a run that changes a node holds "
+                                  "its lock: run with become/root, or make the lock's directory writable)",
+                              lock=path, unlockable=True)
+        # a read-only look (the audit) goes on without it; the controller's lock keeps ddpfix runs apart
+        return dict(holder=holder, taken_over=None, unlocked=reason), None
 
 
 def _present(path, holder, stale_s):
@@ -59,17 +137,24 @@ def _present(path, holder, stale_s):
         fcntl.flock(guard, fcntl.LOCK_EX)
         current, mtime = read_lock(path)
         taken_over = None
+        now = time.time()
+        taken_at = now
         if current is not None and current.get("run_id") != holder["run_id"]:
-            age = time.time() - (mtime or 0)
-            if age < stale_s:
+            why = stale_reason(current, mtime, stale_s, now)
+            if why is None:
                 return None, dict(
-                    msg=f"ddpfix node lock {path} is held by {describe(current)}; wait for it to finish (a lock of a "
-                        f"run that died is taken over after {stale_s // 60} minutes, or remove {path} once you know "
-                        "that run is gone)",
+                    msg=f"ddpfix node lock {path} is held by {describe(current)}; wait for it to finish (it is taken "
+                        f"over once its holder is gone: its PID on this node, a reboot, or {int(stale_s) // 60} "
+                        f"minutes without a refresh by a remote run; or remove {path} once you know that run is "
+                        "gone)",
                     holder=current, lock=path, locked=True)
-            taken_over = dict(current, age_seconds=int(age))
-        write_lock(path, dict(holder, node_pid=os.getpid(), taken_at=time.time()))
-        return dict(holder=holder, taken_over=taken_over), None
+            taken_over = dict(current, age_seconds=int(now - (mtime or 0)), stale=why)
+        elif current:
+            taken_at = current.get("taken_at") or now  # the same run: a refresh
+        me = os.getpid()
+        write_lock(path, dict(holder, node_boot_id=boot_id(), node_pid=me, node_pid_start=proc_start(me),
+                              taken_at=taken_at, refreshed_at=now, lease_s=int(stale_s)))
+        return dict(holder=holder, taken_over=taken_over, refreshed=bool(current) and taken_over is None), None
     finally:
         os.close(guard)
 

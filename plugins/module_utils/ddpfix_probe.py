@@ -145,16 +145,83 @@ def _ours(lock_path, run_id):
         return False
 
 
+#: The longest a prober lives, whatever it was asked (seconds): a detached prober of a controller that died ends
+#: by then at the latest (sooner: its run's node lock is gone or taken, or every planned dial and accept is done).
+MAX_HOLD = 120.0
+#: Foreign connect sources kept in the result, per listener kind.
+MAX_IGNORED = 10
+
+
+def _is_ip(a):
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in a else socket.AF_INET, a)
+        return True
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def allowed_sources(sources, own, resolver=resolve):
+    """{kind: set of addresses} a listener of that kind counts connects from: the planned dialers' addresses
+    ({kind: [{name, address}]}), the addresses their names (and non-IP addresses) resolve to here, and this
+    node's own address `own` (it dials its own master port). `sources` None: every source counts."""
+    if sources is None:
+        return None
+    out = {}
+    for kind, dialers in sources.items():
+        ok = {own} if own else set()
+        for d in dialers or []:
+            for value in (d.get("address"), d.get("name")):
+                if not value or not isinstance(value, str):
+                    continue
+                if _is_ip(value):
+                    ok.add(value)
+                else:
+                    ok.update(resolver(value))
+        out[kind] = ok
+    return out
+
+
+def parent_alive(parent):
+    """The process that forked an inline prober still runs (the prober's parent is still it)."""
+    return parent is None or os.getppid() == parent
+
+
 def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_until, hold_until, lock_path, run_id,
-           stop=None):
+           stop=None, sources=None, parent=None):
     """Accept on `socks` and dial every target (retrying until `dial_until`: peers start at slightly different
-    times) until every dial is done and `expect` ({kind: count}) inbound connects arrived, or `hold_until`, or the
-    node lock no longer names this run, or `stop` is set. Returns the result dict."""
+    times) until every dial is done and `expect` ({kind: count}) inbound connects from the planned `sources`
+    arrived, or `hold_until` (at most MAX_HOLD from now), or the node lock no longer names this run, or the
+    `parent` process is gone (an inline prober), or `stop` is set. Connects from other addresses are closed and
+    listed (`ignored`), never counted. Returns the result dict."""
     stop = stop or threading.Event()
     up_at = time.time()
+    hold_until = min(float(hold_until), up_at + MAX_HOLD)
+    dial_until = min(float(dial_until), hold_until)
     inbound = dict.fromkeys(expect, 0)
+    seen = {}  # kind -> source addresses of the connects accepted so far
+    ignored = {}
+    allowed = {"value": None if sources is None else {k: {bind_address} for k in sources}}
     results = [None] * len(targets)
     kinds = {id(s): k for s, k in socks}
+
+    def learn():  # names resolve in the background: a slow resolver never delays the listener or the dials
+        allowed["value"] = allowed_sources(sources, bind_address)
+
+    if sources is not None:
+        resolver = threading.Thread(target=learn)
+        resolver.daemon = True
+        resolver.start()
+
+    def count():
+        ok = allowed["value"]
+        for kind, srcs in seen.items():
+            good = [a for a in srcs if ok is None or a in ok.get(kind, ())]
+            inbound[kind] = len(good)
+            bad = [a for a in srcs if a not in good]
+            if bad:
+                ignored[kind] = {"count": len(bad), "sources": sorted(set(bad))[:MAX_IGNORED]}
+            else:
+                ignored.pop(kind, None)
 
     def dial(i, t):
         first, attempts, r, last = time.time(), 0, None, None
@@ -188,19 +255,22 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             break
         if now - last_check > 0.5:
             last_check = now
-            if not _ours(lock_path, run_id):
+            if not _ours(lock_path, run_id) or not parent_alive(parent):
                 break
+            count()  # names resolved meanwhile
         if not socks:
             stop.wait(0.1)
             continue
         ready, _, _ = select.select([s for s, _ in socks], [], [], 0.1)
         for s in ready:
             try:
-                c, _ = s.accept()
+                c, peer = s.accept()
                 c.close()
-                inbound[kinds[id(s)]] = inbound.get(kinds[id(s)], 0) + 1
+                seen.setdefault(kinds[id(s)], []).append(peer[0] if isinstance(peer, tuple) else "")
             except OSError:
                 pass
+        if ready:
+            count()
     down_at = time.time()
     for s, _ in socks:
         s.close()
@@ -213,15 +283,68 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
                            "name": t.get("name"), "address": t["address"], "port": int(t["port"]),
                            "kind": t.get("kind", "peer"), "attempts": 0, "first_try": None, "last_try": None}
         connects.append(r)
-    return {"connects": connects, "inbound": inbound, "expected_inbound": expect, "up_at": round(up_at, 3),
-            "down_at": round(down_at, 3)}
+    count()
+    return {"connects": connects, "inbound": inbound, "expected_inbound": expect, "ignored_inbound": ignored,
+            "up_at": round(up_at, 3), "down_at": round(down_at, 3)}
+
+
+RESULT_DIR_PREFIX = "ddpfix-probe-"
+RESULT_NAME = "result.json"
+
+
+def result_dir(base):
+    """A new private directory for a detached prober's result (mkdtemp: a random name, mode 0700) in `base` (the
+    node lock's directory, /run) or, where that cannot be written, the system's temporary directory. Returns the
+    result file's path in it (not created yet)."""
+    import tempfile
+
+    for where in (base, None):
+        try:
+            return os.path.join(tempfile.mkdtemp(prefix=RESULT_DIR_PREFIX, dir=where), RESULT_NAME)
+        except OSError:
+            if where is None:
+                raise
+    raise OSError("no directory for the prober's result")
+
+
+def private_result_path(result_path):
+    """Why `result_path` is not a detached prober's result file in a private directory of ours (a directory
+    named ddpfix-probe-*, not a link, owned by this user, mode 0700), or None when it is."""
+    d, name = os.path.split(result_path or "")
+    if name != RESULT_NAME or not os.path.basename(d).startswith(RESULT_DIR_PREFIX):
+        return f"{result_path!r} is not a ddpfix prober result path"
+    try:
+        st = os.lstat(d)
+    except OSError as exc:
+        return f"{d}: {exc.strerror}"
+    import stat as stat_
+
+    if not stat_.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat_.S_IMODE(st.st_mode) != 0o700:
+        return f"{d} is not a private directory of uid {os.geteuid()} (mode 0700, not a link)"
+    return None
+
+
+def write_result(result_path, data):
+    """Write the result file: a temporary file created O_EXCL|O_NOFOLLOW (0600) in the private directory, then
+    renamed into place."""
+    tmp = f"{result_path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.rename(tmp, result_path)
 
 
 def fork_prober(socks, args, result_path=None):
-    """Run `prober` in a forked child (not a new interpreter). With `result_path` the child is detached (new
-    session, stdio on /dev/null) and writes its result there (atomically) when it ends or gets SIGTERM; returns
-    (pid, None). Without, returns (pid, fd): the child writes its JSON result to the pipe `fd` and exits."""
+    """Run `prober` in a forked child (not a new interpreter). With `result_path` (from `result_dir`) the child is
+    detached (new session, stdio on /dev/null) and writes its result there (`write_result`) when it ends or gets
+    SIGTERM; returns (pid, None). Without, returns (pid, fd): the child writes its JSON result to the pipe `fd` and
+    exits, and ends early when this process is gone."""
     rfd, wfd = (None, None) if result_path else os.pipe()
+    parent = None if result_path else os.getpid()
     pid = os.fork()
     if pid:
         for s, _ in socks:
@@ -241,14 +364,10 @@ def fork_prober(socks, args, result_path=None):
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        result = prober(socks, stop=stop, **args)
+        result = prober(socks, stop=stop, parent=parent, **args)
         data = json.dumps(result).encode()
         if result_path:
-            tmp = f"{result_path}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.write(fd, data)
-            os.close(fd)
-            os.rename(tmp, result_path)
+            write_result(result_path, data)
         else:
             view = memoryview(data)
             while view:
@@ -276,8 +395,11 @@ def wait_inline(pid, fd):
 
 def collect_detached(pid, start, result_path, wait_s):
     """The detached prober's result: wait up to `wait_s` for it to finish by itself, then stop it (SIGTERM, it
-    writes what it has) and read its result file; the file is removed. Only our prober is signalled (its PID and
-    start time)."""
+    writes what it has) and read its result file; the file and its private directory are removed. Only our prober
+    is signalled (its PID and start time); a path that is not a private result directory of ours is refused."""
+    bad = private_result_path(result_path)
+    if bad:
+        return None, f"refused: {bad}"
     deadline = time.time() + wait_s
     while time.time() < deadline and not os.path.exists(result_path):
         time.sleep(0.05)
@@ -298,9 +420,16 @@ def collect_detached(pid, start, result_path, wait_s):
                 break
             time.sleep(0.05)
     try:
-        with open(result_path) as f:
+        fd = os.open(result_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd) as f:
             result = json.load(f)
-        os.unlink(result_path)
         return result, None
     except (OSError, ValueError) as exc:
         return None, f"no prober result at {result_path}: {exc}"
+    finally:
+        d = os.path.dirname(result_path)
+        for name in os.listdir(d) if os.path.isdir(d) else ():
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(d, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(d)

@@ -22,8 +22,11 @@ description:
     (and the master port on the master when it is free), forks a prober that dials the master port and the ring peers
     in I(probe.targets) with retries until I(probe.wait) seconds and accepts its expected inbound connects, resolves
     the names of I(probe.expected) and routes to their addresses (reporting only deviations), then waits for the
-    prober and returns. With I(probe.detach), the prober outlives the call (until every dial and accept is done, the
-    node lock no longer names this run, or I(probe.hold) seconds) and C(ddpfix_probe) collects and stops it.
+    prober and returns. Only connects from the planned dialers (I(probe.sources)) count toward the expected inbound
+    totals; others are closed and listed (C(ignored_inbound)). An inline prober ends when this module's process is
+    gone. With I(probe.detach), the prober outlives the call (until every dial and accept is done, the node lock no
+    longer names this run, or I(probe.hold) seconds, at most 120) and writes its result into a private directory
+    (mkdtemp, mode 0700, in /run) that C(ddpfix_probe) reads and removes when it collects and stops it.
     Nothing else on the node is changed. Runs the same in check mode."
 options:
   cluster_cidr: {description: The cluster network; empty to derive it from the interface holding I(master_address).,
@@ -37,13 +40,15 @@ options:
       type: str, default: /run/ddpfix.lock}
   lock_holder: {description: "The run (run_id, pid, controller, command, started); empty - no node lock.", type: dict,
       default: {}}
-  lock_stale_minutes: {description: Age after which another run's lock is taken over., type: int, default: 20}
+  lock_stale_minutes: {description: "The lease of a remote holder's node lock, minutes (module ddpfix_run_lock).",
+      type: int, default: 20}
   probe:
     description:
       - "The probe, as the controller planned it: port (the listener port), self_address (the address peers dial
         here), targets (list of {name, address, port, kind}), expect_peers and expect_master (inbound connects),
         expected ({name: address} of every node), me (this node's name), timeout (one connect), wait (the dial and
-        accept deadline, seconds), detach (bool) and hold (a detached prober's hard limit, seconds)."
+        accept deadline, seconds), detach (bool), hold (a detached prober's hard limit, seconds, at most 120) and
+        sources ({peer: [{name, address}], master: [...]}, the planned dialers of this node's listeners)."
       - Omitted or null - no probe.
     type: dict
   sysfs_root: {description: Root of the sysfs tree the fabric facts read (the lab and tests point it at a synthetic
@@ -89,7 +94,6 @@ import hashlib
 import json
 import os
 import socket
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -121,6 +125,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import
     deviations,
     fork_prober,
     proc_start,
+    result_dir,
     wait_inline,
 )
 
@@ -219,12 +224,12 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
         hold_until=now + (float(spec.get("hold") or 120) if detach else wait + float(spec.get("timeout") or 2.0) + 3),
         lock_path=lock_path,
         run_id=run_id,
+        # only connects from the planned dialers count toward `expect` (a plan without them: every source)
+        sources=spec.get("sources") if isinstance(spec.get("sources"), dict) else None,
     )
     result_path = None
-    if detach:
-        base = os.path.dirname(lock_path) or "/run"
-        base = base if os.access(base, os.W_OK) else tempfile.gettempdir()
-        result_path = os.path.join(base, "ddpfix-probe.%s.json" % (run_id or os.getpid()))
+    if detach:  # a private directory (mkdtemp, 0700) in /run, else the system's temporary directory
+        result_path = result_dir(os.path.dirname(lock_path) or "/run")
     pid, fd = fork_prober(socks, args, result_path)
     start = proc_start(pid)
     if detach:
@@ -308,7 +313,8 @@ def main():
     detached = bool((p["probe"] or {}).get("detach"))
     lock = None
     if holder.get("run_id"):
-        lock, failure = take_lock(p["lock_path"], holder, max(0, p["lock_stale_minutes"]) * 60)
+        # read-only: where /run cannot be written the facts are still read (required=False), without a lock
+        lock, failure = take_lock(p["lock_path"], holder, max(0, p["lock_stale_minutes"]) * 60, required=False)
         if failure:
             module.fail_json(**failure)
         if lock.get("unlocked"):  # no lock file to watch: the prober ends by its own deadlines only

@@ -22,7 +22,10 @@ options:
     type: str
     required: true
   result_path:
-    description: Where the prober writes its result (facts C(ddpfix_node.probe.result_path)).
+    description:
+      - Where the prober writes its result (facts C(ddpfix_node.probe.result_path)), in its private directory
+        (C(ddpfix-probe-*), mode 0700, owned by this user); any other path is refused. The file and the directory
+        are removed after the result is read.
     type: path
     required: true
   wait: {description: Seconds to wait for the prober to finish by itself., type: float, default: 5.0}

@@ -11,9 +11,16 @@ module: ddpfix_run_lock
 short_description: Take or release the ddpfix node lock; check that files can be written
 description:
   - >-
-    C(state=present) creates I(path) (a JSON file naming the holder run) unless another run holds it. The same run
-    taking it again refreshes it. A lock whose file was not refreshed for I(stale_minutes) (its run died) is taken
-    over, and the result says so. The lock lives in /run (tmpfs): a reboot clears it.
+    C(state=present) creates I(path) (a JSON file naming the holder run: its run id, PID, PID start time, boot id,
+    PID namespace and host; and this node's boot id, the time it was taken and last refreshed) unless another run
+    holds it. The same run taking it again refreshes it (each ddpfix play and each audit facts task does). Another
+    run's lock is taken over only when its holder is gone, and the result says why (C(taken_over.stale)): the node
+    rebooted since; or the holder runs on this node (same boot id and PID namespace) and its PID no longer runs with
+    that start time; or the holder is remote and did not refresh it for I(stale_minutes) (its lease). The lock
+    lives in /run (tmpfs): a reboot clears it.
+  - >-
+    Where the lock cannot be written (read-only /run, no permission) the call fails (C(unlockable)) unless
+    I(required) is false: a node the run will write to is refused, never changed without its lock.
   - C(state=absent) removes I(path) when this run holds it (never another run's lock).
   - >-
     C(state=writable) fails when one of I(paths) cannot be written (read-only file system, immutable file, no
@@ -26,7 +33,14 @@ options:
     description: "The run: run_id (required for present/absent), pid, controller, command, started."
     type: dict
     default: {}
-  stale_minutes: {description: Age after which a lock is taken over., type: int, default: 20}
+  stale_minutes:
+    description: The lease of a remote holder, minutes; its lock not refreshed for this long is taken over.
+    type: int
+    default: 20
+  required:
+    description: Fail (the node is refused) when the lock cannot be written; false - go on without it (read-only).
+    type: bool
+    default: true
   paths: {description: Files to check (state=writable)., type: list, elements: path, default: []}
 """
 
@@ -42,7 +56,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 holder: {description: The lock's holder after the call (state=present), returned: always, type: dict}
-taken_over: {description: The stale holder that was replaced, or null, returned: state=present, type: dict}
+taken_over:
+  description: The stale holder that was replaced (with C(stale), why it was stale), or null.
+  returned: state=present
+  type: dict
+refreshed: {description: This run held the lock already (its lease was renewed)., returned: state=present, type: bool}
 unwritable: {description: "path -> reason (state=writable)", returned: state=writable, type: dict}
 """
 
@@ -55,9 +73,10 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take
 
 
-def present(module, path, holder, stale_s):
-    """Take the lock (module_utils ddpfix_lock, shared with ddpfix_node_facts); fail when another live run holds it."""
-    result, failure = take(path, holder, stale_s)
+def present(module, path, holder, stale_s, required=True):
+    """Take the lock (module_utils ddpfix_lock, shared with ddpfix_node_facts); fail when another live run holds it
+    or, when `required`, when it cannot be written here."""
+    result, failure = take(path, holder, stale_s, required)
     if failure:
         module.fail_json(**failure)
     return result
@@ -112,6 +131,7 @@ def main():
             path=dict(type="path", default="/run/ddpfix.lock"),
             holder=dict(type="dict", default={}),
             stale_minutes=dict(type="int", default=20),
+            required=dict(type="bool", default=True),
             paths=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
@@ -128,7 +148,8 @@ def main():
         module.fail_json(msg="holder.run_id is required")
     if p["state"] == "absent":
         module.exit_json(changed=False, released=absent(p["path"], holder))
-    module.exit_json(changed=False, **present(module, p["path"], holder, max(0, p["stale_minutes"]) * 60))
+    module.exit_json(changed=False, **present(module, p["path"], holder, max(0, p["stale_minutes"]) * 60,
+                                              p["required"]))
 
 
 if __name__ == "__main__":

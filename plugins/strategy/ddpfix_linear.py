@@ -2,7 +2,13 @@
 creates it on Ctrl-C/SIGTERM), no new step starts. A step is a play-level task (in ddpfix's plays: one role, e.g.
 the firewall fix with its runtime change, connection check and persistence); a role already started runs to its end,
 so a node is never left with a runtime-only firewall change. Handlers already notified and the node-lock tasks
-(role ``ddpfix_run``, its lock and unlock task files) still run, so a node is never left locked or half-restarted."""
+(role ``ddpfix_run``, its lock and unlock task files) still run, so a node is never left locked or half-restarted.
+
+It also takes the ddpfix controller lock of the cluster (keyed on its sorted node addresses, ``ddpfix.lock``) in
+this process, as soon as the cluster is known (the audit's ``ddpfix_audit_cluster``, registered by its first task
+or passed as an extra variable), before any further task runs: a second run on the same nodes, from the CLI or from
+ansible-playbook, fails here before any node is contacted. It is held until ansible-playbook exits; it is not taken
+when the process's environment names that key in ``DDPFIX_CLUSTER_LOCK`` (the ddpfix CLI holds it already)."""
 
 from __future__ import annotations
 
@@ -13,12 +19,16 @@ description:
   - Behaves like C(linear). When the file named by the environment variable C(DDPFIX_STOP_FILE) exists, every later
     play-level task is skipped (not run at all), except meta tasks and tasks whose name starts with C(lock |). Tasks
     of a role that already started, and handlers, still run.
+  - Once the play has the cluster view C(ddpfix_audit_cluster) (registered or an extra variable), takes the ddpfix
+    controller lock of that cluster (its sorted node addresses) before the next task, unless C(DDPFIX_CLUSTER_LOCK)
+    names it (the ddpfix CLI holds it); another run holding it fails the play before any node is contacted.
 author: ddpfix
 """
 
 import os
 from typing import Any
 
+from ansible.errors import AnsibleError
 from ansible.playbook.handler import Handler
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy
 from ansible.utils.display import Display
@@ -31,6 +41,10 @@ LOCK_ROLE = "ddpfix_run"
 LOCK_TASK_FILES = ("lock", "unlock")
 #: Tag of the facts role's second-round tasks (collect a detached prober): not iterated when no prober was detached.
 COLLECT_TAG = "ddpfix_facts_collect"
+#: The play's cluster view (action ddpfix_cluster's result, or the CLI's extra variable).
+CLUSTER_VIEW = "ddpfix_audit_cluster"
+#: The controller locks this process holds (cluster key -> lock), for its lifetime.
+_HELD: dict[str, Any] = {}
 
 
 def is_lock_include(task: Any) -> bool:
@@ -54,10 +68,56 @@ def detached_prober(facts: Any) -> bool:
     return isinstance(probe, dict) and probe.get("result_path") is not None
 
 
+def cluster_addresses(view: Any) -> list[str] | None:
+    """The node addresses of a cluster view ({addresses: {name: address}}), None when it has none."""
+    addresses = view.get("addresses") if isinstance(view, dict) and not view.get("failed") else None
+    if not isinstance(addresses, dict) or not addresses:
+        return None
+    return [str(a or n) for n, a in addresses.items()]
+
+
+def hold_cluster_lock(addresses: list[str]) -> None:
+    """Take the controller lock of these nodes for this process (AnsibleError naming the holder when another run
+    has it); nothing when this process, or the ddpfix CLI that started it, holds it already."""
+    from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import ddpfix
+
+    lock = ddpfix("ddpfix.lock")
+    key = lock.cluster_key(addresses)
+    if key in _HELD or os.environ.get(lock.HELD_ENV) == key:
+        return
+    try:
+        _HELD[key] = lock.controller_lock(addresses)
+    except ddpfix("ddpfix.app").DdpfixError as exc:
+        msg = f"{exc} (no node was contacted)"
+        report = os.environ.get("DDPFIX_LOCKED_FILE")  # the ddpfix CLI reads it: exit 5 with this line
+        if report:
+            with open(report, "w") as f:
+                f.write(msg + "\n")
+        raise AnsibleError(f"ddpfix: {msg}") from None
+    except OSError as exc:  # no writable state directory here (e.g. a read-only home): the node locks still apply
+        display.warning(f"ddpfix: controller lock not taken: {exc}; only the node locks keep runs apart")
+        _HELD[key] = None
+
+
 class StrategyModule(LinearStrategy):
+    def _cluster_view(self, hosts: Any) -> Any:
+        vm = self._variable_manager
+        view = (vm.extra_vars or {}).get(CLUSTER_VIEW)
+        if view is None:
+            for host in hosts:
+                view = vm._nonpersistent_fact_cache.get(host.name, {}).get(CLUSTER_VIEW)
+                if view is not None:
+                    break
+        return view
+
     def _get_next_task_lockstep(self, hosts, iterator):  # type: ignore[override]
         while True:
             host_tasks = super()._get_next_task_lockstep(hosts, iterator)
+            if host_tasks and not getattr(self, "_ddpfix_locked", False):
+                addresses = cluster_addresses(self._cluster_view(hosts))
+                if addresses:
+                    hold_cluster_lock(addresses)
+                    self._ddpfix_locked = True
             if host_tasks and self._no_prober_to_collect(host_tasks):
                 continue  # every node ran at once: the collect tasks are not iterated per node (as --skip-tags)
             if not host_tasks or not stop_requested():

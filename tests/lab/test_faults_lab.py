@@ -52,10 +52,12 @@ def checksums(info: Any, files: str = CLUSTER_FILES) -> dict[str, str]:
 
 
 def leftovers(info: Any, port: int = 29500) -> dict[str, str]:
-    """Per node: a ddpfix lock or a process listening on the master port (nothing may be left after a run)."""
+    """Per node: a ddpfix lock, a process listening on the master port or a prober's result directory (nothing may
+    be left after a run)."""
     out = {}
     for n in info.nodes:
-        s = node_sh(info, n.name, f"ls /run/ddpfix.lock 2>/dev/null; ss -Hltn 'sport = :{port}'", check=False).strip()
+        s = node_sh(info, n.name, f"ls -d /run/ddpfix.lock /run/ddpfix-probe* /tmp/ddpfix-probe* 2>/dev/null; "
+                                  f"ss -Hltn 'sport = :{port}'", check=False).strip()
         if s:
             out[n.name] = s
     return out
@@ -70,7 +72,7 @@ def ids(doc: dict[str, Any]) -> set[str]:
 
 def test_two_audits_at_once_one_waits_no_false_findings(clean_lab: Any, tmp_path: Path) -> None:
     inv = clean_lab.inventory
-    copy = tmp_path / "copy.yml"  # the same nodes through another inventory file: only the node lock stops it
+    copy = tmp_path / "copy.yml"  # the same nodes through another inventory file: the same controller lock
     shutil.copy(inv, copy)
     state = tmp_path / "state"
     for second in (inv, copy):
@@ -78,16 +80,61 @@ def test_two_audits_at_once_one_waits_no_false_findings(clean_lab: Any, tmp_path
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (inv, second)]
         results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
         codes = sorted(r[0] for r in results)
-        # the node lock is held for the audit's one task per node: a run that meets the other's lock on a node
-        # exits with the lock code (both may, when each took some nodes first); runs that happen not to overlap on
-        # any node both succeed (read-only, each saw only its own listener). Never a false finding.
-        assert set(codes) <= {0, 5}, results
+        # the cluster's controller lock (keyed on the node addresses, taken by the audit's ansible-playbook once its
+        # first task derived the cluster): the second exits 5 before any node lock; runs that happen not to overlap
+        # both succeed (read-only, each saw only its own listener). Never both 5, never a false finding.
+        assert codes in ([0, 0], [0, 5]), results
         for code, out, err in results:
             if code == 5:  # ... and names the holder: PID, command, start time
-                assert "holds the" in err and "pid " in err and "started " in err and "audit" in err, err
+                assert "holds the lock for this cluster" in err and "no node was contacted" in err, err
+                assert "pid " in err and "started " in err and "audit" in err, err
             else:
                 assert code == 0 and "probe.port-in-use" not in ids(json.loads(out)), (code, out[-2000:], err)
         assert leftovers(clean_lab) == {}
+
+
+def test_two_adhoc_remediations_at_once_one_runs_the_other_exits_5_at_once(clean_lab: Any, tmp_path: Path) -> None:
+    """`remediate --apply -i ip1,ip2,ip3,` twice at once (each writes its own ad-hoc inventory file): the controller
+    lock is keyed on the cluster's node addresses, so the second exits 5 before any playbook (no node lock taken)
+    and the first runs to its end (exit 0: it met no node lock of the other). Round 1 with --forks 2: detached
+    probers, and still no lock or listener on the master port once the run returned."""
+    addrs = ",".join(n.address for n in clean_lab.nodes) + ","
+    env = {**cli_env(tmp_path / "state"), "ANSIBLE_REMOTE_USER": "root",
+           "ANSIBLE_PRIVATE_KEY_FILE": str(Path(clean_lab.ssh_config).parent / "id_ed25519"),
+           "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={clean_lab.known_hosts} -o StrictHostKeyChecking=yes "
+                                      "-o IdentitiesOnly=yes"}
+    for extra in (["--forks", "2"], []):
+        argv = [DDPFIX, "-i", addrs, "remediate", "--apply", *extra, "--format", "json"]
+        procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+        assert sorted(r[0] for r in results) == [0, 5], [(c, e[-1500:]) for c, _, e in results]
+        _, out, err = next(r for r in results if r[0] == 5)
+        assert "holds the lock for this cluster (3 nodes:" in err and "remediate" in err, err
+        assert "node lock" not in err and out.strip() == "", (out, err)
+        assert leftovers(clean_lab) == {}  # no node lock, nothing on the master port
+
+
+def test_audit_meets_the_cluster_lock_before_it_contacts_any_node(clean_lab: Any, tmp_path: Path) -> None:
+    """Another process holds the controller lock of these nodes (as `-i ip1,ip2,ip3,` would): `ddpfix audit -i
+    INV` (whose ansible-playbook reads the inventory) exits 5 from its first task, naming the holder; no node was
+    contacted (no node lock taken, no listener)."""
+    state = tmp_path / "state"
+    addrs = [n.address for n in clean_lab.nodes]
+    code = ("import sys, time; from ddpfix import lock; lock.controller_lock(sys.argv[1:]); print('held', flush=True); "
+            "time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", code, *reversed(addrs)], stdout=subprocess.PIPE, text=True,
+                              env=cli_env(state))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        rc, doc, err = run_cli(clean_lab.inventory, state, "audit")
+        assert rc == 5 and doc == {}, (rc, err[-2000:])
+        assert "holds the lock for this cluster (3 nodes:" in err and f"pid {holder.pid}" in err, err
+        assert "no node was contacted" in err, err
+        assert leftovers(clean_lab) == {}
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_path: Path) -> None:
@@ -126,6 +173,26 @@ def test_master_port_taken_by_a_job_is_never_bound(temp_lab: Any, tmp_path: Path
 def broken(lab_factory: Any) -> Any:
     # hosts block (hostname-loopback) and env files (env-wrong) are needed on every node; a firewall and time fix too
     return lab_factory(nodes=3, scenario="iptables-worker2,hostname-loopback,chrony-absent,env-wrong", wait_sync=False)
+
+
+def test_node_lock_that_cannot_be_taken_refuses_the_run_before_any_change(broken: Any, tmp_path: Path) -> None:
+    """/run read-only on one node (its node lock cannot be written): the facts are still read (read-only), then
+    `env --apply` stops on every node at the lock task: no env file written anywhere (all were due)."""
+    ro = broken.nodes[2].name
+    before = checksums(broken)
+    node_sh(broken, ro, "mount --bind /run /run && mount -o remount,ro,bind /run")
+    try:
+        p = subprocess.run([DDPFIX, "-i", str(broken.inventory), "env", "--apply"], env=cli_env(tmp_path / "state"),
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 1, p.stderr
+        assert checksums(broken) == before
+        lines = {ln.split(":", 1)[0]: ln for ln in p.stderr.splitlines() if ln.startswith("node")}
+        assert "node lock /run/ddpfix.lock cannot be taken: Read-only file system" in lines[ro], p.stderr
+        assert "this node is refused" in lines[ro], p.stderr
+        assert all(f"cannot be taken on {ro}" in lines[n.name] for n in broken.nodes if n.name != ro), p.stderr
+    finally:
+        node_sh(broken, ro, "umount /run")
+    assert leftovers(broken) == {}
 
 
 def test_read_only_etc_on_one_node_no_node_gets_cluster_files(broken: Any, tmp_path: Path) -> None:

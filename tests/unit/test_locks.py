@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import errno
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import load_role_module, nodeinfo, recorded
+from conftest import ROOT, load_role_module, nodeinfo, recorded
 
 from ddpfix import lock as ddlock
 from ddpfix import runner
@@ -33,51 +36,91 @@ def _state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ---------------------------------------------------------------- controller lock
 
 
-def test_second_lock_on_the_same_inventory_names_the_holder(tmp_path: Path) -> None:
-    inv = tmp_path / "hosts.yml"
-    inv.write_text("ddp_nodes:\n  hosts: {a: {}}\n")
-    first = ddlock.controller_lock([str(inv)])
+def test_second_lock_on_the_same_cluster_names_the_holder() -> None:
+    first = ddlock.controller_lock(["10.0.0.2", "10.0.0.1", "10.0.0.3"])
     try:
         with pytest.raises(DdpfixError) as exc:
-            ddlock.controller_lock([str(tmp_path / "." / "hosts.yml")])  # same file, other spelling
+            ddlock.controller_lock(["10.0.0.3", "10.0.0.1", "10.0.0.2", "10.0.0.1"])  # same nodes, other order
         assert exc.value.code == ExitCode.LOCKED
         msg = str(exc.value)
         assert f"pid {os.getpid()}" in msg and ddlock.STARTED in msg and ddlock.RUN_ID in msg
+        assert ddlock.HELD_TEXT in msg and "3 nodes: 10.0.0.1, 10.0.0.2, 10.0.0.3" in msg
+        assert msg.endswith("this run changed nothing")
         assert json.loads(first.path.read_text())["pid"] == os.getpid()
-        ddlock.controller_lock([str(tmp_path / "other.yml")]).release()  # another inventory: its own lock
+        assert os.environ[ddlock.HELD_ENV] == ddlock.cluster_key(["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+        ddlock.controller_lock(["10.0.0.1", "10.0.0.2"]).release()  # another cluster: its own lock
     finally:
         first.release()
-    ddlock.controller_lock([str(inv)]).release()  # released: free again
+    assert ddlock.HELD_ENV not in os.environ
+    ddlock.controller_lock(["10.0.0.1", "10.0.0.2", "10.0.0.3"]).release()  # released: free again
 
 
-def test_lock_held_by_another_process_and_gone_with_it(tmp_path: Path) -> None:
-    inv = tmp_path / "hosts.yml"
-    inv.write_text("ddp_nodes:\n  hosts: {a: {}}\n")
-    code = ("import sys, time; from ddpfix import lock; lock.controller_lock([sys.argv[1]]); "
+def test_cluster_key_ignores_order_duplicates_and_case() -> None:
+    assert ddlock.cluster_key(["B.example", "a.example"]) == ddlock.cluster_key(["a.example", "b.example", "A.example"])
+    assert ddlock.cluster_key(["a"]) != ddlock.cluster_key(["a", "b"])
+
+
+def test_lock_held_by_another_process_and_gone_with_it() -> None:
+    code = ("import sys, time; from ddpfix import lock; lock.controller_lock(sys.argv[1:]); "
             "print('held', flush=True); time.sleep(60)")
-    p = subprocess.Popen([sys.executable, "-c", code, str(inv)], stdout=subprocess.PIPE, text=True,
+    p = subprocess.Popen([sys.executable, "-c", code, "n1", "n2"], stdout=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "held"
         with pytest.raises(DdpfixError) as exc:
-            ddlock.controller_lock([str(inv)])
+            ddlock.controller_lock(["n2", "n1"])
         assert exc.value.code == ExitCode.LOCKED and f"pid {p.pid}" in str(exc.value)
     finally:
         p.kill()
         p.wait()
-    ddlock.controller_lock([str(inv)]).release()  # the holder died (kill -9): no stale lock
+    ddlock.controller_lock(["n1", "n2"]).release()  # the holder died (kill -9): no stale lock
 
 
-def test_cli_exits_with_the_lock_code(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spelling", ["adhoc", "file"])
+def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_path: Path, spelling: str) -> None:
+    """An ad-hoc host list (a new file per run) and an inventory file naming the same nodes share the lock."""
     inv = tmp_path / "hosts.yml"
-    inv.write_text("ddp_nodes:\n  hosts: {a: {}, b: {}}\n")
-    held = ddlock.controller_lock([str(inv)])
+    inv.write_text("ddp_nodes:\n  hosts: {a: {ansible_host: 10.9.0.1}, b: {ansible_host: 10.9.0.2}}\n")
+    held = ddlock.controller_lock(["10.9.0.2", "10.9.0.1"])
     try:
-        r = CliRunner().invoke(cli, ["-i", str(inv), "audit"])
+        spec = "10.9.0.1,10.9.0.2," if spelling == "adhoc" else str(inv)
+        r = CliRunner().invoke(cli, ["-i", spec, "env"])
     finally:
         held.release()
     assert r.exit_code == ExitCode.LOCKED == 5, r.output
-    assert "holds the lock for this inventory" in r.output and f"pid {os.getpid()}" in r.output
+    assert ddlock.HELD_TEXT in r.output and f"pid {os.getpid()}" in r.output
+
+
+def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("ddpfix_linear_lock", ROOT / "plugins/strategy/ddpfix_linear.py")
+    assert spec and spec.loader
+    strategy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(strategy)
+    view = {"addresses": {"node1": "10.8.0.1", "node2": "10.8.0.2"}}
+    assert strategy.cluster_addresses(view) == ["10.8.0.1", "10.8.0.2"]
+    assert strategy.cluster_addresses({"failed": True, **view}) is None and strategy.cluster_addresses(None) is None
+    held = ddlock.controller_lock(["10.8.0.2", "10.8.0.1"])  # the CLI holds it (DDPFIX_CLUSTER_LOCK names it)
+    try:
+        strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
+        monkeypatch.delenv(ddlock.HELD_ENV)  # another run's ansible-playbook: refused, naming the holder
+        report = tmp_path / "locked"
+        monkeypatch.setenv("DDPFIX_LOCKED_FILE", str(report))  # where the CLI reads it (exit 5)
+        with pytest.raises(strategy.AnsibleError, match=r"holds the lock for this cluster.*no node was contacted"):
+            strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
+        assert ddlock.HELD_TEXT in report.read_text() and f"pid {os.getpid()}" in report.read_text()
+    finally:
+        held.release()
+    strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])  # free: this process takes it, and keeps it
+    with pytest.raises(DdpfixError):
+        ddlock.controller_lock(["10.8.0.1", "10.8.0.2"])
+    strategy._HELD.popitem()[1].release()
+    # no writable state directory (a read-only home on an execution node): a warning, the play goes on
+    monkeypatch.setenv("DDPFIX_STATE_DIR", "/proc/ddpfix-no-such-dir")
+    warned: list[str] = []
+    monkeypatch.setattr(strategy.display, "warning", warned.append)
+    strategy.hold_cluster_lock(["10.8.0.3"])
+    assert warned and "controller lock not taken" in warned[0] and strategy._HELD.popitem()[1] is None
 
 
 # ---------------------------------------------------------------- node lock module
@@ -112,14 +155,97 @@ def test_node_lock_refuses_a_second_run_and_names_it(tmp_path: Path) -> None:
     assert lockmod.absent(path, holder("aaa")) and not os.path.exists(path)
 
 
-def test_stale_node_lock_is_taken_over(tmp_path: Path) -> None:
+lockutil = load_role_module("module_utils/ddpfix_lock.py", "ddpfix_lock")
+
+
+def _record(path: str) -> dict[str, Any]:
+    return dict(json.loads(Path(path).read_text()))
+
+
+def test_node_lock_records_its_holder_and_is_refreshed_by_the_same_run(tmp_path: Path) -> None:
+    path = str(tmp_path / "ddpfix.lock")
+    first = lockmod.present(_Module(), path, holder("aaa"), 1200)
+    rec = _record(path)
+    assert first["refreshed"] is False and rec["run_id"] == "aaa" and rec["pid"] == 4242
+    assert rec["node_boot_id"] == lockutil.boot_id() != "" and rec["node_pid"] == os.getpid()
+    assert rec["node_pid_start"] == lockutil.proc_start(os.getpid()) and rec["lease_s"] == 1200
+    # a long run: taken 25 minutes ago, refreshed by each play since; never taken over while it refreshes
+    Path(path).write_text(json.dumps(dict(rec, taken_at=time.time() - 1500, refreshed_at=time.time() - 60)))
+    with pytest.raises(_Failed):
+        lockmod.present(_Module(), path, holder("bbb"), 1200)
+    again = lockmod.present(_Module(), path, holder("aaa"), 1200)
+    rec2 = _record(path)
+    assert again["refreshed"] is True and rec2["refreshed_at"] >= time.time() - 5
+    assert rec2["taken_at"] == pytest.approx(time.time() - 1500, abs=5)  # a refresh keeps when it was taken
+
+
+def test_remote_holder_is_stale_only_when_its_lease_ran_out(tmp_path: Path) -> None:
     path = str(tmp_path / "ddpfix.lock")
     lockmod.present(_Module(), path, holder("dead"), 1200)
-    old = time.time() - 1300
-    os.utime(path, (old, old))
+    rec = _record(path)
+    Path(path).write_text(json.dumps(dict(rec, refreshed_at=time.time() - 1100)))
+    with pytest.raises(_Failed):  # 18 minutes without a refresh: still within its lease
+        lockmod.present(_Module(), path, holder("new"), 1200)
+    Path(path).write_text(json.dumps(dict(rec, refreshed_at=time.time() - 1300)))
     got = lockmod.present(_Module(), path, holder("new"), 1200)
-    assert got["taken_over"]["run_id"] == "dead" and got["taken_over"]["age_seconds"] >= 1300
-    assert json.loads(Path(path).read_text())["run_id"] == "new"
+    assert got["taken_over"]["run_id"] == "dead" and "not refreshed for 13" in got["taken_over"]["stale"]
+    assert _record(path)["run_id"] == "new"
+
+
+def test_holder_on_this_node_is_stale_exactly_when_its_process_is_gone(tmp_path: Path) -> None:
+    path = str(tmp_path / "ddpfix.lock")
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        local = dict(holder("local"), pid=p.pid, pid_start=lockutil.proc_start(p.pid), boot_id=lockutil.boot_id(),
+                     pidns=lockutil.pid_namespace())
+        lockmod.present(_Module(), path, local, 1200)
+        Path(path).write_text(json.dumps(dict(_record(path), refreshed_at=time.time() - 86400)))
+        with pytest.raises(_Failed):  # a day without a refresh, but its holder runs: held
+            lockmod.present(_Module(), path, holder("other"), 1200)
+    finally:
+        p.kill()
+        p.wait()
+    got = lockmod.present(_Module(), path, holder("other"), 1200)  # gone: taken over at once, whatever its age
+    assert got["taken_over"]["stale"] == f"its holder, pid {p.pid} on this node, is gone"
+    # same PID again but another process (PID reuse: another start time): gone too
+    rec = dict(local, node_boot_id=lockutil.boot_id(), pid=os.getpid(), pid_start="1")
+    assert "is gone" in lockutil.stale_reason(rec, time.time(), 1200)
+    # another PID namespace on the same kernel (a container, a lab node): not "this node", the lease decides
+    assert lockutil.stale_reason(dict(rec, pidns="pid:[1]"), time.time(), 1200) is None
+
+
+def test_lock_taken_before_a_reboot_is_stale(tmp_path: Path) -> None:
+    rec = dict(holder("old"), node_boot_id="2f7c-before-the-reboot", refreshed_at=time.time())
+    why = lockutil.stale_reason(rec, time.time(), 1200, this_boot="9a1e-now")
+    assert why == "the node rebooted since it was taken (boot id 2f7c-before-the-reboot, now 9a1e-now)"
+    assert lockutil.stale_reason(rec, time.time(), 1200, this_boot="2f7c-before-the-reboot") is None
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES, errno.EPERM])
+def test_lock_that_cannot_be_written_refuses_the_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      err: int) -> None:
+    def refuse(*_a: Any, **_k: Any) -> int:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(lockutil.os, "open", refuse)
+    path = str(tmp_path / "ddpfix.lock")
+    with pytest.raises(_Failed) as exc:
+        lockmod.present(_Module(), path, holder("aaa"), 1200)
+    kw = exc.value.args[0]
+    assert kw["unlockable"] and not kw.get("locked") and "this node is refused, nothing written" in kw["msg"]
+    assert os.strerror(err) in kw["msg"] and path in kw["msg"]
+    # the read-only audit (ddpfix_node_facts: required=False) reads on without it
+    result, failure = lockutil.present(path, holder("aaa"), 1200, required=False)
+    assert failure is None and os.strerror(err) in result["unlocked"]
+
+
+def test_lock_file_is_written_without_following_links(tmp_path: Path) -> None:
+    path = tmp_path / "ddpfix.lock"
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (tmp_path / f"ddpfix.lock.{os.getpid()}.tmp").symlink_to(victim)  # planted at the temporary name
+    lockmod.present(_Module(), str(path), holder("aaa"), 1200)
+    assert victim.read_text() == "keep\n" and _record(str(path))["run_id"] == "aaa"
 
 
 def test_unreadable_node_lock_counts_as_held_until_stale(tmp_path: Path) -> None:
@@ -129,7 +255,9 @@ def test_unreadable_node_lock_counts_as_held_until_stale(tmp_path: Path) -> None
         lockmod.present(_Module(), str(path), holder("x"), 1200)
     old = time.time() - 1300
     os.utime(path, (old, old))
-    assert lockmod.present(_Module(), str(path), holder("x"), 1200)["taken_over"] == {"age_seconds": pytest.approx(1300, abs=5)}
+    got = lockmod.present(_Module(), str(path), holder("x"), 1200)["taken_over"]
+    assert set(got) == {"age_seconds", "stale"} and got["age_seconds"] == pytest.approx(1300, abs=5)
+    assert re.match(r"not refreshed for 1[23]\d\d s \(lease 1200 s\): its run is gone$", got["stale"]), got
 
 
 def test_writable_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,3 +357,13 @@ def test_bond_slave_pinned_by_permanent_mac_unless_the_bond_carries_it() -> None
 def test_old_facts_without_the_physical_flag_are_not_pinned() -> None:
     mac, why = pin_target([{"name": "eth0", "mac": "aa:00:00:00:00:01"}], "eth0")
     assert mac is None and "audit again" in why
+
+
+def test_exit_5_from_a_node_lock_says_what_the_run_had_changed() -> None:
+    hosts = {"node1": runner.HostResult(name="node1"), "node2": runner.HostResult(name="node2")}
+    assert runner.changed_before(hosts) == "this run had changed nothing before it stopped"
+    hosts["node1"].tasks += [runner.TaskResult("Fix firewall.peer-ports-blocked | accept", "changed", {}),
+                             runner.TaskResult("Facts", "ok", {})]
+    assert runner.changed_before(hosts) == (
+        "this run changed before it stopped: node1: Fix firewall.peer-ports-blocked | accept")
+    assert runner.changed_before(hosts, check=True).startswith("this run would have changed before it stopped")

@@ -94,7 +94,9 @@ def test_a_listener_that_comes_up_a_moment_later_is_found_at_once() -> None:
 def test_detached_prober_is_collected_and_stopped(tmp_path: Path) -> None:
     port = _free_port()
     socks, _, _ = pr.bind_listeners([("127.0.0.1", port, "peer", False)])
-    path = str(tmp_path / "result.json")
+    path = pr.result_dir(str(tmp_path))  # a private directory: mkdtemp, 0700, random name
+    d = Path(path).parent
+    assert d.parent == tmp_path and d.name.startswith("ddpfix-probe-") and oct(d.stat().st_mode & 0o777) == "0o700"
     # expects an inbound connect that never comes: it would hold for 30 s, the collector stops it
     pid, fd = pr.fork_prober(socks, _args([], {"peer": 1}, wait=30, hold=30), result_path=path)
     assert fd is None
@@ -102,7 +104,7 @@ def test_detached_prober_is_collected_and_stopped(tmp_path: Path) -> None:
     t0 = time.time()
     result, error = pr.collect_detached(pid, start, path, 0.3)
     assert error is None and result["inbound"] == {"peer": 0} and time.time() - t0 < 5
-    assert not os.path.exists(path)
+    assert not os.path.exists(path) and not d.exists()  # the file and its directory are removed
     s = socket.socket()
     assert s.connect_ex(("127.0.0.1", port)) != 0  # its listener is gone
     s.close()
@@ -134,3 +136,146 @@ def test_host_facts_reads_the_probe_from_inside_ddpfix_node(sim: Sim) -> None:
     assert h.probe is not None and {k: h.probe[k] for k in ("connects", "resolve", "routes", "checked")} == \
         {**sim.probe("node1"), "checked": 2}
     assert not host_facts("node2", None, error="unreachable", unreachable=True).reachable
+
+
+# ---------------------------------------------------------------- issue 20, item 5: probers that cannot be fooled
+
+
+def test_only_connects_from_the_planned_dialers_count() -> None:
+    """A connect from an address no planned dialer has (another local address here) is closed and listed, never
+    counted: the prober keeps waiting for its real peer and stops at its deadline."""
+    port = _free_port()
+    socks, _, _ = pr.bind_listeners([("0.0.0.0", port, "peer", False)])
+    args = _args([], {"peer": 1}, wait=1.5, hold=1.5)
+    args["sources"] = {"peer": [{"name": "node9", "address": "127.0.0.9"}]}
+    pid, fd = pr.fork_prober(socks, args)
+    time.sleep(0.3)
+    foreign = socket.socket()
+    foreign.bind(("127.0.0.2", 0))
+    foreign.connect(("127.0.0.1", port))
+    foreign.close()
+    t0 = time.time()
+    result, error = pr.wait_inline(pid, fd)
+    assert error is None and result["inbound"] == {"peer": 0}, result
+    assert result["ignored_inbound"] == {"peer": {"count": 1, "sources": ["127.0.0.2"]}}
+    assert time.time() - t0 > 0.8  # not stopped by the foreign connect: it waited for its deadline
+    # the planned dialer's connect counts, and ends the prober at once
+    socks, _, _ = pr.bind_listeners([("0.0.0.0", port, "peer", False)])
+    args = _args([], {"peer": 1}, wait=10, hold=10)
+    args["sources"] = {"peer": [{"name": "node9", "address": "127.0.0.9"}]}
+    pid, fd = pr.fork_prober(socks, args)
+    time.sleep(0.3)
+    good = socket.socket()
+    good.bind(("127.0.0.9", 0))
+    good.connect(("127.0.0.1", port))
+    good.close()
+    t0 = time.time()
+    result, _ = pr.wait_inline(pid, fd)
+    assert result["inbound"] == {"peer": 1} and result["ignored_inbound"] == {} and time.time() - t0 < 3
+
+
+def test_allowed_sources_from_addresses_names_and_the_node_itself() -> None:
+    table = {"node2": ["10.0.0.2"], "node3.example": ["10.0.0.3", "fd00::3"]}
+    got = pr.allowed_sources({"peer": [{"name": "node2", "address": "192.0.2.2"},
+                                       {"name": "x", "address": "node3.example"}],
+                              "master": []}, "10.0.0.1", resolver=lambda n: table.get(n, []))
+    assert got == {"peer": {"10.0.0.1", "192.0.2.2", "10.0.0.2", "10.0.0.3", "fd00::3"}, "master": {"10.0.0.1"}}
+    assert pr.allowed_sources(None, "10.0.0.1") is None  # no plan of dialers: every source counts (as before)
+    # hostile plan values are only compared, never used otherwise
+    assert pr.allowed_sources({"peer": [{"name": "$(touch /x)", "address": "{{ 7*191 }}"}]}, "",
+                              resolver=lambda n: []) == {"peer": set()}
+
+
+def test_probe_plan_names_the_dialers_of_each_listener() -> None:
+    pp = load_role_module("filter/ddpfix_probe_plan.py", "ddpfix_probe_plan")
+    order = ["n1", "n2", "n3", "n4"]
+    addrs = {h: f"10.0.0.{i + 1}" for i, h in enumerate(order)}
+    p3 = pp.ddpfix_probe_plan(order, "n3", order, addrs, "n1", 29500, 2, 45678)
+    # n3 dials n4 and n1 (its 2 ring successors); n2 and n1 (its 2 predecessors) dial n3
+    assert [t["name"] for t in p3["targets"] if t["kind"] == "peer"] == ["n4", "n1"]
+    assert p3["sources"] == {"peer": [{"name": "n2", "address": "10.0.0.2"}, {"name": "n1", "address": "10.0.0.1"}],
+                             "master": []}
+    p1 = pp.ddpfix_probe_plan(order, "n1", order, addrs, "n1", 29500, 2, 45678)
+    assert [d["name"] for d in p1["sources"]["master"]] == order and p1["expect_master"] == 4
+    for me in order:  # every planned dial has its dialer among the target's sources
+        for t in pp.ddpfix_probe_plan(order, me, order, addrs, "n1", 29500, 2, 45678)["targets"]:
+            src = pp.ddpfix_probe_plan(order, t["name"], order, addrs, "n1", 29500, 2, 45678)["sources"][t["kind"]]
+            assert {"name": me, "address": addrs[me]} in src
+
+
+def test_inline_prober_ends_when_its_parent_is_gone() -> None:
+    """The module process that forked an inline prober dies (its SSH session went with the controller): the
+    prober ends within about a second, not at its deadline, and its listener is gone."""
+    import subprocess
+    import sys
+
+    port = _free_port()
+    code = (
+        "import sys, time\n"
+        "from conftest import load_role_module\n"
+        "load_role_module('module_utils/ddpfix_nodeinfo.py', 'ddpfix_nodeinfo')\n"
+        "pr = load_role_module('module_utils/ddpfix_probe.py', 'ddpfix_probe')\n"
+        "port = int(sys.argv[1])\n"
+        "socks, _, _ = pr.bind_listeners([('127.0.0.1', port, 'peer', False)])\n"
+        "now = time.time()\n"
+        "pid, fd = pr.fork_prober(socks, dict(targets=[], expect={'peer': 1}, bind_address='127.0.0.1',\n"
+        "    bind_ifname='', timeout=1.0, dial_until=now + 60, hold_until=now + 60, lock_path='', run_id=''))\n"
+        "print(pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    here = Path(__file__).parent
+    p = subprocess.Popen([sys.executable, "-c", code, str(port)], stdout=subprocess.PIPE, text=True, cwd=here,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), *sys.path])})
+    assert p.stdout is not None
+    child = int(p.stdout.readline())
+    assert pr.proc_start(child) is not None
+    p.kill()
+    p.wait()
+    t0 = time.time()
+
+    def running() -> bool:  # a zombie (ended, not reaped yet by whoever adopted it) holds no socket
+        try:
+            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    while running() and time.time() - t0 < 20:
+        time.sleep(0.05)
+    # it checks every 0.5 s (its deadline here is 60 s): a few seconds at most, even on a loaded machine
+    assert time.time() - t0 < 8, "the prober outlived its parent"
+    s = socket.socket()
+    assert s.connect_ex(("127.0.0.1", port)) != 0
+    s.close()
+
+
+def test_prober_life_is_capped_whatever_it_is_asked(monkeypatch: Any) -> None:
+    """An hour asked for (a plan from a hostile or broken controller): the prober ends at MAX_HOLD (120 s; 0.5 s
+    here) even though the inbound connect it waits for never comes."""
+    assert pr.MAX_HOLD == 120
+    monkeypatch.setattr(pr, "MAX_HOLD", 0.5)
+    socks, _, _ = pr.bind_listeners([("127.0.0.1", _free_port(), "peer", False)])
+    t0 = time.time()
+    result = pr.prober(socks, [], {"peer": 1}, "127.0.0.1", "", 1.0, t0 + 3600, t0 + 3600, "", "")
+    assert time.time() - t0 < 1.5 and result["inbound"] == {"peer": 0}
+
+
+def test_result_file_is_created_exclusively_without_following_links(tmp_path: Path) -> None:
+    path = pr.result_dir(str(tmp_path))
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    Path(f"{path}.{os.getpid()}.tmp").symlink_to(victim)  # planted at the temporary name
+    import pytest
+
+    with pytest.raises(FileExistsError):
+        pr.write_result(path, b"{}")
+    assert victim.read_text() == "keep\n"
+    os.unlink(f"{path}.{os.getpid()}.tmp")
+    pr.write_result(path, b'{"ok": 1}')
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    # the collector refuses any path that is not such a private directory of ours
+    assert "not a ddpfix prober result path" in pr.collect_detached(0, "", str(victim), 0)[1]
+    shared = tmp_path / "ddpfix-probe-shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    assert "not a private directory" in pr.collect_detached(0, "", str(shared / "result.json"), 0)[1]
+    assert pr.collect_detached(0, "", path, 0) == ({"ok": 1}, None) and not Path(path).parent.exists()

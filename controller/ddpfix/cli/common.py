@@ -87,27 +87,28 @@ def probe_options(f: F) -> F:
 
 
 def cluster_of(app: Application) -> Cluster:
-    """The inventory's cluster, under the per-inventory controller lock (held until the command ends)."""
+    """The inventory's cluster, under the cluster's controller lock (keyed on its node addresses, held until the
+    command ends)."""
     cluster = load_cluster(app.require_inventory())
-    _hold_controller_lock(cluster.inventories)
+    _hold_controller_lock(tuple(n.address for n in cluster.nodes))
     return cluster
 
 
 def inventory_of(app: Application) -> tuple[str, ...]:
-    """The inventory's paths, checked to exist, under the per-inventory controller lock, without reading them (the
-    audit's ansible-playbook reads the inventory, once, and the cluster comes from its first task)."""
+    """The inventory's paths, checked to exist, without reading them (the audit's ansible-playbook reads the
+    inventory, once, and the cluster comes from its first task; that process takes the cluster's controller lock
+    then, before any node is contacted: strategy ddpfix_linear)."""
     from ddpfix.runner import check_inventory_paths
 
     inventories = app.require_inventory()
     check_inventory_paths(inventories)
-    _hold_controller_lock(inventories)
     return inventories
 
 
-def _hold_controller_lock(inventories: tuple[str, ...]) -> None:
+def _hold_controller_lock(addresses: tuple[str, ...]) -> None:
     from ddpfix.lock import controller_lock
 
-    lock = controller_lock(inventories)
+    lock = controller_lock(addresses)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.call_on_close(lock.release)
