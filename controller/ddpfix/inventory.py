@@ -347,21 +347,89 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
     )
 
 
-#: Keys ddp_env_extra may not set: the rendezvous and rank keys and the socket interfaces ddpfix derives per node.
+#: Keys ddp_env_extra may not set (exit 2). What torchrun and torch.distributed read for ranks and rendezvous (a
+#: permanent file setting one makes every node claim it: `PET_NODE_RANK=0` on every node is rank 0 everywhere), and
+#: every key ddpfix itself writes into the block (derived per node, or set by their own inventory variable).
 RESERVED_ENV_KEYS = frozenset(
     {
+        # torch.distributed env:// and torchrun's per-worker environment
         "MASTER_ADDR",
         "MASTER_PORT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        # ddpfix's own keys (plan.node_env, plan.fabric_env)
         "NNODES",
         "NODE_RANK",
         "NPROC_PER_NODE",
-        "WORLD_SIZE",
-        "RANK",
         "GLOO_SOCKET_IFNAME",
         "NCCL_SOCKET_IFNAME",
         "TP_SOCKET_IFNAME",
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "FI_PROVIDER",
+        "FI_EFA_USE_DEVICE_RDMA",
     }
 )
+#: Prefixes of reserved keys: torchrun's own option names (PET_NNODES, PET_NODE_RANK, ...) and torchelastic's.
+RESERVED_ENV_PREFIXES = ("PET_", "TORCHELASTIC_")
+#: Where a reserved key's value comes from instead (the refusal names it).
+_RESERVED_INSTEAD = {
+    "MASTER_ADDR": "ddp_master",
+    "MASTER_PORT": "ddp_master_port",
+    "NODE_RANK": "ddp_node_rank",
+    "NPROC_PER_NODE": "ddp_nproc_per_node",
+    "GLOO_SOCKET_IFNAME": "ddp_socket_ifname",
+    "NCCL_SOCKET_IFNAME": "ddp_socket_ifname",
+    "TP_SOCKET_IFNAME": "ddp_socket_ifname",
+    "NCCL_IB_HCA": "ddp_nccl_ib_hca",
+    "NCCL_IB_GID_INDEX": "ddp_nccl_ib_gid_index",
+}
+#: Longest ddp_env_extra key and value accepted.
+ENV_KEY_MAX = 128
+
+
+def env_key_reserved(key: str) -> bool:
+    return key in RESERVED_ENV_KEYS or key.startswith(RESERVED_ENV_PREFIXES)
+
+
+def check_env_extra(host: str, key: Any, value: Any) -> tuple[str, str]:
+    """One ddp_env_extra entry as the env file will hold it, or exit 2 naming the host, the key and the value.
+
+    The value grammar is the env file's own (module_utils ddpfix_envfile `check_values`, the one the node's module
+    applies): a value that bash, systemd and docker would not read alike unquoted is refused here, before any node
+    is contacted, not by the module after other fixes were made. Template syntax (`{{`, `{%`), `$`, quotes,
+    whitespace and control characters are outside that grammar, so no value reaches a node or a play that could be
+    evaluated."""
+    where = f"ddp_env_extra of {host}"
+    if not isinstance(key, str) or not _ENV_KEY.fullmatch(key) or len(key) > ENV_KEY_MAX:
+        raise _bad(f"{where}: key {key!r} is not an environment name ([A-Z_][A-Z0-9_]*, at most {ENV_KEY_MAX} "
+                   "characters)")
+    if env_key_reserved(key):
+        instead = _RESERVED_INSTEAD.get(key)
+        why = (f"set {instead} instead" if instead else
+               "torchrun and torch.distributed read it for ranks and rendezvous; ddpfix writes the keys they need "
+               "per node (RANK/WORLD_SIZE/LOCAL_RANK with ddp_env_process_vars: true)")
+        raise _bad(f"{where}: {key}={value!r} is reserved (derived by ddpfix per node: {why})")
+    if isinstance(value, (dict, list, tuple)) or value is None:
+        raise _bad(f"{where}: {key} must be a string or number, got {value!r}")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if "\n" in text or "\r" in text or "\0" in text:
+        raise _bad(f"{where}: {key} must be one line, got {text!r}")
+    from ddpfix import collection
+
+    bad = collection.module_utils("ddpfix_envfile").check_values({key: text})
+    if bad:
+        raise _bad(f"{where}: {bad}")
+    return key, text
+
+
 _ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _UNIT = re.compile(r"^[A-Za-z0-9@_.:-]+\.service$")
 _IB_HCA = re.compile(r"^\^?=?[A-Za-z0-9_.-]+(:[0-9]+)?(,[A-Za-z0-9_.-]+(:[0-9]+)?)*$")
@@ -389,18 +457,7 @@ def _fabric_vars(host: str, hv: Mapping[str, Any]) -> dict[str, Any]:
     if extra not in (None, "", {}):
         if not isinstance(extra, Mapping):
             raise _bad(f"ddp_env_extra of {host} must be a mapping of NAME: value, got {extra!r}")
-        items = []
-        for k, v in extra.items():
-            if not isinstance(k, str) or not _ENV_KEY.match(k):
-                raise _bad(f"ddp_env_extra of {host}: key {k!r} is not an environment name ([A-Z_][A-Z0-9_]*)")
-            if k in RESERVED_ENV_KEYS:
-                raise _bad(f"ddp_env_extra of {host}: {k} is derived by ddpfix and cannot be set here")
-            if isinstance(v, (dict, list)) or v is None:
-                raise _bad(f"ddp_env_extra of {host}: {k} must be a string or number, got {v!r}")
-            text = str(v).lower() if isinstance(v, bool) else str(v)
-            if "\n" in text or "\r" in text or "\0" in text:
-                raise _bad(f"ddp_env_extra of {host}: {k} must be one line, got {text!r}")
-            items.append((k, text))
+        items = [check_env_extra(host, k, v) for k, v in extra.items()]
         out["env_extra"] = tuple(sorted(items))
     return out
 

@@ -38,7 +38,8 @@ OWN_DIR = "/etc/ddpfix"
 FORBIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run/user")
 
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=@%+^-]*$")
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=@%+^-]*$")  # whole value (fullmatch: no trailing newline)
+MAX_VALUE_LEN = 4096
 _ASSIGN_RE = re.compile(r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
@@ -169,9 +170,11 @@ def outside_keys(text):
 def check_values(values):
     """Error message for a key or value the block cannot hold unquoted (same meaning for bash, systemd, docker)."""
     for k, v in values.items():
-        if not KEY_RE.match(str(k)):
+        if not KEY_RE.fullmatch(str(k)):
             return f"env key {k!r} is not a valid variable name"
-        if not SAFE_VALUE_RE.match(str(v)):
+        if len(str(v)) > MAX_VALUE_LEN:
+            return f"env value of {k} is {len(str(v))} characters long: at most {MAX_VALUE_LEN} are written"
+        if not SAFE_VALUE_RE.fullmatch(str(v)):
             return (f"env value {k}={v!r} would need quoting, and bash (set -a; .), systemd EnvironmentFile= and "
                     "docker --env-file would not read it alike (docker keeps quotes and backslashes): only letters, "
                     "digits and _ . , : / = @ % + ^ - are written")

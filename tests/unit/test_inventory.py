@@ -74,7 +74,7 @@ def test_master_not_first_gets_rank_zero_and_explicit_ranks_kept() -> None:
         ({"a": {}, "b": {}}, {"ddp_ntp_local_master": "sure"}, "ddp_ntp_local_master must be a boolean"),
         ({"a": {}, "b": {}}, {"ddp_env_extra": {"nccl_debug": "INFO"}}, "key 'nccl_debug' is not an environment name"),
         ({"a": {}, "b": {}}, {"ddp_env_extra": {"NCCL_DEBUG": "INFO\nX=1"}}, "NCCL_DEBUG must be one line"),
-        ({"a": {}, "b": {}}, {"ddp_env_extra": {"MASTER_ADDR": "1.2.3.4"}}, "MASTER_ADDR is derived by ddpfix"),
+        ({"a": {}, "b": {}}, {"ddp_env_extra": {"MASTER_ADDR": "1.2.3.4"}}, "MASTER_ADDR='1.2.3.4' is reserved"),
         ({"a": {}, "b": {}}, {"ddp_env_extra": ["NCCL_DEBUG=INFO"]}, "ddp_env_extra of a must be a mapping"),
         ({"a": {}, "b": {}}, {"ddp_nccl_ib_hca": "mlx5_0; rm -rf /"}, "ddp_nccl_ib_hca of a must be an NCCL_IB_HCA list"),
         ({"a": {}, "b": {}}, {"ddp_nccl_ib_gid_index": 300}, "ddp_nccl_ib_gid_index of a"),
