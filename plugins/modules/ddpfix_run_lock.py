@@ -23,9 +23,12 @@ description:
     I(required) is false: a node the run will write to is refused, never changed without its lock.
   - C(state=absent) removes I(path) when this run holds it (never another run's lock).
   - >-
-    C(state=writable) fails when one of I(paths) cannot be written (read-only file system, immutable file, no
-    permission): the file itself and its directory (ddpfix writes atomically: a temporary file, then a rename), or
-    the nearest existing parent when the file does not exist yet. Changes nothing.
+    C(state=writable) fails when one of I(paths) cannot be written: a read-only file system (a read-only bind mount
+    too), an immutable (C(chattr +i)) or append-only (C(chattr +a)) file or directory, no permission, a file system
+    without room for the new file and its backup (blocks or inodes), a missing directory that cannot be created (its
+    nearest existing parent fails these checks or is not a directory), a dangling symlink. It checks the file
+    itself and its directory (ddpfix writes atomically: a temporary file, then a rename), or the nearest existing
+    parent when the file does not exist yet. Changes nothing.
 options:
   state: {description: present, absent or writable., type: str, choices: [present, absent, writable], default: present}
   path: {description: The lock file., type: path, default: /run/ddpfix.lock}
@@ -42,6 +45,15 @@ options:
     type: bool
     default: true
   paths: {description: Files to check (state=writable)., type: list, elements: path, default: []}
+  if_present:
+    description:
+      - >-
+        Groups of files checked like I(paths) only when the group's first file exists (state=writable), for files
+        written only where they exist (firewall persistence). An entry is a path (a group of one), a list of paths,
+        or a mapping whose values are the paths in order (an nftables layout, C({config, include})).
+    type: list
+    elements: raw
+    default: []
 """
 
 EXAMPLES = r"""
@@ -64,13 +76,11 @@ refreshed: {description: This run held the lock already (its lease was renewed).
 unwritable: {description: "path -> reason (state=writable)", returned: state=writable, type: dict}
 """
 
-import fcntl
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_writable import unwritable
 
 
 def present(module, path, holder, stale_s, required=True):
@@ -82,46 +92,13 @@ def present(module, path, holder, stale_s, required=True):
     return result
 
 
-def writable(paths):
-    bad = {}
-    for p in paths:
-        targets = []
-        if os.path.lexists(p):
-            targets = [p, os.path.dirname(os.path.realpath(p)) or "/"]
-        else:
-            d = os.path.dirname(p) or "/"
-            while not os.path.exists(d) and d not in ("/", ""):
-                d = os.path.dirname(d)
-            targets = [d or "/"]
-        for t in targets:
-            if not os.access(t, os.W_OK):
-                reason = "read-only file system" if _readonly(t) else (
-                    f"immutable (chattr -i {t})" if _immutable(t) else "not writable")
-                bad[p] = f"{t}: {reason}"
-                break
-    return bad
-
-
-def _readonly(path):
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-
-
-def _immutable(path):
-    try:
-        import array
-        FS_IOC_GETFLAGS = 0x80086601
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        try:
-            buf = array.array("l", [0])
-            fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
-            return bool(buf[0] & 0x10)  # FS_IMMUTABLE_FL
-        finally:
-            os.close(fd)
-    except (OSError, ImportError):
-        return False
+def groups(item):
+    """An if_present entry as a list of paths: a path alone, a list, or a mapping's values in order."""
+    if isinstance(item, dict):
+        return [str(v) for v in item.values() if v]
+    if isinstance(item, (list, tuple)):
+        return [str(v) for v in item if v]
+    return [str(item)] if item else []
 
 
 def main():
@@ -133,15 +110,16 @@ def main():
             stale_minutes=dict(type="int", default=20),
             required=dict(type="bool", default=True),
             paths=dict(type="list", elements="path", default=[]),
+            if_present=dict(type="list", elements="raw", default=[]),
         ),
         supports_check_mode=True,
     )
     p = module.params
     if p["state"] == "writable":
-        bad = writable(p["paths"])
+        bad = unwritable(p["paths"], [groups(g) for g in p["if_present"]])
         if bad:
-            module.fail_json(msg="cannot write: " + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items())),
-                             unwritable=bad)
+            module.fail_json(msg="cannot write: " + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items()))
+                             + "; nothing was changed on any node", unwritable=bad)
         module.exit_json(changed=False, unwritable={})
     holder = p["holder"] or {}
     if not holder.get("run_id"):

@@ -229,6 +229,61 @@ def test_step_failing_on_one_node_keeps_cluster_files_everywhere(broken: Any, tm
         node_sh(broken, bad, "umount /etc/chrony")
 
 
+def firewall_state(info: Any) -> dict[str, str]:
+    """Per node: the iptables rule set (no counters, no comments): a firewall fix changes it."""
+    return {n.name: node_sh(info, n.name, "iptables-save 2>&1 | grep -v '^#' | sed 's/\\[[0-9:]*\\]//'", check=False)
+            for n in info.nodes}
+
+
+ALL_WRITTEN = CLUSTER_FILES + " /etc/ddpfix/cluster.json /etc/chrony/conf.d/ddpfix.conf"
+
+
+def test_append_only_env_file_on_one_node_no_node_written(broken: Any, tmp_path: Path) -> None:
+    """Item 4: an append-only (chattr +a) env file on one node fails the pre-flight of every node: no env file,
+    no cluster.json, no hosts block, no firewall or chrony change anywhere (the issue saw two nodes written)."""
+    node = broken.nodes[2].name
+    before, fw_before = checksums(broken, ALL_WRITTEN), firewall_state(broken)
+    node_sh(broken, node, "chattr +a /etc/ddpfix/ddp.env")
+    try:
+        assert node_sh(broken, node, "lsattr /etc/ddpfix/ddp.env").split()[0].count("a") == 1
+        code, doc, err = run_cli(broken.inventory, tmp_path / "state", "remediate", "--apply")
+        assert code == 1, err  # a host failed (README, exit codes)
+        assert list(doc["failed_hosts"]) == [node], (doc.get("failed_hosts"), err)
+        assert "append-only (chattr +a)" in doc["failed_hosts"][node] and "chattr -a" in doc["failed_hosts"][node]
+        assert checksums(broken, ALL_WRITTEN) == before
+        assert firewall_state(broken) == fw_before
+        assert any("written on no node" in r and node in r for r in doc["refused"]), doc["refused"]
+        assert leftovers(broken) == {}
+    finally:
+        node_sh(broken, node, "chattr -a /etc/ddpfix/ddp.env")
+
+
+def test_unquotable_env_extra_with_a_firewall_fix_pending_exit_2_nothing_changed(broken: Any, tmp_path: Path) -> None:
+    """Item 4: `ddp_env_extra: {NOTE: "a b"}` is refused by the inventory check, before any node is contacted: exit
+    2, one line naming the host, key and value, and no firewall, chrony or file change (the issue saw firewalld and
+    chrony changed, then every env write refused, exit 1)."""
+    import yaml
+
+    doc = yaml.safe_load(Path(broken.inventory).read_text())
+    group = doc["all"]["children"]["ddp_nodes"] if "all" in doc else doc["ddp_nodes"]
+    group.setdefault("vars", {})["ddp_env_extra"] = {"NOTE": "a b"}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(doc))
+    before, fw_before = checksums(broken, ALL_WRITTEN), firewall_state(broken)
+    state = tmp_path / "state"
+    for args in (["remediate", "--apply"], ["env", "--apply"], ["audit"]):
+        p = subprocess.run([DDPFIX, "-i", str(inv), *args], env=cli_env(state), capture_output=True, text=True,
+                           timeout=300)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        assert p.returncode == 2 and len(lines) == 1, (args, p.returncode, p.stdout[-2000:], p.stderr)
+        assert "ddp_env_extra of " in lines[0] and "NOTE='a b' would need quoting" in lines[0], lines
+    assert checksums(broken, ALL_WRITTEN) == before
+    assert firewall_state(broken) == fw_before
+    events = [e for e in state.rglob("job_events/*.json") if '"runner_on_' in e.read_text()]
+    assert not events, events  # no task ran on any node
+    assert leftovers(broken) == {}
+
+
 def test_sigint_during_apply_then_rerun_converges(broken: Any, tmp_path: Path) -> None:
     state = tmp_path / "state"
     proc = subprocess.Popen([DDPFIX, "-i", str(broken.inventory), "remediate", "--apply", "--format", "json"],

@@ -126,6 +126,7 @@ def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: py
 # ---------------------------------------------------------------- node lock module
 
 lockmod = load_role_module("modules/ddpfix_run_lock.py", "ddpfix_run_lock")
+wr = load_role_module("module_utils/ddpfix_writable.py", "ddpfix_writable")
 
 
 class _Failed(Exception):
@@ -265,12 +266,18 @@ def test_writable_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     etc.mkdir()
     (etc / "hosts").write_text("")
     paths = [str(etc / "hosts"), str(etc / "ddpfix" / "ddp.env")]  # the env file's directory does not exist yet
-    assert lockmod.writable(paths) == {}
+    assert wr.unwritable(paths) == {}
     # a read-only /etc (the lab test does it for real with a read-only bind mount)
-    monkeypatch.setattr(lockmod.os, "access", lambda p, mode: not str(p).startswith(str(etc)))
-    monkeypatch.setattr(lockmod, "_readonly", lambda p: True)
-    bad = lockmod.writable(paths)
-    assert bad == {paths[0]: f"{paths[0]}: read-only file system", paths[1]: f"{etc}: read-only file system"}
+    real = os.statvfs
+
+    def ro(p: str) -> Any:
+        st = real(p)
+        return os.statvfs_result((*st[:8], st.f_flag | os.ST_RDONLY, st.f_namemax))
+
+    monkeypatch.setattr(wr.os, "statvfs", ro)
+    bad = wr.unwritable(paths)
+    assert bad[paths[0]] == f"{paths[0]}: read-only file system"
+    assert bad[paths[1]].startswith(f"{etc}: read-only file system (the directory {etc}/ddpfix is missing")
 
 
 # ---------------------------------------------------------------- run-dir pruning
