@@ -5,6 +5,7 @@ Only inputs are checked here, nothing that depends on host facts (kubespray's ru
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import posixpath
@@ -226,6 +227,58 @@ def _check_ifname(value: Any, host: str) -> str:
     return s
 
 
+@functools.lru_cache(maxsize=1)
+def role_var_specs() -> dict[str, dict[str, Any]]:
+    """Every role input (`ddpfix_<role>_*`) of the roles' meta/argument_specs.yml: name -> its type, elements and
+    choices. An inventory that sets one is checked against it here, before any node is contacted, rather than by
+    the role's argument validation when the role starts (after other roles changed the node)."""
+    import yaml
+
+    from ddpfix import paths
+
+    out: dict[str, dict[str, Any]] = {}
+    for f in sorted(paths.roles_dir().glob("*/meta/argument_specs.yml")):
+        doc = yaml.safe_load(f.read_text()) or {}
+        for entry in (doc.get("argument_specs") or {}).values():
+            for name, spec in ((entry or {}).get("options") or {}).items():
+                if str(name).startswith("ddpfix_"):
+                    out[str(name)] = {k: spec[k] for k in ("type", "elements", "choices") if k in spec}
+    return out
+
+
+def _check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) -> None:
+    """One role input set in the inventory: its declared type (and choices), one line of text without control
+    characters. A value that is still a template (Ansible renders it when the play runs) is left to the role."""
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    result = ArgumentSpecValidator({name: dict(spec)}).validate({name: value})
+    if result.error_messages:
+        raise _bad(f"{name} of {host} {value!r}: {result.error_messages[0]} (roles/*/meta/argument_specs.yml)")
+
+    def texts(v: Any) -> list[str]:
+        if isinstance(v, str):
+            return [v]
+        if isinstance(v, Mapping):
+            return [t for k, x in v.items() for t in texts(k) + texts(x)]
+        if isinstance(v, (list, tuple)):
+            return [t for x in v for t in texts(x)]
+        return []
+
+    if any(ord(c) < 32 or ord(c) == 127 for t in texts(value) for c in t):
+        raise _bad(f"{name} of {host} {value!r} contains a newline or another control character")
+
+
+def _check_host_name(name: str) -> str:
+    """An inventory host name: it names the node in the env file's comment, the plan and every report, so no
+    whitespace, control character, quote, shell or template character (`{`, `}`, `$`, ...)."""
+    if not name or len(name) > 253 or _BAD_HOST_CHARS & set(name) or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise _bad(f"inventory host name {name!r} is not a host name (no whitespace, quotes, shell or template "
+                   "characters)")
+    return name
+
+
 def _check_python(value: Any, host: str) -> str:
     s = str(value)
     if not (_ABS_PATH.match(s) or _COMMAND.match(s)) or (s.startswith("/") and posixpath.normpath(s) != s):
@@ -265,6 +318,8 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         names = _group_hosts(data, "all")
         if not names:
             raise _bad(f"inventory has no hosts (expected a group '{GROUP}')")
+    for n in names:
+        _check_host_name(n)
     first = hostvars.get(names[0], {})
     master = str(first.get("ddp_master") or names[0])
     if master not in names:
@@ -303,8 +358,11 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         else _int(memlock, "ddp_memlock (KiB, or unlimited)", 64, 2**40)
     )
 
+    specs = role_var_specs()
     for n in names:
         hv = hostvars.get(n) or {}
+        for var in sorted(set(hv) & set(specs)):
+            _check_role_var(n, var, hv[var], specs[var])
         if hv.get("ddp_socket_ifname"):
             _check_ifname(hv["ddp_socket_ifname"], n)
         if "ddp_python" in hv:
@@ -520,7 +578,8 @@ def inventory_data_from_hostvars(
     groups: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
     """What `cluster_from_inventory_data` reads, in `ansible-inventory --list`'s shape, from what a play sees: the
-    group tree and, of the cluster's hosts, only the `ddp_*` variables and `ansible_host` (plain, templated values).
+    group tree and, of the cluster's hosts, only the `ddp_*` variables, `ansible_host` and the roles' inputs
+    (`role_var_specs`, checked like the rest) (plain, templated values).
     The audit play hands this to the ddpfix CLI, which builds the same cluster from it without reading the inventory
     a second time."""
     tree: dict[str, Any] = {
@@ -529,10 +588,11 @@ def inventory_data_from_hostvars(
     group = GROUP if GROUP in tree else "all"
     names = _group_hosts(tree, group)
     data: dict[str, Any] = {**tree, "_meta": {"hostvars": {}}}
+    specs = role_var_specs()
     for h in names:
         hv = hostvars.get(h) or {}
         data["_meta"]["hostvars"][h] = {
-            str(k): plain(hv[k]) for k in list(hv) if str(k).startswith("ddp_") or k == "ansible_host"
+            str(k): plain(hv[k]) for k in list(hv) if str(k).startswith("ddp_") or k == "ansible_host" or k in specs
         }
     return data
 

@@ -195,20 +195,39 @@ def test_node_lock_that_cannot_be_taken_refuses_the_run_before_any_change(broken
     assert leftovers(broken) == {}
 
 
-def test_read_only_etc_on_one_node_no_node_gets_cluster_files(broken: Any, tmp_path: Path) -> None:
-    ro = broken.nodes[2].name
-    before = checksums(broken)
+def firewall_state(info: Any) -> dict[str, str]:
+    """Per node: the iptables rule set (no counters, no comments): a firewall fix changes it."""
+    return {n.name: node_sh(info, n.name, "iptables-save 2>&1 | grep -v '^#' | sed 's/\\[[0-9:]*\\]//'", check=False)
+            for n in info.nodes}
+
+
+ALL_WRITTEN = CLUSTER_FILES + " /etc/ddpfix/cluster.json /etc/chrony/conf.d/ddpfix.conf"
+
+
+def test_read_only_etc_and_append_only_env_file_no_node_gets_cluster_files(broken: Any, tmp_path: Path) -> None:
+    """One node has a read-only /etc, another an append-only (chattr +a) env file, which passed the pre-flight
+    before (the issue saw the healthy nodes get new env files and cluster.json): both fail the pre-flight, and no node
+    gets an env file, cluster.json or a hosts block, and no firewall or chrony change (one run checks both: lab time
+    stays flat)."""
+    ro, ao = broken.nodes[2].name, broken.nodes[1].name
+    before, fw_before = checksums(broken, ALL_WRITTEN), firewall_state(broken)
     node_sh(broken, ro, "mount -o remount,ro,bind /etc")
+    node_sh(broken, ao, "chattr +a /etc/ddpfix/ddp.env")
     try:
         assert "Read-only" in node_sh(broken, ro, "touch /etc/x 2>&1 || true")
+        assert "a" in node_sh(broken, ao, "lsattr /etc/ddpfix/ddp.env").split()[0]
         code, doc, err = run_cli(broken.inventory, tmp_path / "state", "remediate", "--apply")
         assert code == 1, err
-        assert checksums(broken) == before  # no node got a new env file or hosts block
-        assert list(doc["failed_hosts"]) == [ro] and "preflight" in doc["failed_hosts"][ro].lower(), doc["failed_hosts"]
+        assert checksums(broken, ALL_WRITTEN) == before  # no node got a new env file, cluster.json or hosts block
+        assert firewall_state(broken) == fw_before  # and no firewall change (worker2's fix was pending)
+        assert sorted(doc["failed_hosts"]) == sorted([ro, ao]), doc["failed_hosts"]
+        assert all("preflight" in doc["failed_hosts"][h].lower() for h in (ro, ao)), doc["failed_hosts"]
         assert "read-only file system" in doc["failed_hosts"][ro]
+        assert "append-only (chattr +a)" in doc["failed_hosts"][ao] and "chattr -a" in doc["failed_hosts"][ao]
         assert any("written on no node" in r and ro in r and "preflight" in r.lower() for r in doc["refused"]), doc["refused"]
         assert leftovers(broken) == {}
     finally:
+        node_sh(broken, ao, "chattr -a /etc/ddpfix/ddp.env")
         node_sh(broken, ro, "mount -o remount,rw,bind /etc")
 
 
@@ -227,35 +246,6 @@ def test_step_failing_on_one_node_keeps_cluster_files_everywhere(broken: Any, tm
         assert any("written on no node" in r and bad in r for r in doc["refused"]), doc["refused"]
     finally:
         node_sh(broken, bad, "umount /etc/chrony")
-
-
-def firewall_state(info: Any) -> dict[str, str]:
-    """Per node: the iptables rule set (no counters, no comments): a firewall fix changes it."""
-    return {n.name: node_sh(info, n.name, "iptables-save 2>&1 | grep -v '^#' | sed 's/\\[[0-9:]*\\]//'", check=False)
-            for n in info.nodes}
-
-
-ALL_WRITTEN = CLUSTER_FILES + " /etc/ddpfix/cluster.json /etc/chrony/conf.d/ddpfix.conf"
-
-
-def test_append_only_env_file_on_one_node_no_node_written(broken: Any, tmp_path: Path) -> None:
-    """Item 4: an append-only (chattr +a) env file on one node fails the pre-flight of every node: no env file,
-    no cluster.json, no hosts block, no firewall or chrony change anywhere (the issue saw two nodes written)."""
-    node = broken.nodes[2].name
-    before, fw_before = checksums(broken, ALL_WRITTEN), firewall_state(broken)
-    node_sh(broken, node, "chattr +a /etc/ddpfix/ddp.env")
-    try:
-        assert node_sh(broken, node, "lsattr /etc/ddpfix/ddp.env").split()[0].count("a") == 1
-        code, doc, err = run_cli(broken.inventory, tmp_path / "state", "remediate", "--apply")
-        assert code == 1, err  # a host failed (README, exit codes)
-        assert list(doc["failed_hosts"]) == [node], (doc.get("failed_hosts"), err)
-        assert "append-only (chattr +a)" in doc["failed_hosts"][node] and "chattr -a" in doc["failed_hosts"][node]
-        assert checksums(broken, ALL_WRITTEN) == before
-        assert firewall_state(broken) == fw_before
-        assert any("written on no node" in r and node in r for r in doc["refused"]), doc["refused"]
-        assert leftovers(broken) == {}
-    finally:
-        node_sh(broken, node, "chattr -a /etc/ddpfix/ddp.env")
 
 
 def test_unquotable_env_extra_with_a_firewall_fix_pending_exit_2_nothing_changed(broken: Any, tmp_path: Path) -> None:

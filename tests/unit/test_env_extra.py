@@ -191,3 +191,63 @@ def test_cli_refuses_before_any_node_is_contacted(tmp_path: Path, monkeypatch: p
     events = list((tmp_path / "state").rglob("job_events/*.json"))
     hosts_events = [e for e in events if '"host": "b"' in e.read_text() or '"host": "a"' in e.read_text()]
     assert not hosts_events, hosts_events
+
+
+@pytest.mark.parametrize("playbook", ["remediate.yml", "audit.yml"])
+def test_standalone_playbook_refuses_before_any_node_is_contacted(tmp_path: Path, playbook: str) -> None:
+    """`ansible-playbook playbooks/remediate.yml` derives the cluster with the same inventory code (action
+    ddpfix_cluster, run once on the controller, any_errors_fatal): the same one-line refusal, and no node is contacted
+    (TEST-NET addresses: a connection attempt would say UNREACHABLE)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DDPFIX_STATE_DIR": str(tmp_path / "state"), "ANSIBLE_NOCOLOR": "1",
+           "PYTHONPATH": os.pathsep.join([str(root / "controller"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    for k in ("DDPFIX_INVENTORY", "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION"):
+        env.pop(k, None)
+    inv = _inventory(tmp_path, '{NOTE: "a b"}')
+    exe = Path(sys.executable).parent / "ansible-playbook"
+    p = subprocess.run([str(exe), "-i", str(inv), str(root / "playbooks" / playbook), "--check"],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path), check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    assert "ddp_env_extra of b: env value NOTE='a b' would need quoting" in out, out
+    assert "UNREACHABLE" not in out and "Failed to connect" not in out, out
+
+
+@pytest.mark.parametrize("name", ["{{ 7*191 }}", "n$(id)", "a b", "a\nb", "x;y", "'q'", "n`id`"])
+def test_hostile_inventory_host_names_refused(name: str) -> None:
+    data = {"_meta": {"hostvars": {name: {}, "b": {}}}, "ddp_nodes": {"hosts": [name, "b"]}}
+    with pytest.raises(DdpfixError) as exc:
+        cluster_from_inventory_data(data)
+    assert exc.value.code == ExitCode.INVALID_INPUT and f"inventory host name {name!r}" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("ddpfix_firewall_revert_timeout", "soon", "ddpfix_firewall_revert_timeout of b 'soon'"),
+        ("ddpfix_firewall_backend", "pf", "value of ddpfix_firewall_backend must be one of"),
+        ("ddpfix_limits_units", {"a": 1}, "ddpfix_limits_units of b"),
+        ("ddpfix_hosts_path", "/etc/hosts\n/etc/passwd", "contains a newline"),
+        ("ddpfix_firewall_zone", "trusted\0", "control character"),
+        ("ddpfix_chrony_install", "perhaps", "ddpfix_chrony_install of b"),
+    ],
+)
+def test_role_inputs_set_in_the_inventory_checked_up_front(var: str, value: object, message: str) -> None:
+    """A role input in the inventory is checked against its argument spec before any node is contacted, not when
+    its role starts (the hosts role starts after the firewall and chrony were changed)."""
+    data = _data({})
+    data["_meta"]["hostvars"]["b"] = {var: value}
+    with pytest.raises(DdpfixError) as exc:
+        cluster_from_inventory_data(data)
+    assert exc.value.code == ExitCode.INVALID_INPUT and message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_role_inputs_valid_or_templated_pass() -> None:
+    data = _data({})
+    data["_meta"]["hostvars"]["b"] = {"ddpfix_firewall_revert_timeout": "120", "ddpfix_hosts_path": "/etc/hosts",
+                                      "ddpfix_chrony_conf_path": "{{ my_conf }}", "other_var": "a\nb"}
+    assert cluster_from_inventory_data(data).names == ["a", "b"]
