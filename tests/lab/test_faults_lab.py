@@ -232,20 +232,23 @@ def test_read_only_etc_and_append_only_env_file_no_node_gets_cluster_files(broke
 
 
 def test_step_failing_on_one_node_keeps_cluster_files_everywhere(broken: Any, tmp_path: Path) -> None:
-    """The pre-flight passes, then one node fails a per-node step (its chrony config dir is read-only): the hosts
-    block and env files are still written on no node."""
+    """The pre-flight passes, then one node fails a per-node step (its chrony role refuses a main configuration that
+    does not exist, ddpfix_chrony_conf_path naming a missing file: nothing the pre-flight can see, since every file
+    is writable): the hosts block and env files are still written on no node."""
+    import yaml
+
     bad = broken.nodes[1].name
+    doc = yaml.safe_load(Path(broken.inventory).read_text())
+    doc["all"]["children"]["ddp_nodes"]["hosts"][bad]["ddpfix_chrony_conf_path"] = "/etc/chrony/missing.conf"
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump(doc))
     before = checksums(broken)
-    node_sh(broken, bad, "mkdir -p /etc/chrony && mount --bind /etc/chrony /etc/chrony && "
-                         "mount -o remount,ro,bind /etc/chrony")
-    try:
-        code, doc, err = run_cli(broken.inventory, tmp_path / "state", "remediate", "--apply")
-        assert code == 1, err
-        assert bad in doc["failed_hosts"], (doc["failed_hosts"], err)
-        assert checksums(broken) == before
-        assert any("written on no node" in r and bad in r for r in doc["refused"]), doc["refused"]
-    finally:
-        node_sh(broken, bad, "umount /etc/chrony")
+    code, doc, err = run_cli(inv, tmp_path / "state", "remediate", "--apply")
+    assert code == 1, err
+    assert bad in doc["failed_hosts"] and "preflight" not in doc["failed_hosts"][bad].lower(), (doc["failed_hosts"], err)
+    assert "missing.conf" in doc["failed_hosts"][bad], doc["failed_hosts"]
+    assert checksums(broken) == before
+    assert any("written on no node" in r and bad in r for r in doc["refused"]), doc["refused"]
 
 
 def test_unquotable_env_extra_with_a_firewall_fix_pending_exit_2_nothing_changed(broken: Any, tmp_path: Path) -> None:
