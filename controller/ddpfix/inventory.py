@@ -253,9 +253,10 @@ def _check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) -
         return
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+    shown = "(env file content: not shown)" if name.startswith("ddpfix_env_") else repr(value)
     result = ArgumentSpecValidator({name: dict(spec)}).validate({name: value})
     if result.error_messages:
-        raise _bad(f"{name} of {host} {value!r}: {result.error_messages[0]} (roles/*/meta/argument_specs.yml)")
+        raise _bad(f"{name} of {host} {shown}: {result.error_messages[0]} (roles/*/meta/argument_specs.yml)")
 
     def texts(v: Any) -> list[str]:
         if isinstance(v, str):
@@ -267,7 +268,7 @@ def _check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) -
         return []
 
     if any(ord(c) < 32 or ord(c) == 127 for t in texts(value) for c in t):
-        raise _bad(f"{name} of {host} {value!r} contains a newline or another control character")
+        raise _bad(f"{name} of {host} {shown} contains a newline or another control character")
 
 
 def _check_host_name(name: str) -> str:
@@ -453,6 +454,18 @@ _RESERVED_INSTEAD = {
 ENV_KEY_MAX = 128
 
 
+_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
+
+
+def _secret(lib: Any, key: str, value: Any) -> bool:
+    """A value a refusal must not print: a secret-looking key (the env file module's own test) or URL userinfo."""
+    return bool(lib.is_secret(key)) or bool(_URL_USERINFO.search(str(value)))
+
+
+def _shown(lib: Any, key: str, value: Any) -> str:
+    return repr(lib.REDACTED) if _secret(lib, key, value) else repr(value)
+
+
 def env_key_reserved(key: str) -> bool:
     return key in RESERVED_ENV_KEYS or key.startswith(RESERVED_ENV_PREFIXES)
 
@@ -469,21 +482,26 @@ def check_env_extra(host: str, key: Any, value: Any) -> tuple[str, str]:
     if not isinstance(key, str) or not _ENV_KEY.fullmatch(key) or len(key) > ENV_KEY_MAX:
         raise _bad(f"{where}: key {key!r} is not an environment name ([A-Z_][A-Z0-9_]*, at most {ENV_KEY_MAX} "
                    "characters)")
+    from ddpfix import collection
+
+    lib = collection.module_utils("ddpfix_envfile")
     if env_key_reserved(key):
         instead = _RESERVED_INSTEAD.get(key)
         why = (f"set {instead} instead" if instead else
                "torchrun and torch.distributed read it for ranks and rendezvous; ddpfix writes the keys they need "
                "per node (RANK/WORLD_SIZE/LOCAL_RANK with ddp_env_process_vars: true)")
-        raise _bad(f"{where}: {key}={value!r} is reserved (derived by ddpfix per node: {why})")
+        raise _bad(f"{where}: {key}={_shown(lib, key, value)} is reserved (derived by ddpfix per node: {why})")
     if isinstance(value, (dict, list, tuple)) or value is None:
-        raise _bad(f"{where}: {key} must be a string or number, got {value!r}")
+        raise _bad(f"{where}: {key} must be a string or number, got {_shown(lib, key, value)}")
     text = str(value).lower() if isinstance(value, bool) else str(value)
     if "\n" in text or "\r" in text or "\0" in text:
-        raise _bad(f"{where}: {key} must be one line, got {text!r}")
-    from ddpfix import collection
-
-    bad = collection.module_utils("ddpfix_envfile").check_values({key: text})
+        raise _bad(f"{where}: {key} must be one line, got {_shown(lib, key, text)}")
+    bad = lib.check_values({key: text})
     if bad:
+        if _secret(lib, key, text):  # the module's message quotes the value: a secret stays in the inventory
+            bad = (f"env value of {key} ({lib.REDACTED}: a secret-looking value is not shown) is outside the env "
+                   "file's grammar (it would need quoting, or is longer than 4096 characters): only letters, digits "
+                   "and _ . , : / = @ % + ^ - are written")
         raise _bad(f"{where}: {bad}")
     return key, text
 

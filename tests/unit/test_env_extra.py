@@ -251,3 +251,20 @@ def test_role_inputs_valid_or_templated_pass() -> None:
     data["_meta"]["hostvars"]["b"] = {"ddpfix_firewall_revert_timeout": "120", "ddpfix_hosts_path": "/etc/hosts",
                                       "ddpfix_chrony_conf_path": "{{ my_conf }}", "other_var": "a\nb"}
     assert cluster_from_inventory_data(data).names == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "secret"),
+    [
+        ({"WANDB_API_KEY": "abc def"}, "abc def"),
+        ({"DB_PASSWORD": "p$w"}, "p$w"),
+        ({"HF_TOKEN": "t\nx"}, "t\nx"),
+        ({"HTTPS_PROXY": "http://user:s3cr3t@proxy:3128 x"}, "s3cr3t"),
+        ({"MY_SECRET": "x" * 5000}, "x" * 5000),
+    ],
+)
+def test_a_refused_secret_value_is_not_printed(extra: dict[str, str], secret: str) -> None:
+    """The refusal names the host and the key; a secret-looking value stays in the inventory (never on stderr)."""
+    msg = _refused(extra)
+    assert secret not in msg and repr(secret) not in msg and "***" in msg, msg
+    assert next(iter(extra)) in msg
