@@ -26,7 +26,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from ddpfix.inventory import is_hostname
 from ddpfix.nodefacts import NodeFacts
 
 Problem = tuple[str, str, str]  # (field, value, why)
@@ -95,6 +94,16 @@ def _printable_json(value: Any) -> bool:
 def is_reserved_name(name: str) -> bool:
     n = name.lower()
     return n in RESERVED_NAMES or n.startswith("ip6-")
+
+
+def is_hostname(s: str) -> bool:
+    """An RFC 1123 host name (labels of letters, digits and inner hyphens; at most 253 characters)."""
+    if not s or len(s) > 253 or s.endswith("."):
+        return False
+    labels = s.split(".")
+    if all(lbl.isdigit() for lbl in labels):
+        return False
+    return all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", lbl) for lbl in labels)
 
 
 def valid_ifname(s: object) -> bool:

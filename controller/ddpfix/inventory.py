@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.factguard import is_hostname, one_line
 
 GROUP = "ddp_nodes"
 FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "nftables", "none")
@@ -89,7 +90,8 @@ class Cluster:
 
 
 def _bad(msg: str) -> DdpfixError:
-    return DdpfixError(msg, ExitCode.INVALID_INPUT)
+    """A refused inventory value: one printable line (a value's line break or escape is shown escaped), exit 2."""
+    return DdpfixError(one_line(msg, 1000), ExitCode.INVALID_INPUT)
 
 
 def _int(value: Any, what: str, lo: int, hi: int) -> int:
@@ -288,16 +290,6 @@ def _check_python(value: Any, host: str) -> str:
             "without whitespace or shell characters"
         )
     return s
-
-
-def is_hostname(s: str) -> bool:
-    """An RFC 1123 host name (labels of letters, digits and inner hyphens; at most 253 characters)."""
-    if not s or len(s) > 253 or s.endswith("."):
-        return False
-    labels = s.split(".")
-    if all(lbl.isdigit() for lbl in labels):
-        return False
-    return all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", lbl) for lbl in labels)
 
 
 def _is_address(s: str) -> bool:

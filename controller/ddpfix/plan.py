@@ -13,9 +13,9 @@ from typing import Any
 
 from ddpfix import collection
 from ddpfix import fabric as fab
-from ddpfix.factguard import is_reserved_name
+from ddpfix.factguard import is_hostname, is_reserved_name
 from ddpfix.factguard import valid_ip as _valid_ip
-from ddpfix.inventory import Cluster, Node, is_hostname
+from ddpfix.inventory import Cluster, Node
 
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "PET_MASTER_ADDR",
