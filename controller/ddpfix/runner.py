@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,8 +215,7 @@ def ansible_env(run_dir: Path, forks: int, inventories: Sequence[str] = (),
 def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
     """ddpfix's own Ansible settings, before the user's configuration is applied."""
     state = paths.state_dir()
-    cp_dir = state / "cp"
-    cp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cp_dir = paths.private_dir(state / "cp")
     ansible_bin = _ensure_ansible_on_path()
     return {
         "PATH": f"{ansible_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -316,16 +315,20 @@ def discard_run_dir(run_dir: Path) -> None:
 
 
 def new_run_dir(name: str) -> Path:
+    """A fresh run directory, 0700 under `runs/` (0700; created with the state directory, 0700, when missing): what
+    ansible-runner, the fact cache and the extra vars write there is the run's alone."""
     base = paths.state_dir() / "runs"
     if base.is_dir():
         prune_runs(base)
+    paths.private_dir(base)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for n in range(1000):
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
         try:
-            d.mkdir(parents=True, exist_ok=False)
+            d.mkdir(mode=0o700, exist_ok=False)
         except FileExistsError:
             continue
+        os.chmod(d, 0o700)
         _hold(d)
         _run_dirs.append(d)
         return d
@@ -459,7 +462,7 @@ def run_playbook(
 
     started = time.monotonic()
     try:
-        with _Interrupt(stop_file) as interrupt:
+        with _Interrupt(stop_file) as interrupt, private_umask():
             r = ansible_runner.run(
                 private_data_dir=str(run_dir),
                 # ansible-playbook runs in the user's directory, as if they had typed it there: relative paths in
@@ -487,6 +490,8 @@ def run_playbook(
             )
     except KeyboardInterrupt as exc:
         raise DdpfixError("interrupted", ExitCode.INTERRUPTED) from exc
+    finally:
+        redact_extravars(run_dir)  # the run is over: what stays in its directory holds no secret
     seconds = time.monotonic() - started
     stats = r.stats or {}
     for h in (stats.get("dark") or {}):
@@ -594,6 +599,47 @@ def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump(as_data(dict(extravars)), f)
     return path
+
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """umask 077 while ansible-runner and ansible-playbook run: every file they (and the jsonfile fact cache, and
+    ansible-runner's artifacts) create in the run directory is readable by its owner only."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def redact_extravars(run_dir: Path) -> None:
+    """Rewrite `<run dir>/env/extravars` with secret-looking values (`plan.is_secret`) replaced by ***: the plan's env
+    values were needed by the run, not by whoever reads the run directory later."""
+    import json
+
+    path = run_dir / "env" / "extravars"
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return
+    scrubbed = _scrub(data)
+    if scrubbed != data:
+        write_extravars(run_dir, scrubbed)
+
+
+def _scrub(obj: Any, key: str = "") -> Any:
+    from ddpfix.plan import is_secret, redact_env
+
+    if isinstance(obj, dict):
+        return {k: _scrub(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scrub(v, key) for v in obj]
+    if isinstance(obj, str):
+        if key and is_secret(key, obj):
+            return "***"
+        return redact_env(obj) if ("=" in obj or "@" in obj) else obj
+    return obj
 
 
 def _one_line(text: object) -> str:
@@ -714,14 +760,15 @@ def _inventory_subprocess(inventories: Sequence[str], env: Mapping[str, str], ru
 
     import ansible_runner
 
-    out, err = ansible_runner.get_inventory(
-        action="list",
-        inventories=[str(Path(i).resolve()) for i in inventories],
-        response_format="json",
-        quiet=True,
-        private_data_dir=str(run_dir),
-        envvars=dict(env),
-    )
+    with private_umask():
+        out, err = ansible_runner.get_inventory(
+            action="list",
+            inventories=[str(Path(i).resolve()) for i in inventories],
+            response_format="json",
+            quiet=True,
+            private_data_dir=str(run_dir),
+            envvars=dict(env),
+        )
     if not out:
         raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(err or 'no output')}")
     return dict(out if isinstance(out, dict) else json.loads(out))
