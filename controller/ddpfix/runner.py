@@ -13,6 +13,7 @@ import fcntl
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -439,7 +440,7 @@ def run_playbook(
     if not pb_path.is_file():
         raise DdpfixError(f"internal: playbook {pb_path} is missing from the installation", ExitCode.RUN_FAILED)
     run_dir = new_run_dir(name or Path(playbook).stem)
-    (run_dir / "tmp").mkdir()
+    (run_dir / "tmp").mkdir(mode=0o700)
     cfg = ansiblecfg.load(inventories)
     nforks = default_forks(n_hosts, forks, ansiblecfg.user_forks(cfg))
     cmdline: list[str] = []
@@ -458,6 +459,12 @@ def run_playbook(
             record_event(hosts, event)
         if on_event is not None:
             on_event(event)
+        # what ansible-runner writes to job_events/ after this handler: secret-looking values redacted (the
+        # TaskResults above keep the originals: the cluster view carries ddp_env_extra for the plan)
+        if isinstance(data.get("res"), dict):
+            scrubbed = _scrub(data["res"])
+            if scrubbed != data["res"]:
+                data["res"] = scrubbed
         return True
 
     started = time.monotonic()
@@ -492,6 +499,7 @@ def run_playbook(
         raise DdpfixError("interrupted", ExitCode.INTERRUPTED) from exc
     finally:
         redact_extravars(run_dir)  # the run is over: what stays in its directory holds no secret
+        owner_only(run_dir)
     seconds = time.monotonic() - started
     stats = r.stats or {}
     for h in (stats.get("dark") or {}):
@@ -593,7 +601,7 @@ def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
     import json
 
     env = run_dir / "env"
-    env.mkdir(exist_ok=True)
+    env.mkdir(mode=0o700, exist_ok=True)
     path = env / "extravars"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -612,6 +620,18 @@ def private_umask() -> Iterator[None]:
         os.umask(old)
 
 
+def owner_only(base: Path) -> None:
+    """Drop group and other permissions from everything under `base`: Ansible's jsonfile fact cache chmods its files
+    0644 whatever the umask (they were never reachable: the run directory is 0700; now they are not readable either)."""
+    for root, dirs, files in os.walk(base):
+        for name in [*dirs, *files]:
+            p = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(p)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o077)
+
+
 def redact_extravars(run_dir: Path) -> None:
     """Rewrite `<run dir>/env/extravars` with secret-looking values (`plan.is_secret`) replaced by ***: the plan's env
     values were needed by the run, not by whoever reads the run directory later."""
@@ -628,18 +648,25 @@ def redact_extravars(run_dir: Path) -> None:
         write_extravars(run_dir, scrubbed)
 
 
-def _scrub(obj: Any, key: str = "") -> Any:
-    from ddpfix.plan import is_secret, redact_env
+def _scrub(obj: Any) -> Any:
+    """`obj` (JSON data) with secret-looking values (`plan.is_secret`, by key name or URL userinfo) replaced by ***,
+    and KEY=value lines of secret keys in strings redacted (`plan.redact_env`)."""
+    from ddpfix.plan import envfile_lib
 
-    if isinstance(obj, dict):
-        return {k: _scrub(v, str(k)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_scrub(v, key) for v in obj]
-    if isinstance(obj, str):
-        if key and is_secret(key, obj):
-            return "***"
-        return redact_env(obj) if ("=" in obj or "@" in obj) else obj
-    return obj
+    lib = envfile_lib()
+
+    def walk(o: Any, key: str = "") -> Any:
+        if isinstance(o, dict):
+            return {k: walk(v, str(k)) for k, v in o.items()}
+        if isinstance(o, list):  # a list under a secret-looking name holds names (outside_keys), not values
+            return [walk(v) for v in o]
+        if isinstance(o, str):
+            if key and lib.is_secret(key, o):
+                return lib.REDACTED
+            return lib.redact(o) if ("=" in o or "@" in o) else o
+        return o
+
+    return walk(obj)
 
 
 def _one_line(text: object) -> str:

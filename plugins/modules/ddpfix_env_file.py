@@ -28,8 +28,8 @@ description:
     others (e.g. 0644 -> 0640), and the result says so in C(mode_tightened) and a warning.
   - Secret-looking values (a key naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE or SESSION, any
     case, or a value with URL userinfo C(scheme://user:password@)) appear as C(***) in the diff and in the returned
-    arguments; the module writes no invocation entry to the node's journal (its arguments carry the env content);
-    the file's content is not returned otherwise.
+    arguments; I(values) and I(body) are not logged in the node's journal (C(NOT_LOGGING_PARAMETER)); the file's
+    content is not returned otherwise.
   - The backup (C(FILE.<pid>.<date>~) next to the file) gets the file's new mode; only the newest I(backup_keep)
     backups of the file are kept.
   - Supports check mode and diff mode.
@@ -179,11 +179,24 @@ def holds_secret(text):
     return False
 
 
+#: The arguments that carry the env file's content.
+ENV_ARGS = ("values", "body")
+
+
 class EnvFileModule(AnsibleModule):
-    """AnsibleModule that keeps the env content out of every log: no invocation entry in the node's journal
-    (``no_log=True``), and the arguments returned to the controller (``invocation``) with I(body) and I(values)
-    redacted like the diff, not masked by substring (which would blank every other occurrence of a short value
-    such as C(1) in the result)."""
+    """AnsibleModule that keeps the env content out of every log. I(values) and I(body) are no_log for the invocation
+    entry in the node's journal (C(NOT_LOGGING_PARAMETER)), and the arguments returned to the controller
+    (C(invocation)) show them redacted like the diff. They are not declared C(no_log) in the argument spec: that
+    would also blank every occurrence of their text in the result (the whole block in the diff, and every short value
+    such as C(1) of I(values))."""
+
+    def _log_invocation(self):
+        spec = self.argument_spec
+        self.argument_spec = dict(spec, **{k: dict(spec[k], no_log=True) for k in ENV_ARGS})
+        try:
+            super()._log_invocation()
+        finally:
+            self.argument_spec = spec
 
     def _return_formatted(self, kwargs):
         if "invocation" not in kwargs:
@@ -200,7 +213,7 @@ def main():
     module = EnvFileModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            # env content: kept out of the journal and of the returned invocation (EnvFileModule)
+            # env content: no_log in the journal, redacted in the returned invocation (EnvFileModule)
             values=dict(type="dict"),
             body=dict(type="str"),
             comment=dict(type="str", default=""),
@@ -211,7 +224,6 @@ def main():
             backup_keep=dict(type="int", default=5),
         ),
         supports_check_mode=True,
-        no_log=True,
         mutually_exclusive=[("values", "body")],
         required_one_of=[("values", "body")],
     )

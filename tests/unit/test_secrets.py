@@ -126,7 +126,7 @@ def _run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
     from ddpfix import collection
 
     mod = collection.module("ddpfix_env_file")
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}
+    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_no_log": False}}
     monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
     monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
     monkeypatch.setattr(basic, "_PARSED_MODULE_ARGS", None, raising=False)
@@ -169,7 +169,8 @@ def test_module_keeps_env_content_out_of_journal_and_result(monkeypatch: pytest.
     path = scratch / "etc" / "ddp.env"
     res = _run_module(monkeypatch, capsys, {"path": str(path), "body": _body()})
     assert res["changed"] and not res.get("failed"), res
-    assert res["_journal"] == []  # no invocation entry at all (module-level no_log)
+    journal = "\n".join(res["_journal"])
+    assert "Invoked with" in journal and "body=NOT_LOGGING_PARAMETER" in journal and SECRET not in journal
     shown = json.dumps(res)
     assert SECRET not in shown and "WANDB_API_KEY=***" in res["invocation"]["module_args"]["body"]
     assert "MASTER_ADDR=10.0.0.1" in res["diff"]["after"]  # other values stay visible, not blanked by masking
@@ -314,6 +315,9 @@ def test_state_and_run_directories_are_private_and_keep_no_secret(tmp_path: Path
         assert stat.S_IMODE((d / "fact_cache").stat().st_mode) == 0o700
         assert stat.S_IMODE((d / "fact_cache" / "node1").stat().st_mode) == 0o600
         assert os.umask(0o022) == 0o022  # restored after the run
+        os.chmod(d / "fact_cache" / "node1", 0o644)  # as Ansible's jsonfile cache leaves its files
+        runner.owner_only(d)
+        assert stat.S_IMODE((d / "fact_cache" / "node1").stat().st_mode) == 0o600
     finally:
         os.umask(old)
         runner.release_run_dir(d)
@@ -322,7 +326,7 @@ def test_state_and_run_directories_are_private_and_keep_no_secret(tmp_path: Path
                                        "body": f"A=1\nDB_PASS={SECRET}\n"}},
              "ddpfix_target": "node1,node2"}
     path = runner.write_extravars(d, extra)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     runner.redact_extravars(d)
     doc = json.loads(path.read_text())
     assert SECRET not in path.read_text()
