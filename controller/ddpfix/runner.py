@@ -455,6 +455,7 @@ def run_playbook(
     lock = threading.Lock()
 
     def handler(event: dict[str, Any]) -> bool:
+        data = event.get("event_data") or {}
         with lock:
             record_event(hosts, event)
         if on_event is not None:
@@ -644,8 +645,12 @@ def redact_extravars(run_dir: Path) -> None:
     except (OSError, ValueError):
         return
     scrubbed = _scrub(data)
-    if scrubbed != data:
-        write_extravars(run_dir, scrubbed)
+    if scrubbed != data:  # as it is (already `as_data`), atomically, 0600
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(scrubbed, f)
+        os.replace(tmp, path)
 
 
 def _scrub(obj: Any) -> Any:
@@ -657,6 +662,8 @@ def _scrub(obj: Any) -> Any:
 
     def walk(o: Any, key: str = "") -> Any:
         if isinstance(o, dict):
+            if set(o) == {"__ansible_unsafe"}:  # as_data's wrapper: the value still belongs to the key above
+                return {"__ansible_unsafe": walk(o["__ansible_unsafe"], key)}
             return {k: walk(v, str(k)) for k, v in o.items()}
         if isinstance(o, list):  # a list under a secret-looking name holds names (outside_keys), not values
             return [walk(v) for v in o]

@@ -330,9 +330,18 @@ def test_state_and_run_directories_are_private_and_keep_no_secret(tmp_path: Path
     runner.redact_extravars(d)
     doc = json.loads(path.read_text())
     assert SECRET not in path.read_text()
+
+    def plain(o: Any) -> Any:  # the file holds as_data's {"__ansible_unsafe": s} wrappers, once
+        if isinstance(o, dict):
+            return o["__ansible_unsafe"] if set(o) == {"__ansible_unsafe"} else {k: plain(v) for k, v in o.items()}
+        return o
+
+    assert doc == runner.as_data(plain(doc))
+    doc = plain(doc)
     assert doc["ddpfix_plan"]["node1"]["env"] == {"WANDB_API_KEY": "***", "MASTER_ADDR": "10.0.0.1",
                                                   "HTTPS_PROXY": "***"}
     assert doc["ddpfix_plan"]["node1"]["body"] == "A=1\nDB_PASS=***\n" and doc["ddpfix_target"] == "node1,node2"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_existing_foreign_state_ancestors_are_not_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -344,3 +353,17 @@ def test_existing_foreign_state_ancestors_are_not_changed(tmp_path: Path, monkey
     paths.private_dir(shared / "ddpfix" / "runs")
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777  # e.g. /tmp: never tightened
     assert stat.S_IMODE((shared / "ddpfix").stat().st_mode) == 0o700
+
+
+def test_node_returned_digests_are_validated_like_any_node_value() -> None:
+    from ddpfix.factguard import guard_facts
+
+    good = {"salt": "0" * 32, "values": {"WANDB_API_KEY": "a" * 64}, "managed": {}}
+    problems, facts = guard_facts({"env_file": {"values": {}, "managed": {}, "outside_keys": [], "secrets": good}})
+    assert not problems and facts["env_file"]["secrets"] == good
+    bad = {"salt": "{{ 7*191 }}", "values": {"K": "a" * 64}}
+    problems, facts = guard_facts({"env_file": {"values": {}, "managed": {}, "outside_keys": [], "secrets": bad}})
+    assert problems and "secrets" not in facts["env_file"]
+    bad = {"salt": "0" * 32, "values": {"K": "$(id)", "BAD KEY": "a" * 64, "OK_KEY": "b" * 64}}
+    problems, facts = guard_facts({"env_file": {"values": {}, "managed": {}, "outside_keys": [], "secrets": bad}})
+    assert len(problems) == 2 and facts["env_file"]["secrets"]["values"] == {"OK_KEY": "b" * 64}
