@@ -25,6 +25,7 @@ from ddpfix.plan import (
     NodePlan,
     cluster_nic,
     effective_cidr,
+    env_differs,
     plan_cluster,
 )
 from ddpfix.rules import Remedy, Rule, Severity, rules
@@ -1385,13 +1386,11 @@ def check_env(ctx: Context) -> Iterable[Finding]:
                 f"NODE_RANKs are not 0..{len(ctx.cluster.nodes) - 1}",
                 "NODE_RANK values: " + ", ".join(got),
             )
-    for n, node_values in sorted(existing.items()):
-        want = ctx.plan[n].env
-        diff = [
-            f"{k}={node_values.get(k, '<unset>')} (want {want[k]})"
-            for k in want
-            if node_values.get(k) != want[k] and want[k]
-        ]
+    for n in sorted(existing):
+        ef_n: Mapping[str, Any] = (ctx.facts[n] or {}).get("env_file") or {}
+        want = {k: v for k, v in ctx.plan[n].env.items() if v}
+        # secret-looking values are compared by digest and shown as *** (env_differs): never the wanted value
+        diff = [f"{k}={got} (want {shown})" for k, got, shown in env_differs(ef_n, want)]
         if diff:
             yield finding(
                 "env.inconsistent",

@@ -45,6 +45,8 @@ _SYSFS_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._/()+-]{0,63}")
 _DEVNODE = re.compile(r"(uverbs|umad|issm|rdma_cm)[0-9]*")
 _VERSION = re.compile(r"\d+(\.\d+){0,3}")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_HEX_SALT = re.compile(r"[0-9a-f]{16,64}")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _UNIT = re.compile(r"[A-Za-z0-9@_.:\\-]{1,255}")
 #: what a shown value must not carry: C0/C1 controls but tab (line breaks, escapes, NUL), Unicode line separators
 #: and lone surrogates (undecodable bytes): `one_line` writes them as Python escapes
@@ -288,6 +290,17 @@ def _env_file(ck: _Checker, ef: Mapping[str, Any]) -> dict[str, Any]:
         out[part] = kept
     out["outside_keys"] = [k for k in ef.get("outside_keys") or []
                            if ck.ok("env_file.outside_keys", k, _match(_ENV_KEY), "not an environment variable name")]
+    sec = ef.get("secrets")
+    if sec is not None:  # the HMACs of the redacted values (plan.env_differs compares them)
+        if not isinstance(sec, Mapping) or not ck.ok("env_file.secrets.salt", sec.get("salt"), _match(_HEX_SALT),
+                                                     "not a hex salt"):
+            out.pop("secrets")
+        else:
+            out["secrets"] = {"salt": sec["salt"], **{
+                part: {k: d for k, d in (sec.get(part) or {}).items()
+                       if ck.ok(f"env_file.secrets.{part}", k, _match(_ENV_KEY), "not an environment variable name")
+                       and ck.ok(f"env_file.secrets.{part}.{k}", d, _match(_HEX_DIGEST), "not a SHA-256 hex digest")}
+                for part in ("values", "managed") if isinstance(sec.get(part) or {}, Mapping)}}
     return out
 
 

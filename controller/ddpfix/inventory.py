@@ -94,6 +94,10 @@ def _bad(msg: str) -> DdpfixError:
     return DdpfixError(one_line(msg, 1000), ExitCode.INVALID_INPUT)
 
 
+#: ddp_backup_keep: 1 (the last backup only) .. this many backups per written file.
+BACKUP_KEEP_MAX = 1000
+
+
 def _int(value: Any, what: str, lo: int, hi: int) -> int:
     try:
         if isinstance(value, bool):
@@ -360,6 +364,8 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
             _check_ifname(hv["ddp_socket_ifname"], n)
         if "ddp_python" in hv:
             _check_python(hv["ddp_python"], n)
+        if "ddp_backup_keep" in hv:  # how many FILE.<pid>.<date>~ backups the roles keep per file they write
+            _int(hv["ddp_backup_keep"], f"ddp_backup_keep of {n}", 1, BACKUP_KEEP_MAX)
     ranks = _assign_ranks(names, master, hostvars)
     nodes = tuple(
         sorted(

@@ -84,6 +84,14 @@ class TimeFacts(TypedDict):
     chrony_tracking: ChronyTracking | None
 
 
+class EnvSecrets(TypedDict):
+    """HMAC-SHA256 (hex) of each secret-looking value of `values` and `managed`, keyed with a random `salt`."""
+
+    salt: str
+    values: dict[str, str]
+    managed: dict[str, str]
+
+
 class EnvFile(TypedDict):
     """The env file as the audit needs it, secret values redacted (`ddpfix_node_facts.env_file_facts`)."""
 
@@ -96,6 +104,7 @@ class EnvFile(TypedDict):
     owner: Literal["block", "header", "empty", "foreign"] | None
     managed: dict[str, str]  # the keys of ddpfix's managed block
     outside_keys: list[str]  # keys assigned outside the block
+    secrets: NotRequired[EnvSecrets]  # HMACs of the redacted (secret-looking) values (older facts: none)
 
 
 class ProbeConnect(TypedDict, total=False):

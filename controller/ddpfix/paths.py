@@ -62,3 +62,23 @@ def state_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "ddpfix"
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a directory only its owner can enter (0700): missing directories up to it are created 0700 (the
+    state directory itself, when ddpfix creates it), and `path` itself is set to 0700. An existing ancestor (a
+    DDPFIX_STATE_DIR someone else made, /tmp) is never changed."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o700)
+    if path.stat().st_uid == os.geteuid():
+        os.chmod(path, 0o700)
+    return path

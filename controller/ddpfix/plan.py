@@ -6,7 +6,7 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsi
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -256,9 +256,43 @@ def env_write_needed(env_file: Mapping[str, Any], plan: NodePlan) -> bool:
     managed key also assigned outside the block (it would shadow or be shadowed by the block)."""
     if not env_file.get("exists") or env_file.get("owner") != "block":
         return True
-    if dict(env_file.get("managed") or {}) != dict(plan.env):
+    managed = dict(env_file.get("managed") or {})
+    if set(managed) != set(plan.env) or list(env_differs(env_file, plan.env, scope="managed")):
         return True
     return bool(set(env_file.get("outside_keys") or ()) & set(plan.env))
+
+
+def is_secret(key: str, value: str | None = None) -> bool:
+    """Whether an env key (and its value) looks secret: the envfile module_utils' `is_secret`, the one definition."""
+    return bool(envfile_lib().is_secret(key, value))
+
+
+def redact_env(text: str) -> str:
+    """An env file's (or a diff's) text with secret-looking values replaced by ***."""
+    return str(envfile_lib().redact(text))
+
+
+def env_differs(env_file: Mapping[str, Any], want: Mapping[str, str], *,
+                scope: str = "values") -> Iterator[tuple[str, str, str]]:
+    """(key, the node's value as shown, the wanted value as shown) for each key of `want` whose value in the node's
+    env file (`scope`: "values", every key as the file leaves it, or "managed", the block's) is not the wanted one.
+
+    A secret-looking wanted value is compared by digest (the node returns `***` and an HMAC of its value under a
+    salt of its own), never as `***` against the real value, and is shown as `***` on both sides."""
+    got: Mapping[str, str] = env_file.get(scope) or {}
+    secrets = env_file.get("secrets")
+    secrets = secrets if isinstance(secrets, Mapping) else {}
+    digests = secrets.get(scope)
+    digests = digests if isinstance(digests, Mapping) else {}
+    lib = envfile_lib()
+    for k, v in want.items():
+        if k not in got:
+            yield k, "<unset>", lib.REDACTED if is_secret(k, v) else v
+        elif is_secret(k, v) or got[k] == lib.REDACTED:
+            if not (is_secret(k, v) and lib.same_secret(secrets.get("salt"), digests.get(k), v)):
+                yield k, lib.REDACTED if got[k] == lib.REDACTED else got[k], lib.REDACTED if is_secret(k, v) else v
+        elif got[k] != v:
+            yield k, got[k], v
 
 
 def env_not_ours(env_file: Mapping[str, Any], adopt: bool) -> str | None:

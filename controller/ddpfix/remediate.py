@@ -14,7 +14,7 @@ from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
-from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries, redact_env
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
 from ddpfix.runner import RunResult, is_node_lock_task, module_failure, run_playbook
@@ -339,10 +339,12 @@ def render_diff(diff: Any) -> str:
         if not isinstance(d, dict):
             continue
         if "prepared" in d:
-            chunks.append(str(d["prepared"]).rstrip())
+            chunks.append(redact_env(str(d["prepared"])).rstrip())
             continue
         before, after = d.get("before"), d.get("after")
         if isinstance(before, str) and isinstance(after, str):
+            # the modules redact already; a diff from any other module gets the same treatment here
+            before, after = redact_env(before), redact_env(after)
             a = d.get("before_header", "before")
             b = d.get("after_header", "after")
             chunks.append("".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), a, b)).rstrip())

@@ -13,10 +13,11 @@ import fcntl
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,8 +216,7 @@ def ansible_env(run_dir: Path, forks: int, inventories: Sequence[str] = (),
 def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
     """ddpfix's own Ansible settings, before the user's configuration is applied."""
     state = paths.state_dir()
-    cp_dir = state / "cp"
-    cp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cp_dir = paths.private_dir(state / "cp")
     ansible_bin = _ensure_ansible_on_path()
     return {
         "PATH": f"{ansible_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -316,16 +316,20 @@ def discard_run_dir(run_dir: Path) -> None:
 
 
 def new_run_dir(name: str) -> Path:
+    """A fresh run directory, 0700 under `runs/` (0700; created with the state directory, 0700, when missing): what
+    ansible-runner, the fact cache and the extra vars write there is the run's alone."""
     base = paths.state_dir() / "runs"
     if base.is_dir():
         prune_runs(base)
+    paths.private_dir(base)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for n in range(1000):
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
         try:
-            d.mkdir(parents=True, exist_ok=False)
+            d.mkdir(mode=0o700, exist_ok=False)
         except FileExistsError:
             continue
+        os.chmod(d, 0o700)
         _hold(d)
         _run_dirs.append(d)
         return d
@@ -436,7 +440,7 @@ def run_playbook(
     if not pb_path.is_file():
         raise DdpfixError(f"internal: playbook {pb_path} is missing from the installation", ExitCode.RUN_FAILED)
     run_dir = new_run_dir(name or Path(playbook).stem)
-    (run_dir / "tmp").mkdir()
+    (run_dir / "tmp").mkdir(mode=0o700)
     cfg = ansiblecfg.load(inventories)
     nforks = default_forks(n_hosts, forks, ansiblecfg.user_forks(cfg))
     cmdline: list[str] = []
@@ -451,15 +455,22 @@ def run_playbook(
     lock = threading.Lock()
 
     def handler(event: dict[str, Any]) -> bool:
+        data = event.get("event_data") or {}
         with lock:
             record_event(hosts, event)
         if on_event is not None:
             on_event(event)
+        # what ansible-runner writes to job_events/ after this handler: secret-looking values redacted (the
+        # TaskResults above keep the originals: the cluster view carries ddp_env_extra for the plan)
+        if isinstance(data.get("res"), dict):
+            scrubbed = _scrub(data["res"])
+            if scrubbed != data["res"]:
+                data["res"] = scrubbed
         return True
 
     started = time.monotonic()
     try:
-        with _Interrupt(stop_file) as interrupt:
+        with _Interrupt(stop_file) as interrupt, private_umask():
             r = ansible_runner.run(
                 private_data_dir=str(run_dir),
                 # ansible-playbook runs in the user's directory, as if they had typed it there: relative paths in
@@ -487,6 +498,9 @@ def run_playbook(
             )
     except KeyboardInterrupt as exc:
         raise DdpfixError("interrupted", ExitCode.INTERRUPTED) from exc
+    finally:
+        redact_extravars(run_dir)  # the run is over: what stays in its directory holds no secret
+        owner_only(run_dir)
     seconds = time.monotonic() - started
     stats = r.stats or {}
     for h in (stats.get("dark") or {}):
@@ -588,12 +602,78 @@ def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
     import json
 
     env = run_dir / "env"
-    env.mkdir(exist_ok=True)
+    env.mkdir(mode=0o700, exist_ok=True)
     path = env / "extravars"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(as_data(dict(extravars)), f)
     return path
+
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """umask 077 while ansible-runner and ansible-playbook run: every file they (and the jsonfile fact cache, and
+    ansible-runner's artifacts) create in the run directory is readable by its owner only."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def owner_only(base: Path) -> None:
+    """Drop group and other permissions from everything under `base`: Ansible's jsonfile fact cache chmods its files
+    0644 whatever the umask (they were never reachable: the run directory is 0700; now they are not readable either)."""
+    for root, dirs, files in os.walk(base):
+        for name in [*dirs, *files]:
+            p = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(p)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o077)
+
+
+def redact_extravars(run_dir: Path) -> None:
+    """Rewrite `<run dir>/env/extravars` with secret-looking values (`plan.is_secret`) replaced by ***: the plan's env
+    values were needed by the run, not by whoever reads the run directory later."""
+    import json
+
+    path = run_dir / "env" / "extravars"
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return
+    scrubbed = _scrub(data)
+    if scrubbed != data:  # as it is (already `as_data`), atomically, 0600
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(scrubbed, f)
+        os.replace(tmp, path)
+
+
+def _scrub(obj: Any) -> Any:
+    """`obj` (JSON data) with secret-looking values (`plan.is_secret`, by key name or URL userinfo) replaced by ***,
+    and KEY=value lines of secret keys in strings redacted (`plan.redact_env`)."""
+    from ddpfix.plan import envfile_lib
+
+    lib = envfile_lib()
+
+    def walk(o: Any, key: str = "") -> Any:
+        if isinstance(o, dict):
+            if set(o) == {"__ansible_unsafe"}:  # as_data's wrapper: the value still belongs to the key above
+                return {"__ansible_unsafe": walk(o["__ansible_unsafe"], key)}
+            return {k: walk(v, str(k)) for k, v in o.items()}
+        if isinstance(o, list):  # a list under a secret-looking name holds names (outside_keys), not values
+            return [walk(v) for v in o]
+        if isinstance(o, str):
+            if key and lib.is_secret(key, o):
+                return lib.REDACTED
+            return lib.redact(o) if ("=" in o or "@" in o) else o
+        return o
+
+    return walk(obj)
 
 
 def _one_line(text: object) -> str:
@@ -714,14 +794,15 @@ def _inventory_subprocess(inventories: Sequence[str], env: Mapping[str, str], ru
 
     import ansible_runner
 
-    out, err = ansible_runner.get_inventory(
-        action="list",
-        inventories=[str(Path(i).resolve()) for i in inventories],
-        response_format="json",
-        quiet=True,
-        private_data_dir=str(run_dir),
-        envvars=dict(env),
-    )
+    with private_umask():
+        out, err = ansible_runner.get_inventory(
+            action="list",
+            inventories=[str(Path(i).resolve()) for i in inventories],
+            response_format="json",
+            quiet=True,
+            private_data_dir=str(run_dir),
+            envvars=dict(env),
+        )
     if not out:
         raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(err or 'no output')}")
     return dict(out if isinstance(out, dict) else json.loads(out))

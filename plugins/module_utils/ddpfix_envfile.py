@@ -11,12 +11,17 @@ ddpfix keys move into the block, other lines are kept). Any other existing file 
 with ``adopt`` (``ddp_env_adopt: true``) or when it lies in ddpfix's own directory ``/etc/ddpfix/`` (a file
 written there by hand before ddpfix ran), and then only by adding the block and neutralising duplicates.
 
-Values of keys that look secret (KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL in the name, any case) never
-leave the node: diffs and facts carry ``***`` instead.
+Secret-looking values (``is_secret``: a key naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE or
+SESSION, any case, or a value holding URL userinfo ``scheme://user[:password]@``) never leave the node: diffs and
+facts carry ``***`` instead, and the facts carry a salted HMAC of each (``secret_digests``) so that the controller
+can tell whether the node holds the planned value without seeing it.
 """
 
 from __future__ import absolute_import, division, print_function
 
+import hashlib
+import hmac
+import os
 import re
 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import BEGIN, END
@@ -27,7 +32,11 @@ NOTE = "# Written by ddpfix (ddpfix env --apply): lines up to the END marker are
 OLD_HEADER = "# Managed by ddpfix:"  # first line of the whole-file format ddpfix wrote before the block
 SUPERSEDED = "# ddpfix: superseded: "
 REDACTED = "***"
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+#: A key whose name contains one of these (any case) holds a secret. Substrings, not words: PGPASSWORD, APIKEY and
+#: MYSQL_PWD are secrets, and so (false positives that only hide a value) are MONKEY and KEYBOARD.
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "PWD", "AUTH", "CREDENTIAL", "DSN", "COOKIE", "SESSION")
+#: A value with URL userinfo (``scheme://user:password@host``, also a bare token ``https://TOKEN@host``) is secret.
+URL_USERINFO_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")
 #: Keys the whole-file format held; dropped when such a file is converted to the block.
 OLD_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
             "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -47,9 +56,34 @@ class NotOurs(Exception):
     """The file exists and was not written by ddpfix."""
 
 
-def is_secret(key):
-    k = key.upper()
-    return any(w in k for w in SECRET_WORDS)
+def is_secret(key, value=None):
+    """Whether `key` (with `value`, when given) is secret-looking: the one place that decides it, for the node modules
+    and the controller alike."""
+    k = str(key).upper()
+    if any(w in k for w in SECRET_WORDS):
+        return True
+    return value is not None and bool(URL_USERINFO_RE.search(str(value)))
+
+
+def secret_digest(salt, value):
+    """HMAC-SHA256 of `value` keyed with `salt` (hex): equal values give equal digests under one salt."""
+    return hmac.new(str(salt).encode("utf-8", "surrogateescape"), str(value).encode("utf-8", "surrogateescape"),
+                    hashlib.sha256).hexdigest()
+
+
+def new_salt():
+    return os.urandom(16).hex()
+
+
+def secret_digests(values, salt):
+    """{key: digest} of the secret-looking entries of `values`."""
+    return {k: secret_digest(salt, v) for k, v in values.items() if is_secret(k, v)}
+
+
+def same_secret(salt, digest, value):
+    """Whether `digest` (from a node, under `salt`) is the digest of `value`."""
+    return isinstance(salt, str) and isinstance(digest, str) and bool(salt) and hmac.compare_digest(
+        digest, secret_digest(salt, value))
 
 
 def forbidden_dir(path):
@@ -268,18 +302,25 @@ def merge(text, values, comment="", adopt=False, block=None, key_comments=None):
 
 
 def redact(text):
-    """`text` with the value of every assignment of a secret-looking key (commented ones too) replaced by ***."""
-    lines = text.splitlines()
+    """`text` with the value of every secret-looking assignment (commented ones too, and values continued over
+    several lines) replaced by ***; any other line holding URL userinfo is replaced by its redaction too."""
+    lines = str(text).splitlines()
     out = []
     for first, last, key, _commented in statements(lines):
-        if key and is_secret(key):
+        chunk = lines[first:last + 1]
+        if key:
             line = lines[first]
             idx = line.index(key + "=") + len(key) + 1
-            out.append(line[:idx] + REDACTED)
-        else:
-            out.extend(lines[first:last + 1])
-    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+            if is_secret(key, "\n".join([line[idx:], *chunk[1:]])):
+                out.append(line[:idx] + REDACTED)
+                continue
+        out.extend(URL_USERINFO_RE.sub(_userinfo_redacted, ln) for ln in chunk)
+    return "\n".join(out) + ("\n" if str(text).endswith("\n") else "")
+
+
+def _userinfo_redacted(m):
+    return m.group(0).split("://", 1)[0] + "://" + REDACTED + "@"
 
 
 def redact_values(values):
-    return {k: REDACTED if is_secret(k) else v for k, v in values.items()}
+    return {k: REDACTED if is_secret(k, v) else v for k, v in values.items()}

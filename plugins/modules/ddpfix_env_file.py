@@ -23,9 +23,15 @@ description:
     C(/run/user) is refused. An immutable or append-only file (C(chattr +i)/C(+a)) is refused with a message naming
     C(chattr -i), in check mode too.
   - The parent directory is created (mode 0755) only when missing; an existing directory is never changed.
-    A new file gets I(mode) and root ownership; an existing file keeps its mode and owner.
-  - Values of keys that look secret (KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL) appear as C(***) in the
-    diff; the file's content is not returned otherwise.
+    A new file gets I(mode) (0600) and root ownership; an existing file keeps its mode and owner, except that a
+    file others may read (mode C(o+r)) that holds a secret-looking value after the change loses its bits for
+    others (e.g. 0644 -> 0640), and the result says so in C(mode_tightened) and a warning.
+  - Secret-looking values (a key naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE or SESSION, any
+    case, or a value with URL userinfo C(scheme://user:password@)) appear as C(***) in the diff and in the returned
+    arguments; I(values) and I(body) are not logged in the node's journal (C(NOT_LOGGING_PARAMETER)); the file's
+    content is not returned otherwise.
+  - The backup (C(FILE.<pid>.<date>~) next to the file) gets the file's new mode; only the newest I(backup_keep)
+    backups of the file are kept.
   - Supports check mode and diff mode.
 options:
   path: {description: The env file., type: path, required: true}
@@ -39,8 +45,9 @@ options:
   comment: {description: A comment line for the block (e.g. the node and its rank)., type: str, default: ''}
   key_comments: {description: "KEY: why - a C(# KEY: why) line is written above that key.", type: dict, default: {}}
   adopt: {description: Add the block to an existing file that ddpfix did not write., type: bool, default: false}
-  mode: {description: Mode of a new file., type: str, default: '0644'}
+  mode: {description: Mode of a new file., type: str, default: '0600'}
   backup: {description: Keep a timestamped backup of the file before changing it., type: bool, default: true}
+  backup_keep: {description: How many backups of the file to keep (older ones are removed)., type: int, default: 5}
 """
 
 EXAMPLES = r"""
@@ -63,6 +70,11 @@ owner:
 superseded: {description: Keys whose assignments outside the block were commented out., returned: always, type: list}
 created_dirs: {description: Directories created for the file., returned: always, type: list}
 backup_file: {description: Path of the backup, returned: changed and backup, type: str}
+backups_removed: {description: Older backups removed (beyond I(backup_keep))., returned: changed and backup, type: list}
+mode_tightened:
+  description: "C(OLD -> NEW) when a file others could read got a secret and lost the bits for others; else absent."
+  returned: when tightened
+  type: str
 """
 
 import array
@@ -74,17 +86,21 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_backup import backup as backup_file
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import (
     BEGIN,
     NotOurs,
     body_block,
     check_values,
     forbidden_dir,
+    is_secret,
     may_adopt,
     merge,
     ownership,
     parse_body,
     redact,
+    redact_values,
+    statements,
 )
 
 FS_IOC_GETFLAGS = 0x80086601
@@ -152,17 +168,60 @@ def missing_dirs(path):
     return out
 
 
+def holds_secret(text):
+    """Whether an env file's `text` assigns a secret-looking value (commented lines too)."""
+    lines = text.splitlines()
+    for first, last, key, _commented in statements(lines):
+        if key:
+            value = "\n".join(lines[first:last + 1]).split("=", 1)[1]
+            if is_secret(key, value):
+                return True
+    return False
+
+
+#: The arguments that carry the env file's content.
+ENV_ARGS = ("values", "body")
+
+
+class EnvFileModule(AnsibleModule):
+    """AnsibleModule that keeps the env content out of every log. I(values) and I(body) are no_log for the invocation
+    entry in the node's journal (C(NOT_LOGGING_PARAMETER)), and the arguments returned to the controller
+    (C(invocation)) show them redacted like the diff. They are not declared C(no_log) in the argument spec: that
+    would also blank every occurrence of their text in the result (the whole block in the diff, and every short value
+    such as C(1) of I(values))."""
+
+    def _log_invocation(self):
+        spec = self.argument_spec
+        self.argument_spec = dict(spec, **{k: dict(spec[k], no_log=True) for k in ENV_ARGS})
+        try:
+            super()._log_invocation()
+        finally:
+            self.argument_spec = spec
+
+    def _return_formatted(self, kwargs):
+        if "invocation" not in kwargs:
+            shown = dict(self.params)
+            if shown.get("body") is not None:
+                shown["body"] = redact(str(shown["body"]))
+            if shown.get("values") is not None:
+                shown["values"] = redact_values({str(k): str(v) for k, v in shown["values"].items()})
+            kwargs["invocation"] = {"module_args": shown}
+        super()._return_formatted(kwargs)
+
+
 def main():
-    module = AnsibleModule(
+    module = EnvFileModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
+            # env content: no_log in the journal, redacted in the returned invocation (EnvFileModule)
             values=dict(type="dict"),
             body=dict(type="str"),
             comment=dict(type="str", default=""),
             key_comments=dict(type="dict", default={}),
             adopt=dict(type="bool", default=False),
-            mode=dict(type="str", default="0644"),
+            mode=dict(type="str", default="0600"),
             backup=dict(type="bool", default=True),
+            backup_keep=dict(type="int", default=5),
         ),
         supports_check_mode=True,
         mutually_exclusive=[("values", "body")],
@@ -179,6 +238,8 @@ def main():
         bad = check_values(values)
     if bad:
         module.fail_json(msg=bad)
+    if p["backup_keep"] < 1:
+        module.fail_json(msg="backup_keep must be at least 1, got {}".format(p["backup_keep"]))
     target = resolve(module, path)
     exists = os.path.exists(target)
     before = ""
@@ -201,11 +262,23 @@ def main():
         new_dirs = [] if exists else missing_dirs(target)
     except OSError as exc:
         module.fail_json(msg=f"cannot create the directory of {path}: {exc.filename} is not a directory")
-    changed = not exists or before != after
+    st = os.stat(target) if exists else None
+    mode = (st.st_mode & 0o7777) if st else int(p["mode"], 8)
+    tightened = None
+    if st and mode & 0o004 and holds_secret(after):
+        # others could read the secret: the file keeps its owner and group access, others lose theirs
+        tightened = f"{mode:04o} -> {mode & ~0o007:04o}"
+        mode &= ~0o007
+    changed = not exists or before != after or tightened is not None
     result = dict(changed=changed, path=path, target=target, owner=owner, superseded=superseded,
                   created_dirs=new_dirs,
                   diff={"before": redact(before), "after": redact(after),
                         "before_header": target if exists else "/dev/null", "after_header": target})
+    if tightened:
+        result["mode_tightened"] = tightened
+        result["ddpfix_note"] = (f"{target}: mode {tightened} (it holds a secret-looking value; others may no longer "
+                                 "read it)")
+        module.warn(f"{target} holds a secret-looking value and was readable by others: mode {tightened}")
     if not changed:
         module.exit_json(**result)
     for where in ([target] if exists else []) + [os.path.dirname(target)]:
@@ -223,9 +296,7 @@ def main():
             if exc.errno != errno.EEXIST:
                 module.fail_json(msg=f"cannot create {d}: {exc}")
     if exists and p["backup"]:
-        result["backup_file"] = module.backup_local(target)
-    st = os.stat(target) if exists else None
-    mode = (st.st_mode & 0o7777) if st else int(p["mode"], 8)
+        result["backup_file"], result["backups_removed"] = backup_file(module, target, p["backup_keep"], mode)
     uid, gid = (st.st_uid, st.st_gid) if st else (0, 0)
     tmp = None
     try:
@@ -239,6 +310,12 @@ def main():
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         module.fail_json(msg=f"cannot write {target}: {exc}")
+    if tightened:  # before the move, which gives the new file the old one's mode: no moment others may read it
+        try:
+            os.chmod(target, mode)
+        except OSError as exc:
+            os.unlink(tmp)
+            module.fail_json(msg=f"cannot change the mode of {target} ({tightened}): {exc}")
     # atomic rename in the target's own directory (a symlink stays a symlink); on EBUSY (bind-mounted file)
     # Ansible falls back to an in-place write
     module.atomic_move(tmp, target, unsafe_writes=True)

@@ -38,6 +38,7 @@ options:
     elements: path
     default: []
   iptables_restore: {description: "iptables-restore command of the variant.", type: str, default: iptables-restore}
+  backup_keep: {description: How many backups of each file to keep (older ones are removed)., type: int, default: 5}
 """
 
 RETURN = r"""
@@ -51,6 +52,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_backup import backup as backup_file
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_persisted,
     nft_snippet,
@@ -124,14 +126,19 @@ def nftables(module, p, result):
         return
     if old_snip != snippet:
         if old_snip:
-            result["backup_files"].append(module.backup_local(include))
+            result["backup_files"].append(_backup(module, p, include))
         d = os.path.dirname(include)
         if not os.path.isdir(d):
             os.makedirs(d, 0o755)
         _write(module, include, snippet, 0o644)
     if old_main != new_main:
-        result["backup_files"].append(module.backup_local(config))
+        result["backup_files"].append(_backup(module, p, config))
         _write(module, config, new_main, os.stat(config).st_mode & 0o7777)
+
+
+def _backup(module, p, path):
+    """A backup of `path` (FILE.<pid>.<date>~), keeping only the newest `backup_keep` of that file."""
+    return backup_file(module, path, max(1, p["backup_keep"]))[0]
 
 
 def iptables(module, p, result):
@@ -169,7 +176,7 @@ def iptables(module, p, result):
     if module.check_mode:
         return
     for path, new in todo:
-        result["backup_files"].append(module.backup_local(path))
+        result["backup_files"].append(_backup(module, p, path))
         _write(module, path, new, os.stat(path).st_mode & 0o7777)
 
 
@@ -180,6 +187,7 @@ def main():
             nft_layouts=dict(type="list", elements="dict", default=[]),
             iptables_paths=dict(type="list", elements="path", default=[]),
             iptables_restore=dict(type="str", default="iptables-restore"),
+            backup_keep=dict(type="int", default=5),
         ),
         supports_check_mode=True,
     )

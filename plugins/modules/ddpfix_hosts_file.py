@@ -24,6 +24,7 @@ options:
   path: {description: The hosts file., type: path, default: /etc/hosts}
   entries: {description: "List of {address, names}.", type: list, elements: dict, required: true}
   backup: {description: Keep a timestamped backup of the original., type: bool, default: true}
+  backup_keep: {description: How many backups of the file to keep (older ones are removed)., type: int, default: 5}
 """
 
 EXAMPLES = r"""
@@ -44,6 +45,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_backup import backup as backup_file
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import BEGIN, END
 
 NOTE = "# Managed by ddpfix: every cluster node's hostname -> its cluster address. Do not edit."
@@ -115,6 +117,7 @@ def main():
             path=dict(type="path", default="/etc/hosts"),
             entries=dict(type="list", elements="dict", required=True),
             backup=dict(type="bool", default=True),
+            backup_keep=dict(type="int", default=5),
         ),
         supports_check_mode=True,
     )
@@ -139,7 +142,8 @@ def main():
                   diff={"before": before, "after": after, "before_header": path, "after_header": path})
     if result["changed"] and not module.check_mode:
         if module.params["backup"]:
-            result["backup_file"] = module.backup_local(path)
+            result["backup_file"], result["backups_removed"] = backup_file(module, path,
+                                                                          max(1, module.params["backup_keep"]))
         st = os.stat(path)
         fd, tmp = tempfile.mkstemp(prefix=".ddpfix-hosts.", dir=os.path.dirname(path) or ".")
         with os.fdopen(fd, "w") as f:

@@ -100,9 +100,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import (
     managed_text,
+    new_salt,
     outside_keys,
     ownership,
     redact_values,
+    secret_digests,
 )
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fabric import collect as collect_fabric
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_firewall import collect as collect_firewall
@@ -271,6 +273,9 @@ def env_file_facts(path, text):
             error = "a directory"
         else:
             error = "not readable"
+    values = parse_env_file(text or "")
+    managed = parse_env_file(managed_text(text or ""))
+    salt = new_salt()
     return {
         "path": path,
         "target": target if target != path else None,
@@ -278,11 +283,14 @@ def env_file_facts(path, text):
         "readable": text is not None,
         "error": error,
         # every key as bash `set -a; . FILE` leaves it (the last assignment wins)
-        "values": redact_values(parse_env_file(text or "")),
+        "values": redact_values(values),
         # ddpfix's part: block (or older whole-file format), foreign (a file ddpfix did not write)
         "owner": ownership(text) if text is not None else None,
-        "managed": redact_values(parse_env_file(managed_text(text or ""))),
+        "managed": redact_values(managed),
         "outside_keys": outside_keys(text or ""),
+        # the redacted values' HMACs under a fresh random salt: the controller compares the planned value's
+        # digest with them (the value itself never leaves the node; no precomputed table fits a fresh salt)
+        "secrets": {"salt": salt, "values": secret_digests(values, salt), "managed": secret_digests(managed, salt)},
     }
 
 

@@ -60,11 +60,14 @@ def sha(info: Any, node: str, path: str) -> str:
 
 
 @contextlib.contextmanager
-def inventory_vars(info: Any, **extra: Any) -> Iterator[None]:
-    """Set cluster vars in the lab inventory for the block; the inventory is restored afterwards."""
+def inventory_vars(info: Any, host_vars: dict[str, Any] | None = None, **extra: Any) -> Iterator[None]:
+    """Set cluster vars (and `host_vars` on every host) in the lab inventory for the block; the inventory is
+    restored afterwards."""
     original = info.inventory.read_text()
     doc = yaml.safe_load(original)
     doc["all"]["children"]["ddp_nodes"]["vars"].update(extra)
+    for hv in doc["all"]["children"]["ddp_nodes"]["hosts"].values():
+        hv.update(host_vars or {})
     info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
         yield
@@ -224,7 +227,7 @@ def test_existing_directory_mode_and_owner_never_changed(lab2: Any, state: Path)
     for n in info.nodes:
         assert sh(info, n.name, "stat -c '%a %u:%g' /etc/ddp-private").stdout.strip() == "700 65534:65534"
         assert sh(info, n.name, "stat -c '%a %u' /etc/ddp-private/new /etc/ddp-private/ddp.env").stdout.split() == \
-            ["755", "0", "644", "0"]
+            ["755", "0", "600", "0"]  # a new env file is 0600
         assert BEGIN in cat(info, n.name, "/etc/ddp-private/new/ddp.env")
 
 
@@ -272,3 +275,75 @@ def test_immutable_file_named_with_chattr(lab2: Any, state: Path) -> None:
         sh(info, "node2", "chattr -i /etc/ddpfix/ddp.env", check=False)
     code, out, err = ddpfix(inv, "env", "--apply")
     assert code == 0 and "node2: /etc/ddpfix/ddp.env written" in err, err
+
+
+# the shim that records what AnsibleModule hands to syslog (the node's journal) for every module run on the node:
+# the lab nodes share the host's /dev (no /dev/log of their own), so the calls themselves are recorded
+SYSLOG_SHIM = """import syslog
+def _record(*args):
+    with open("/root/ddpfix-module-syslog.txt", "a") as f:
+        f.write(repr(args[-1]) + "\\n")
+syslog.syslog = _record
+"""
+API_KEY = "wandb-journal-5c0ffee51"
+PROXY_PW = "pr0xy-pw-77aa"
+
+
+def test_secret_trail_journal_outputs_modes_and_convergence(lab2: Any, state: Path) -> None:
+    """issue 20 item 2 on real nodes: a secret in ddp_env_extra reaches the env file (0600) and nothing else: not
+    the node's journal, not any CLI output or run directory file (all private to the owner), and the audit right
+    after the write is clean; a world-readable file that gets the secret is tightened, and said so."""
+    info, inv = lab2, str(lab2.inventory)
+    for n in info.nodes:
+        sh(info, n.name, "rm -f /etc/ddpfix/ddp.env /etc/ddpfix/ddp.env.*~ /root/ddpfix-module-syslog.txt && "
+                         "mkdir -p /root/ddpfix-logshim && cat > /root/ddpfix-logshim/sitecustomize.py && "
+                         "printf '#!/bin/sh\\nPYTHONPATH=/root/ddpfix-logshim exec /usr/bin/python3 \"$@\"\\n' "
+                         "> /root/pylog && chmod 0755 /root/pylog", input=SYSLOG_SHIM)
+    extra = {"WANDB_API_KEY": API_KEY, "HTTPS_PROXY": f"http://bob:{PROXY_PW}@10.0.0.9:3128"}
+    outputs: list[str] = []
+    with inventory_vars(info, {"ansible_python_interpreter": "/root/pylog"}, ddp_env_extra=extra, ddp_backup_keep=1):
+        code, out, err = ddpfix(inv, "env", "--apply")
+        outputs += [out, err]
+        assert code == 0 and all(f"{n.name}: /etc/ddpfix/ddp.env written" in err for n in info.nodes), err
+        for n in info.nodes:
+            assert sh(info, n.name, "stat -c '%a %u' /etc/ddpfix/ddp.env").stdout.split() == ["600", "0"]
+            seen = sh(info, n.name, "set -a; . /etc/ddpfix/ddp.env; echo $WANDB_API_KEY $HTTPS_PROXY").stdout.split()
+            assert seen == [API_KEY, extra["HTTPS_PROXY"]]  # the secret is in its file
+        # the audit right after: clean (compared by digest, not *** against the value); -v and JSON in one run
+        # (ddpfix env's own outputs: tests/unit/test_secrets.py)
+        code, out, err = ddpfix(inv, "-v", "audit", "--format", "json", "--no-probe")
+        outputs += [out, err]
+        ids = [f["id"] for f in json.loads(out)["findings"]]
+        assert not [i for i in ids if i.startswith("env.")], (ids, err)
+
+        # a world-readable file on node2 with a stale rank: --apply tightens it and says so; two writes with
+        # ddp_backup_keep: 1 leave one backup, with the tightened mode
+        for i in range(2):
+            sh(info, "node2", ("chmod 0644 /etc/ddpfix/ddp.env && " if i == 0 else "")
+               + "sed -i 's/^NODE_RANK=.*/NODE_RANK=7/' /etc/ddpfix/ddp.env")
+            code, out, err = ddpfix(inv, "remediate", "--apply", *ONLY_ENV, "--format", "json")
+            outputs += [out, err]
+            assert code == 0 and json.loads(out)["changed"]["node2"] >= 1, (out, err)
+            assert ("0644 -> 0640" in out) is (i == 0), out  # the note names the change of mode
+        assert sh(info, "node2", "stat -c %a /etc/ddpfix/ddp.env").stdout.strip() == "640"
+        backups = sh(info, "node2", "stat -c '%a %n' /etc/ddpfix/ddp.env.*~").stdout.splitlines()
+        assert len(backups) == 1 and backups[0].startswith("640 "), backups
+
+    # the node's journal: the shim saw the modules' invocation entries (it works), the env module's with its
+    # content-carrying argument not logged, and none with the secret
+    for n in info.nodes:
+        logged = sh(info, n.name, "cat /root/ddpfix-module-syslog.txt").stdout
+        assert "Invoked with" in logged and "body=NOT_LOGGING_PARAMETER" in logged, logged[:500]
+        assert API_KEY not in logged and PROXY_PW not in logged
+    # the controller: outputs, and every file under the state directory, owner-only and without the secret
+    printed = "\n".join(outputs)
+    assert API_KEY not in printed and PROXY_PW not in printed
+    kept = [p for p in state.rglob("*") if p.is_file() and not p.is_symlink()
+            and (API_KEY.encode() in p.read_bytes() or PROXY_PW.encode() in p.read_bytes())]
+    assert kept == [], kept
+    runs = state / "runs"
+    assert list(runs.rglob("fact_cache/*")) and list(runs.rglob("job_events/*.json"))
+    for p in [runs, *runs.rglob("*")]:
+        if p.is_symlink():
+            continue
+        assert p.stat().st_mode & 0o077 == 0, f"{p} is {oct(p.stat().st_mode)}"

@@ -91,8 +91,11 @@ class Sim:
         """The env_file facts ddpfix_node_facts returns for a file with this text."""
         ef = self.node(name)["env_file"]
         lib, parse = envfile(), nodeinfo().parse_env_file
-        ef.update(exists=True, readable=True, values=lib.redact_values(parse(text)), owner=lib.ownership(text),
-                  managed=lib.redact_values(parse(lib.managed_text(text))), outside_keys=lib.outside_keys(text))
+        values, managed, salt = parse(text), parse(lib.managed_text(text)), lib.new_salt()
+        ef.update(exists=True, readable=True, values=lib.redact_values(values), owner=lib.ownership(text),
+                  managed=lib.redact_values(managed), outside_keys=lib.outside_keys(text),
+                  secrets={"salt": salt, "values": lib.secret_digests(values, salt),
+                           "managed": lib.secret_digests(managed, salt)})
 
     def write_planned_env_files(self, **override: dict[str, str]) -> None:
         """Give every node the env file ddpfix would write (plan.render_env), then apply per-node overrides."""

@@ -80,6 +80,9 @@ def test_master_not_first_gets_rank_zero_and_explicit_ranks_kept() -> None:
         ({"a": {}, "b": {}}, {"ddp_nccl_ib_gid_index": 300}, "ddp_nccl_ib_gid_index of a"),
         ({"a": {}, "b": {}}, {"ddp_launcher_units": ["trainer; reboot"]}, "ddp_launcher_units of a must be a list"),
         ({"a": {}, "b": {}}, {"ddp_memlock": "lots"}, "ddp_memlock"),
+        ({"a": {}, "b": {}}, {"ddp_backup_keep": 0}, "ddp_backup_keep of a must be between 1 and 1000, got 0"),
+        ({"a": {"ddp_backup_keep": "5; rm"}, "b": {}}, {}, "ddp_backup_keep of a must be an integer, got '5; rm'"),
+        ({"a": {}, "b": {"ddp_backup_keep": True}}, {}, "ddp_backup_keep of b must be an integer"),
     ],
 )
 def test_invalid_inputs(hosts: dict, gv: dict, message: str) -> None:

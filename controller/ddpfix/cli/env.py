@@ -17,7 +17,7 @@ from ddpfix.checks import not_read
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
 from ddpfix.inventory import Cluster
-from ddpfix.plan import env_comment, env_not_ours, env_refusal
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, redact_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 
@@ -32,13 +32,15 @@ from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 @click.option("--node", "node", metavar="NAME", help="Only this node's file (an inventory name).")
 @click.option("--stdout", "to_stdout", is_flag=True,
               help="Print only the file of --node, as the block would be written, for a launch script "
-                   "(nothing is written).")
+                   "(nothing is written); secret-looking values as *** unless --show-secrets.")
+@click.option("--show-secrets", is_flag=True,
+              help="With --stdout: print secret-looking values as they are (for a file a launch script sources).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sbatch"]), default="text", show_default=True,
               help="sbatch: print the `srun ... torchrun` line for these nodes (reads no node).")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def command(app: Application, apply: bool, local_dir: str | None, allow_partial: bool, node: str | None,
-            to_stdout: bool, fmt: str, script: tuple[str, ...]) -> None:
+            to_stdout: bool, show_secrets: bool, fmt: str, script: tuple[str, ...]) -> None:
     """Render each node's env file from the inventory and the nodes' facts; --apply writes it on the nodes.
 
     ddpfix's keys live in a managed block; the file's other lines are kept. An existing file ddpfix did not
@@ -49,7 +51,13 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
 
     --apply also writes cluster.json next to the env file, the cluster view of `ddpfix check --local`.
     --format sbatch [SCRIPT ARGS...] prints the srun line that starts torchrun on every node from its env file.
+
+    Secret-looking values (keys naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE, SESSION, or
+    URL userinfo) are printed as ***; --local-dir files hold them (mode 0600), --stdout --show-secrets prints them.
     """
+    if show_secrets and not to_stdout:
+        raise DdpfixError("--show-secrets goes with --stdout --node NAME only (the other outputs never show secrets)",
+                          ExitCode.INVALID_INPUT)
     cluster = cluster_of(app)
     if fmt == "sbatch":
         if apply or to_stdout or local_dir or node:
@@ -98,7 +106,8 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         raise DdpfixError(f"--node {node}: not read (outside --limit or unreachable); its file is unknown",
                           ExitCode.FINDINGS)
     if to_stdout:
-        sys.stdout.write(files[node])  # type: ignore[index]
+        text = files[node]  # type: ignore[index]
+        sys.stdout.write(text if show_secrets else redact_env(text))
         return
     if apply:
         not_ours = {n: reason for n in files if (reason := env_not_ours((ctx.facts.get(n) or {}).get("env_file") or {},
@@ -107,13 +116,14 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
             raise DdpfixError(env_refusal(not_ours), ExitCode.INVALID_INPUT)
     if local_dir:
         d = Path(local_dir)
-        d.mkdir(parents=True, exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name, text in files.items():
             _atomic_write(d / f"{name}.env", text)
+    shown = {n: redact_env(text) for n, text in files.items()}  # what is printed never holds a secret
     if fmt == "json":
-        sys.stdout.write(json.dumps({"schema": "ddpfix.env/v1", "files": files, "missing": missing}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"schema": "ddpfix.env/v1", "files": shown, "missing": missing}, indent=2) + "\n")
     elif not apply:
-        for name, text in files.items():
+        for name, text in shown.items():
             click.echo(f"==> {name}:{cluster.env_path} <==\n{text}")
     if apply:
         plans = {n: HostPlan(env=dict(ctx.plan[n].env), env_comment=env_comment(ctx.plan[n]),
@@ -140,8 +150,8 @@ def srun_line(cluster: Cluster, script: tuple[str, ...]) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """`text` into `path`, atomically and 0600 (an env file may hold secrets: it is readable by its owner only)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600 from the start
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
