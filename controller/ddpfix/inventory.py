@@ -452,12 +452,9 @@ _RESERVED_INSTEAD = {
 ENV_KEY_MAX = 128
 
 
-_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
-
-
 def _secret(lib: Any, key: str, value: Any) -> bool:
-    """A value a refusal must not print: a secret-looking key (the env file module's own test) or URL userinfo."""
-    return bool(lib.is_secret(key)) or bool(_URL_USERINFO.search(str(value)))
+    """A value a refusal must not print: the env file module's one test (a secret-looking key, or URL userinfo)."""
+    return bool(lib.is_secret(key, value))
 
 
 def _shown(lib: Any, key: str, value: Any) -> str:
