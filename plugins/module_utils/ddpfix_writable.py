@@ -31,10 +31,12 @@ MIN_FREE_BYTES = 64 * 1024
 MIN_FREE_INODES = 2
 
 
-def attr_flags(path):
-    """The inode flags (``lsattr``) of `path`; 0 when the file system does not report them."""
+def attr_flags(path, follow=False):
+    """The inode flags (``lsattr``) of `path` (of a symlink's target with `follow`); 0 when the file system does not
+    report them."""
+    nofollow = 0 if follow else getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | nofollow)
     except OSError:
         return 0
     try:

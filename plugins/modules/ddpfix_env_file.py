@@ -77,10 +77,8 @@ mode_tightened:
   type: str
 """
 
-import array
 import contextlib
 import errno
-import fcntl
 import os
 import tempfile
 
@@ -102,30 +100,15 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile impo
     redact_values,
     statements,
 )
-
-FS_IOC_GETFLAGS = 0x80086601
-FS_IMMUTABLE_FL = 0x10
-FS_APPEND_FL = 0x20
-
-
-def attr_flags(path):
-    """The inode flags (lsattr) of `path`, 0 when they cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return 0
-    try:
-        buf = array.array("l", [0])
-        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
-        return buf[0]
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_writable import (
+    FS_APPEND_FL,
+    FS_IMMUTABLE_FL,
+    attr_flags,
+)
 
 
 def immutable_msg(path):
-    flags = attr_flags(path)
+    flags = attr_flags(path, follow=True)  # the env file's symlink is followed: its target is written
     if flags & (FS_IMMUTABLE_FL | FS_APPEND_FL):
         what = "immutable (chattr +i)" if flags & FS_IMMUTABLE_FL else "append-only (chattr +a)"
         return ("{} is {}: ddpfix will not change it; run `chattr -{} {}` on the node if it may change, "
