@@ -5,7 +5,10 @@ from __future__ import annotations
 import enum
 import sys
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from ddpfix.ansibleargs import AnsibleArgs
 
 
 class ExitCode(enum.IntEnum):
@@ -36,6 +39,7 @@ class Application:
     verbosity: int = 0
     slurm: bool = False  # --slurm: the inventory is the current Slurm allocation
     extra: dict[str, object] = field(default_factory=dict)
+    ansible: AnsibleArgs = field(default_factory=lambda: _ansible_args())  # -e/-u/-b/--private-key/-K
 
     def abort(self, text: str, code: ExitCode = ExitCode.INVALID_INPUT) -> NoReturn:
         import click  # not at import: the collection's controller plugins import this module inside ansible-playbook
@@ -69,3 +73,9 @@ class Application:
 
             paths = (write_allocation_inventory(), *paths)
         return paths
+
+
+def _ansible_args() -> AnsibleArgs:
+    from ddpfix.ansibleargs import AnsibleArgs  # not at import: ansibleargs imports this module
+
+    return AnsibleArgs()

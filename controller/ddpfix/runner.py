@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpfix import ansiblecfg, paths
+from ddpfix import ansibleargs, ansiblecfg, paths
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.lock import HELD_ENV, holder_info
 
@@ -443,14 +443,17 @@ def run_playbook(
     (run_dir / "tmp").mkdir(mode=0o700)
     cfg = ansiblecfg.load(inventories)
     nforks = default_forks(n_hosts, forks, ansiblecfg.user_forks(cfg))
-    cmdline: list[str] = []
+    user_args = ansibleargs.current()  # -u/-b/--private-key/-K/-e as ansible-playbook takes them
+    cmdline: list[str] = user_args.cmdline()
     if check:
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
     stop_file = run_dir / "stop"
     locked_file = run_dir / "locked"  # strategy ddpfix_linear: another run holds the cluster's controller lock
-    write_extravars(run_dir, {"ddpfix_run_holder": holder_info(), **dict(extravars or {})})
+    # the user's -e first: ddpfix's own names were refused there (ansibleargs.RESERVED_PREFIXES), so nothing of
+    # the plan is replaced; the user's values are data like the plan's (never templated)
+    write_extravars(run_dir, {**user_args.extra_vars, "ddpfix_run_holder": holder_info(), **dict(extravars or {})})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
 
@@ -482,7 +485,8 @@ def run_playbook(
                 # line: a plan for thousands of hosts would exceed the kernel's per-argument limit (E2BIG).
                 limit=limit,
                 forks=nforks,
-                cmdline=" ".join(cmdline) or None,
+                cmdline=ansibleargs.shell_join(cmdline),
+                passwords=user_args.passwords(),  # -K: answered on ansible-playbook's terminal, in memory only
                 tags=tags,
                 skip_tags=skip_tags,
                 verbosity=verbosity if verbosity >= 3 else None,
@@ -713,7 +717,8 @@ def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
             data = _inventory_subprocess(inventories, env, run_dir)
     finally:
         discard_run_dir(run_dir)
-    return data
+    # -e: the highest precedence, over every host's variables, as in ansible-playbook's hostvars
+    return ansibleargs.apply_to_inventory(data, ansibleargs.current().extra_vars)
 
 
 def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | None:

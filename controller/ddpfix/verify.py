@@ -51,10 +51,12 @@ def _user_ansible_config(inventories: list[str]) -> Iterator[dict[str, Any]]:
     testinfra reads ANSIBLE_CONFIG (ssh_args, remote_user, remote_port, become, ssh_common_args) and the
     inventory's connection variables itself; `private_key_file` from the config is passed on explicitly
     (testinfra reads only the inventory variable). Yields the extra get_host() keyword arguments."""
+    from ddpfix import ansibleargs
+
     cfg = ansiblecfg.load(inventories)
     kwargs: dict[str, Any] = {}
-    key = os.environ.get("ANSIBLE_PRIVATE_KEY_FILE") or cfg.parser.get("defaults", "private_key_file", raw=True,
-                                                                       fallback=None)
+    key = (ansibleargs.current().private_key or os.environ.get("ANSIBLE_PRIVATE_KEY_FILE")
+           or cfg.parser.get("defaults", "private_key_file", raw=True, fallback=None))
     if key:
         p = Path(key).expanduser()
         kwargs["ssh_identity_file"] = str(p if p.is_absolute() or cfg.path is None else cfg.path.parent / p)
@@ -89,6 +91,31 @@ def _control_dir() -> Path:
     return cp
 
 
+@contextlib.contextmanager
+def _cli_connection(hostvars: Mapping[str, Any]) -> Iterator[None]:
+    """-u/-b for testinfra's host as ansible-playbook applies them: below the host's own ansible_user/ansible_become
+    (testinfra reads ANSIBLE_REMOTE_USER/ANSIBLE_BECOME above the inventory, so they are set only where the host has
+    none)."""
+    from ddpfix import ansibleargs
+
+    args = ansibleargs.current()
+    env: dict[str, str] = {}
+    if args.user and "ansible_user" not in hostvars:
+        env["ANSIBLE_REMOTE_USER"] = args.user
+    if args.become and "ansible_become" not in hostvars:
+        env["ANSIBLE_BECOME"] = "True"
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
     """testinfra's host for `name` as its ansible backend builds it (ssh with the inventory's and ansible.cfg's
     settings, sudo for become), with SSH connection reuse: without a ControlPath testinfra's ControlMaster option
@@ -96,7 +123,9 @@ def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
     import testinfra
     from testinfra.utils.ansible_runner import AnsibleRunner
 
-    host = AnsibleRunner.get_runner(inv).get_host(name, **host_kwargs)
+    runner = AnsibleRunner.get_runner(inv)
+    with _cli_connection(runner.inventory["_meta"].get("hostvars", {}).get(name, {})):
+        host = runner.get_host(name, **host_kwargs)
     if host is None:  # a connection type testinfra runs through Ansible itself
         return testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}", **host_kwargs)
     backend = host.backend

@@ -14,7 +14,18 @@ from click.core import ParameterSource
 
 from ddpfix import __version__
 from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.cli.common import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP, SLURM_HELP, VERBOSE_HELP
+from ddpfix.cli.common import (
+    ASK_BECOME_PASS_HELP,
+    BECOME_HELP,
+    EXTRA_VARS_HELP,
+    FORKS_HELP,
+    INVENTORY_HELP,
+    LIMIT_HELP,
+    PRIVATE_KEY_HELP,
+    SLURM_HELP,
+    USER_HELP,
+    VERBOSE_HELP,
+)
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -110,13 +121,20 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="ddpfix")
 @click.option("-i", "--inventory", "inventories", metavar="INV", multiple=True, envvar="DDPFIX_INVENTORY",
               help=f"{INVENTORY_HELP} [env: DDPFIX_INVENTORY, comma-separated].")
-@click.option("--limit", metavar="PATTERN", envvar="DDPFIX_LIMIT", help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")
-@click.option("--forks", type=click.IntRange(1, 500), envvar="DDPFIX_FORKS", help=f"{FORKS_HELP} [env: DDPFIX_FORKS].")
+@click.option("-l", "--limit", metavar="PATTERN", envvar="DDPFIX_LIMIT", help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")
+@click.option("-f", "--forks", type=click.IntRange(1, 500), envvar="DDPFIX_FORKS",
+              help=f"{FORKS_HELP} [env: DDPFIX_FORKS].")
+@click.option("-e", "--extra-vars", "extra_vars", metavar="VARS", multiple=True, help=EXTRA_VARS_HELP)
+@click.option("-u", "--user", metavar="USER", help=USER_HELP)
+@click.option("-b", "--become", is_flag=True, help=BECOME_HELP)
+@click.option("--private-key", metavar="FILE", help=PRIVATE_KEY_HELP)
+@click.option("-K", "--ask-become-pass", is_flag=True, envvar="ANSIBLE_BECOME_ASK_PASS", help=ASK_BECOME_PASS_HELP)
 @click.option("--slurm", is_flag=True, help=SLURM_HELP)
 @click.option("-v", "--verbose", "verbosity", count=True, help=VERBOSE_HELP)
 @click.pass_context
-def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, forks: int | None, slurm: bool,
-        verbosity: int) -> None:
+def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, forks: int | None,
+        extra_vars: tuple[str, ...], user: str | None, become: bool, private_key: str | None, ask_become_pass: bool,
+        slurm: bool, verbosity: int) -> None:
     """Find and fix the host and network causes of multi-node PyTorch (DDP) failures.
 
     \b
@@ -126,7 +144,8 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
       ddpfix remediate -i inventories/prod --apply
       ddpfix verify -i inventories/prod --torch   # real torch.distributed all-reduce
 
-    -i, --limit, --forks and -v go before or after the subcommand; after it, they override.
+    -i, -l/--limit, -f/--forks, -v and ansible-playbook's -e, -u, -b, --private-key, -K go before or after the
+    subcommand; after it, they override (-e adds, later wins).
     """
     from ddpfix.runner import forget_run_dirs
 
@@ -135,7 +154,17 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
         from ddpfix.inventory import split_inventory_env
 
         inventories = split_inventory_env(os.environ.get("DDPFIX_INVENTORY", ""))  # click splits on whitespace
-    ctx.obj = Application(inventories=tuple(inventories), limit=limit, forks=forks, verbosity=verbosity, slurm=slurm)
+    from ddpfix import ansibleargs
+    from ddpfix.cli.common import ask_become_pass as ask
+    from ddpfix.cli.common import check_private_key, check_user
+
+    args = ansibleargs.AnsibleArgs(user=check_user(user), become=become, private_key=check_private_key(private_key),
+                                   extra_vars=ansibleargs.merge_extra_vars(extra_vars) if extra_vars else {})
+    ansibleargs.use(args)  # the runs read it when they start: options after the subcommand update this object
+    if ask_become_pass:
+        ask(args)
+    ctx.obj = Application(inventories=tuple(inventories), limit=limit, forks=forks, verbosity=verbosity, slurm=slurm,
+                          ansible=args)
 
 
 def load_commands() -> dict[str, click.Command]:

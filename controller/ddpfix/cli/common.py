@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from ddpfix.ansibleargs import AnsibleArgs, merge_extra_vars
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.render import EXTENSIONS, FORMATS, RENDERERS, render_text
@@ -26,6 +28,38 @@ FORKS_HELP = "Parallel SSH connections; default: one per host up to 50"
 SLURM_HELP = ("Inventory = this Slurm allocation (SLURM_JOB_NODELIST; master = first node); -i files then only "
               "add variables.")
 VERBOSE_HELP = "More output (and tracebacks of internal errors); -vvv passes -vvv to Ansible."
+EXTRA_VARS_HELP = ("Extra variables as in ansible-playbook: key=value, YAML/JSON, or @file; repeatable, later wins; "
+                   "ddp_* values count for the plan too; ddpfix_* names are refused")
+USER_HELP = "Connect as this user (ansible-playbook -u) [env: ANSIBLE_REMOTE_USER, read by Ansible]"
+BECOME_HELP = "Run operations with become (ansible-playbook -b) [env: ANSIBLE_BECOME, read by Ansible]"
+PRIVATE_KEY_HELP = "SSH private key file (ansible-playbook --private-key) [env: ANSIBLE_PRIVATE_KEY_FILE]"
+ASK_BECOME_PASS_HELP = ("Ask once for the become (sudo) password; it goes to ansible-playbook's prompt, never to "
+                        "a file or a command line [env: ANSIBLE_BECOME_ASK_PASS]")
+
+
+def check_user(value: str | None) -> str | None:
+    """-u: one token, as ssh takes it (no option, no whitespace or control character)."""
+    if value is not None and (not value or value.startswith("-") or any(c.isspace() or ord(c) < 32 for c in value)):
+        raise DdpfixError(f"-u/--user {json.dumps(value)}: not a user name", ExitCode.INVALID_INPUT)
+    return value
+
+
+def check_private_key(value: str | None) -> str | None:
+    """--private-key: an existing file, made absolute (ansible-playbook runs in this directory too)."""
+    if value is None:
+        return None
+    p = Path(value).expanduser()
+    if not p.is_file():
+        raise DdpfixError(f"--private-key {json.dumps(value)}: no such file", ExitCode.INVALID_INPUT)
+    return str(p.resolve())
+
+
+def ask_become_pass(args: AnsibleArgs) -> None:
+    """-K: prompt once (like ansible-playbook, before anything runs), keep the answer in memory."""
+    args.ask_become_pass = True
+    if args.become_password is None:
+        args.become_password = click.prompt("BECOME password", hide_input=True, default="", show_default=False,
+                                            err=True)
 
 
 def _override(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -38,16 +72,66 @@ def _override(attr: str) -> Callable[[click.Context, click.Parameter, Any], None
     return callback
 
 
+def _ansible(ctx: click.Context) -> AnsibleArgs:
+    return ctx.ensure_object(Application).ansible
+
+
+def _given(ctx: click.Context, param: click.Parameter) -> bool:
+    return ctx.get_parameter_source(param.name or "") is ParameterSource.COMMANDLINE
+
+
+def _extra_vars_cb(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    if _given(ctx, param):  # after those before the subcommand: they add up, later ones win (ansible-playbook's -e)
+        args = _ansible(ctx)
+        args.extra_vars = merge_extra_vars(value, args.extra_vars)
+
+
+def _user_cb(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if _given(ctx, param):
+        _ansible(ctx).user = check_user(value)
+
+
+def _private_key_cb(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if _given(ctx, param):
+        _ansible(ctx).private_key = check_private_key(value)
+
+
+def _become_cb(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if _given(ctx, param) and value:
+        _ansible(ctx).become = True
+
+
+def _ask_become_pass_cb(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if _given(ctx, param) and value:
+        ask_become_pass(_ansible(ctx))
+
+
+def ansible_options(f: F) -> F:
+    """ansible-playbook's `-e/-u/-b/--private-key/-K` after the subcommand: callbacks updating the group's
+    AnsibleArgs (the group's own options build it)."""
+    f = click.option("-K", "--ask-become-pass", is_flag=True, expose_value=False, callback=_ask_become_pass_cb,
+                     help=ASK_BECOME_PASS_HELP)(f)
+    f = click.option("--private-key", metavar="FILE", expose_value=False, callback=_private_key_cb,
+                     help=PRIVATE_KEY_HELP)(f)
+    f = click.option("-b", "--become", is_flag=True, expose_value=False, callback=_become_cb, help=BECOME_HELP)(f)
+    f = click.option("-u", "--user", metavar="USER", expose_value=False, callback=_user_cb, help=USER_HELP)(f)
+    f = click.option("-e", "--extra-vars", metavar="VARS", multiple=True, expose_value=False,
+                     callback=_extra_vars_cb, help=EXTRA_VARS_HELP)(f)
+    return f
+
+
 def global_options(f: F) -> F:
-    """`-i/--limit/--forks/-v` also after the subcommand (`ddpfix audit -i INV`), overriding those before it.
+    """`-i/-l/-f/-v` and ansible-playbook's `-e/-u/-b/--private-key/-K` also after the subcommand
+    (`ddpfix audit -i INV -l node2`): a value given there replaces the group's (-e adds to them, later wins).
 
     The environment variables are read once, by the group's options; these only take the command line.
     """
+    f = ansible_options(f)
     f = click.option("-v", "--verbose", "verbosity", count=True, expose_value=False, callback=_override("verbosity"),
                      help=VERBOSE_HELP)(f)
-    f = click.option("--forks", type=click.IntRange(1, 500), expose_value=False, callback=_override("forks"),
+    f = click.option("-f", "--forks", type=click.IntRange(1, 500), expose_value=False, callback=_override("forks"),
                      help=f"{FORKS_HELP} [env: DDPFIX_FORKS].")(f)
-    f = click.option("--limit", metavar="PATTERN", expose_value=False, callback=_override("limit"),
+    f = click.option("-l", "--limit", metavar="PATTERN", expose_value=False, callback=_override("limit"),
                      help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")(f)
     f = click.option("--slurm", is_flag=True, expose_value=False, callback=_override("slurm"), help=SLURM_HELP)(f)
     f = click.option("-i", "--inventory", "inventories", metavar="INV", multiple=True, expose_value=False,
