@@ -219,3 +219,13 @@ def test_testinfra_gets_user_and_become_below_the_inventory(monkeypatch: pytest.
     assert "ANSIBLE_REMOTE_USER" not in os.environ and "ANSIBLE_BECOME" not in os.environ
     with _cli_connection({"ansible_user": "bob", "ansible_become": False}):
         assert "ANSIBLE_REMOTE_USER" not in os.environ and "ANSIBLE_BECOME" not in os.environ
+
+
+def test_secret_extra_vars_are_redacted_in_the_run_dir_after_the_run(env: dict[str, Any]) -> None:
+    r = CliRunner().invoke(cli, ["audit", "-i", "hosts.yml", "-e", "db_password=hunter2-xyz"])
+    assert r.exit_code == 6, r.output
+    assert _plain(env["seen"]["extravars"])["db_password"] == "hunter2-xyz"  # the run had it
+    files = list((env["tmp"] / "state").rglob("extravars"))
+    assert files
+    for f in files:  # what stays in the run directory does not
+        assert b"hunter2-xyz" not in f.read_bytes() and (f.stat().st_mode & 0o077) == 0
