@@ -217,3 +217,17 @@ def user_forks(cfg: UserConfig, environ: Mapping[str, str] | None = None) -> int
     except ValueError:
         return None
     return n if n > 0 else None
+
+
+#: Settings that make ansible-playbook prompt for a password on its terminal (ddpfix answers only -K's, from memory).
+PROMPTS: dict[str, Setting] = {
+    "become": Setting("ANSIBLE_BECOME_ASK_PASS", (("privilege_escalation", "become_ask_pass"),)),
+    "ssh": Setting("ANSIBLE_ASK_PASS", (("defaults", "ask_pass"),)),
+}
+
+
+def prompts(cfg: UserConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Which password prompts (`PROMPTS` keys) the user's environment or config turns on (Ansible's booleans)."""
+    env = os.environ if environ is None else environ
+    return [name for name, setting in PROMPTS.items()
+            if str(cfg.value(setting, env) or "").strip().lower() in ("1", "true", "yes", "on", "y", "t")]

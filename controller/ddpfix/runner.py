@@ -444,6 +444,14 @@ def run_playbook(
     cfg = ansiblecfg.load(inventories)
     nforks = default_forks(n_hosts, forks, ansiblecfg.user_forks(cfg))
     user_args = ansibleargs.current()  # -u/-b/--private-key/-K/-e as ansible-playbook takes them
+    # a prompt nobody answers would hang the run: refuse before anything starts
+    asks = ansiblecfg.prompts(cfg)
+    if "become" in asks and not user_args.ask_become_pass:
+        raise DdpfixError(f"become_ask_pass is on ({cfg.path or 'ANSIBLE_BECOME_ASK_PASS'}): pass -K, ddpfix asks "
+                          "for the password once", ExitCode.INVALID_INPUT)
+    if "ssh" in asks:
+        raise DdpfixError(f"ask_pass is on ({cfg.path or 'ANSIBLE_ASK_PASS'}): ddpfix does not answer SSH password "
+                          "prompts; use SSH keys (--private-key) or turn ask_pass off", ExitCode.INVALID_INPUT)
     cmdline: list[str] = user_args.cmdline()
     if check:
         cmdline.append("--check")

@@ -104,9 +104,10 @@ def test_after_the_subcommand_overrides_and_extra_vars_add_up(env: dict[str, Any
 
 def test_long_forms(env: dict[str, Any]) -> None:
     r = CliRunner().invoke(cli, ["audit", "-i", "hosts.yml", "--limit", "node1", "--forks", "3", "--user", "u1",
-                                 "--become", "--extra-vars", "x=y"])
+                                 "--become", "--extra-vars", "x=y", "--key-file", "id_test"])
     assert r.exit_code == 6, r.output
     cmd = env["seen"]["command"]
+    assert _opt(cmd, "--private-key") == str(env["tmp"] / "id_test")
     assert _opt(cmd, "--limit") == "node1" and _opt(cmd, "--forks") == "3" and _opt(cmd, "--user") == "u1"
     assert "--become" in cmd and _plain(env["seen"]["extravars"])["x"] == "y"
 
@@ -145,6 +146,12 @@ def test_ask_become_pass_prompts_once_and_answers_the_prompt_in_memory(env: dict
     for f in (env["tmp"] / "state").rglob("*"):  # never in a file
         if f.is_file():
             assert b"s3cr3t-pw" not in f.read_bytes(), f
+
+
+def test_ask_become_pass_without_input_exits_2(env: dict[str, Any]) -> None:
+    r = CliRunner().invoke(cli, ["audit", "-i", "hosts.yml", "-K"], input="")
+    assert r.exit_code == 2 and "ddpfix: error: -K/--ask-become-pass: no password given" in r.output, r.output
+    assert env["seen"]["calls"] == 0
 
 
 def test_ask_become_pass_from_ansible_environment(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,3 +236,26 @@ def test_secret_extra_vars_are_redacted_in_the_run_dir_after_the_run(env: dict[s
     assert files
     for f in files:  # what stays in the run directory does not
         assert b"hunter2-xyz" not in f.read_bytes() and (f.stat().st_mode & 0o077) == 0
+
+
+@pytest.mark.parametrize("cfg, argv, needle", [
+    ("[privilege_escalation]\nbecome_ask_pass = True\n", [], "become_ask_pass is on"),
+    ("[defaults]\nask_pass = yes\n", [], "ask_pass is on"),
+    ("[defaults]\nask_pass = yes\n", ["-K"], "ask_pass is on"),
+])
+def test_a_prompt_nobody_answers_is_refused_before_the_run(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                           cfg: str, argv: list[str], needle: str) -> None:
+    """ansible.cfg's become_ask_pass/ask_pass would make ansible-playbook wait for a password forever."""
+    (env["tmp"] / "ansible.cfg").write_text(cfg)
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(env["tmp"] / "ansible.cfg"))
+    r = CliRunner().invoke(cli, ["audit", "-i", "hosts.yml", *argv], input="pw\n")
+    assert r.exit_code == 2 and needle in r.output, r.output
+    assert env["seen"]["calls"] == 0
+
+
+def test_become_ask_pass_in_config_with_k_runs(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    (env["tmp"] / "ansible.cfg").write_text("[privilege_escalation]\nbecome_ask_pass = True\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(env["tmp"] / "ansible.cfg"))
+    r = CliRunner().invoke(cli, ["audit", "-i", "hosts.yml", "-K"], input="pw\n")
+    assert r.exit_code == 6, r.output
+    assert env["seen"]["passwords"] == {ansibleargs.BECOME_PROMPT: "pw"}

@@ -127,7 +127,7 @@ class _Group(click.Group):
 @click.option("-e", "--extra-vars", "extra_vars", metavar="VARS", multiple=True, help=EXTRA_VARS_HELP)
 @click.option("-u", "--user", metavar="USER", help=USER_HELP)
 @click.option("-b", "--become", is_flag=True, help=BECOME_HELP)
-@click.option("--private-key", metavar="FILE", help=PRIVATE_KEY_HELP)
+@click.option("--private-key", "--key-file", "private_key", metavar="FILE", help=PRIVATE_KEY_HELP)
 @click.option("-K", "--ask-become-pass", is_flag=True, envvar="ANSIBLE_BECOME_ASK_PASS", help=ASK_BECOME_PASS_HELP)
 @click.option("--slurm", is_flag=True, help=SLURM_HELP)
 @click.option("-v", "--verbose", "verbosity", count=True, help=VERBOSE_HELP)

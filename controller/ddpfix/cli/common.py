@@ -58,8 +58,12 @@ def ask_become_pass(args: AnsibleArgs) -> None:
     """-K: prompt once (like ansible-playbook, before anything runs), keep the answer in memory."""
     args.ask_become_pass = True
     if args.become_password is None:
-        args.become_password = click.prompt("BECOME password", hide_input=True, default="", show_default=False,
-                                            err=True)
+        try:
+            args.become_password = click.prompt("BECOME password", hide_input=True, default="", show_default=False,
+                                                err=True)
+        except click.exceptions.Abort:  # end of input (no terminal, nothing piped): nothing has run
+            raise DdpfixError("-K/--ask-become-pass: no password given (end of input)",
+                              ExitCode.INVALID_INPUT) from None
 
 
 def _override(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -111,8 +115,8 @@ def ansible_options(f: F) -> F:
     AnsibleArgs (the group's own options build it)."""
     f = click.option("-K", "--ask-become-pass", is_flag=True, expose_value=False, callback=_ask_become_pass_cb,
                      help=ASK_BECOME_PASS_HELP)(f)
-    f = click.option("--private-key", metavar="FILE", expose_value=False, callback=_private_key_cb,
-                     help=PRIVATE_KEY_HELP)(f)
+    f = click.option("--private-key", "--key-file", "private_key", metavar="FILE", expose_value=False,
+                     callback=_private_key_cb, help=PRIVATE_KEY_HELP)(f)
     f = click.option("-b", "--become", is_flag=True, expose_value=False, callback=_become_cb, help=BECOME_HELP)(f)
     f = click.option("-u", "--user", metavar="USER", expose_value=False, callback=_user_cb, help=USER_HELP)(f)
     f = click.option("-e", "--extra-vars", metavar="VARS", multiple=True, expose_value=False,
