@@ -259,3 +259,22 @@ def test_become_ask_pass_in_config_with_k_runs(env: dict[str, Any], monkeypatch:
     r = CliRunner().invoke(cli, ["audit", "-i", "hosts.yml", "-K"], input="pw\n")
     assert r.exit_code == 6, r.output
     assert env["seen"]["passwords"] == {ansibleargs.BECOME_PROMPT: "pw"}
+
+
+def _flags(cmd: Any) -> set[str]:
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+
+
+def test_every_global_option_also_after_each_ansible_subcommand_and_in_the_readme_table() -> None:
+    from ddpfix.cli import load_commands
+
+    group = _flags(cli) - {"--version", "-h", "--help"}
+    for name, cmd in load_commands().items():
+        if name in ("audit", "remediate", "env", "verify", "explain"):
+            assert group <= _flags(cmd), (name, sorted(group - _flags(cmd)))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("| option | env | meaning |")
+    table = readme[start:readme.index("\n\n", start)]
+    cells = {ln.split("|")[1] for ln in table.splitlines()[2:]}
+    documented = {f.strip("`, ") for cell in cells for f in cell.replace("/", " ").split() if f.strip("`,").startswith("-")}
+    assert group <= documented, sorted(group - documented)
