@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
@@ -40,6 +41,7 @@ class Application:
     slurm: bool = False  # --slurm: the inventory is the current Slurm allocation
     extra: dict[str, object] = field(default_factory=dict)
     ansible: AnsibleArgs = field(default_factory=lambda: _ansible_args())  # -e/-u/-b/--private-key/-K
+    started: float = field(default_factory=time.monotonic)  # the run's duration in reports (JUnit, Prometheus)
 
     def abort(self, text: str, code: ExitCode = ExitCode.INVALID_INPUT) -> NoReturn:
         import click  # not at import: the collection's controller plugins import this module inside ansible-playbook

@@ -3,9 +3,11 @@ one self-contained HTML file. Pure functions of the JSON document, so every outp
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ddpfix.findings import RULES
@@ -140,9 +142,34 @@ def render_plain(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def output_format(fmt: str, output: str) -> str:
+    """The format `-o output` is written in (`--format`'s when that is a file format, else the extension's, JSON
+    when the extension says nothing). ValueError (one line) for a contradiction: an extension that names another
+    format than --format, or a bare format name as the file (`-o json`: --format was meant; `-o ./json` writes a
+    file of that name)."""
+    if output in FORMATS or output in ("xml", "prom", "htm", "txt"):
+        raise ValueError(f"-o {output}: a format name, not a file: use --format {EXTENSIONS.get('.' + output, output)}"
+                         f" (stdout) or -o ./{output} for a file of that name")
+    by_ext = EXTENSIONS.get(Path(output).suffix.lower())
+    if fmt in ("text", "table"):
+        return by_ext or "json"
+    if by_ext and by_ext != fmt:
+        raise ValueError(f"-o {output}: the extension {Path(output).suffix} means --format {by_ext}, not --format "
+                         f"{fmt}: rename the file or change --format")
+    return fmt
+
+
+def _junit_time(seconds: float) -> str:
+    return f"{max(seconds, 0.0):.3f}"
+
+
 def render_junit(doc: Mapping[str, Any]) -> str:
-    """JUnit XML: one testcase per check and host (classname = check id, name = host); a failure carries the
-    message, evidence and fix; checks on a host that could not be audited are skipped."""
+    """JUnit XML that the Jenkins xunit plugin's junit-10.xsd and the Ant JUnit schema both accept: one testsuite
+    (name, package, id, timestamp, hostname, tests, failures, errors, skipped, time = the run's duration), one
+    testcase per check and host (classname = check id, name = host, time 0: checks are not timed one by one), at
+    most one `<failure>` per testcase (several findings of one check on one host: one failure listing each), a
+    check that could not be evaluated is `<skipped>` with the reason (never a pass), properties: command, version."""
+    import socket
     import xml.etree.ElementTree as ET
 
     hosts = doc.get("hosts") or {}
@@ -152,22 +179,32 @@ def render_junit(doc: Mapping[str, Any]) -> str:
         by.setdefault((f["id"], f.get("host") or "cluster"), []).append(f)
     skipped = {(s["id"], s.get("host") or "cluster") for s in doc.get("skipped") or []}
     blind = {h: {b["id"]: b.get("reason", "") for b in v.get("not_evaluated") or []} for h, v in hosts.items()}
-    suite = ET.Element("testsuite", name=f"ddpfix.{doc.get('command')}")
-    counts = {"tests": 0, "failures": 0, "skipped": 0}
+    name = f"ddpfix.{doc.get('command')}"
+    # Ant: timestamp without a zone (UTC here, as generated_at); hostname "localhost" when it cannot be determined
+    suite = ET.Element("testsuite", name=name, package=name, id="0",
+                       timestamp=str(doc.get("generated_at") or "1970-01-01T00:00:00Z").rstrip("Z"),
+                       hostname=socket.gethostname() or "localhost")
+    props = ET.SubElement(suite, "properties")
+    for k in ("command", "ddpfix_version", "generated_at"):
+        ET.SubElement(props, "property", name=k, value=str(doc.get(k) or ""))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     cluster_ids = {i for (i, h) in by if h == "cluster"} | {i for (i, h) in skipped if h == "cluster"}
     for rid in RULES:
         targets = (["cluster"] if rid in cluster_ids else []) + names
         for h in targets:
-            tc = ET.SubElement(suite, "testcase", classname=rid, name=h)
+            tc = ET.SubElement(suite, "testcase", classname=rid, name=h, time=_junit_time(0))
             counts["tests"] += 1
             if (rid, h) in skipped:
                 ET.SubElement(tc, "skipped", message="accepted (--skip / ddp_skip_findings)")
                 counts["skipped"] += 1
             elif (rid, h) in by:
-                for f in by[(rid, h)]:
-                    el = ET.SubElement(tc, "failure", message=f["message"], type=f["severity"])
-                    el.text = f"evidence: {f['evidence']}\nfix: {f['fix']}" + (
-                        f"\ncaused by: {f['caused_by']}" if f.get("caused_by") else "")
+                fl = by[(rid, h)]
+                worst = min(fl, key=lambda x: SEVERITIES.index(x["severity"]))
+                message = fl[0]["message"] if len(fl) == 1 else f"{len(fl)} findings: " + "; ".join(
+                    x["message"] for x in fl)
+                el = ET.SubElement(tc, "failure", message=message, type=worst["severity"])
+                el.text = "\n\n".join(f"evidence: {x['evidence']}\nfix: {x['fix']}" + (
+                    f"\ncaused by: {x['caused_by']}" if x.get("caused_by") else "") for x in fl)
                 counts["failures"] += 1
             elif h != "cluster" and rid in blind.get(h, {}):
                 ET.SubElement(tc, "skipped", message=f"not evaluated (not a pass): {blind[h][rid]}")
@@ -176,30 +213,58 @@ def render_junit(doc: Mapping[str, Any]) -> str:
                     and rid not in ("host.unreachable", "host.module-failed"):
                 ET.SubElement(tc, "skipped", message=f"{h} could not be audited")
                 counts["skipped"] += 1
+    ET.SubElement(suite, "system-out")
+    ET.SubElement(suite, "system-err")
     for k, v in counts.items():
         suite.set(k, str(v))
+    suite.set("time", _junit_time(float(doc.get("duration_s") or 0)))
     suites = ET.Element("testsuites")
     suites.append(suite)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
+#: Help texts are constant: node_exporter's textfile collector refuses a metric whose HELP differs between files.
+_PROM_HELP = {
+    "finding": "ddpfix findings present in the last run, by check id, host and severity (the number of findings).",
+    "findings": "Findings of the last run by severity.",
+    "hosts": "Hosts in the inventory of the last run.",
+    "hosts_unreachable": "Hosts that could not be audited in the last run.",
+    "last_run_success": "1 when the last run of the command exited 0, else 0.",
+    "run_duration_seconds": "Wall-clock duration of the last run of the command, seconds.",
+    "timestamp_seconds": "When the last run of this command made its report (Unix time).",
+}
+
+
 def render_prometheus(doc: Mapping[str, Any]) -> str:
-    """node_exporter textfile format: `ddpfix_finding{id,host,severity} 1`, counts, unreachable hosts, timestamp."""
+    """node_exporter textfile format. Every series carries `command` (audit, remediate), so the textfiles of both
+    commands side by side never repeat a series: `ddpfix_finding{command,id,host,severity}` (value: how many findings
+    of that check on that host: never two series of one labelset), `ddpfix_findings{command,severity}`,
+    `ddpfix_hosts`, `ddpfix_hosts_unreachable`, `ddpfix_last_run_success`, `ddpfix_run_duration_seconds` and
+    `ddpfix_<command>_timestamp_seconds`."""
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+    command = str(doc.get("command") or "unknown")
     reg = CollectorRegistry()
-    g = Gauge("ddpfix_finding", "A ddpfix finding (1 while it is present).", ["id", "host", "severity"],
-              registry=reg)
+    c = {"command": command}
+    g = Gauge("ddpfix_finding", _PROM_HELP["finding"], ["command", "id", "host", "severity"], registry=reg)
     for f in _findings(doc):
-        g.labels(id=f["id"], host=f.get("host") or "cluster", severity=f["severity"]).set(1)
-    counts = Gauge("ddpfix_findings", "Findings by severity.", ["severity"], registry=reg)
+        g.labels(id=f["id"], host=f.get("host") or "cluster", severity=f["severity"], **c).inc()
+    counts = Gauge("ddpfix_findings", _PROM_HELP["findings"], ["command", "severity"], registry=reg)
+    summary = doc.get("summary") or {}
     for sev in SEVERITIES:
-        counts.labels(severity=sev).set((doc.get("summary") or {}).get("findings", {}).get(sev, 0))
-    Gauge("ddpfix_hosts", "Hosts in the inventory.", registry=reg).set((doc.get("summary") or {}).get("hosts", 0))
-    Gauge("ddpfix_hosts_unreachable", "Hosts that could not be audited.", registry=reg).set(
-        (doc.get("summary") or {}).get("unreachable", 0))
-    Gauge("ddpfix_audit_timestamp_seconds", "When the report was made (Unix time).", registry=reg).set(
-        float(doc.get("generated_at_unix") or 0))
+        counts.labels(severity=sev, **c).set(summary.get("findings", {}).get(sev, 0))
+    Gauge("ddpfix_hosts", _PROM_HELP["hosts"], ["command"], registry=reg).labels(**c).set(summary.get("hosts", 0))
+    Gauge("ddpfix_hosts_unreachable", _PROM_HELP["hosts_unreachable"], ["command"], registry=reg).labels(**c).set(
+        summary.get("unreachable", 0))
+    if doc.get("exit_code") is not None:
+        Gauge("ddpfix_last_run_success", _PROM_HELP["last_run_success"], ["command"], registry=reg).labels(**c).set(
+            1 if doc["exit_code"] == 0 else 0)
+    if doc.get("duration_s") is not None:
+        Gauge("ddpfix_run_duration_seconds", _PROM_HELP["run_duration_seconds"], ["command"],
+              registry=reg).labels(**c).set(float(doc["duration_s"]))
+    stamp = re.sub(r"[^a-zA-Z0-9_]", "_", command)
+    Gauge(f"ddpfix_{stamp}_timestamp_seconds", _PROM_HELP["timestamp_seconds"], ["command"],
+          registry=reg).labels(**c).set(float(doc.get("generated_at_unix") or 0))
     return generate_latest(reg).decode()
 
 

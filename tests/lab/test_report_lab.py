@@ -44,7 +44,11 @@ def test_report_outputs_matrix_and_skip(fw_lab, tmp_path) -> None:
     assert out.rstrip().endswith("at or above warning")
     assert 'data-row="node3" data-col="node2" data-state="refused"' in html.read_text()
     r = CliRunner().invoke(cli, ["audit", "-i", inv, "--format", "prometheus", "-o", str(prom)])
-    assert 'ddpfix_finding{host="node2",id="firewall.peer-ports-blocked",severity="error"} 1.0' in prom.read_text()
+    assert r.exit_code == 1, r.output
+    text = prom.read_text()
+    assert ('ddpfix_finding{command="audit",host="node2",id="firewall.peer-ports-blocked",severity="error"} 1.0'
+            in text)
+    assert 'ddpfix_last_run_success{command="audit"} 0.0' in text and "ddpfix_run_duration_seconds{" in text
     # accepted findings: --skip on the command line, ddp_skip_findings in the inventory; reported, not counted
     doc = yaml.safe_load(fw_lab.inventory.read_text())
     doc["all"]["children"]["ddp_nodes"]["vars"]["ddp_skip_findings"] = ["probe.peer-unreachable"]

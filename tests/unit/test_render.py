@@ -96,7 +96,8 @@ def test_prometheus_textfile_parses() -> None:
     samples = fams["ddpfix_finding"].samples
     assert {(s.labels["id"], s.labels["host"], s.labels["severity"]) for s in samples} >= {
         ("firewall.master-port-blocked", "node1", "error"), ("env.inconsistent", "cluster", "error")}
-    assert all(s.value == 1 for s in samples)
+    assert sum(s.value for s in samples) == len(DOC["findings"])  # a count per (id, host, severity): none collapse
+    assert all(s.labels["command"] == "audit" for s in samples)
     assert fams["ddpfix_hosts_unreachable"].samples[0].value == 0
     assert fams["ddpfix_audit_timestamp_seconds"].samples[0].value == DOC["generated_at_unix"]
 

@@ -7,7 +7,15 @@ import click
 from ddpfix.app import Application, ExitCode
 from ddpfix.audit import audit_report, failing, run_audit
 from ddpfix.checks import Thresholds
-from ddpfix.cli.common import OUTPUT_MODULES, emit, global_options, inventory_of, output_options, probe_options
+from ddpfix.cli.common import (
+    OUTPUT_MODULES,
+    emit,
+    global_options,
+    inventory_of,
+    output_options,
+    output_target,
+    probe_options,
+)
 from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
 
@@ -15,8 +23,9 @@ from ddpfix.progress import Progress
 @click.command("audit")
 @global_options
 @output_options
-@click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="warning", show_default=True,
-              help="Exit 1 when a finding of this severity or worse is reported.")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "info", "none"]), default="warning",
+              show_default=True,
+              help="Exit 1 when a finding of this severity or worse is reported; none: never (report only).")
 @probe_options
 @click.option("--max-skew", type=click.FloatRange(0.001, 3600), default=1.0, show_default=True,
               help="Clock difference between nodes above which time.skew is reported, seconds.")
@@ -29,6 +38,7 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     Read-only: the only thing started on a node is a short-lived probe listener, stopped again.
     Exit 0: nothing at or above --fail-on; 1: findings; 2: invalid input; 3: the run failed.
     """
+    output_target(fmt, output)  # a contradicting -o is refused before anything runs
     inventories = inventory_of(app)  # read once, by the audit's ansible-playbook (its first task derives the cluster)
     with Progress(None, "ddpfix audit", enabled=None if fmt in ("text", "table") else False) as progress:
         result = run_audit(None, inventories=inventories, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
@@ -39,9 +49,10 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     failing_ = failing(findings, fail_on)
     code = ExitCode.FINDINGS if failing_ else ExitCode.OK
     exit_line = (f"exit {int(code)}: {len(failing_)} finding{'s' if len(failing_) != 1 else ''} at or above {fail_on}"
-                 if failing_ else f"exit 0: nothing at or above {fail_on}")
+                 if failing_ else "exit 0: --fail-on none (report only)" if fail_on == "none"
+                 else f"exit 0: nothing at or above {fail_on}")
     if matrix and fmt in ("text", "table"):
         click.echo(render_matrix_text(doc["matrix"]) + "\n")
-    emit(doc, fmt, output, exit_line)
+    emit(doc, fmt, output, exit_line, code)
     if code:
         raise SystemExit(int(code))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,7 +15,7 @@ from click.core import ParameterSource
 from ddpfix.ansibleargs import AnsibleArgs, merge_extra_vars
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.inventory import Cluster, load_cluster
-from ddpfix.render import EXTENSIONS, FORMATS, RENDERERS, render_text
+from ddpfix.render import FORMATS, RENDERERS, output_format, render_text
 
 #: What `emit` needs, not imported with the CLI: a run imports it while ansible-playbook starts (runner `preload`).
 OUTPUT_MODULES = ("rich.console", "rich.table")
@@ -148,7 +149,8 @@ def output_options(f: F) -> F:
                      help="Accept these findings (also ddp_skip_findings): reported as skipped, not counted.")(f)
     f = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
                      help="Also write the report to this file: in --format's format when that is a file format, "
-                          "else by extension (.json .html .xml=junit .prom=prometheus .txt=plain; default JSON).")(f)
+                          "else by extension (.json .html .xml=junit .prom=prometheus .txt=plain; default JSON); an "
+                          "extension naming another format than --format is refused; '-' is stdout.")(f)
     f = click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="text", show_default=True,
                      help="text: grouped by host, root causes first; table: the wide table; json; plain: one line "
                           "per finding; junit; prometheus (node_exporter textfile); html (one self-contained file).")(f)
@@ -202,11 +204,31 @@ def _hold_controller_lock(addresses: tuple[str, ...]) -> None:
         ctx.call_on_close(lock.release)
 
 
-def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | None = None) -> None:
+def output_target(fmt: str, output: str | None) -> tuple[str, str | None]:
+    """(format of the -o file, the file; None: no file) for --format and -o, checked before anything runs: `-o -` is
+    stdout (the report in --format there, as without -o); a contradiction (`--format plain -o x.prom`, a bare format
+    name `-o json`) is invalid input, exit 2."""
+    if output is None or output == "-":
+        return fmt, None
+    try:
+        return output_format(fmt, output), output
+    except ValueError as exc:
+        raise DdpfixError(str(exc), ExitCode.INVALID_INPUT) from exc
+
+
+def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | None = None,
+         code: int | None = None) -> None:
     """The report on stdout in `fmt`; with -o also into a file (a file format: html, junit and prometheus go only
-    to the file when -o is given, and stdout gets the text report)."""
+    to the file when -o is given, and stdout gets the text report). `code` (the exit status) and the run's duration
+    (since the CLI started) go into the document first: JUnit's times and Prometheus' success and duration."""
+    if code is not None:
+        doc["exit_code"] = int(code)
+    ctx = click.get_current_context(silent=True)
+    app = ctx.find_object(Application) if ctx is not None else None
+    if app is not None:
+        doc["duration_s"] = round(max(time.monotonic() - app.started, 0.0), 3)
+    ffmt, output = output_target(fmt, output)
     if output:
-        ffmt = fmt if fmt not in ("text", "table") else EXTENSIONS.get(Path(output).suffix.lower(), "json")
         path = Path(output)
         tmp = path.with_name(f".{path.name}.tmp")
         try:

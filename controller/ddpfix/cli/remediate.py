@@ -10,7 +10,7 @@ from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import host_summaries, run_audit, split_skipped
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import not_evaluated
-from ddpfix.cli.common import cluster_of, emit, global_options, output_options
+from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
 from ddpfix.findings import RULES, Finding
 from ddpfix.progress import Progress
 from ddpfix.remediate import (
@@ -47,6 +47,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     nothing would change, 1 when changes are pending. With --apply: make them, re-audit, exit 0 when
     no fixable finding remains, else 1.
     """
+    output_target(fmt, output)  # a contradicting -o is refused before anything runs
     only_ids = None
     if only:
         only_ids = {s.strip() for s in only.split(",") if s.strip()}
@@ -128,7 +129,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
     else:
         code = ExitCode.FINDINGS if changes or failed or refusals else ExitCode.OK
-    emit(doc, fmt, output, _exit_line(code, apply, remaining, failed, refusals, changes))
+    emit(doc, fmt, output, _exit_line(code, apply, remaining, failed, refusals, changes), code)
     if interrupted:
         if quiet:  # the JSON report on stdout has the diffs; stderr still says what changed where
             for c in changes:
