@@ -1,0 +1,87 @@
+"""The collection installs on its own: galaxy.yml names every collection the roles use, ansible-builder reads the
+collection's meta/execution-environment.yml (ddpfix package, SSH client), and the AWX EE definition in
+examples/awx/ is accepted by `ansible-builder create` (the build context only: no image is built)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _fqcn_collections() -> set[str]:
+    """Collections named by the task keys of roles and playbooks (`ns.coll.module:`), other than ddpfix's and
+    ansible.builtin."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for x in node:
+                walk(x)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                m = re.fullmatch(r"([a-z0-9_]+)\.([a-z0-9_]+)\.[a-z0-9_]+", str(k))
+                if m and m.group(1) != "ddpfix" and (m.group(1), m.group(2)) != ("ansible", "builtin"):
+                    found.add(f"{m.group(1)}.{m.group(2)}")
+                walk(v)
+
+    for path in [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml"), *ROOT.glob("playbooks/*.yml")]:
+        walk(yaml.safe_load(path.read_text()))
+    return found
+
+
+def test_galaxy_yml_declares_every_collection_the_roles_use() -> None:
+    deps = yaml.safe_load((ROOT / "galaxy.yml").read_text())["dependencies"]
+    used = _fqcn_collections()
+    assert used >= {"ansible.posix", "community.general"}
+    assert used <= set(deps), sorted(used - set(deps))
+    assert all(re.fullmatch(r">=\d+\.\d+\.\d+", v) for v in deps.values()), deps
+
+
+def test_ansible_builder_introspects_the_collection(tmp_path: Path) -> None:
+    """What `ansible-builder` adds to any EE that installs ddpfix.cluster (its meta/execution-environment.yml)."""
+    coll = tmp_path / "ansible_collections" / "ddpfix"
+    coll.mkdir(parents=True)
+    (coll / "cluster").symlink_to(ROOT)
+    r = subprocess.run([str(BIN / "ansible-builder"), "introspect", "--sanitize", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = yaml.safe_load(r.stdout)
+    assert [p.split()[0] for p in data["python"]] == ["ddpfix>=0.1.0"]
+    assert {s.split()[0] for s in data["system"]} == {"openssh-client", "openssh-clients"}
+
+
+def test_ansible_builder_create_accepts_the_awx_ee_definition(tmp_path: Path) -> None:
+    ctx = tmp_path / "context"
+    r = subprocess.run([str(BIN / "ansible-builder"), "create", "-f", str(ROOT / "examples/awx/execution-environment.yml"),
+                        "-c", str(ctx), "--output-filename", "Containerfile"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    build = ctx / "_build"
+    assert "ddpfix" in (build / "requirements.txt").read_text()
+    assert "openssh-clients [platform:rpm]" in (build / "bindep.txt").read_text()
+    galaxy = yaml.safe_load((build / "requirements.yml").read_text())
+    deps = yaml.safe_load((ROOT / "galaxy.yml").read_text())["dependencies"]
+    assert {c["name"]: c["version"] for c in galaxy["collections"]} == deps  # the EE installs what galaxy.yml needs
+    containerfile = (ctx / "Containerfile").read_text()
+    assert "ansible-core>=2.17" in containerfile and "install-from-bindep" in containerfile
+
+
+def test_the_built_collection_carries_its_ee_requirements(tmp_path: Path) -> None:
+    r = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tarball,) = tmp_path.glob("ddpfix-cluster-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+        manifest = yaml.safe_load(tar.extractfile("MANIFEST.json"))  # type: ignore[arg-type]
+    assert {"meta/execution-environment.yml", "meta/requirements.txt", "meta/bindep.txt"} <= names
+    assert set(manifest["collection_info"]["dependencies"]) == {"ansible.posix", "community.general"}
