@@ -11,8 +11,8 @@ for p in "${PKGS[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
-  echo "apt-deps: missing Debian packages ${missing[*]}; run as root" >&2
-  exit 4
+  echo "apt-deps: missing Debian packages ${missing[*]}: installing them as root" >&2
+  . "$(dirname "$0")/as-root.sh"  # through sudo; without sudo: exit 4, "run it as root"
 fi
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d

@@ -2,6 +2,7 @@
 # The ddpfix story on the built-in lab: a broken 3-node cluster, audited, failing a real all-reduce,
 # remediated, passing it, torn down. Needs root (network namespaces). Sets itself up on a fresh machine.
 set -uo pipefail
+. "$(dirname "$0")/as-root.sh" "$@"  # as root as it is; else again through sudo
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || exit 1
 DDPFIX=.venv/bin/ddpfix
