@@ -20,11 +20,13 @@ MAX_LOG_BYTES = 64 * 1024 * 1024
 
 @click.command("explain")
 @global_options
-@click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"), default="-")
+@click.argument("logs", nargs=-1, type=click.File("rb"))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_obj
-def command(app: Application, log: IO[str], fmt: str) -> None:
-    """Name the known failure in an error LOG (a file, or - for stdin): torchrun, torch.distributed, Gloo, NCCL.
+def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
+    """Name the known failure in error LOGS (files, or - for stdin; none: stdin): torchrun, torch.distributed,
+    Gloo, NCCL. Several files are read as one log (one rank's file after another); bytes that are not UTF-8 are
+    replaced, ANSI colours and launcher prefixes ([rank3]:, Slurm's 0:, DeepSpeed's) are ignored.
 
     \b
     For each failure: what it means, the finding ids whose checks look at its cause, and the audit to run.
@@ -32,10 +34,17 @@ def command(app: Application, log: IO[str], fmt: str) -> None:
     Exit 1 when the audit (-i) found one of the causes, else 0; the JSON's `known` says whether the log
     showed a known failure.
     """
-    if log is sys.stdin and sys.stdin.isatty():
+    stdin: IO[bytes] = sys.stdin.buffer
+    streams: tuple[IO[bytes], ...] = logs or (stdin,)
+    if not logs and sys.stdin.isatty():
         raise DdpfixError("explain: no log given: pass a file, or pipe the log into `ddpfix explain -`")
-    text = log.read(MAX_LOG_BYTES)
-    diagnoses = diagnose(text.splitlines())
+    lines: list[str] = []
+    budget = MAX_LOG_BYTES
+    for stream in streams:
+        data = stream.read(budget)
+        budget -= len(data)
+        lines += data.decode("utf-8", errors="replace").splitlines()
+    diagnoses = diagnose(lines)
     inv = " ".join(f"-i {i}" for i in app.inventories) or "-i INV"
     found_any = False
     if diagnoses and app.inventories:

@@ -1,0 +1,136 @@
+"""`ddpfix explain` on the field corpus: log excerpts built around messages copied from torch's, Gloo's, NCCL's and
+aws-ofi-nccl's sources and from public logs (each fixture's `# source:` line), and non-distributed failures that
+must name nothing. Each fixture declares `# expect:` (the failure keys, or `none`) and `# findings:` (the finding
+ids the named failures point at)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddpfix.cli import cli
+from ddpfix.explain import PATTERNS, diagnose, finding_ids
+
+LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+FIELD = LOGS / "field"
+
+
+def _read(path: Path) -> tuple[dict[str, str], list[str]]:
+    head: dict[str, str] = {}
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    body = list(lines)
+    while body and body[0].startswith("# "):
+        k, _, v = body.pop(0)[2:].partition(":")
+        head[k.strip()] = v.strip()
+    return head, body
+
+
+def _expected(head: dict[str, str]) -> tuple[list[str], list[str]]:
+    exp = [] if head["expect"] == "none" else head["expect"].split()
+    ids = [] if head["findings"] == "-" else head["findings"].split()
+    return exp, ids
+
+
+CORPUS = sorted(FIELD.glob("*.log"))
+
+
+def test_corpus_size_and_headers() -> None:
+    dist = [p for p in CORPUS if _read(p)[0]["expect"] != "none"]
+    assert len(dist) >= 50 and len(CORPUS) - len(dist) >= 15
+    for p in CORPUS:
+        head, body = _read(p)
+        assert head.get("source") and body, p.name
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+def test_field_log(path: Path) -> None:
+    head, body = _read(path)
+    exp, ids = _expected(head)
+    got = diagnose(body)
+    assert sorted(d.pattern.key for d in got) == sorted(exp), [d.line for d in got]
+    assert finding_ids(got) == ids
+
+
+def test_share_named_correctly(capsys: pytest.CaptureFixture[str]) -> None:
+    ok = dist = quiet = quiet_ok = 0
+    for p in CORPUS:
+        head, body = _read(p)
+        exp, _ = _expected(head)
+        got = sorted(d.pattern.key for d in diagnose(body))
+        if exp:
+            dist += 1
+            ok += got == sorted(exp)
+        else:
+            quiet += 1
+            quiet_ok += not got
+    with capsys.disabled():
+        print(f"\nfield corpus: {ok}/{dist} distributed logs named correctly ({100 * ok // dist}%), "
+              f"{quiet_ok}/{quiet} non-distributed logs name nothing")
+    assert ok == dist and quiet_ok == quiet
+
+
+def test_every_pattern_is_tested_on_two_wordings() -> None:
+    seen: dict[str, set[str]] = {}
+    for p in [*CORPUS, *LOGS.glob("*.log")]:
+        body = _read(p)[1]
+        for d in diagnose(body):
+            seen.setdefault(d.pattern.key, set()).add(d.line)
+    for pat in PATTERNS:
+        if pat.scope == "all":
+            assert len(seen.get(pat.key, ())) >= 2, pat.key
+
+
+def test_every_example_line_names_its_pattern() -> None:
+    for pat in PATTERNS:
+        extra = ["NCCL INFO Using network Socket"] if pat.also else []  # the fall-back line it needs
+        got = [d.pattern.key for d in diagnose([pat.example, *extra], scope=pat.scope)]
+        if pat.needs_context:  # with a distributed line next to it
+            got = [d.pattern.key for d in diagnose(["[c10d] ProcessGroupGloo", pat.example])]
+        assert pat.key in got, (pat.key, got)
+
+
+def test_bare_symptoms_name_nothing_without_a_distributed_context() -> None:
+    for line in ("ConnectionResetError: [Errno 104] Connection reset by peer", "curl: (6) host not found",
+                 "ssh: connect to host x port 22: Connection timed out", "Name or service not known"):
+        assert diagnose([line]) == [], line
+
+
+def test_ansi_prefixes_and_details() -> None:
+    d = diagnose(["\x1b[31m[rank3]:[W socket.cpp:1] [c10d] The client socket has failed to connect to any network "
+                  "address of (node1, 29400). x\x1b[0m"])
+    assert [x.pattern.key for x in d] == ["master-unreachable"] and d[0].detail == ("node1", "29400")
+    d = diagnose(["socketStartConnect: Connect to 10.0.0.2<44801> failed : Connection refused"])
+    assert d[0].detail == ("10.0.0.2", "44801", "Connection refused")
+    d = diagnose(["Timed out after 901 seconds waiting for clients. 2/4 clients joined."])
+    assert d[0].detail == ("901", "2", "4")
+
+
+def test_ib_no_device_alone_is_not_a_fallback() -> None:
+    assert diagnose(["NCCL INFO NET/IB : No device found."]) == []
+
+
+def test_cli_several_files_stdin_and_bytes(tmp_path: Path) -> None:
+    a, b = FIELD / "store-clients-901s-2of4.log", FIELD / "nccl-connect-abort.log"
+    r = CliRunner().invoke(cli, ["explain", str(a), str(b), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    import json
+    keys = [f["key"] for f in json.loads(r.stdout)["failures"]]
+    assert keys == ["store-clients-missing", "nccl-socket-connect"]
+    raw = tmp_path / "bytes.log"
+    raw.write_bytes(b"\xff\xfe garbage \x80\n" + b.read_bytes())
+    r = CliRunner().invoke(cli, ["explain", "-"], input=raw.read_bytes())
+    assert r.exit_code == 0 and "nccl-socket-connect" in r.output, r.output
+
+
+def test_several_mb_under_a_second() -> None:
+    noise = [f"[rank{i % 8}]: step {i} loss 2.{i % 97:02d} lr 3e-4 tokens/s 81234" for i in range(120_000)]
+    lines = [*noise, "[rank3]: torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "
+             "2/4 clients joined.", *noise]
+    assert sum(map(len, lines)) > 8_000_000
+    t = time.perf_counter()
+    got = diagnose(lines)
+    assert time.perf_counter() - t < 1.0
+    assert [d.pattern.key for d in got] == ["store-clients-missing"]
