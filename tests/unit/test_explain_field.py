@@ -134,3 +134,27 @@ def test_several_mb_under_a_second() -> None:
     got = diagnose(lines)
     assert time.perf_counter() - t < 1.0
     assert [d.pattern.key for d in got] == ["store-clients-missing"]
+
+
+def test_readme_states_the_share() -> None:
+    dist = [p for p in CORPUS if _read(p)[0]["expect"] != "none"]
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"{len(dist)}/{len(dist)} field logs named correctly" in text
+    assert f"{len(CORPUS) - len(dist)}/{len(CORPUS) - len(dist)} non-distributed logs name nothing" in text
+
+
+def test_verify_cause_comes_from_the_table() -> None:
+    from ddpfix.explain import cause_line
+    from ddpfix.verify import likely_cause
+
+    # verify's own launch output is distributed by construction: a bare refusal is named without context
+    assert "firewall.master-port-blocked" in likely_cause("RuntimeError: Connection refused", [])
+    assert likely_cause("x", ["netif.missing"]) == "audit findings here: netif.missing"
+    assert likely_cause("x", []) == "unknown: see the error text"
+    both = "ModuleNotFoundError: No module named 'torch'\nRuntimeError: Connection refused"
+    assert cause_line(both).startswith("ddp_python on this node cannot run torch")
+    c = likely_cause("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 "
+                     "clients joined.", ["env.inconsistent"])
+    assert "k/n joined" in c and c.endswith("; audit findings here: env.inconsistent")
+    # verify-only rows are not named in a user's log
+    assert diagnose(["ModuleNotFoundError: No module named 'torch'"]) == []
