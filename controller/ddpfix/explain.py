@@ -399,12 +399,35 @@ class Diagnosis:
     detail: tuple[str, ...]  # the regex's groups on the first match (an address, a port, an interface)
     count: int = 1  # matching lines
     found: list[dict[str, Any]] = field(default_factory=list)  # audit findings (with -i)
+    notes: list[str] = field(default_factory=list)  # what the log says against the inventory (with -i)
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.pattern.key, "title": self.pattern.title, "line": self.line_no, "excerpt": self.line,
                 "detail": list(self.detail), "count": self.count, "meaning": self.pattern.meaning,
                 "finding_ids": list(self.pattern.finding_ids), "advice": self.pattern.advice,
-                "findings": self.found}
+                "findings": self.found, "inventory": self.notes}
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What the whole log says besides its failures: the ranks that printed lines, the NCCL versions."""
+
+    ranks: tuple[int, ...] = ()
+    nccl_versions: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "nccl_versions": list(self.nccl_versions)}
+
+
+_RANK = re.compile(r"\[[Rr]ank ?(\d{1,6})\]")
+_NCCL_VERSION = re.compile(r"NCCL version:? ?(\d+\.\d+\.\d+)")
+
+
+def log_facts(lines: Iterable[str]) -> LogFacts:
+    text = "\n".join(lines)
+    ranks = sorted({int(r) for r in _RANK.findall(text)})
+    versions = sorted(set(_NCCL_VERSION.findall(text)))
+    return LogFacts(tuple(ranks), tuple(versions))
 
 
 def _compile(scope: str) -> list[tuple[Pattern, list[re.Pattern[str]]]]:
@@ -513,3 +536,38 @@ def markdown() -> str:
         ex = p.example.replace("|", "\\|")
         out.append(f"| `{p.key}` | {p.title} | {ids} | `{ex}` |")
     return "\n".join(out) + "\n"
+
+
+def against_inventory(diagnoses: Sequence[Diagnosis], facts: LogFacts, cluster: Any) -> list[str]:
+    """What the log says that the inventory contradicts (an `inventory.Cluster`): a store address that is not the
+    master's, a peer address that is no node's, an interface the inventory does not name, a world size or a rank
+    beyond the inventory's world size. Sets each diagnosis's `notes`; returns the notes about the whole log."""
+    master = cluster.master_node
+    names = {n.name for n in cluster.nodes} | {n.address for n in cluster.nodes}
+    ifnames = sorted({n.socket_ifname for n in cluster.nodes if n.socket_ifname})
+    world = int(cluster.world_size)
+    for d in diagnoses:
+        key, det = d.pattern.key, d.detail
+        if key == "master-unreachable" and len(det) >= 2 and det[1].isdigit():
+            if det[0] not in (master.name, master.address):
+                d.notes.append(f"the log dials {det[0]}:{det[1]}; the inventory's master is {master.name} at "
+                               f"{master.address}:{cluster.master_port}: that node's MASTER_ADDR is not the "
+                               "master's cluster address")
+            elif int(det[1]) != cluster.master_port:
+                d.notes.append(f"the log dials port {det[1]}; the inventory's master port is {cluster.master_port}")
+        elif key in ("nccl-socket-connect", "gloo-peer-connect") and det and det[0][:1].isalnum():
+            if re.fullmatch(r"[0-9A-Fa-f:.]+", det[0]) and det[0] not in names:
+                d.notes.append(f"peer address {det[0]} is no node's cluster address in the inventory: a rank "
+                               "advertised another interface (pin NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME)")
+        elif key in ("socket-ifname-missing", "nccl-virtual-interface") and det and ifnames:
+            if det[0] not in ifnames:
+                d.notes.append(f"interface {det[0]} is not the inventory's ({', '.join(ifnames)})")
+        elif key == "store-clients-missing" and len(det) == 3 and int(det[2]) != world:
+            d.notes.append(f"the store waited for {det[2]} clients; the inventory's world size is {world} "
+                           "(NNODES / WORLD_SIZE differ from the inventory)")
+    beyond = [r for r in facts.ranks if r >= world]
+    if beyond:
+        return [f"rank{'s' if len(beyond) > 1 else ''} {', '.join(map(str, beyond))} in the log "
+                f"{'are' if len(beyond) > 1 else 'is'} beyond the inventory's world size {world}: a node ran with "
+                "another WORLD_SIZE / NNODES or another inventory"]
+    return []

@@ -158,3 +158,60 @@ def test_verify_cause_comes_from_the_table() -> None:
     assert "k/n joined" in c and c.endswith("; audit findings here: env.inconsistent")
     # verify-only rows are not named in a user's log
     assert diagnose(["ModuleNotFoundError: No module named 'torch'"]) == []
+
+
+def _cluster() -> object:
+    from ddpfix.inventory import Cluster, Node
+
+    nodes = (Node("node1", "10.0.0.1", 0, socket_ifname="ens5"), Node("node2", "10.0.0.2", 1, socket_ifname="ens5"))
+    return Cluster(nodes=nodes, master="node1", master_port=29500, nproc_per_node=2)
+
+
+def test_against_inventory_names_what_the_log_contradicts() -> None:
+    from ddpfix.explain import against_inventory, log_facts
+
+    lines = ["[rank5]: torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
+             "address of (172.17.0.1, 29500). x",
+             "node2:1:1 [0] NCCL INFO NET/Socket : Using [0]docker0:172.17.0.1<0>",
+             "socketStartConnect: Connect to 172.17.0.1<44801> failed : Connection refused",
+             "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/8 clients joined.",
+             "NCCL version 2.21.5+cuda12.4"]
+    ds = diagnose(lines)
+    facts = log_facts(lines)
+    assert facts.ranks == (5,) and facts.nccl_versions == ("2.21.5",)
+    whole = against_inventory(ds, facts, _cluster())
+    notes = {d.pattern.key: d.notes for d in ds}
+    assert "the inventory's master is node1 at 10.0.0.1:29500" in notes["master-unreachable"][0]
+    assert notes["nccl-virtual-interface"] == ["interface docker0 is not the inventory's (ens5)"]
+    assert "172.17.0.1 is no node's cluster address" in notes["nccl-socket-connect"][0]
+    assert "waited for 8 clients; the inventory's world size is 4" in notes["store-clients-missing"][0]
+    assert whole and "rank 5 in the log is beyond the inventory's world size 4" in whole[0]
+
+
+def test_against_inventory_is_quiet_when_the_log_agrees() -> None:
+    from ddpfix.explain import against_inventory, log_facts
+
+    lines = ["[rank3]: The client socket has failed to connect to any network address of (node1, 29500). x",
+             "Timed out after 901 seconds waiting for clients. 2/4 clients joined."]
+    ds = diagnose(lines)
+    assert against_inventory(ds, log_facts(lines), _cluster()) == [] and all(not d.notes for d in ds)
+
+
+def test_cli_with_inventory_prints_the_contradictions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import json
+    from types import SimpleNamespace
+
+    import ddpfix.audit
+    import ddpfix.cli.common
+
+    monkeypatch.setattr(ddpfix.cli.common, "cluster_of", lambda app: _cluster())
+    monkeypatch.setattr(ddpfix.audit, "run_audit", lambda *a, **k: SimpleNamespace(findings=[]))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all: {}\n")
+    log = "[rank3]: The client socket has failed to connect to any network address of (10.9.9.9, 29500). x\n"
+    r = CliRunner().invoke(cli, ["-i", str(inv), "explain", "-", "--format", "json"], input=log)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert "the log dials 10.9.9.9:29500" in doc["failures"][0]["inventory"][0] and doc["log"]["ranks"] == [3]
+    r = CliRunner().invoke(cli, ["-i", str(inv), "explain", "-"], input=log)
+    assert "against the inventory: the log dials 10.9.9.9:29500" in r.output, r.output

@@ -13,7 +13,7 @@ import click
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.cli.common import global_options
-from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, diagnose, finding_ids
+from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, LogFacts, against_inventory, diagnose, finding_ids, log_facts
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
 
@@ -45,32 +45,37 @@ def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
         budget -= len(data)
         lines += data.decode("utf-8", errors="replace").splitlines()
     diagnoses = diagnose(lines)
+    facts = log_facts(lines)
     inv = " ".join(f"-i {i}" for i in app.inventories) or "-i INV"
     found_any = False
+    notes: list[str] = []
     if diagnoses and app.inventories:
-        found_any = _confirm(app, diagnoses)
+        found_any, notes = _confirm(app, diagnoses, facts)
     if fmt == "json":
         doc = {"schema": "ddpfix.explain/v1", "known": bool(diagnoses), "failures": [d.to_json() for d in diagnoses],
                "audit": f"ddpfix audit {inv}", "audited": bool(app.inventories),
-               "advice": None if diagnoses else FALLBACK_ADVICE}
+               "advice": None if diagnoses else FALLBACK_ADVICE, "log": facts.to_json(), "inventory": notes}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         _print_text(diagnoses, inv, audited=bool(app.inventories))
+        for n in notes:
+            click.echo(_wrap("against the inventory: " + n, ""))
     raise SystemExit(int(ExitCode.FINDINGS if found_any else ExitCode.OK))
 
 
-def _confirm(app: Application, diagnoses: list[Diagnosis]) -> bool:
+def _confirm(app: Application, diagnoses: list[Diagnosis], facts: LogFacts) -> tuple[bool, list[str]]:
     from ddpfix.audit import run_audit
     from ddpfix.cli.common import cluster_of
 
     cluster = cluster_of(app)
+    notes = against_inventory(diagnoses, facts, cluster)
     result = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity)
     any_found = False
     for d in diagnoses:
         ids = set(d.pattern.finding_ids)
         d.found = [f.to_json() for f in result.findings if f.id in ids]
         any_found = any_found or bool(d.found)
-    return any_found
+    return any_found, notes
 
 
 def _wrap(text: str, indent: str) -> str:
@@ -94,6 +99,8 @@ def _print_text(diagnoses: list[Diagnosis], inv: str, *, audited: bool) -> None:
         if d.pattern.finding_ids:
             click.echo(f"  checked by: {', '.join(d.pattern.finding_ids)}")
         click.echo(_wrap("fix: " + d.pattern.advice, "  "))
+        for note in d.notes:
+            click.echo(_wrap("against the inventory: " + note, "  "))
         if audited:
             if d.found:
                 click.echo("  the audit found:")
