@@ -315,6 +315,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "collective-timeout-first",
         "the first collective timed out: the ranks never connected (connectivity, not a hang)",
         (r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=1,",
+         r"(?:Timeout at NCCL work|detected by watchdog at work): \d+, last enqueued NCCL work: \d+, "
          r"last completed NCCL work: -1\b"),
         "The watchdog fired on the very first collective (SeqNum=1 / no work ever completed): the communicator "
         "never came up between some pair of ranks. That is the network: a peer port blocked, a wrong interface "
@@ -331,7 +332,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "collective-timeout-later",
         "a later collective timed out: a hang or a straggler, not the network",
         (r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+)",
-         r"last completed NCCL work: (\d+)"),
+         r"(?:Timeout at NCCL work|detected by watchdog at work): (\d+), last enqueued NCCL work: \d+, "
+         r"last completed NCCL work: \d+"),
         "Collectives had completed before (SeqNum > 1), so the ranks were connected. One rank did not enter the "
         "collective in time: it hung (a deadlock, data loading, a checkpoint write), crashed, or called collectives "
         "in another order or size. The host checks will not find this.",
