@@ -528,6 +528,12 @@ def cause_line(text: str, finding_ids_here: Iterable[str] = ()) -> str:
     return f"{d.pattern.title}{checks}: {d.pattern.advice}{here}"
 
 
+def symptoms(finding_id: str) -> list[Pattern]:
+    """The recognised failures whose cause this finding's check looks at: how the finding shows in a job's log
+    (the HTML report lists them under each cause)."""
+    return [p for p in PATTERNS if p.scope == "all" and finding_id in p.finding_ids]
+
+
 def markdown() -> str:
     """The README's list of recognised failures, generated from the table: key, title, one example line."""
     out = ["| failure | what it means | checked by | example line |", "|---|---|---|---|"]
