@@ -16,6 +16,7 @@ failure.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -442,7 +443,8 @@ _COMPILED = {"all": _compile("all"), "verify": _compile("verify")}
 #: its anchor here; the corpus tests fail otherwise.
 ANCHORS: tuple[str, ...] = (
     "127.", "::1", "Unable to find address", "no socket interface", "NCCL_SOCKET_IFNAME", "No usable listening",
-    "AF_INET", "Using", "EADDRINUSE", "ddress already in use", "errno: 9", "ddress family", "EAFNOSUPPORT",
+    "AF_INET", "NET/Socket", "Bootstrap", "EADDRINUSE", "ddress already in use", "errno: 9", "ddress family",
+    "EAFNOSUPPORT",
     "trying to connect", "connect/validate", "any network address", "errno: 11", "C10d store", "onnection refused",
     "waiting for clients", "ncclUniqueId", "connectFullMesh", "willRetry", "pair.cc", "Connect to",
     "Call to connect", "socketStartConnect", "onnection reset", "onnection closed", "Socket Timeout", "ECONNRESET",
@@ -453,17 +455,39 @@ ANCHORS: tuple[str, ...] = (
 )
 
 
-def _candidates(text: str, starts: list[int]) -> list[int]:
-    """Indexes of the lines (starting at `starts`) that hold an anchor."""
-    out: set[int] = set()
+def _candidates(text: str, starts: list[int]) -> dict[int, set[str]]:
+    """The lines (by index; a line starts at `starts`) that hold an anchor, each with the anchors it holds."""
+    out: dict[int, set[str]] = {}
     end = len(text)
     for a in ANCHORS:
         i = text.find(a)
         while i != -1:
             ln = bisect.bisect_right(starts, i) - 1
-            out.add(ln)
+            out.setdefault(ln, set()).add(a)
             i = text.find(a, starts[ln + 1] if ln + 1 < len(starts) else end)
-    return sorted(out)
+    return dict(sorted(out.items()))
+
+
+def regex_anchors(rx: str) -> frozenset[str]:
+    """The anchors written in a regex (its escapes undone): a line holding none of them is not tried against it.
+    Empty: the regex is tried on every candidate line. A unit test checks, on every corpus line a regex matches,
+    that the line holds one of its anchors."""
+    plain = re.sub(r"\\(.)", r"\1", rx)
+    return frozenset(a for a in ANCHORS if a in plain)
+
+
+_RX_ANCHORS = {rx.pattern: regex_anchors(rx.pattern) for c in _COMPILED.values() for _, rxs in c for rx in rxs}
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(scope: str, held: frozenset[str]) -> list[tuple[Pattern, list[re.Pattern[str]]]]:
+    """The patterns and regexes worth trying on a line that holds these anchors."""
+    out = []
+    for pat, regexes in _COMPILED[scope]:
+        rxs = [rx for rx in regexes if not _RX_ANCHORS[rx.pattern] or _RX_ANCHORS[rx.pattern] & held]
+        if rxs:
+            out.append((pat, rxs))
+    return out
 
 
 def _in_context(lines: Sequence[str], i: int) -> bool:
@@ -482,10 +506,9 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
     text = joined.split("\n")
     starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
     found: dict[str, Diagnosis] = {}
-    compiled = _COMPILED[scope]
-    for i in _candidates(joined, starts):
+    for i, held in _candidates(joined, starts).items():
         line = text[i]
-        for pat, regexes in compiled:
+        for pat, regexes in _plan(scope, frozenset(held)):
             for rx in regexes:
                 m = rx.search(line)
                 if not m:

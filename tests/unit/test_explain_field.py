@@ -134,6 +134,12 @@ def test_several_mb_under_a_second() -> None:
     got = diagnose(lines)
     assert time.perf_counter() - t < 1.0
     assert [d.pattern.key for d in got] == ["store-clients-missing"]
+    # the whole command on stdin, an NCCL_DEBUG=INFO log: one line in ten an NCCL INFO line holding an anchor
+    busy = "\n".join(f"node1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> {ln}" if i % 10 == 0 else ln
+                     for i, ln in enumerate(lines))
+    t = time.perf_counter()
+    r = CliRunner().invoke(cli, ["explain", "-"], input=busy.encode())
+    assert time.perf_counter() - t < 2.0 and "store-clients-missing" in r.output, r.output
 
 
 def test_readme_states_the_share() -> None:
@@ -215,3 +221,17 @@ def test_cli_with_inventory_prints_the_contradictions(monkeypatch: pytest.Monkey
     assert "the log dials 10.9.9.9:29500" in doc["failures"][0]["inventory"][0] and doc["log"]["ranks"] == [3]
     r = CliRunner().invoke(cli, ["-i", str(inv), "explain", "-"], input=log)
     assert "against the inventory: the log dials 10.9.9.9:29500" in r.output, r.output
+
+
+def test_each_regex_match_holds_one_of_its_anchors() -> None:
+    # the prefilter skips a regex on a line without its anchors: every line any regex matches must hold one
+    from ddpfix.explain import ANCHORS, regex_anchors
+
+    lines = [ln for p in [*CORPUS, *LOGS.glob("*.log")] for ln in _read(p)[1]] + [p.example for p in PATTERNS]
+    for pat in PATTERNS:
+        for rx in pat.compiled():
+            need = regex_anchors(rx.pattern)
+            for ln in lines:
+                if rx.search(ln):
+                    assert any(a in ln for a in ANCHORS), (pat.key, ln)
+                    assert not need or any(a in ln for a in need), (pat.key, rx.pattern, ln)
