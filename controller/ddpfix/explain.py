@@ -101,6 +101,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ("probe.port-in-use", "net.master-port-ephemeral"),
         "Stop the process holding the port, or choose a ddp_master_port outside the ephemeral range.",
         example="The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+        needs_context=True,
     ),
     Pattern(
         "address-family",
@@ -391,6 +392,8 @@ FOREIGN_CONTEXT = re.compile(
     r"urllib3|requests[./]|huggingface_hub|hf_hub_download|HfHubHTTPError|pip[./]_internal|Downloading|aiohttp|"
     r"http[./]client|botocore|fsspec|ConnectionError\(|MaxRetryError|ReadTimeoutError|wandb")
 _WINDOW_BEFORE, _WINDOW_AFTER = 8, 3
+#: what a healthy job prints at NCCL init: not a distributed context for a line next to it
+_CHATTER = re.compile(r"NCCL (?:INFO|version)")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -491,11 +494,16 @@ def _plan(scope: str, held: frozenset[str]) -> list[tuple[Pattern, list[re.Patte
 
 
 def _in_context(lines: Sequence[str], i: int) -> bool:
-    """A distributed-communication line within the window around line i, and no download/HTTP client line."""
-    window = lines[max(0, i - _WINDOW_BEFORE): i + _WINDOW_AFTER + 1]
+    """Line i is a distributed failure: it holds a distributed-communication marker itself, or one of the lines
+    around it does (NCCL INFO and `NCCL version` lines do not count: a healthy job prints them at init), and no
+    download/HTTP client line stands among them."""
+    lo, hi = max(0, i - _WINDOW_BEFORE), i + _WINDOW_AFTER + 1
+    window = lines[lo:hi]
     if any(FOREIGN_CONTEXT.search(ln) for ln in window):
         return False
-    return any(DIST_CONTEXT.search(ln) for ln in window)
+    if DIST_CONTEXT.search(lines[i]):
+        return True
+    return any(DIST_CONTEXT.search(ln) and not _CHATTER.search(ln) for ln in window)
 
 
 def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
