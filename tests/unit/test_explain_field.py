@@ -235,3 +235,9 @@ def test_each_regex_match_holds_one_of_its_anchors() -> None:
                 if rx.search(ln):
                     assert any(a in ln for a in ANCHORS), (pat.key, ln)
                     assert not need or any(a in ln for a in need), (pat.key, rx.pattern, ln)
+
+
+def test_cli_says_when_no_host_check_applies() -> None:
+    r = CliRunner().invoke(cli, ["explain", str(FIELD / "watchdog-later-allgather.log")])
+    assert r.exit_code == 0 and "collective-timeout-later" in r.output
+    assert "checked by: no host check (not the network" in r.output and "run: ddpfix audit" not in r.output

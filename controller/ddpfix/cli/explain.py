@@ -98,6 +98,8 @@ def _print_text(diagnoses: list[Diagnosis], inv: str, *, audited: bool) -> None:
         click.echo(_wrap(d.pattern.meaning, "  "))
         if d.pattern.finding_ids:
             click.echo(f"  checked by: {', '.join(d.pattern.finding_ids)}")
+        else:
+            click.echo("  checked by: no host check (not the network: the audit will not find this)")
         click.echo(_wrap("fix: " + d.pattern.advice, "  "))
         for note in d.notes:
             click.echo(_wrap("against the inventory: " + note, "  "))
