@@ -369,6 +369,16 @@ PATTERNS: tuple[Pattern, ...] = (
         scope="verify",
     ),
     Pattern(
+        "interface-no-such-device",
+        "the socket interface verify bound to does not exist on this node",
+        (r"[Nn]o such device",),
+        "A bind to the interface in the env file failed: the name does not exist on this node.",
+        ("netif.missing",),
+        "Write per-node interface names into the env files: ddpfix env --apply.",
+        example="SO_BINDTODEVICE: No such device",
+        scope="verify",
+    ),
+    Pattern(
         "env-file-missing",
         "the node has no ddpfix env file",
         (r"No such file or directory.*ddp\.env", r"ddp\.env: No such file"),
@@ -455,6 +465,7 @@ ANCHORS: tuple[str, ...] = (
     "NET/OFI", "aws-ofi-nccl", "Watchdog caught", "last completed", "network addresses", "Name or service",
     "name resolution", "host not found", "getaddrinfo", "ECONNREFUSED", "o route to host", "EHOSTUNREACH",
     "onnection timed out", "ETIMEDOUT", "failed to run command", "No module named", "ddp.env", "Got completion",
+    "o such device",
 )
 
 

@@ -162,6 +162,7 @@ def test_verify_cause_comes_from_the_table() -> None:
     c = likely_cause("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 "
                      "clients joined.", ["env.inconsistent"])
     assert "k/n joined" in c and c.endswith("; audit findings here: env.inconsistent")
+    assert "netif.missing" in likely_cause("RuntimeError: No such device", [])
     # verify-only rows are not named in a user's log
     assert diagnose(["ModuleNotFoundError: No module named 'torch'"]) == []
 
