@@ -1,12 +1,23 @@
 """`ddpfix explain`: name the known failure in a pasted torchrun / torch.distributed / Gloo / NCCL error log.
 
-The patterns are data (`PATTERNS`, one row per failure). Each row names the finding ids whose checks look at the
-cause, so `ddpfix explain -i INV` can run the audit and say which of those causes is present on the cluster.
-Every pattern is tested on a real log excerpt recorded with torch 2.13 (tests/unit/fixtures/logs/).
+The patterns are data (`PATTERNS`, one row per failure), the one table that `explain`, `verify` (the cause of a
+failing all-reduce) and the reports use. Each row names the finding ids whose checks look at the cause, so
+`ddpfix explain -i INV` can run the audit and say which of those causes is present on the cluster, and one
+example line (`example`) that the README's generated list shows and a unit test matches.
+
+Every pattern is tested on at least two wordings: the logs recorded with torch 2.13 (tests/unit/fixtures/logs/)
+and the field corpus built around messages copied from torch's, Gloo's and NCCL's sources and public issues
+(tests/unit/fixtures/logs/field/). A row with `needs_context` (a bare `Connection reset by peer`, `host not
+found`) is named only when a distributed-communication line (c10d, Gloo, NCCL, torchrun, a torch.distributed
+frame) stands near it and no download/HTTP client line does: a Hugging Face Hub download reset is not a DDP
+failure.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,24 +32,37 @@ class Pattern:
     meaning: str
     finding_ids: tuple[str, ...]
     advice: str
+    #: one line the pattern names (README list, unit-tested)
+    example: str = ""
     #: Keys of patterns this one explains: when both match, only this one is reported.
     explains: tuple[str, ...] = ()
+    #: named only with a distributed-communication line near the match (see `_in_context`)
+    needs_context: bool = False
+    #: a regex that must match some line of the same log as well (e.g. the fall-back after `No device found`)
+    also: str | None = None
+    #: "all": explain and verify; "verify": only verify's own launch output (torch missing, no env file)
+    scope: str = "all"
+    #: a symptom any failure can show (a reset, a refusal): dropped when a specific failure is named too
+    generic: bool = False
 
     def compiled(self) -> list[re.Pattern[str]]:
         return [re.compile(r) for r in self.regexes]
 
+
+_IP = r"\[?([0-9A-Fa-f:.]+|[\w.-]+)\]?"
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "loopback-advertised",
         "a rank advertised a loopback address to its peers",
         (r"remote=\[(127\.\d+\.\d+\.\d+|::1)\]", r"connect\(\) to (127\.\d+\.\d+\.\d+)",
-         r"\((127\.0\.1\.1), \d+\)"),
+         r"\((127\.0\.1\.1), \d+\)", r"connect \[(127\.\d+\.\d+\.\d+)\]:(\d+)"),
         "Gloo (with no GLOO_SOCKET_IFNAME) binds the address its hostname resolves to. On Debian/Ubuntu the hostname "
         "is mapped to 127.0.1.1 in /etc/hosts, so peers dial loopback and reach themselves.",
         ("hosts.hostname-loopback", "netif.autoselect-wrong"),
         "Map every hostname to its cluster address and set GLOO_SOCKET_IFNAME per node: ddpfix remediate --apply "
         "writes the /etc/hosts block and the env files.",
+        example="Gloo connectFullMesh failed with [...pair.cc:144] Connection refused, remote=[127.0.1.1]:17308",
         explains=("gloo-peer-connect",),
     ),
     Pattern(
@@ -46,45 +70,144 @@ PATTERNS: tuple[Pattern, ...] = (
         "the socket interface named in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME does not exist here",
         (r"Unable to find address for: ?(\S+)", r"Bootstrap : no socket interface found",
          r"no NCCL_SOCKET_IFNAME interface found", r"NET/Socket : No usable listening interface",
-         r"neither AF_INET\(2\) nor AF_INET6\(10\)"),
+         r"neither AF_INET\(2\) nor AF_INET6\(10\)", r"Bootstrap: no socket interface found"),
         "The interface name in the environment matches no interface with an address on this node: names differ "
         "between nodes (eth0 here, ens5 there) or the interface is down or has no address.",
         ("netif.missing", "netif.name-mismatch", "netif.down"),
         "Write per-node interface names into the env files: ddpfix env --apply (NCCL: NCCL_SOCKET_IFNAME==<if>, "
         "Gloo: GLOO_SOCKET_IFNAME=<if>).",
+        example="NCCL WARN Bootstrap : no socket interface found",
+    ),
+    Pattern(
+        "nccl-virtual-interface",
+        "NCCL chose a container bridge, veth, libvirt or link-local interface",
+        (r"(?:NET/Socket|Bootstrap) ?: Using \[\d+\]((?:docker|veth|virbr|br-|cni|flannel|cali|vxlan|lxcbr)[\w.-]*)"
+         r":([0-9A-Fa-f:.]+)",
+         r"(?:NET/Socket|Bootstrap) ?: Using \[\d+\]([\w.-]+):(169\.254\.\d+\.\d+|fe80:[0-9a-f:]*)",
+         r"Bootstrap ?: Using ((?:docker|veth|virbr|br-|cni)[\w.-]*):([0-9A-Fa-f:.]+)"),
+        "With no NCCL_SOCKET_IFNAME, NCCL takes the first interface that is not loopback; a docker0/veth/virbr "
+        "bridge or a link-local address is reachable from no other node, so peers dial an address that leads "
+        "nowhere (connect timeouts, hangs at the first collective).",
+        ("netif.autoselect-wrong", "netif.name-mismatch"),
+        "Pin the cluster interface in the env files: ddpfix env --apply (NCCL_SOCKET_IFNAME=<if>).",
+        example="NCCL INFO NET/Socket : Using [0]veth3f2a1b:172.17.0.1<0>",
     ),
     Pattern(
         "address-in-use",
         "MASTER_PORT is already in use on the master",
-        (r"EADDRINUSE", r"[Aa]ddress already in use"),
+        (r"EADDRINUSE", r"[Aa]ddress already in use", r"errno: 98\b"),
         "Another process (an earlier job, a stuck rank, or an outgoing socket when the port lies inside "
         "net.ipv4.ip_local_port_range) holds MASTER_PORT on the master.",
         ("probe.port-in-use", "net.master-port-ephemeral"),
         "Stop the process holding the port, or choose a ddp_master_port outside the ephemeral range.",
+        example="The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+        needs_context=True,
+    ),
+    Pattern(
+        "address-family",
+        "an IPv4/IPv6 address family the node does not support",
+        (r"[Aa]ddress family not supported by protocol", r"errno: 97\b", r"EAFNOSUPPORT"),
+        "A socket was opened for a family the node has disabled (IPv6 off, yet [::] or an AAAA record chosen), or "
+        "nodes resolve MASTER_ADDR to different families.",
+        ("addr.family-mismatch", "hosts.peer-mismatch"),
+        "Use an IPv4 literal or a name that resolves to the same IPv4 address on every node (ddpfix remediate "
+        "--apply writes the hosts block).",
+        example="The server socket has failed to bind to [::]:29500 (errno: 97 - Address family not supported by "
+                "protocol).",
     ),
     Pattern(
         "master-unreachable",
-        "a rank could not connect to MASTER_ADDR:MASTER_PORT",
+        "a rank could not connect to MASTER_ADDR:MASTER_PORT (the TCP store)",
         (r"trying to connect to \(([^,]+), (\d+)\)", r"failed to connect/validate to host ([^:\s]+):(\d+)",
+         r"has failed to connect to any network address (?:of|on) \(\s*([^,]+), (\d+)\)",
+         r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (110|111|113)",
+         r"RendezvousConnectionError: The connection to the C10d store has failed",
          r"[Cc]onnection refused.*(?:TCPStore|MASTER_ADDR)"),
-        "The TCP store on the master did not answer: a firewall drops or rejects MASTER_PORT, MASTER_ADDR is a "
-        "public/NAT or wrong address, the route leaves through a gateway, or rank 0 is not running. torch 2.13 "
-        "retries a refused connect until the timeout, so a refusal also reads as 'timed out'.",
+        "The TCP store on the master did not answer: a firewall drops (errno 110, timed out) or rejects (111, "
+        "refused; 113, no route to host: firewalld's ICMP reject) MASTER_PORT, MASTER_ADDR is a public/NAT or "
+        "wrong address, the route leaves through a gateway, or rank 0 is not running. torch 2.x retries a refused "
+        "connect until the timeout, so a refusal also reads as 'timed out'.",
         ("probe.master-port-unreachable", "firewall.master-port-blocked", "addr.master-not-private",
          "route.via-gateway", "host.unreachable"),
         "Open MASTER_PORT to the cluster network and use the master's private address: ddpfix remediate --apply.",
+        example="DistNetworkError: The client socket has failed to connect to any network address of (node1, "
+                "29400). The client socket has failed to connect to node1:29400 (errno: 110 - Connection timed out).",
+    ),
+    Pattern(
+        "store-clients-missing",
+        "the master's TCPStore waited for clients and not all joined (k/n joined)",
+        (r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined",),
+        "Rank 0's store counted k of n ranks. The missing ones never reached it: their nodes cannot reach "
+        "MASTER_ADDR:MASTER_PORT (firewall, route, a non-cluster address), were started with another NNODES / "
+        "WORLD_SIZE, point at another master, or crashed before init (read their logs first).",
+        ("probe.master-port-unreachable", "firewall.master-port-blocked", "env.inconsistent", "env.missing",
+         "host.unreachable"),
+        "Write one set of env files from the inventory (ddpfix env --apply) and audit the path to the master.",
+        example="torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 clients "
+                "joined.",
+    ),
+    Pattern(
+        "nccl-unique-id-timeout",
+        "ranks waited for rank 0's ncclUniqueId and it never came: rank 0 did not reach NCCL init",
+        (r"retrieving ncclUniqueId from \[0\] via c10d key-value store by key '([^']*)', but store->get\('[^']*'\) "
+         r"got error: (?:wait timeout|Socket Timeout|[Tt]imed out)",),
+        "The store works (the ranks reached it), but rank 0 never published the NCCL id: rank 0 is alive but stuck "
+        "or slower (a download, a barrier elsewhere, a collective only some ranks call) or crashed without "
+        "closing the store. This is not the network: read rank 0's log.",
+        (),
+        "Find what rank 0 was doing (py-spy dump on its process); raise init_process_group's timeout only if "
+        "rank 0 is just slow.",
+        example="DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+                "c10d key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms",
+    ),
+    Pattern(
+        "nccl-unique-id-closed",
+        "the store closed while ranks waited for rank 0's ncclUniqueId: rank 0 (or its launcher) died",
+        (r"retrieving ncclUniqueId from \[0\] via c10d key-value store by key '([^']*)', but store->get\('[^']*'\) "
+         r"got error: (?:Connection reset by peer|Connection refused|Broken pipe|Failed to recv|.*[Cc]onnection was "
+         r"likely closed)",),
+        "The connection to the store on rank 0's node was reset or closed: the process hosting the store (rank 0 "
+        "or its torchrun agent) exited. Look for rank 0's own error first; only when rank 0 is still running does "
+        "the network (a firewall or conntrack dropping an established connection) come in.",
+        ("host.unreachable", "probe.master-port-unreachable"),
+        "Read rank 0's log for its first error; if it was alive, audit the path to the master.",
+        example="DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+                "c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
     ),
     Pattern(
         "gloo-peer-connect",
         "Gloo could not connect to a peer's ephemeral port",
-        (r"connectFullMesh failed.*(?:Connection refused|timed out connecting|Connect timeout)",
-         r"failed to connect, willRetry=0"),
+        (r"connectFullMesh failed.*(?:Connection refused|timed out connecting|Connect timeout|Connection timed out|"
+         r"Connection reset by peer|No route to host|\] no error)",
+         r"failed to connect, willRetry=0",
+         r"gloo/transport/tcp/pair\.cc:\d+\] connect \[([^\]]+)\]:(\d+): (.+)"),
         "After the store rendezvous, every pair of ranks connects directly on random ephemeral ports. A firewall on "
         "the peer (REJECT: 'Connection refused'; DROP: 'Connect timeout'), a route through a gateway, or an "
-        "interface picked on the wrong network blocks those connections.",
+        "interface picked on the wrong network blocks those connections. '[pair.cc:144] no error' is Gloo's "
+        "wording for a peer that closed the connection during the handshake (often the peer's own failure, or a "
+        "firewall resetting it).",
         ("firewall.peer-ports-blocked", "probe.peer-unreachable", "route.via-gateway", "netif.autoselect-wrong"),
         "Trust the cluster's private CIDR in every node's firewall (ddpfix remediate --apply) and pin the socket "
         "interface (env files).",
+        example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [192.168.0.222]:2226: "
+                "Connection refused",
+    ),
+    Pattern(
+        "nccl-socket-connect",
+        "NCCL could not connect to a peer's socket port",
+        (r"socketStartConnect: Connect to " + _IP + r"<(\d+)> failed : (.+)",
+         r"Connect to ([0-9A-Fa-f:.]+)<(\d+)> failed : (.+)",
+         r"Call to connect returned (Connection refused|Connection timed out|No route to host), retrying",
+         r"socketStartConnect: exceeded (retries|timeouts)"),
+        "NCCL's bootstrap and socket transport connect to peers on random ports. Refused: a REJECT rule or nothing "
+        "listening; timed out / 'Software caused connection abort': a DROP rule, or an interface chosen on a "
+        "network the peer cannot reach (docker0, a second NIC). NCCL logs 'retrying' and keeps trying: the job "
+        "hangs, then the watchdog fires.",
+        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "netif.autoselect-wrong", "route.via-gateway"),
+        "Trust the cluster's private CIDR in every node's firewall and pin NCCL_SOCKET_IFNAME: ddpfix remediate "
+        "--apply, ddpfix env --apply.",
+        example="misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<44801> failed : Software "
+                "caused connection abort",
     ),
     Pattern(
         "connection-reset",
@@ -95,6 +218,24 @@ PATTERNS: tuple[Pattern, ...] = (
         "established connection, or the master's listen backlog overflowed at scale (net.core.somaxconn).",
         ("probe.peer-unreachable", "firewall.peer-ports-blocked", "net.somaxconn-low", "host.unreachable"),
         "Find the first failing rank in the logs; then audit the network between the nodes.",
+        example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+                "[10.0.0.2]:4193",
+        needs_context=True,
+        generic=True,
+    ),
+    Pattern(
+        "connect-failed",
+        "a connection between nodes was refused, timed out or had no route",
+        (r"[Cc]onnection refused|ECONNREFUSED", r"[Nn]o route to host|EHOSTUNREACH|errno: 113\b",
+         r"[Cc]onnection timed out|ETIMEDOUT|errno: 110\b"),
+        "Refused: nothing listens on that port or a REJECT rule answers; no route to host: firewalld's ICMP reject "
+        "or a wrong route; timed out: a DROP rule, a wrong route or a non-cluster address.",
+        ("firewall.master-port-blocked", "firewall.peer-ports-blocked", "route.via-gateway",
+         "addr.master-not-private", "probe.peer-unreachable"),
+        "Audit the path between the nodes: ddpfix audit; ddpfix remediate --apply opens the cluster network.",
+        example="RuntimeError: Connection refused",
+        needs_context=True,
+        generic=True,
     ),
     Pattern(
         "rendezvous-timeout",
@@ -106,42 +247,164 @@ PATTERNS: tuple[Pattern, ...] = (
         ("host.unreachable", "probe.master-port-unreachable", "hosts.peer-unresolvable", "hosts.peer-mismatch",
          "env.inconsistent", "time.skew"),
         "Start every node with the same values from the ddpfix env files (ddpfix env --apply) and audit the nodes.",
+        example="torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
     ),
     Pattern(
         "ranks-missing",
         "some ranks never joined the process group (WORLD_SIZE or ranks disagree between nodes)",
         (r"DistStoreError: wait timeout after \d+ms, keys: /default_pg", r"[Ww]orld size .* does not match",
-         r"rank \d+ (?:is )?(?:out of range|>= world_size)"),
+         r"rank \d+ (?:is )?(?:out of range|>= world_size)", r"Invalid rank (\d+)"),
         "init_process_group waits until WORLD_SIZE ranks have registered in the store. A node started with another "
         "WORLD_SIZE/RANK (hand-edited env files, a node missing from the list) leaves the others waiting.",
         ("env.inconsistent", "env.missing", "host.unreachable"),
         "Write consistent env files on every node: ddpfix env --apply (ranks and world size from one inventory).",
+        example="torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /default_pg/0//cuda//0",
+    ),
+    Pattern(
+        "rdma-memlock",
+        "RDMA memory could not be pinned: the memlock limit is too low",
+        (r"Call to ibv_create_cq failed with error Cannot allocate memory", r"ibv_create_cq.*Cannot allocate memory",
+         r"ibv_reg_mr\w* failed.*Cannot allocate memory", r"NET/IB : Unable to register memory"),
+        "ibverbs pins queues and buffers in RAM; a memlock limit of 64 KB (the default for services and many "
+        "containers) makes ibv_create_cq / ibv_reg_mr fail with ENOMEM.",
+        ("fabric.memlock-low",),
+        "Lift the memlock limit (ddpfix remediate --apply; containers: --ulimit memlock=-1).",
+        example="misc/ibvwrap.cc:203 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory",
+        explains=("nccl-ib",),
     ),
     Pattern(
         "nccl-ib",
         "an InfiniBand/RoCE transport error in NCCL",
-        (r"NET/IB ?: .*(?:completion|error)", r"NCCL WARN NET/IB", r"ibv_\w+ failed"),
+        (r"NET/IB ?: .*(?:completion|error)", r"NCCL WARN NET/IB", r"ibv_\w+ failed",
+         r"Got completion from peer (\S+) with (?:status=|error )(\d+)"),
         "NCCL's IB transport failed: on RoCE most often a GID index that differs between nodes (completion error "
-        "12), a memlock limit of 64 KB (ibv_create_cq: Cannot allocate memory), or a port that is down.",
+        "12, retry exceeded), a P_Key mismatch, or a port that is down.",
         ("fabric.gid-index-differs", "fabric.roce-no-v2-gid", "fabric.pkey-mismatch", "fabric.port-down",
          "fabric.memlock-low", "fabric.link-layer-mixed", "fabric.no-uverbs"),
         "Run ddpfix audit: it compares GID indexes, P_Keys, link layers and port states across nodes and checks the "
         "memlock limit; ddpfix env --apply writes NCCL_IB_GID_INDEX only when one RoCE v2 index is common to all "
         "nodes, and remediate --apply lifts the memlock limit.",
+        example="NCCL WARN NET/IB : Got completion from peer 10.0.0.2<50311> with status=12 opcode=0 len=0 vendor "
+                "err 129 (Recv)",
+    ),
+    Pattern(
+        "nccl-ib-fallback",
+        "NCCL found no InfiniBand/RoCE device and fell back to TCP sockets",
+        (r"NET/IB : No device found",),
+        "NCCL found no usable RDMA device (no /dev/infiniband in the container, no rdma-core, NCCL_IB_HCA naming "
+        "nothing) and moved the traffic to TCP sockets: several times slower on an RDMA cluster. On an "
+        "Ethernet-only cluster this line is expected.",
+        ("fabric.no-uverbs", "fabric.port-down", "fabric.hca-includes-mgmt"),
+        "Give the job the RDMA devices (containers: --device /dev/infiniband, rdma-core) and check the ports: "
+        "ddpfix audit.",
+        example="NCCL INFO NET/IB : No device found.",
+        also=r"NET/Socket : Using|Using network Socket",
+    ),
+    Pattern(
+        "efa-provider",
+        "the AWS EFA libfabric provider did not initialise (aws-ofi-nccl)",
+        (r"NET/OFI .*(?:fi_getinfo\(\) call failed|[Uu]nable to find a protocol|[Ff]ailed to initialize|"
+         r"[Cc]ouldn't find any optimal provider)",
+         r"aws-ofi-nccl initialization failed"),
+        "aws-ofi-nccl found no EFA provider: the EFA driver or libfabric is missing in the image, the instance or "
+        "security group has no EFA, or FI_PROVIDER names another provider. NCCL then uses TCP or fails.",
+        ("fabric.efa-provider-missing",),
+        "Install the EFA software in the image and allow all traffic within the security group; ddpfix audit checks "
+        "the provider.",
+        example="NCCL INFO NET/OFI OFI fi_getinfo() call failed: No data available",
+    ),
+    Pattern(
+        "collective-timeout-first",
+        "the first collective timed out: the ranks never connected (connectivity, not a hang)",
+        (r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=1,",
+         r"(?:Timeout at NCCL work|detected by watchdog at work): \d+, last enqueued NCCL work: \d+, "
+         r"last completed NCCL work: -1\b"),
+        "The watchdog fired on the very first collective (SeqNum=1 / no work ever completed): the communicator "
+        "never came up between some pair of ranks. That is the network: a peer port blocked, a wrong interface "
+        "(docker0, a second NIC), an RDMA GID mismatch.",
+        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "netif.autoselect-wrong",
+         "fabric.gid-index-differs"),
+        "Rerun with NCCL_DEBUG=INFO to see the transport each rank picked; ddpfix audit checks the peer ports, the "
+        "interfaces and the fabric.",
+        example="[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+                "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.",
+        explains=("collective-timeout-later",),
+    ),
+    Pattern(
+        "collective-timeout-later",
+        "a later collective timed out: a hang or a straggler, not the network",
+        (r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+)",
+         r"(?:Timeout at NCCL work|detected by watchdog at work): (\d+), last enqueued NCCL work: \d+, "
+         r"last completed NCCL work: \d+"),
+        "Collectives had completed before (SeqNum > 1), so the ranks were connected. One rank did not enter the "
+        "collective in time: it hung (a deadlock, data loading, a checkpoint write), crashed, or called collectives "
+        "in another order or size. The host checks will not find this.",
+        (),
+        "Find the rank whose 'last enqueued' lags (TORCH_NCCL_DUMP_ON_TIMEOUT=1, the flight recorder, py-spy dump); "
+        "check the code path around that step.",
+        example="[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=64214, OpType=ALLGATHER, "
+                "NumelIn=1, NumelOut=32, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.",
     ),
     Pattern(
         "unresolvable-name",
         "a node name did not resolve",
-        (r"Name or service not known", r"[Tt]emporary failure in name resolution", r"host not found",
-         r"getaddrinfo.*failed"),
+        (r"network addresses of \(([^,]+), (\d+)\) cannot be retrieved", r"Name or service not known",
+         r"[Tt]emporary failure in name resolution", r"host not found", r"getaddrinfo.*failed"),
         "A peer or MASTER_ADDR name resolves on some nodes but not on others.",
         ("hosts.peer-unresolvable", "hosts.peer-mismatch"),
         "Use the same managed /etc/hosts block on every node (ddpfix remediate --apply) or IP literals.",
+        example="The IPv4 network addresses of (node9, 29500) cannot be retrieved (gai error: -2 - Name or service "
+                "not known).",
+        needs_context=True,
+    ),
+    # verify's own launch output (not from a user's log)
+    Pattern(
+        "torch-missing",
+        "ddp_python on this node cannot run torch",
+        (r"failed to run command", r"No module named .?torch\b"),
+        "The interpreter verify launched has no torch.",
+        (),
+        "Set ddp_python to an interpreter with torch installed.",
+        example="ModuleNotFoundError: No module named 'torch'",
+        scope="verify",
+    ),
+    Pattern(
+        "interface-no-such-device",
+        "the socket interface verify bound to does not exist on this node",
+        (r"[Nn]o such device",),
+        "A bind to the interface in the env file failed: the name does not exist on this node.",
+        ("netif.missing",),
+        "Write per-node interface names into the env files: ddpfix env --apply.",
+        example="SO_BINDTODEVICE: No such device",
+        scope="verify",
+    ),
+    Pattern(
+        "env-file-missing",
+        "the node has no ddpfix env file",
+        (r"No such file or directory.*ddp\.env", r"ddp\.env: No such file"),
+        "verify sources the env file that ddpfix env writes.",
+        ("env.missing",),
+        "Run ddpfix env --apply.",
+        example="/etc/ddpfix/ddp.env: No such file or directory",
+        scope="verify",
     ),
 )
 
 FALLBACK_ADVICE = ("No known failure recognised. Run the job with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL "
                    "and TORCH_CPP_LOG_LEVEL=INFO, and audit the nodes: ddpfix audit -i INV.")
+
+#: a line of distributed communication: c10d, Gloo, NCCL, the store, torchrun/elastic, a torch.distributed frame
+DIST_CONTEXT = re.compile(
+    r"c10d|[Gg]loo|NCCL|TCPStore|ProcessGroup|torch[./]distributed|torchrun|elastic|init_process_group|"
+    r"[Rr]endezvous|DistNetworkError|DistStoreError|DistBackendError|MASTER_ADDR|socket\.cpp|pair\.cc")
+#: a download / HTTP client / package manager line: a reset near it is not a DDP failure
+FOREIGN_CONTEXT = re.compile(
+    r"urllib3|requests[./]|huggingface_hub|hf_hub_download|HfHubHTTPError|pip[./]_internal|Downloading|aiohttp|"
+    r"http[./]client|botocore|fsspec|ConnectionError\(|MaxRetryError|ReadTimeoutError|wandb")
+_WINDOW_BEFORE, _WINDOW_AFTER = 8, 3
+#: what a healthy job prints at NCCL init: not a distributed context for a line next to it
+_CHATTER = re.compile(r"NCCL (?:INFO|version)")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass
@@ -152,34 +415,138 @@ class Diagnosis:
     detail: tuple[str, ...]  # the regex's groups on the first match (an address, a port, an interface)
     count: int = 1  # matching lines
     found: list[dict[str, Any]] = field(default_factory=list)  # audit findings (with -i)
+    notes: list[str] = field(default_factory=list)  # what the log says against the inventory (with -i)
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.pattern.key, "title": self.pattern.title, "line": self.line_no, "excerpt": self.line,
                 "detail": list(self.detail), "count": self.count, "meaning": self.pattern.meaning,
                 "finding_ids": list(self.pattern.finding_ids), "advice": self.pattern.advice,
-                "findings": self.found}
+                "findings": self.found, "inventory": self.notes}
 
 
-_COMPILED = [(p, p.compiled()) for p in PATTERNS]
+@dataclass(frozen=True)
+class LogFacts:
+    """What the whole log says besides its failures: the ranks that printed lines, the NCCL versions."""
+
+    ranks: tuple[int, ...] = ()
+    nccl_versions: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "nccl_versions": list(self.nccl_versions)}
 
 
-def diagnose(lines: Iterable[str]) -> list[Diagnosis]:
+_RANK = re.compile(r"\[[Rr]ank ?(\d{1,6})\]")
+_NCCL_VERSION = re.compile(r"NCCL version:? ?(\d+\.\d+\.\d+)")
+
+
+def log_facts(lines: Iterable[str]) -> LogFacts:
+    text = "\n".join(lines)
+    ranks = sorted({int(r) for r in _RANK.findall(text)})
+    versions = sorted(set(_NCCL_VERSION.findall(text)))
+    return LogFacts(tuple(ranks), tuple(versions))
+
+
+def _compile(scope: str) -> list[tuple[Pattern, list[re.Pattern[str]]]]:
+    return [(p, p.compiled()) for p in PATTERNS if p.scope == "all" or scope == "verify"]
+
+
+_COMPILED = {"all": _compile("all"), "verify": _compile("verify")}
+#: Literal strings one of which every line a regex above can match contains: only lines holding one are tried
+#: (str.find over the whole log: a log of several MB in well under a second). A regex added to the table needs
+#: its anchor here; the corpus tests fail otherwise.
+ANCHORS: tuple[str, ...] = (
+    "127.", "::1", "Unable to find address", "no socket interface", "NCCL_SOCKET_IFNAME", "No usable listening",
+    "AF_INET", "NET/Socket", "Bootstrap", "EADDRINUSE", "ddress already in use", "errno: 9", "ddress family",
+    "EAFNOSUPPORT",
+    "trying to connect", "connect/validate", "any network address", "errno: 11", "C10d store", "onnection refused",
+    "waiting for clients", "ncclUniqueId", "connectFullMesh", "willRetry", "pair.cc", "Connect to",
+    "Call to connect", "socketStartConnect", "onnection reset", "onnection closed", "Socket Timeout", "ECONNRESET",
+    "endezvous", "DistStoreError", "orld size", "out of range", ">= world_size", "Invalid rank", "ibv_", "NET/IB",
+    "NET/OFI", "aws-ofi-nccl", "Watchdog caught", "last completed", "network addresses", "Name or service",
+    "name resolution", "host not found", "getaddrinfo", "ECONNREFUSED", "o route to host", "EHOSTUNREACH",
+    "onnection timed out", "ETIMEDOUT", "failed to run command", "No module named", "ddp.env", "Got completion",
+    "o such device",
+)
+
+
+def _candidates(text: str, starts: list[int]) -> dict[int, set[str]]:
+    """The lines (by index; a line starts at `starts`) that hold an anchor, each with the anchors it holds."""
+    out: dict[int, set[str]] = {}
+    end = len(text)
+    for a in ANCHORS:
+        i = text.find(a)
+        while i != -1:
+            ln = bisect.bisect_right(starts, i) - 1
+            out.setdefault(ln, set()).add(a)
+            i = text.find(a, starts[ln + 1] if ln + 1 < len(starts) else end)
+    return dict(sorted(out.items()))
+
+
+def regex_anchors(rx: str) -> frozenset[str]:
+    """The anchors written in a regex (its escapes undone): a line holding none of them is not tried against it.
+    Empty: the regex is tried on every candidate line. A unit test checks, on every corpus line a regex matches,
+    that the line holds one of its anchors."""
+    plain = re.sub(r"\\(.)", r"\1", rx)
+    return frozenset(a for a in ANCHORS if a in plain)
+
+
+_RX_ANCHORS = {rx.pattern: regex_anchors(rx.pattern) for c in _COMPILED.values() for _, rxs in c for rx in rxs}
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(scope: str, held: frozenset[str]) -> list[tuple[Pattern, list[re.Pattern[str]]]]:
+    """The patterns and regexes worth trying on a line that holds these anchors."""
+    out = []
+    for pat, regexes in _COMPILED[scope]:
+        rxs = [rx for rx in regexes if not _RX_ANCHORS[rx.pattern] or _RX_ANCHORS[rx.pattern] & held]
+        if rxs:
+            out.append((pat, rxs))
+    return out
+
+
+def _in_context(lines: Sequence[str], i: int) -> bool:
+    """Line i is a distributed failure: it holds a distributed-communication marker itself, or one of the lines
+    around it does (NCCL INFO and `NCCL version` lines do not count: a healthy job prints them at init), and no
+    download/HTTP client line stands among them."""
+    lo, hi = max(0, i - _WINDOW_BEFORE), i + _WINDOW_AFTER + 1
+    window = lines[lo:hi]
+    if any(FOREIGN_CONTEXT.search(ln) for ln in window):
+        return False
+    if DIST_CONTEXT.search(lines[i]):
+        return True
+    return any(DIST_CONTEXT.search(ln) and not _CHATTER.search(ln) for ln in window)
+
+
+def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
     """Every known failure in the log, in pattern order, each with its first matching line."""
+    joined = "\n".join(ln.rstrip("\r\n") for ln in lines)
+    if "\x1b" in joined:
+        joined = _ANSI.sub("", joined)
+    text = joined.split("\n")
+    starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
     found: dict[str, Diagnosis] = {}
-    for no, raw in enumerate(lines, 1):
-        line = raw.rstrip("\n")
-        for pat, regexes in _COMPILED:
+    for i, held in _candidates(joined, starts).items():
+        line = text[i]
+        for pat, regexes in _plan(scope, frozenset(held)):
             for rx in regexes:
                 m = rx.search(line)
                 if not m:
                     continue
+                if pat.needs_context and scope == "all" and not _in_context(text, i):
+                    break
                 d = found.get(pat.key)
                 if d is None:
-                    found[pat.key] = Diagnosis(pat, no, line.strip()[:300], tuple(g for g in m.groups() if g))
+                    found[pat.key] = Diagnosis(pat, i + 1, line.strip()[:300], tuple(g for g in m.groups() if g))
                 else:
                     d.count += 1
                 break
+    for key in [k for k, d in found.items() if d.pattern.also]:
+        also = re.compile(found[key].pattern.also or "")
+        if not any(also.search(ln) for ln in text):
+            del found[key]
     explained = {k for d in found.values() for k in d.pattern.explains}
+    if any(not d.pattern.generic for d in found.values()):
+        explained |= {k for k, d in found.items() if d.pattern.generic}
     return [found[p.key] for p in PATTERNS if p.key in found and p.key not in explained]
 
 
@@ -188,3 +555,69 @@ def finding_ids(diagnoses: Sequence[Diagnosis]) -> list[str]:
     for d in diagnoses:
         out += [i for i in d.pattern.finding_ids if i not in out]
     return out
+
+
+def cause_line(text: str, finding_ids_here: Iterable[str] = ()) -> str:
+    """verify's one-line cause of a failed launch: the first known failure in its output (the table above), with
+    the checks that look at it and the audit findings on that node."""
+    ds = diagnose(text.splitlines(), scope="verify")
+    ids = sorted(set(finding_ids_here))
+    here = f"; audit findings here: {', '.join(ids)}" if ids else ""
+    if not ds:
+        return f"audit findings here: {', '.join(ids)}" if ids else "unknown: see the error text"
+    d = next((x for x in ds if x.pattern.scope == "verify"), ds[0])  # verify's own launch failures first
+    checks = f" ({', '.join(d.pattern.finding_ids)})" if d.pattern.finding_ids else ""
+    return f"{d.pattern.title}{checks}: {d.pattern.advice}{here}"
+
+
+def symptoms(finding_id: str) -> list[Pattern]:
+    """The recognised failures whose cause this finding's check looks at: how the finding shows in a job's log
+    (the HTML report lists them under each cause)."""
+    return [p for p in PATTERNS if p.scope == "all" and finding_id in p.finding_ids]
+
+
+def markdown() -> str:
+    """The README's list of recognised failures, generated from the table: key, title, one example line."""
+    out = ["| failure | what it means | checked by | example line |", "|---|---|---|---|"]
+    for p in PATTERNS:
+        if p.scope != "all":
+            continue
+        ids = ", ".join(f"`{i}`" for i in p.finding_ids) or "(no host check: not the network)"
+        ex = p.example.replace("|", "\\|")
+        out.append(f"| `{p.key}` | {p.title} | {ids} | `{ex}` |")
+    return "\n".join(out) + "\n"
+
+
+def against_inventory(diagnoses: Sequence[Diagnosis], facts: LogFacts, cluster: Any) -> list[str]:
+    """What the log says that the inventory contradicts (an `inventory.Cluster`): a store address that is not the
+    master's, a peer address that is no node's, an interface the inventory does not name, a world size or a rank
+    beyond the inventory's world size. Sets each diagnosis's `notes`; returns the notes about the whole log."""
+    master = cluster.master_node
+    names = {n.name for n in cluster.nodes} | {n.address for n in cluster.nodes}
+    ifnames = sorted({n.socket_ifname for n in cluster.nodes if n.socket_ifname})
+    world = int(cluster.world_size)
+    for d in diagnoses:
+        key, det = d.pattern.key, d.detail
+        if key == "master-unreachable" and len(det) >= 2 and det[1].isdigit():
+            if det[0] not in (master.name, master.address):
+                d.notes.append(f"the log dials {det[0]}:{det[1]}; the inventory's master is {master.name} at "
+                               f"{master.address}:{cluster.master_port}: that node's MASTER_ADDR is not the "
+                               "master's cluster address")
+            elif int(det[1]) != cluster.master_port:
+                d.notes.append(f"the log dials port {det[1]}; the inventory's master port is {cluster.master_port}")
+        elif key in ("nccl-socket-connect", "gloo-peer-connect") and det and det[0][:1].isalnum():
+            if re.fullmatch(r"[0-9A-Fa-f:.]+", det[0]) and det[0] not in names:
+                d.notes.append(f"peer address {det[0]} is no node's cluster address in the inventory: a rank "
+                               "advertised another interface (pin NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME)")
+        elif key in ("socket-ifname-missing", "nccl-virtual-interface") and det and ifnames:
+            if det[0] not in ifnames:
+                d.notes.append(f"interface {det[0]} is not the inventory's ({', '.join(ifnames)})")
+        elif key == "store-clients-missing" and len(det) == 3 and int(det[2]) != world:
+            d.notes.append(f"the store waited for {det[2]} clients; the inventory's world size is {world} "
+                           "(NNODES / WORLD_SIZE differ from the inventory)")
+    beyond = [r for r in facts.ranks if r >= world]
+    if beyond:
+        return [f"rank{'s' if len(beyond) > 1 else ''} {', '.join(map(str, beyond))} in the log "
+                f"{'are' if len(beyond) > 1 else 'is'} beyond the inventory's world size {world}: a node ran with "
+                "another WORLD_SIZE / NNODES or another inventory"]
+    return []

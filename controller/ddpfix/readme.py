@@ -1,6 +1,7 @@
 """The README's generated sections, each between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers: the findings
-table (from the rule registry) and the lab's scenario list (from the lab's scenario registry, as `ddpfix lab up
---help` prints it). A unit test fails when README.md differs; regenerate with
+table (from the rule registry), the failures `ddpfix explain` recognises (from its pattern table) and the lab's
+scenario list (from the lab's scenario registry, as `ddpfix lab up --help` prints it). A unit test fails when
+README.md differs; regenerate with
 
     PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md
 """
@@ -20,6 +21,12 @@ def _rules() -> str:
     return rules.markdown()
 
 
+def _explain_patterns() -> str:
+    from ddpfix import explain
+
+    return explain.markdown()
+
+
 def _lab_scenarios() -> str:
     from ddpfix.cli.lab import scenarios_text
 
@@ -27,7 +34,8 @@ def _lab_scenarios() -> str:
 
 
 #: section name -> what goes between its markers
-SECTIONS: dict[str, Callable[[], str]] = {"rules": _rules, "lab-scenarios": _lab_scenarios}
+SECTIONS: dict[str, Callable[[], str]] = {"rules": _rules, "lab-scenarios": _lab_scenarios,
+                                          "explain-patterns": _explain_patterns}
 
 
 def markers(name: str) -> tuple[str, str]:

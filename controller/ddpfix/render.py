@@ -269,10 +269,11 @@ def render_prometheus(doc: Mapping[str, Any]) -> str:
 
 
 def render_html(doc: Mapping[str, Any]) -> str:
-    """One self-contained HTML file (inline CSS, no scripts or remote resources): summary, causes, per-host
-    findings, the connectivity matrix."""
+    """One self-contained HTML file (inline CSS, no scripts or remote resources): summary, causes (each with how it
+    shows in a job's log: explain's pattern table), per-host findings, the connectivity matrix."""
     import jinja2
 
+    from ddpfix.explain import symptoms
     from ddpfix.matrix import SYMBOL
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("ddpfix", "templates"),
@@ -282,7 +283,8 @@ def render_html(doc: Mapping[str, Any]) -> str:
     return env.get_template("report.html.j2").render(
         doc=doc, summary=summary_line(doc), causes=causes, hosts=_host_order(doc),
         explains={key_of(f): _explains_text([x for x in explained.get(key_of(f), []) if x != f]) for f in causes},
-        matrix=doc.get("matrix"), symbol=SYMBOL)
+        matrix=doc.get("matrix"), symbol=SYMBOL,
+        symptoms={f["id"]: [(p.key, p.example) for p in symptoms(f["id"])] for f in causes})
 
 
 RENDERERS = {"plain": render_plain, "junit": render_junit, "prometheus": render_prometheus, "html": render_html}

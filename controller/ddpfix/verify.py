@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpfix import ansiblecfg, nccl, paths
+from ddpfix import ansiblecfg, explain, nccl, paths
 from ddpfix.checks import Context, _is_loopback, chrony_unsynchronised
 from ddpfix.envtemplate import write_needed
 from ddpfix.fabric import has_rdma
@@ -206,54 +206,9 @@ def chrony_check(name: str, facts: Mapping[str, Any], max_offset_s: float) -> Ch
     return Check(name, "chrony running and synchronised", problem is None, detail)
 
 
-CAUSES = [
-    (
-        re.compile(r"failed to run command|No module named .?torch", re.I),
-        "ddp_python on this node cannot run torch (set ddp_python to an interpreter with torch installed)",
-    ),
-    (
-        re.compile(r"127\.0\.[01]\.1|remote=\[127\.|loopback", re.I),
-        "an address on loopback was advertised: hostname -> 127.x (hosts.hostname-loopback)",
-    ),
-    (
-        re.compile(r"Unable to find address for|no such device|family \d+ is neither", re.I),
-        "the socket interface name does not exist on this node (netif.missing)",
-    ),
-    (
-        re.compile(r"waiting for clients|DistStoreError", re.I),
-        "the master's store did not hear from every node: "
-        "workers cannot reach MASTER_ADDR:MASTER_PORT (firewall/route)",
-    ),
-    (
-        re.compile(r"No route to host|errno: 113|EHOSTUNREACH", re.I),
-        "no route to host: an ICMP-rejecting firewall (firewalld's default) "
-        "or a wrong route on the way to that address",
-    ),
-    (
-        re.compile(r"Connection refused|ECONNREFUSED", re.I),
-        "connection refused: nothing listening, or a REJECT rule (firewall.* / wrong MASTER_ADDR)",
-    ),
-    (
-        re.compile(r"timed out|DistNetworkError", re.I),
-        "connection timed out: a DROP rule, a wrong route or a non-cluster MASTER_ADDR (firewall.*, route.*, addr.*)",
-    ),
-    (
-        re.compile(r"Connection reset by peer", re.I),
-        "connection reset by a peer: its firewall rejects the ports Gloo opens (firewall.peer-ports-blocked)",
-    ),
-    (
-        re.compile(r"No such file or directory.*ddp\.env|ddp\.env: No such file", re.I),
-        "no env file: run ddpfix env --apply",
-    ),
-]
-
-
 def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
-    ids = sorted(set(finding_ids))
-    for rx, cause in CAUSES:
-        if rx.search(text):
-            return cause + (f"; audit findings here: {', '.join(ids)}" if ids else "")
-    return f"audit findings here: {', '.join(ids)}" if ids else "unknown: see the error text"
+    """The first known failure in a launch's output, from explain's one pattern table."""
+    return explain.cause_line(text, finding_ids)
 
 
 #: The role that launches torchrun, and the module its launch task runs (one launch task runs per play: the backend's).
@@ -365,29 +320,8 @@ def _error_line(text: str, rc: Any) -> str:
 # ---------------------------------------------------------------- verify --backend nccl
 
 NO_GPU = re.compile(r"Cuda is not available|torch\.cuda\.is_available\(\) is False|no GPU for NCCL", re.I)
-NCCL_CAUSES = [
-    (
-        re.compile(r"NCCL WARN NET/IB : Got completion .*(status=12|error 12)|ibv_modify_qp failed", re.I),
-        "RDMA completion error / QP setup failure: GID index or P_Key mismatch, or a port down "
-        "(fabric.gid-index-differs, "
-        "fabric.pkey-mismatch, fabric.port-down)",
-    ),
-    (
-        re.compile(r"ibv_create_cq failed|Cannot allocate memory|ibv_reg_mr", re.I),
-        "RDMA memory registration failed: the memlock limit (fabric.memlock-low)",
-    ),
-    (
-        re.compile(r"Bootstrap : no socket interface found|NCCL_SOCKET_IFNAME|no socket interface", re.I),
-        "NCCL_SOCKET_IFNAME names no usable interface on this node (netif.missing)",
-    ),
-]
-
-
 def _nccl_cause(text: str, finding_ids: Iterable[str]) -> str:
-    for rx, cause in NCCL_CAUSES:
-        if rx.search(text):
-            return cause
-    return likely_cause(text, finding_ids)
+    return explain.cause_line(text, finding_ids)
 
 
 def nccl_entry(

@@ -34,8 +34,8 @@ def test_each_recorded_log_is_named(log: str, key: str) -> None:
     assert got == [key], got
 
 
-def test_every_pattern_has_a_recorded_log() -> None:
-    assert {p.key for p in PATTERNS} - set(EXPECTED.values()) <= {"unresolvable-name"}
+def test_every_recorded_log_is_listed() -> None:
+    # the other patterns are recorded in the field corpus (test_explain_field.py: two wordings each)
     assert {p.name for p in LOGS.glob("*.log")} == set(EXPECTED) | {"unknown-error.log"}
 
 

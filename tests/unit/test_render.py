@@ -115,6 +115,18 @@ def test_html_is_self_contained() -> None:
     assert 'data-row="node3" data-col="node2" data-state="refused"' in html
 
 
+def test_html_shows_how_each_cause_reads_in_a_job_log() -> None:
+    # from explain's one pattern table: a peer firewall shows as Gloo/NCCL peer connect failures
+    from ddpfix.explain import symptoms
+
+    html = render_html(DOC)
+    ids = {f["id"] for f in DOC["findings"] if not f.get("caused_by")}
+    assert "firewall.peer-ports-blocked" in ids
+    for p in symptoms("firewall.peer-ports-blocked"):
+        assert f"<code>{p.key}</code>" in html
+    assert "in a job&#39;s log (ddpfix explain)" in html or "in a job's log (ddpfix explain)" in html
+
+
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed (scripts/apt-deps.sh)")
 def test_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     page = tmp_path / "report.html"

@@ -13,18 +13,20 @@ import click
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.cli.common import global_options
-from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, diagnose, finding_ids
+from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, LogFacts, against_inventory, diagnose, finding_ids, log_facts
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
 
 
 @click.command("explain")
 @global_options
-@click.argument("log", type=click.File("r", encoding="utf-8", errors="replace"), default="-")
+@click.argument("logs", nargs=-1, type=click.File("rb"))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_obj
-def command(app: Application, log: IO[str], fmt: str) -> None:
-    """Name the known failure in an error LOG (a file, or - for stdin): torchrun, torch.distributed, Gloo, NCCL.
+def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
+    """Name the known failure in error LOGS (files, or - for stdin; none: stdin): torchrun, torch.distributed,
+    Gloo, NCCL. Several files are read as one log (one rank's file after another); bytes that are not UTF-8 are
+    replaced, ANSI colours and launcher prefixes ([rank3]:, Slurm's 0:, DeepSpeed's) are ignored.
 
     \b
     For each failure: what it means, the finding ids whose checks look at its cause, and the audit to run.
@@ -32,36 +34,48 @@ def command(app: Application, log: IO[str], fmt: str) -> None:
     Exit 1 when the audit (-i) found one of the causes, else 0; the JSON's `known` says whether the log
     showed a known failure.
     """
-    if log is sys.stdin and sys.stdin.isatty():
+    stdin: IO[bytes] = sys.stdin.buffer
+    streams: tuple[IO[bytes], ...] = logs or (stdin,)
+    if not logs and sys.stdin.isatty():
         raise DdpfixError("explain: no log given: pass a file, or pipe the log into `ddpfix explain -`")
-    text = log.read(MAX_LOG_BYTES)
-    diagnoses = diagnose(text.splitlines())
+    lines: list[str] = []
+    budget = MAX_LOG_BYTES
+    for stream in streams:
+        data = stream.read(budget)
+        budget -= len(data)
+        lines += data.decode("utf-8", errors="replace").splitlines()
+    diagnoses = diagnose(lines)
+    facts = log_facts(lines)
     inv = " ".join(f"-i {i}" for i in app.inventories) or "-i INV"
     found_any = False
+    notes: list[str] = []
     if diagnoses and app.inventories:
-        found_any = _confirm(app, diagnoses)
+        found_any, notes = _confirm(app, diagnoses, facts)
     if fmt == "json":
         doc = {"schema": "ddpfix.explain/v1", "known": bool(diagnoses), "failures": [d.to_json() for d in diagnoses],
                "audit": f"ddpfix audit {inv}", "audited": bool(app.inventories),
-               "advice": None if diagnoses else FALLBACK_ADVICE}
+               "advice": None if diagnoses else FALLBACK_ADVICE, "log": facts.to_json(), "inventory": notes}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         _print_text(diagnoses, inv, audited=bool(app.inventories))
+        for n in notes:
+            click.echo(_wrap("against the inventory: " + n, ""))
     raise SystemExit(int(ExitCode.FINDINGS if found_any else ExitCode.OK))
 
 
-def _confirm(app: Application, diagnoses: list[Diagnosis]) -> bool:
+def _confirm(app: Application, diagnoses: list[Diagnosis], facts: LogFacts) -> tuple[bool, list[str]]:
     from ddpfix.audit import run_audit
     from ddpfix.cli.common import cluster_of
 
     cluster = cluster_of(app)
+    notes = against_inventory(diagnoses, facts, cluster)
     result = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity)
     any_found = False
     for d in diagnoses:
         ids = set(d.pattern.finding_ids)
         d.found = [f.to_json() for f in result.findings if f.id in ids]
         any_found = any_found or bool(d.found)
-    return any_found
+    return any_found, notes
 
 
 def _wrap(text: str, indent: str) -> str:
@@ -84,7 +98,11 @@ def _print_text(diagnoses: list[Diagnosis], inv: str, *, audited: bool) -> None:
         click.echo(_wrap(d.pattern.meaning, "  "))
         if d.pattern.finding_ids:
             click.echo(f"  checked by: {', '.join(d.pattern.finding_ids)}")
+        else:
+            click.echo("  checked by: no host check (not the network: the audit will not find this)")
         click.echo(_wrap("fix: " + d.pattern.advice, "  "))
+        for note in d.notes:
+            click.echo(_wrap("against the inventory: " + note, "  "))
         if audited:
             if d.found:
                 click.echo("  the audit found:")
