@@ -138,7 +138,8 @@ def collect(
 def host_facts_of(hr: HostResult) -> HostFacts:
     """One node's HostFacts from its run result (the CLI's events): a node whose module failed (SSH worked) is
     `failed`, with the module's own error, never unreachable."""
-    facts_task = hr.find(FACTS_MODULE, ran=True)  # by identity: the module, whatever the task is named
+    # by identity: the module, whatever the task is named; its facts task (a second, probe-only one returns none)
+    facts_task = hr.find(FACTS_MODULE, ran=True, has="ansible_facts")
     # the last task that returned the facts: the second round's (probe result folded in) when there was one
     found = hr.fact(FACTS_KEY)
     return host_facts(
@@ -190,6 +191,8 @@ FACTS_KEY = "ddpfix_node"
 #: Keys of a probe result, inside the facts' `probe` (with the listener's state; `checked`: deviations-only mode).
 PROBE_RESULT_KEYS = frozenset({"connects", "resolve", "routes", "checked"})
 NOT_RUN = "host did not run (not matched by the play)"
+#: The facts role's registered result of its probe-only task (when the probes wait for the facts' cluster addresses).
+PROBED_VAR = "__ddpfix_facts_probed"
 
 
 def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str, Any] | None = None,
@@ -258,6 +261,9 @@ def hosts_from_vars(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]],
                     or "no facts in this run: unreachable or failed before the facts task"))
                 continue
             got = (res.get("ansible_facts") or {}).get(FACTS_KEY)
+            probed = hv.get(PROBED_VAR)  # the second, probe-only task of this run (probes at cluster addresses)
+            if isinstance(got, Mapping) and isinstance(probed, Mapping) and isinstance(probed.get("probe"), Mapping):
+                got = {**got, "probe": {**(got.get("probe") or {}), **probed["probe"]}}
             rp = ((got or {}).get("probe") or {}).get("result_path") if isinstance(got, Mapping) else None
             if rp and isinstance(node, Mapping) and (node.get("probe") or {}).get("result_path") == rp:
                 pass  # a detached prober of this run: its result was folded into the facts by the second task

@@ -753,6 +753,18 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         sound_on_partial=True,
     ),
     Rule(
+        "hosts.peer-name-other-network",
+        INFO,
+        "a peer's hostname resolves to that peer's address on another network than the cluster network (a "
+        "management network): fine for ddpfix's env files, which name addresses and socket interfaces",
+        "Nothing to change for launches from ddpfix's env files (MASTER_ADDR is the master's cluster address, the "
+        "socket interfaces are set). A launcher that passes hostnames (torchrun --rdzv-endpoint with a hostname, or "
+        "the c10d rendezvous, which advertises the rank-0 agent's FQDN) talks over that network: give it "
+        "$MASTER_ADDR:$MASTER_PORT from the env file, or names that resolve to cluster addresses.",
+        reads=_HOSTS,
+        sound_on_partial=True,
+    ),
+    Rule(
         "addr.family-mismatch",
         W,
         "peers' names resolve to IPv4 on some nodes and IPv6 on others",
@@ -770,6 +782,8 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
     dup = {hn for hn, c in counts.items() if c > 1}
     want_of = {hn: ctx.plan[peer].address for hn, peer in peers.items() if hn not in dup}
     families: dict[str, set[int]] = {}
+    other: list[str] = []  # names that resolve to their node's address on another network (one finding)
+    other_names: set[str] = set()
     for name, f in ctx.audited():
         pr = ctx.hosts[name].probe or {}
         res = pr.get("resolve") or {}
@@ -796,6 +810,14 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
             fam = 6 if ":" in first else 4
             families.setdefault(name, set()).add(fam)
             if want and first != want:
+                held = _held_by(ctx, peer, first)
+                if held is not None and ctx.in_cidr(first):
+                    continue  # another of the peer's own addresses inside the cluster network: it reaches the peer
+                if held is not None and held[0] != ctx.plan[peer].ifname:  # the peer's, on another network
+                    other_names.add(hn)
+                    other.append(f"{hn} -> {first} on {name} ({peer}'s {held[0]}, {held[1]}; "
+                                 f"cluster address {want} on {ctx.plan[peer].ifname})")
+                    continue
                 where = (
                     "outside the cluster network " + str(ctx.cidr)
                     if not ctx.in_cidr(first)
@@ -808,6 +830,15 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
                     f"getaddrinfo({hn!r}) on {name} = {', '.join(addrs)}; {_hosts_lines(f, hn)}",
                     target=peer,
                 )
+    if other:
+        more = f"; and {len(other) - 3} more" if len(other) > 3 else ""
+        yield finding(
+            "hosts.peer-name-other-network",
+            None,
+            f"peer hostnames resolve to their nodes' addresses outside the cluster network {ctx.cidr} "
+            f"({len(other)} lookups of {len(other_names)} names)",
+            "; ".join(other[:3]) + more,
+        )
     fams = dict(families.items())
     if len({frozenset(s) for s in fams.values()}) > 1:
         yield finding(
@@ -816,6 +847,20 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
             "peer names resolve to different address families on different nodes",
             "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(fams.items())),
         )
+
+
+def _held_by(ctx: Context, node: str, address: str) -> tuple[str, str] | None:
+    """(interface, its network) of `node` that holds `address`, from its facts; None when it holds none (or was not
+    read)."""
+    for i in (ctx.facts.get(node) or {}).get("interfaces") or []:
+        for a in i.get("addrs") or []:
+            if a.get("local") == address:
+                try:
+                    net = ipaddress.ip_network(f"{address}/{a.get('prefixlen')}", strict=False)
+                except ValueError:
+                    continue
+                return str(i.get("name")), str(net)
+    return None
 
 
 @rules(

@@ -87,6 +87,43 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     }
 
 
+def ddpfix_probe_needs_facts(addresses, cidr):
+    """Whether the probes must wait for the facts: a cluster network `cidr` is set and some node's inventory address
+    (`addresses`: {host: ansible_host}) is not an IP inside it (a management network for SSH, a name), so the address
+    peers must dial (the node's address inside the cluster network) is known only from the node's interfaces."""
+    if not cidr:
+        return False
+    try:
+        net = ipaddress.ip_network(str(cidr), strict=False)
+    except ValueError:
+        return False
+    for host, address in (addresses or {}).items():
+        a = address or host
+        if not _addr_ok(a) or ipaddress.ip_address(a).version != net.version or ipaddress.ip_address(a) not in net:
+            return True
+    return False
+
+
+def ddpfix_cluster_addresses(hosts, hostvars):
+    """{host: cluster address} of the `hosts` whose facts name one (`ansible_facts.ddpfix_node.cluster.address`, the
+    node's first address inside the cluster network, as its facts module picked it); hosts without are left out."""
+    out = {}
+    for h in hosts or []:
+        try:
+            facts = hostvars[h]["ansible_facts"]
+        except (KeyError, TypeError):
+            continue
+        cluster = ((facts or {}).get("ddpfix_node") or {}).get("cluster") or {}
+        a = cluster.get("address")
+        if _addr_ok(a):
+            out[h] = a
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"ddpfix_probe_plan": ddpfix_probe_plan}
+        return {
+            "ddpfix_probe_plan": ddpfix_probe_plan,
+            "ddpfix_probe_needs_facts": ddpfix_probe_needs_facts,
+            "ddpfix_cluster_addresses": ddpfix_cluster_addresses,
+        }

@@ -60,6 +60,13 @@ options:
   fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
   launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices
       exist., type: list, elements: str, default: []}
+  probe_only:
+    description:
+      - Only probe (with I(probe)), reading no more than the interfaces and listening ports the probe needs, and return
+        the result as C(probe) (not as facts). The audit's second task when the probes dial the nodes' cluster
+        addresses, known from their facts only (I(cluster_cidr) is not the network Ansible reaches the nodes on).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -70,6 +77,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+probe:
+  description: With I(probe_only), the probe's facts (as C(ddpfix_node.probe) holds them otherwise).
+  returned: with I(probe_only)
+  type: dict
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self,
       hosts_file (with a probe, only the lines naming the node or a name that resolved other than expected, or mapping
@@ -312,6 +323,7 @@ def main():
             python=dict(type="str", default=""),
             launcher_units=dict(type="list", elements="str", default=[]),
             fi_info=dict(type="str", default=""),
+            probe_only=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -328,11 +340,34 @@ def main():
         if lock.get("unlocked"):  # no lock file to watch: the prober ends by its own deadlines only
             p["run_id"] = ""
     try:
-        facts = collect(p)
+        out = {"probe": probe_only(p)} if p["probe_only"] else {"ansible_facts": {"ddpfix_node": collect(p)}}
     finally:
         if lock is not None and not detached:  # a detached prober's collect task releases it
             release_lock(p["lock_path"], holder)
-    module.exit_json(changed=False, lock=lock, ansible_facts={"ddpfix_node": facts})
+    module.exit_json(changed=False, lock=lock, **out)
+
+
+def probe_only(p):
+    """The probe alone (option probe_only): the interfaces and listening ports it needs, then the probe, as
+    `collect` runs it (its result is what `collect` returns as the facts' `probe`)."""
+    rc, out, err = run_command(["ip", "-j", "-d", "addr", "show"])
+    try:
+        interfaces = json.loads(out) if rc == 0 else []
+    except ValueError:
+        interfaces = []
+    ifaces = interface_facts(interfaces, lambda name: os.path.exists(f"/sys/class/net/{name}/device"))
+    cluster = cluster_interface(ifaces, p["cluster_cidr"], p["master_address"], p["socket_ifname"])
+    probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None,
+             "error": None if rc == 0 else _why("ip -j -d addr show", rc, err)}
+    if not p.get("probe") or not cluster.get("address"):
+        return probe
+    tcp, _ = read_or_why("/proc/net/tcp")
+    tcp6, _ = read_or_why("/proc/net/tcp6")
+    started = start_probe(p["probe"], cluster, p["master_port"] if p["is_master"] else None,
+                          listening_ports(tcp or "", tcp6 or ""), p["lock_path"], p["run_id"])
+    probe.update(started["facts"])
+    probe.update(finish_probe(p["probe"], started, cluster, p["run_id"]))
+    return probe
 
 
 def collect(p):

@@ -324,6 +324,36 @@ def _(sim: Sim) -> Expect:
     return "node1", ["= 192.168.77.99", "/etc/hosts: 192.168.77.99\tnode2"]
 
 
+def _mgmt_nic(sim: Sim, name: str, address: str) -> None:
+    """A second NIC `mgmt0` on `name` holding `address` (/24), outside the cluster network."""
+    nic = json.loads(json.dumps(sim.iface(name)))
+    nic.update(name="mgmt0", index=90)
+    nic["addrs"] = [{**nic["addrs"][0], "local": address, "prefixlen": 24}]
+    sim.node(name)["interfaces"].append(nic)
+
+
+@case("hosts.peer-name-other-network")
+def _(sim: Sim) -> Expect:
+    # multi-homed: node2's name resolves on node1 to node2's own management address (another NIC, another network)
+    _mgmt_nic(sim, "node2", "10.9.0.12")
+    sim.probe("node1")["resolve"]["node2"] = ["10.9.0.12"]
+    return None, ["node2 -> 10.9.0.12 on node1 (node2's mgmt0, 10.9.0.0/24; cluster address 192.168.77.12 on eth0)"]
+
+
+def test_a_name_on_another_address_of_the_peer_inside_the_cluster_network_is_no_finding() -> None:
+    sim = Sim()
+    sim.iface("node3")["addrs"].append({**sim.iface("node3")["addrs"][0], "local": "192.168.77.103"})
+    sim.probe("node1")["resolve"]["node3"] = ["192.168.77.103"]
+    assert not [f for f in sim.findings() if f.id.startswith("hosts.")]
+
+
+def test_a_name_on_an_address_no_peer_holds_stays_a_mismatch_even_on_a_multi_homed_cluster() -> None:
+    sim = Sim()
+    _mgmt_nic(sim, "node2", "10.9.0.12")
+    sim.probe("node1")["resolve"]["node2"] = ["10.9.0.99"]  # nobody's address
+    assert {(f.id, f.host) for f in sim.findings() if f.id.startswith("hosts.")} == {("hosts.peer-mismatch", "node1")}
+
+
 @case("hosts.duplicate-hostname")
 def _(sim: Sim) -> Expect:
     n3 = sim.node("node3")  # node3 is a clone of node2 that kept its hostname

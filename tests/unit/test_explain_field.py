@@ -125,21 +125,23 @@ def test_cli_several_files_stdin_and_bytes(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "nccl-socket-connect" in r.output, r.output
 
 
-def test_several_mb_under_a_second() -> None:
+def test_several_mb_are_read_without_backtracking_blowup() -> None:
+    """A guard against catastrophic backtracking, not a benchmark: the bounds are ten times what an idle machine
+    takes (~0.3 s and ~0.6 s), so a loaded CI machine passes and a quadratic pattern still fails."""
     noise = [f"[rank{i % 8}]: step {i} loss 2.{i % 97:02d} lr 3e-4 tokens/s 81234" for i in range(120_000)]
     lines = [*noise, "[rank3]: torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "
              "2/4 clients joined.", *noise]
     assert sum(map(len, lines)) > 8_000_000
     t = time.perf_counter()
     got = diagnose(lines)
-    assert time.perf_counter() - t < 1.0
+    assert time.perf_counter() - t < 10.0
     assert [d.pattern.key for d in got] == ["store-clients-missing"]
     # the whole command on stdin, an NCCL_DEBUG=INFO log: one line in ten an NCCL INFO line holding an anchor
     busy = "\n".join(f"node1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> {ln}" if i % 10 == 0 else ln
                      for i, ln in enumerate(lines))
     t = time.perf_counter()
     r = CliRunner().invoke(cli, ["explain", "-"], input=busy.encode())
-    assert time.perf_counter() - t < 2.0 and "store-clients-missing" in r.output, r.output
+    assert time.perf_counter() - t < 20.0 and "store-clients-missing" in r.output, r.output
 
 
 def test_readme_states_the_share() -> None:

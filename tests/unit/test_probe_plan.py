@@ -87,3 +87,37 @@ def test_probe_port_is_moved_off_the_master_port() -> None:
     plans = [pp.ddpfix_probe_plan(order, h, order, {}, "node1", 45678, 2, 45678) for h in order]
     assert {p["port"] for p in plans} == {45679}
     assert [t["port"] for t in plans[1]["targets"]] == [45678, 45679, 45679]
+
+
+# ------------------------------------------------------------------ management + data network (cluster addresses)
+
+
+@pytest.mark.parametrize(("addresses", "cidr", "later"), [
+    ({"node1": "192.168.77.11", "node2": "192.168.77.12"}, "192.168.77.0/24", False),  # one network
+    ({"node1": "192.168.77.11", "node2": "192.168.77.12"}, "", False),  # the CIDR comes from the master's NIC
+    ({"node1": "192.168.77.11", "node2": "192.168.77.12"}, "10.77.0.0/24", True),  # SSH on a management network
+    ({"node1": "10.77.0.11", "node2": "192.168.77.12"}, "10.77.0.0/24", True),  # one node outside
+    ({"node1": "", "node2": "10.77.0.12"}, "10.77.0.0/24", True),  # dialled by name: resolved where?
+    ({"n1.example.com": None}, "10.77.0.0/24", True),
+    ({"node1": "fd00::11"}, "10.77.0.0/24", True),  # another family
+])
+def test_probes_wait_for_the_facts_when_the_inventory_addresses_are_not_in_the_cluster_network(
+        addresses: dict[str, Any], cidr: str, later: bool) -> None:
+    assert pp.ddpfix_probe_needs_facts(addresses, cidr) is later
+
+
+def test_cluster_addresses_come_from_each_nodes_facts_and_nodes_without_one_are_left_out() -> None:
+    def node(address: Any) -> dict[str, Any]:
+        return {"ansible_facts": {"ddpfix_node": {"cluster": {"address": address, "ifname": "data0"}}}}
+
+    hostvars = {"node1": node("10.77.0.11"), "node2": node(None), "node3": node("{{ 7*7 }}"), "node4": {},
+                "node5": node("10.77.0.15")}
+    got = pp.ddpfix_cluster_addresses(["node1", "node2", "node3", "node4", "node5", "gone"], hostvars)
+    assert got == {"node1": "10.77.0.11", "node5": "10.77.0.15"}
+    # the plan over them: peers dial cluster addresses; a node without one is not in the ring
+    p = pp.ddpfix_probe_plan([h for h in ["node1", "node2", "node5"] if h in got], "node5",
+                             ["node1", "node2", "node5"], got, "node1", 29500, 2, 45678)
+    assert [(t["name"], t["address"]) for t in p["targets"]] == [
+        ("node1", "10.77.0.11"), ("node1", "10.77.0.11")]
+    assert p["sources"]["peer"] == [{"name": "node1", "address": "10.77.0.11"}]
+    assert pp.FilterModule().filters()["ddpfix_cluster_addresses"] is pp.ddpfix_cluster_addresses

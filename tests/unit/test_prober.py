@@ -87,7 +87,8 @@ def test_refused_until_the_deadline_is_reported_with_its_attempts() -> None:
 def test_a_listener_that_comes_up_a_moment_later_is_found_at_once() -> None:
     """Refused dials are retried after 25, 50, 100, then 200 ms: a peer 30 ms late is dialled within ~50 ms of it."""
     c, up = _dial_late_listener(0.03)
-    assert c["ok"] and 2 <= c["attempts"] <= 5, c
+    # (1 attempt: under load the prober's fork took longer than the 30 ms and the listener was up first)
+    assert c["ok"] and 1 <= c["attempts"] <= 5, c
     assert c["last_try"] - up < 0.15, (c, up)  # was up to 0.2 s with a fixed 200 ms interval
 
 

@@ -875,6 +875,51 @@ def _family_mismatch(plan: LabPlan) -> None:
     node.hosts += [(ula_address(plan, m), [hn]) for hn, m in peers.items()]
 
 
+# ----------------------------------------------------------------- fleet shape (no fault: a second, data network)
+
+
+def data_network(subnet: ipaddress.IPv4Network | str) -> ipaddress.IPv4Network:
+    """The data network of the `multi-homed` scenario for a lab on `subnet`: 10.<3rd octet of the subnet>.0.0/24. It
+    exists only inside the lab (node namespaces and the lab switch), so labs with the same data network coexist."""
+    return ipaddress.IPv4Network(f"10.{ipaddress.ip_network(subnet).network_address.packed[2]}.0.0/24")
+
+
+def data_address(subnet: ipaddress.IPv4Network | str, index: int) -> ipaddress.IPv4Address:
+    """Node `index`'s (1-based) first address on the data network: .<10+index>, as on the management network."""
+    return data_network(subnet).network_address + 10 + index
+
+
+#: Interface names of the data NIC, by node index (1-based): not the same on every node, as on real fleets.
+DATA_IFNAMES = ("data0", "ens6f1", "data0", "enp65s0")
+
+
+@scenario(
+    "multi-homed",
+    "SSH and hostnames on the management network, ddp_cluster_cidr on a second (data) network: data NIC names "
+    "differ per node, node3 has two data addresses",
+    min_nodes=2,
+)
+def _multi_homed(plan: LabPlan) -> None:
+    """No fault: the common fleet shape. Every node keeps its management NIC (SSH, the default route, /etc/hosts
+    names on management addresses) and gets a data NIC onto the lab switch with an address on the data network
+    10.<3rd octet>.0.<10+i>/24 (`data_network`), named `data0` on node1 and node3 and `ens6f1` on node2 (names
+    differ per node, as on real fleets); node3 (when there is one) also has a second data address (.<100+i>).
+    The inventory's ddp_cluster_cidr is the data network. An audit must find nothing at warning or above; after
+    `remediate --apply` every env file has MASTER_ADDR = node1's data address and each node's own data NIC as its
+    socket interface, and a torch all-reduce runs over the data network."""
+    net = data_network(plan.subnet)
+    if plan.subnet.overlaps(net):
+        raise LabError(f"scenario multi-homed uses {net} inside the lab: pick another --subnet",
+                       ExitCode.INVALID_INPUT)
+    for n in plan.nodes:
+        name = unused_ifname(n, DATA_IFNAMES[(n.index - 1) % len(DATA_IFNAMES)], "data1")
+        address = ipaddress.IPv4Interface(f"{data_address(plan.subnet, n.index)}/{net.prefixlen}")
+        n.extra_nics.append(ExtraNic(name, address))
+        if n.index == 3:
+            n.post_ip.append(f"addr add {net.network_address + 100 + n.index}/{net.prefixlen} dev {name}")
+    plan.groupvars["ddp_cluster_cidr"] = str(net)
+
+
 # ----------------------------------------------------------------- SSH setups (no fault: how the controller logs in)
 
 LAB_USER = "ddpuser"
