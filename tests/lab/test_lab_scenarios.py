@@ -14,7 +14,16 @@ import pytest
 import yaml
 
 from ddpfix import lab
-from ddpfix.lab.scenarios import PUBLIC_MASTER_ADDR, SCENARIOS, SSH_SETUPS, WRONG_PEER_ADDR, apply_fabric
+from ddpfix.lab.scenarios import (
+    DATA_IFNAMES,
+    PUBLIC_MASTER_ADDR,
+    SCENARIOS,
+    SSH_SETUPS,
+    WRONG_PEER_ADDR,
+    apply_fabric,
+    data_address,
+    data_network,
+)
 
 LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); time.sleep(30)"
 
@@ -185,6 +194,23 @@ def check_ifname_mismatch(info) -> None:
         assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["NCCL_SOCKET_IFNAME"] == "eth0"
         assert env["MASTER_ADDR"] == info.nodes[0].address and env["MASTER_PORT"] == "29500"
         assert env["NODE_RANK"] == str(i) and env["NNODES"] == env["PET_NNODES"] == "3"
+
+
+def check_multi_homed(info) -> None:
+    net = data_network(info.subnet)
+    assert inventory(info)["vars"]["ddp_cluster_cidr"] == str(net)
+    for i, n in enumerate(info.nodes, 1):
+        addrs = {x["ifname"]: [a["local"] for a in x["addr_info"] if a["family"] == "inet"] for x in links(info, n.name)}
+        want = [str(data_address(info.subnet, i))] + ([str(net.network_address + 103)] if i == 3 else [])
+        assert addrs[DATA_IFNAMES[i - 1]] == want, addrs
+        assert addrs[n.ifname] == [n.address]  # SSH and the default route stay on the management NIC
+        assert resolve(info, n.name, "node1") == [info.nodes[0].address]  # names on management addresses
+    with_listener(info, "node1", 29500, lambda: (
+        assert_tcp(info, "node3", str(data_address(info.subnet, 1)), 29500)))
+
+
+def assert_tcp(info, src: str, addr: str, port: int) -> None:
+    assert tcp_ok(info, src, addr, port), f"{src} cannot reach {addr}:{port}"
 
 
 def check_autoselect_wrong(info) -> None:
@@ -444,6 +470,7 @@ CHECKS: dict[str, Callable] = {
     "machine-id-clone": check_machine_id_clone,
     "somaxconn-low": check_somaxconn_low,
     "family-mismatch": check_family_mismatch,
+    "multi-homed": check_multi_homed,
     "docker-tables": check_docker_tables,
     "fabric-port-down": check_fabric_port_down,
     "fabric-gid-differs": check_fabric_gid_differs,

@@ -897,6 +897,7 @@ DATA_IFNAMES = ("data0", "ens6f1", "data0", "enp65s0")
     "multi-homed",
     "SSH and hostnames on the management network, ddp_cluster_cidr on a second (data) network: data NIC names "
     "differ per node, node3 has two data addresses",
+    ("hosts.peer-name-other-network",),
     min_nodes=2,
 )
 def _multi_homed(plan: LabPlan) -> None:
