@@ -684,6 +684,16 @@ def pr_src(f: Mapping[str, Any]) -> str:
         sound_on_partial=True,
     ),
     Rule(
+        "hosts.name-form-differs",
+        W,
+        "a form of the node's own name (hostname, FQDN) resolves to an address the node does not hold",
+        "Make every form of the node's name resolve to an address it holds: correct the /etc/hosts lines of "
+        "{forms} (the FQDN is the first dotted name on the hostname's line), or the search domain in "
+        "/etc/resolv.conf that turns the short name into another host's FQDN; not changed automatically.",
+        reads=_HOSTS | _IFACES,
+        sound_on_partial=True,
+    ),
+    Rule(
         "hosts.duplicate-hostname",
         E,
         "two nodes share a hostname (cloned VMs)",
@@ -714,6 +724,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
                 f"hostname {hn} resolves to {', '.join(addrs)}: Gloo/c10d would advertise {loop[0]}",
                 _hosts_lines(f, hn),
             )
+        yield from _name_forms(ctx, name, f)
     for hn, names in by_hostname.items():
         if len(names) > 1:
             yield finding(
@@ -847,6 +858,38 @@ def check_resolution(ctx: Context) -> Iterable[Finding]:
             "peer names resolve to different address families on different nodes",
             "; ".join(f"{n}: IPv{'/'.join(str(x) for x in sorted(s))}" for n, s in sorted(fams.items())),
         )
+
+
+def _name_forms(ctx: Context, name: str, f: NodeFacts) -> Iterable[Finding]:
+    """hosts.name-form-differs: the node's hostname or FQDN resolving (first address, as torch's
+    `_matches_machine_hostname` and Gloo's bind use it) to an address the node does not hold. Loopback is
+    hosts.hostname-loopback's; an own name that does not resolve is not judged here."""
+    hn, fqdn = f.get("hostname") or "", f.get("fqdn") or ""
+    resolved = f.get("resolve_self") or {}
+    forms = [("hostname", hn)] + ([("FQDN", fqdn)] if fqdn and fqdn != hn else [])
+    evidence, wrong = [], []
+    for label, form in forms:
+        got = resolved.get(form) or []
+        if not got or _is_loopback(got[0]):
+            continue
+        held = _held_by(ctx, name, got[0])
+        if held is not None:
+            evidence.append(f"{label} {form} -> {got[0]} ({held[0]})")
+            continue
+        owner = ctx.by_address.get(got[0])
+        evidence.append(f"{label} {form} -> {got[0]} ({'held by ' + owner if owner else 'not an address of ' + name})")
+        wrong.append((label, form, got[0]))
+    if not wrong:
+        return
+    label, form, addr = wrong[0]
+    yield finding(
+        "hosts.name-form-differs",
+        name,
+        f"{name}'s {label} {form} resolves to {addr}, an address {name} does not hold: Gloo without "
+        f"GLOO_SOCKET_IFNAME binds what the hostname resolves to, and torchrun's c10d rendezvous advertises it",
+        "; ".join(evidence) + "; " + "; ".join(_hosts_lines(f, fm) for _, fm, _ in wrong),
+        forms=" and ".join(fm for _, fm, _ in wrong),
+    )
 
 
 def _held_by(ctx: Context, node: str, address: str) -> tuple[str, str] | None:

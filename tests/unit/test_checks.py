@@ -354,6 +354,26 @@ def test_a_name_on_an_address_no_peer_holds_stays_a_mismatch_even_on_a_multi_hom
     assert {(f.id, f.host) for f in sim.findings() if f.id.startswith("hosts.")} == {("hosts.peer-mismatch", "node1")}
 
 
+@case("hosts.name-form-differs")
+def _(sim: Sim) -> Expect:
+    # node1's FQDN (the dotted alias on its own line) has a stale line of its own, first: another host's address
+    n1 = sim.node("node1")
+    n1["fqdn"] = "node1.lab.example"
+    n1["resolve_self"] = {"node1": ["192.168.77.11"], "node1.lab.example": ["192.168.77.12"]}
+    sim.set_hosts_file("node1", "127.0.0.1\tlocalhost\n192.168.77.12\tnode1.lab.example\n"
+                                "192.168.77.11\tnode1 node1.lab.example\n192.168.77.12\tnode2\n192.168.77.13\tnode3\n")
+    return "node1", ["hostname node1 -> 192.168.77.11 (eth0)", "FQDN node1.lab.example -> 192.168.77.12 (held by node2)",
+                     "/etc/hosts: 192.168.77.12\tnode1.lab.example"]
+
+
+def test_every_name_form_on_an_own_address_is_no_finding() -> None:
+    sim = Sim()
+    n1 = sim.node("node1")
+    n1["fqdn"] = "node1.lab.example"
+    n1["resolve_self"] = {"node1": ["192.168.77.11"], "node1.lab.example": ["192.168.77.11"]}
+    assert not [f for f in sim.findings() if f.id == "hosts.name-form-differs"]
+
+
 @case("hosts.duplicate-hostname")
 def _(sim: Sim) -> Expect:
     n3 = sim.node("node3")  # node3 is a clone of node2 that kept its hostname

@@ -875,6 +875,31 @@ def _family_mismatch(plan: LabPlan) -> None:
     node.hosts += [(ula_address(plan, m), [hn]) for hn, m in peers.items()]
 
 
+@scenario(
+    "name-form-differs",
+    "node1's hostname is the FQDN node1.lab.example, which its /etc/hosts maps to node2's address (a stale line)",
+    expect=(
+        Expect(
+            "hosts.name-form-differs",
+            "node1",
+            lambda info: [f"hostname node1.lab.example -> {info.node('node2').address} (held by node2)",
+                          f"/etc/hosts: {info.node('node2').address}\tnode1.lab.example"],
+        ),
+    ),
+    min_nodes=2,
+)
+def _name_form_differs(plan: LabPlan) -> None:
+    """Names that differ by form. node1's hostname (UTS and /etc/hostname) is the FQDN `node1.lab.example` while the
+    inventory and every /etc/hosts name it `node1`; a stale line in node1's /etc/hosts maps node1.lab.example to
+    node2's address (as a search domain in resolv.conf does through DNS, pytorch/pytorch#73380), so node1's own
+    hostname resolves to another host: Gloo without GLOO_SOCKET_IFNAME would bind an address node1 does not hold.
+    Finding: hosts.name-form-differs on node1."""
+    node, other = plan.master, second(plan)
+    node.hostname = f"{node.name}.lab.example"
+    at = next((i for i, (a, _) in enumerate(node.hosts) if a == str(node.address)), len(node.hosts))
+    node.hosts.insert(at, (str(other.address), [node.hostname]))
+
+
 # ----------------------------------------------------------------- fleet shape (no fault: a second, data network)
 
 
