@@ -135,7 +135,10 @@ def test_iptables_worker2_gives_the_nhc_line(lab_factory) -> None:
     code, out, seconds = check_local(info, "node2")
     assert code == 1 and out.startswith("ERROR: ddpfix: firewall.peer-ports-blocked: TCP "), out
     assert seconds < 2.0
+    # a node without the cluster file (never set up): passes with a note, unless the site requires the file
     code, out, _ = check_local(info, "node2", "--cluster-file", "/nonexistent/cluster.json")
+    assert code == 0 and out.startswith("NOTE: ddpfix: no cluster file /nonexistent/cluster.json on "), out
+    code, out, _ = check_local(info, "node2", "--cluster-file", "/nonexistent/cluster.json", "--require-cluster-file")
     assert code == 2 and out.startswith("ERROR: ddpfix: cluster-file: cluster file /nonexistent/cluster.json: ")
 
 

@@ -76,9 +76,21 @@ def test_skip_findings_from_the_inventory_are_accepted(sim: Sim, tmp_path: Path,
     assert local.failures(_local_findings(sim, path, "node2", monkeypatch)) == []
 
 
-def test_bad_cluster_file_is_one_nhc_line_exit_2(tmp_path: Path) -> None:
-    r = CliRunner().invoke(cli, ["check", "--local", "--cluster-file", str(tmp_path / "none.json")])
+def test_no_cluster_file_passes_with_a_note_unless_required(tmp_path: Path) -> None:
+    """A Prolog on every node: a node ddpfix never set up is not drained (exit 0, nothing on stdout, a note on
+    stderr); --require-cluster-file restores the failure (one NHC line, exit 2)."""
+    none = str(tmp_path / "none.json")
+    r = CliRunner().invoke(cli, ["check", "--local", "--cluster-file", none])
+    assert r.exit_code == 0 and r.stdout == "" and r.stderr.startswith("NOTE: ddpfix: no cluster file "), r.output
+    r = CliRunner().invoke(cli, ["check", "--local", "--cluster-file", none, "--require-cluster-file"])
     assert r.exit_code == 2 and r.output.startswith("ERROR: ddpfix: cluster-file: ") and r.output.count("\n") == 1
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "gone.json")  # something is there: judged, never a silent pass
+    r = CliRunner().invoke(cli, ["check", "--local", "--cluster-file", str(dangling)])
+    assert r.exit_code == 2, r.output
+
+
+def test_bad_cluster_file_is_one_nhc_line_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": clusterfile.SCHEMA, "nodes": [{"name": "a", "rank": "x"}]}))
     r = CliRunner().invoke(cli, ["check", "--local", "--cluster-file", str(bad)])

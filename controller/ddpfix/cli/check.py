@@ -28,15 +28,19 @@ def _nhc(check_id: str, message: str) -> str:
               help="Total deadline: reading this node and resolving every peer (in parallel, each lookup at most "
                    "3 s); what is not decided by then is reported as not evaluated, exit 3 [env: "
                    "DDPFIX_CHECK_TIMEOUT].")
+@click.option("--require-cluster-file", is_flag=True,
+              help="A node without the cluster file fails (exit 2); by default it passes with a one-line note on "
+                   "stderr (a node ddpfix never set up, e.g. under a site-wide Prolog, is not drained).")
 @click.option("-v", "--verbose", "verbose", count=True, help="Every failure, one line each; OK line when healthy.")
 @click.pass_obj
 def command(app: Application, local: bool, cluster_file: str, node: str | None, timeout: float,
-            verbose: int) -> None:
+            require_cluster_file: bool, verbose: int) -> None:
     """Run the audit's checks that need only this node and the cluster file, in well under 2 s.
 
     Output and exit status follow LBNL NHC: healthy: exit 0, no output (-v: one OK line); a failure: one line
-    `ERROR: ddpfix: <id>: <message>` (the first; -v: all) and exit 1; a missing or bad cluster file, or one that
-    is not owned by root or is writable by group/others: exit 2; not decided within --timeout (a peer name that
+    `ERROR: ddpfix: <id>: <message>` (the first; -v: all) and exit 1; no cluster file: exit 0 with a note on
+    stderr (--require-cluster-file: exit 2); a bad cluster file, or one that is not owned by root or is writable by
+    group/others: exit 2; not decided within --timeout (a peer name that
     did not resolve in time, this node's facts not read in time): `ERROR: ddpfix: not-evaluated: ...`, exit 3.
     Checked: hostname not on loopback, peers resolve to their cluster addresses, the cluster interface exists,
     is up and in the CIDR, the env file exists and matches the cluster file, the firewall lets the cluster CIDR reach
@@ -51,6 +55,11 @@ def command(app: Application, local: bool, cluster_file: str, node: str | None, 
     from ddpfix import clusterfile
     from ddpfix import local as loc
 
+    if not require_cluster_file and not os.path.lexists(cluster_file):
+        # a node ddpfix never set up: nothing to check against (a Prolog on every node must not drain it)
+        click.echo(f"NOTE: ddpfix: no cluster file {cluster_file} on {os.uname().nodename} (`ddpfix env --apply` "
+                   "writes it): nothing checked; --require-cluster-file makes this a failure", err=True)
+        return
     try:
         cluster, doc = clusterfile.load(cluster_file)
         if node is not None and node not in cluster.names:
