@@ -65,6 +65,10 @@ def _count(env: Mapping[str, str], key: str) -> int | None:
 
 
 def nproc_per_node(env: Mapping[str, str]) -> int | None:
+    """GPUs on the node, else tasks per node: a task-based allocation without GPUs (SLURM_GPUS_ON_NODE unset, or 0
+    as some sites export it) runs one process per task."""
+    if str(env.get("SLURM_GPUS_ON_NODE", "")).strip() == "0":
+        return _count(env, "SLURM_NTASKS_PER_NODE")
     return _count(env, "SLURM_GPUS_ON_NODE") or _count(env, "SLURM_NTASKS_PER_NODE")
 
 
@@ -73,6 +77,11 @@ def inventory_from_allocation(env: Mapping[str, str], nodelist: str | None = Non
     """The inventory (as YAML-ready data) for the allocation: group `ddp_nodes`, hosts in node-id order."""
     expr = nodelist if nodelist is not None else env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     hosts = expand_hostlist(expr)
+    nnodes = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
+    if nodelist is None and nnodes not in (None, "") and str(nnodes).strip() != str(len(hosts)):
+        key = "SLURM_JOB_NUM_NODES" if env.get("SLURM_JOB_NUM_NODES") else "SLURM_NNODES"
+        raise _bad(f"{key}={nnodes!r} but SLURM_JOB_NODELIST {expr!r} expands to {len(hosts)} nodes: the allocation's "
+                   "variables disagree (a heterogeneous job, or variables from another job step)")
     gvars: dict[str, Any] = {"ddp_master": hosts[0]}
     nproc = nproc_per_node(env)
     if nproc:

@@ -54,6 +54,22 @@ def test_ntasks_per_node_when_no_gpus() -> None:
         inventory_from_allocation({"SLURM_JOB_NODELIST": "n1", "SLURM_GPUS_ON_NODE": "zero"})
 
 
+def test_gpus_on_node_zero_falls_back_to_tasks_per_node() -> None:
+    env = {"SLURM_JOB_NODELIST": "cpu[1-2]", "SLURM_GPUS_ON_NODE": "0", "SLURM_NTASKS_PER_NODE": "16"}
+    assert inventory_from_allocation(env)["ddp_nodes"]["vars"]["ddp_nproc_per_node"] == 16
+    assert "ddp_nproc_per_node" not in inventory_from_allocation({**env, "SLURM_NTASKS_PER_NODE": ""})["ddp_nodes"]["vars"]
+
+
+@pytest.mark.parametrize("key", ["SLURM_NNODES", "SLURM_JOB_NUM_NODES"])
+def test_a_node_count_that_disagrees_with_the_nodelist_is_refused(key: str) -> None:
+    with pytest.raises(DdpfixError) as err:
+        inventory_from_allocation({"SLURM_JOB_NODELIST": "n[1-3]", key: "4"})
+    assert err.value.code == 2 and f"{key}='4'" in str(err.value) and "expands to 3 nodes" in str(err.value)
+    assert len(inventory_from_allocation({"SLURM_JOB_NODELIST": "n[1-3]", key: "3"})["ddp_nodes"]["hosts"]) == 3
+    # an explicit --nodelist is the user's choice: the allocation's count is not compared
+    assert len(inventory_from_allocation({key: "4"}, "n[1-2]")["ddp_nodes"]["hosts"]) == 2
+
+
 def test_cli_writes_parsable_yaml(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-[01-02]")
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: python-hostlist expands
