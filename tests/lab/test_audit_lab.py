@@ -219,6 +219,8 @@ EXPECTED: list[tuple[str, str, str | None, Callable[[Audited], list[str]]]] = [
     ("hosts.peer-mismatch", "lab_a", "node1",
      lambda a: [f"getaddrinfo('node2') on node1 = {WRONG_PEER_ADDR}", f"/etc/hosts: {WRONG_PEER_ADDR}\tnode2"]),
     ("hosts.duplicate-hostname", "lab_c", None, lambda a: ["node2: hostname=node2", "node3: hostname=node2"]),
+    ("hosts.name-form-differs", "lab_c", "node3",
+     lambda a: [f"hostname node2 -> {a.addr('node2')} (held by node2)", f"/etc/hosts: {a.addr('node2')}	node2"]),
     ("hosts.duplicate-machine-id", "lab_a", None,
      lambda a: [f"/etc/machine-id = {machine_id(a, 'node3')} on node2, node3"]),
     ("time.no-daemon", "lab_c", "node1", lambda a: ["no chronyd"]),

@@ -429,13 +429,14 @@ def _peer_mismatch(plan: LabPlan) -> None:
 @scenario(
     "duplicate-hostname",
     "the highest-address node has the same hostname as node(N-1), like a cloned VM",
-    ("hosts.duplicate-hostname",),
+    ("hosts.duplicate-hostname", "hosts.name-form-differs"),
     min_nodes=2,
 )
 def _duplicate_hostname(plan: LabPlan) -> None:
     """Failure mode: duplicate hosts. nodeN's hostname (UTS and /etc/hostname) is node(N-1)'s; inventory names
     stay unique and every /etc/hosts still maps the inventory names to the lab addresses (so the
-    clone's own name resolves to its twin's address). Finding: hosts.duplicate-hostname (cluster)."""
+    clone's own name resolves to its twin's address). Findings: hosts.duplicate-hostname (cluster), and
+    hosts.name-form-differs on nodeN (its hostname resolves to an address it does not hold)."""
     plan.nodes[-1].hostname = plan.nodes[-2].hostname
 
 
@@ -873,31 +874,6 @@ def _family_mismatch(plan: LabPlan) -> None:
     hosts = [(a, [x for x in names if x not in peers]) for a, names in node.hosts]
     node.hosts = [(a, names) for a, names in hosts if names]
     node.hosts += [(ula_address(plan, m), [hn]) for hn, m in peers.items()]
-
-
-@scenario(
-    "name-form-differs",
-    "node1's hostname is the FQDN node1.lab.example, which its /etc/hosts maps to node2's address (a stale line)",
-    expect=(
-        Expect(
-            "hosts.name-form-differs",
-            "node1",
-            lambda info: [f"hostname node1.lab.example -> {info.node('node2').address} (held by node2)",
-                          f"/etc/hosts: {info.node('node2').address}\tnode1.lab.example"],
-        ),
-    ),
-    min_nodes=2,
-)
-def _name_form_differs(plan: LabPlan) -> None:
-    """Names that differ by form. node1's hostname (UTS and /etc/hostname) is the FQDN `node1.lab.example` while the
-    inventory and every /etc/hosts name it `node1`; a stale line in node1's /etc/hosts maps node1.lab.example to
-    node2's address (as a search domain in resolv.conf does through DNS, pytorch/pytorch#73380), so node1's own
-    hostname resolves to another host: Gloo without GLOO_SOCKET_IFNAME would bind an address node1 does not hold.
-    Finding: hosts.name-form-differs on node1."""
-    node, other = plan.master, second(plan)
-    node.hostname = f"{node.name}.lab.example"
-    at = next((i for i, (a, _) in enumerate(node.hosts) if a == str(node.address)), len(node.hosts))
-    node.hosts.insert(at, (str(other.address), [node.hostname]))
 
 
 # ----------------------------------------------------------------- fleet shape (no fault: a second, data network)
