@@ -84,8 +84,9 @@ def check_nofile(ctx: Context) -> Iterable[Finding]:
         low = [x for x in limits if x.get("soft") not in (None, -1) and int(x["soft"]) < need]
         if not low:
             continue
-        session = lim.get("nofile") if isinstance(lim.get("nofile"), Mapping) else {}
-        hard = int(session.get("hard") if session.get("hard") is not None else -1)
+        sess: Any = lim.get("nofile")
+        session: Mapping[str, Any] = sess if isinstance(sess, Mapping) else {}
+        hard = int(session["hard"]) if session.get("hard") is not None else -1
         value, hard_line = nofile_fix(need, hard)
         units = [x for x in (lim.get("nofile_units") or {}).values() if isinstance(x, Mapping)]
         unit_hards = [int(x["hard"]) for x in units if x.get("hard") is not None] + [hard]
@@ -136,15 +137,16 @@ def _cluster_ifaces(ctx: Context, f: Mapping[str, Any]) -> list[tuple[str, list[
 )
 def check_arp_flux(ctx: Context) -> Iterable[Finding]:
     for name, f in ctx.audited():
-        arp = (f.get("sysctl") or {}).get("arp")
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
+        arp: Any = sysctl.get("arp")
         if not isinstance(arp, Mapping):
             continue  # not collected
         ifaces = [(i, a) for i, a in _cluster_ifaces(ctx, f) if isinstance(arp.get(i), Mapping)]
         if len(ifaces) < 2:
             continue
-        al = arp.get("all") if isinstance(arp.get("all"), Mapping) else {}
+        al: Mapping[str, Any] = arp["all"] if isinstance(arp.get("all"), Mapping) else {}
 
-        def eff(ifname: str, key: str) -> int:
+        def eff(ifname: str, key: str, al: Mapping[str, Any] = al, arp: Mapping[str, Any] = arp) -> int:
             return max(int(al.get(key) or 0), int(arp[ifname].get(key) or 0))
 
         flux = [i for i, _ in ifaces if eff(i, "arp_ignore") == 0 or eff(i, "arp_announce") == 0]
@@ -214,12 +216,12 @@ def check_torch_versions(ctx: Context) -> Iterable[Finding]:
         want = sorted(t for t, c in counts if c == counts[0][1])[0]
         ref = ", ".join(n for n, t in read.items() if t == want)
     others = "; ".join(f"{n}: {_describe(t)}" for n, t in read.items())
-    for name, t in read.items():
-        if t == want:
+    for name, got in read.items():
+        if got == want:
             continue
         yield finding(
             "env.torch-version-mismatch", name,
-            f"{name} runs {_describe(t)}, {ref} runs {_describe(want)}",
-            f"{pythons[name]} on {name}: {_describe(t)}; {others}",
+            f"{name} runs {_describe(got)}, {ref} runs {_describe(want)}",
+            f"{pythons[name]} on {name}: {_describe(got)}; {others}",
             node=name, ref=ref, want=_describe(want), pip=_pip(pythons[name], want[0]),
         )

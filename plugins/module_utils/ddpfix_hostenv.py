@@ -46,7 +46,8 @@ TORCH_INFO_CODE = (
     "        with open(vf) as f:\n"
     "            tree = ast.parse(f.read())\n"
     "        for n in tree.body:\n"
-    "            t = n.targets[0] if isinstance(n, ast.Assign) and len(n.targets) == 1 else getattr(n, 'target', None)\n"
+    "            one = isinstance(n, ast.Assign) and len(n.targets) == 1\n"
+    "            t = n.targets[0] if one else getattr(n, 'target', None)\n"
     "            if isinstance(t, ast.Name) and isinstance(getattr(n, 'value', None), ast.Constant):\n"
     "                vals[t.id] = n.value.value\n"
     "        out['stamp'] = [vf, os.stat(vf).st_mtime_ns]\n"
@@ -185,7 +186,7 @@ def torch_info(python, cache_dir=TORCH_CACHE_DIR, timeout=TORCH_TIMEOUT):
     if not exe or not os.access(exe, os.X_OK):
         return info, f"{python}: no such interpreter on this node"
     try:
-        key = [exe, os.path.realpath(exe)] + _stat_key(exe)
+        key = [exe, os.path.realpath(exe), *_stat_key(exe)]
     except OSError as exc:
         return info, "{}: {}".format(python, getattr(exc, "strerror", None) or exc)
     cdir = _cache_dir(cache_dir) if cache_dir else None

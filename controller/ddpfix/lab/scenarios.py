@@ -934,8 +934,8 @@ def _torch_version_mismatch(plan: LabPlan) -> None:
     node.hostvars["ddp_python"] = f"/run/{FABRIC_RUN}/bin/python-torch"
     text = (
         "#!/bin/sh\n# ddpfix lab stand-in: what ddpfix's torch reader prints for a CUDA 12.1 build of torch 2.4.1\n"
-        "echo '{\"version\": \"%s\", \"cuda\": \"12.1\", \"hip\": null, \"nccl\": \"2.20.5\", \"error\": null}'\n"
-        % TORCH_LAB_FAKE
+        f"echo '{{\"version\": \"{TORCH_LAB_FAKE}\", \"cuda\": \"12.1\", \"hip\": null, \"nccl\": \"2.20.5\", "
+        "\"error\": null}'\n"
     )
     node.tasks.append(_stub_task("python-torch", text))
 
