@@ -71,7 +71,10 @@ def _limit(v: int) -> str:
          "nofile={value}:{unit_hard}.",
          remedies=(Remedy("ddpfix_limits", "nofile", how="limits.d"),), reads=frozenset({"nofile_units"}),
          # a low limit read is low whatever an unreadable unit has
-         sound_on_partial=True),
+         sound_on_partial=True,
+         still_open="pam_limits applies limits.d only where sshd runs with UsePAM yes (and session pam_limits.so in "
+                    "/etc/pam.d/sshd); without PAM raise the limit where sshd starts (LimitNOFILE in a drop-in for "
+                    "ssh.service) or in the launch script (ulimit -n)"),
 )
 def check_nofile(ctx: Context) -> Iterable[Finding]:
     nodes = len(ctx.cluster.nodes)
