@@ -119,3 +119,26 @@ def test_hostile_launch_path_facts_are_reported_and_dropped() -> None:
     assert clean["limits"] == {"nofile": None, "nofile_units": {"ok.service": {"soft": 9, "hard": 9}}}
     assert clean["sysctl"]["arp"] == {"all": {"arp_ignore": 0, "arp_announce": 0}}
     assert clean["torch"]["python"] is None and clean["torch"]["version"] is None  # compared whole: not compared
+
+
+def test_remediate_plan_takes_the_values_the_checks_reported() -> None:
+    import json
+
+    from conftest import Sim
+
+    from ddpfix.checks import run_checks
+    from ddpfix.remediate import build_plan
+
+    sim = Sim()
+    fixture = json.loads((Path(__file__).parent / "fixtures/rules/net.arp-flux.json").read_text())["fail"][0]
+    sim.node("node3")["sysctl"]["arp"] = fixture["merge"]["node2"]["node"]["sysctl"]["arp"]
+    sim.node("node3")["interfaces"] += [dict(fixture["append"]["node2"]["node"]["interfaces"][0], addrs=[
+        {"family": "inet", "local": "192.168.77.113", "prefixlen": 32}])]
+    sim.node("node2")["limits"] = {"nofile": {"soft": 512, "hard": 4096, "source": "ssh session"}, "nofile_units": {}}
+    ctx = sim.context()
+    plans, _ = build_plan(ctx, run_checks(ctx))
+    assert plans["node2"].nofile == {"soft": "4096", "hard": "0", "unit_hard": "4096"} and not plans["node2"].arp
+    assert plans["node3"].arp == ["arp0", "eth0"] and not plans["node3"].nofile
+    assert plans["node3"].to_vars()["arp"] == ["arp0", "eth0"]
+    only, _ = build_plan(ctx, run_checks(ctx), only={"net.arp-flux"})
+    assert not only["node2"].nofile and only["node3"].arp
