@@ -27,7 +27,9 @@ description:
     gone. With I(probe.detach), the prober outlives the call (until every dial and accept is done, the node lock no
     longer names this run, or I(probe.hold) seconds, at most 120) and writes its result into a private directory
     (mkdtemp, mode 0700, in /run) that C(ddpfix_probe) reads and removes when it collects and stops it.
-    Nothing else on the node is changed. Runs the same in check mode."
+    Nothing else on the node is changed but the cache of the torch reading (I(python)): one small file per
+    interpreter in /run/ddpfix/torch (mode 0700, on tmpfs; skipped where it cannot be made private). Runs the same in
+    check mode."
 options:
   cluster_cidr: {description: The cluster network; empty to derive it from the interface holding I(master_address).,
       type: str, default: ''}
