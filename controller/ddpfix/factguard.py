@@ -250,6 +250,64 @@ def _fabric(ck: _Checker, fab: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: torch's version (PEP 440 as torch prints it: 2.13.0+cpu, 2.5.0a0+git1a2b3c4, 2.4.0.dev20240101+cu121)
+_TORCH_VERSION = re.compile(r"\d+(\.\d+){0,3}(\.?(a|b|rc|dev|post)\d*)*(\+[A-Za-z0-9.]{1,40})?")
+_HIP_VERSION = re.compile(r"\d+(\.\d+){0,3}(-[0-9a-f]{1,40})?")
+#: an interpreter path as the inventory's ddp_python is checked: absolute and normalized, or a bare command name
+_PYTHON = re.compile(r"(/[A-Za-z0-9._+@-]+)+|[A-Za-z0-9._+-]{1,255}")
+_RLIMIT = _int(-1, 2**63 - 1)
+
+
+def _rlimit_entry(ck: _Checker, where: str, v: Any) -> dict[str, Any] | None:
+    if not isinstance(v, Mapping):
+        ck.ok(where, v, lambda _: False, "not a limit entry")
+        return None
+    if not (ck.ok(f"{where}.soft", v.get("soft"), _RLIMIT, "not a resource limit (-1 or a count)")
+            and ck.ok(f"{where}.hard", v.get("hard"), _RLIMIT, "not a resource limit (-1 or a count)")):
+        return None
+    return dict(v)
+
+
+def _limits(ck: _Checker, lim: Mapping[str, Any]) -> dict[str, Any]:
+    """The launch path's limits (ddpfix_hostenv): counts only, unit names of the systemd grammar."""
+    out: dict[str, Any] = {"nofile": _rlimit_entry(ck, "limits.nofile", lim.get("nofile"))
+                           if lim.get("nofile") is not None else None, "nofile_units": {}}
+    units = lim.get("nofile_units") or {}
+    for u, v in (units.items() if isinstance(units, Mapping) else []):
+        if ck.ok("limits.nofile_units", u, _match(_UNIT), "not a systemd unit name") and (
+                e := _rlimit_entry(ck, f"limits.nofile_units[{u}]", v)) is not None:
+            out["nofile_units"][u] = e
+    return out
+
+
+def _arp(ck: _Checker, arp: Any) -> dict[str, dict[str, int]]:
+    """net.ipv4.conf.{all,IFACE}.arp_ignore/arp_announce: interface names of the kernel's alphabet, values 0-8."""
+    out: dict[str, dict[str, int]] = {}
+    for conf, v in (arp.items() if isinstance(arp, Mapping) else []):
+        if not ck.ok("sysctl.arp", conf, valid_ifname, "not an interface name"):
+            continue
+        if not (isinstance(v, Mapping)
+                and ck.ok(f"sysctl.arp[{conf}].arp_ignore", v.get("arp_ignore"), _int(0, 8), "not an arp_ignore value")
+                and ck.ok(f"sysctl.arp[{conf}].arp_announce", v.get("arp_announce"), _int(0, 2),
+                          "not an arp_announce value")):
+            continue
+        out[conf] = {"arp_ignore": v["arp_ignore"], "arp_announce": v["arp_announce"]}
+    return out
+
+
+def _torch(ck: _Checker, t: Mapping[str, Any]) -> dict[str, Any]:
+    """torch's build as ddp_python reported it; an ill-formed version drops the whole entry (it is compared)."""
+    out = dict(t)
+    if not ck.ok("torch.python", t.get("python"), _opt(_match(_PYTHON)), "not an interpreter path or command name"):
+        out["python"] = None
+    for key, rx, why in (("version", _TORCH_VERSION, "not a torch version"), ("cuda", _VERSION, "not a CUDA version"),
+                         ("hip", _HIP_VERSION, "not a ROCm version"), ("nccl", _VERSION, "not an NCCL version")):
+        if not ck.ok(f"torch.{key}", t.get(key), _opt(_match(rx)), why):
+            out[key] = None
+            out["version"] = None  # compared as a whole: a part missing is no version
+    return out
+
+
 def _interfaces(ck: _Checker, interfaces: Any) -> list[dict[str, Any]]:
     out = []
     for i in interfaces or []:
@@ -348,6 +406,12 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
         f["env_file"] = _env_file(ck, f["env_file"])
     if isinstance(f.get("fabric"), Mapping):
         f["fabric"] = _fabric(ck, f["fabric"])
+    if isinstance(f.get("limits"), Mapping):
+        f["limits"] = _limits(ck, f["limits"])
+    if isinstance(f.get("sysctl"), Mapping) and "arp" in f["sysctl"]:
+        f["sysctl"] = {**f["sysctl"], "arp": _arp(ck, f["sysctl"]["arp"])}
+    if isinstance(f.get("torch"), Mapping):
+        f["torch"] = _torch(ck, f["torch"])
     # what is left is well-formed or free text a node reports about itself: shown only, and then as one line
     shown = {k: v for k, v in f.items() if k not in _PARSED_TEXT}
     if not _printable_json(shown):

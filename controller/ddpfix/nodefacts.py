@@ -57,6 +57,8 @@ class Sysctl(TypedDict):
     ipv6_disabled: bool
     # net.ipv4.conf.{all,default,IFACE}.rp_filter by conf name (0 off, 1 strict, 2 loose); not from older modules
     rp_filter: NotRequired[dict[str, int]]
+    # net.ipv4.conf.{all,IFACE}.{arp_ignore,arp_announce} by conf name (ddpfix_hostenv.arp_sysctls)
+    arp: NotRequired[dict[str, dict[str, int]]]
 
 
 class ChronyTracking(TypedDict, total=False):
@@ -186,6 +188,8 @@ class NodeFacts(TypedDict, total=False):
     firewall: FirewallState
     env_file: EnvFile
     fabric: dict[str, Any]  # RDMA devices, GPUs, EFA, NCCL version, memlock (the ddpfix_fabric module_utils)
+    limits: dict[str, Any]  # {nofile: {soft, hard, source}, nofile_units: {unit: {...}}} (-1: unlimited)
+    torch: dict[str, Any] | None  # {python, version, cuda, hip, nccl, cached} of ddp_python; None: not asked
     probe: ProbeListener
     now: float  # the node's clock when it read it (time.time())
     now_elapsed: float  # seconds from the module's start to that reading

@@ -25,6 +25,8 @@ PROBE_IDS = fixed_by("firewall", on_target=True)  # fixed on the node the probe 
 HOSTS_IDS = fixed_by("hosts")
 TIME_IDS = fixed_by("time")
 LIMITS_IDS = fixed_by("limits")
+NOFILE_IDS = fixed_by("nofile")
+ARP_IDS = fixed_by("arp")
 ENV_IDS = fixed_by("env")
 
 
@@ -38,17 +40,20 @@ class HostPlan:
     env_key_comments: dict[str, str] = field(default_factory=dict)  # KEY -> why (a comment above it in the block)
     pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
     limits: bool = False  # memlock drop-in (fabric.memlock-low)
+    nofile: dict[str, str] = field(default_factory=dict)  # {soft, hard, unit_hard}: limits.nofile-low; empty: off
+    arp: list[str] = field(default_factory=list)  # cluster interfaces given arp_ignore 1/arp_announce 2 (net.arp-flux)
     notes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return (self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
-                and not self.limits)
+                and not self.limits and not self.nofile and not self.arp)
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
                 "env_comment": self.env_comment,
-                "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits}
+                "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits,
+                "nofile": self.nofile, "arp": self.arp}
 
 
 @dataclass
@@ -145,6 +150,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 )
         hp.hosts = hosts_needed
         hp.limits = bool(mine & LIMITS_IDS)
+        hp.nofile, hp.arp = host_setting_fixes(fl, name)
         hp.time = bool(mine & TIME_IDS) or (
             time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master
         )
@@ -164,6 +170,18 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 hp.notes.append(f"{ifname} not pinned: {why_not}")
         plans[name] = hp
     return plans, refusals
+
+
+def host_setting_fixes(findings: Iterable[Finding], name: str) -> tuple[dict[str, str], list[str]]:
+    """The values the limits.nofile-low and net.arp-flux fixes write on `name`, as their checks reported them."""
+    nofile: dict[str, str] = {}
+    arp: list[str] = []
+    for f in findings:
+        if f.host == name and f.id in NOFILE_IDS:
+            nofile = {"soft": f.var("value") or "", "hard": f.var("hard") or "0", "unit_hard": f.var("unit_hard") or ""}
+        elif f.host == name and f.id in ARP_IDS:
+            arp = sorted(set((f.var("ifaces") or "").split(",")) - {""})
+    return nofile, arp
 
 
 def master_unknown(ctx: Context) -> str:

@@ -216,8 +216,9 @@ def nccl_version(python, timeout=20):
 
 
 def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, run_tools=True, units=(),
-            fi_info=None):
-    """The node's fabric facts and the sources that could not be read ([{source, reason}])."""
+            fi_info=None, nccl=None):
+    """The node's fabric facts and the sources that could not be read ([{source, reason}]). `nccl`: torch's NCCL
+    version already read from `python` (ddpfix_hostenv.torch_info), so the interpreter is not started again."""
     facts = {"sysfs_root": sysfs_root, "present": False, "devices": [], "uverbs": [], "umad": [], "mad_abi": None,
              "memlock": None, "memlock_units": {}, "modules": {}, "gpu": False, "efa": {"devices": [], "fi_info": None},
              "nccl_version": None, "nccl_error": None}
@@ -255,6 +256,8 @@ def collect(sysfs_root="/sys", dev_root="/dev", proc_root="/proc", python=None, 
         facts["efa"]["fi_info"] = fi
         if not fi["ran"]:
             unread.append({"source": "fi_info", "reason": fi["error"]})
-    if run_tools and python:
+    if nccl:
+        facts["nccl_version"] = nccl
+    elif run_tools and python:
         facts["nccl_version"], facts["nccl_error"] = nccl_version(python)
     return facts, unread

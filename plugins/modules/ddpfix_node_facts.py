@@ -27,7 +27,9 @@ description:
     gone. With I(probe.detach), the prober outlives the call (until every dial and accept is done, the node lock no
     longer names this run, or I(probe.hold) seconds, at most 120) and writes its result into a private directory
     (mkdtemp, mode 0700, in /run) that C(ddpfix_probe) reads and removes when it collects and stops it.
-    Nothing else on the node is changed. Runs the same in check mode."
+    Nothing else on the node is changed but the cache of the torch reading (I(python)): one small file per
+    interpreter in /run/ddpfix/torch (mode 0700, on tmpfs; skipped where it cannot be made private). Runs the same in
+    check mode."
 options:
   cluster_cidr: {description: The cluster network; empty to derive it from the interface holding I(master_address).,
       type: str, default: ''}
@@ -55,11 +57,12 @@ options:
       tree)., type: str, default: /sys}
   dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str,
       default: /dev}
-  python: {description: Interpreter with torch (ddp_python); asked for its NCCL version only when RDMA devices exist.,
+  python: {description: "Interpreter with torch (ddp_python): started once for torch's version, CUDA build and NCCL
+      version (C(torch)), cached in /run/ddpfix/torch by its path and mtime; its NCCL version also serves C(fabric).",
       type: str, default: ''}
   fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
-  launcher_units: {description: systemd units that launch training; their LimitMEMLOCK is read when RDMA devices
-      exist., type: list, elements: str, default: []}
+  launcher_units: {description: "systemd units that launch training; their LimitNOFILE is read (C(limits)), their
+      LimitMEMLOCK when RDMA devices exist.", type: list, elements: str, default: []}
   probe_only:
     description:
       - Only probe (with I(probe)), reading no more than the interfaces and listening ports the probe needs, and return
@@ -88,12 +91,15 @@ ansible_facts:
       file), hosts_file_scope, hosts_block_sha256 (SHA-256 of ddpfix's managed block in /etc/hosts, null without
       one, so that nodes compare blocks without returning them),
     sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
+    C(limits) holds the open-file limit (RLIMIT_NOFILE) of the SSH session and of each launcher unit;
+    C(sysctl.arp) net.ipv4.conf.{all,IFACE}.arp_ignore/arp_announce; C(torch) the torch version, CUDA/ROCm build and
+    NCCL version of I(python) (C(cached) when read from the cache).
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
     C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces),
         C(hosts_file),
     C(sysctl), C(rp_filter), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info),
-        C(memlock_units), and the firewall layers C(firewalld), C(iptables),
+        C(memlock_units), C(nofile_units), C(arp), C(torch), and the firewall layers C(firewalld), C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -119,6 +125,12 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile impo
 )
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fabric import collect as collect_fabric
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_firewall import collect as collect_firewall
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_hostenv import (
+    arp_sysctls,
+    nofile_limit,
+    torch_info,
+    unit_nofile,
+)
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent as release_lock
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take_lock
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
@@ -413,6 +425,9 @@ def collect(p):
         except (TypeError, ValueError):
             not_read("rp_filter", why or f"/proc/sys/net/ipv4/conf/{conf}/rp_filter: {text!r} is not a number")
             break
+    arp, why = arp_sysctls([i["name"] for i in ifaces if i.get("name")])
+    if why:
+        not_read("arp", why)
     lo, hi = int(port_range[0]), int(port_range[1])
     tcp, why4 = read_or_why("/proc/net/tcp")
     tcp6, _ = read_or_why("/proc/net/tcp6")
@@ -449,10 +464,19 @@ def collect(p):
     if why:
         not_read("env_file", why)
     firewall = collect_firewall()
+    torch, why = None, None  # no interpreter asked for (ddpfix check --local): torch not collected
+    if p["python"]:
+        torch, why = torch_info(p["python"], p.get("torch_cache_dir", "/run/ddpfix/torch"))
+    if why:
+        not_read("torch", why)
+    units_nofile, whys = unit_nofile(p["launcher_units"])
+    for w in whys:
+        not_read("nofile_units", w)
     fabric, fabric_unread = collect_fabric(
         p["sysfs_root"],
         p["dev_root"],
         python=p["python"] or None,
+        nccl=(torch or {}).get("nccl"),
         units=p["launcher_units"],
         fi_info=p["fi_info"] or None,
     )
@@ -492,7 +516,10 @@ def collect(p):
             "somaxconn": int((somaxconn or ["4096"])[0]),
             "ipv6_disabled": (sysctl("net.ipv6.conf.all.disable_ipv6") or ["0"])[0] == "1",
             "rp_filter": rp_filter,
+            "arp": arp,
         },
+        "limits": {"nofile": nofile_limit(), "nofile_units": units_nofile},
+        "torch": torch,
         "listening": listening,
         "time": {"daemons": daemons, "chrony_tracking": tracking},
         "firewall": firewall,

@@ -118,10 +118,14 @@ def test_scenario_fixed_end_to_end(temp_lab: Any, scenario: str, breaks_torch: b
 
 @pytest.fixture(scope="module")
 def broken(lab_factory: Any) -> Any:
-    """One lab with several faults at once, incl. a bind-mounted /etc/hosts on node2."""
-    info = lab_factory(nodes=3, scenario="firewalld-master,iptables-worker2,hostname-loopback,chrony-absent,hosts-bindmount",
-                       wait_sync=False)
+    """One lab with several faults at once, incl. a bind-mounted /etc/hosts on node2, a symlinked /etc/hosts on node3
+    (managed elsewhere: hosts.d/cluster), a low open-file limit on node2 (nofile-low) and ARP flux on node3
+    (arp-flux)."""
+    info = lab_factory(nodes=3, scenario="firewalld-master,iptables-worker2,hostname-loopback,chrony-absent,hosts-bindmount,"
+                       "nofile-low,arp-flux", wait_sync=False)
     handmade_env(info)
+    lab.node_exec(info.name, "node3", ["sh", "-c", "mkdir -p /etc/hosts.d && mv /etc/hosts /etc/hosts.d/cluster"
+                                                   " && ln -s hosts.d/cluster /etc/hosts"])
     return info
 
 
@@ -136,6 +140,9 @@ def test_dry_run_changes_nothing_and_shows_diffs(broken: Any) -> None:
     # fix tasks are named `Fix <finding id> | <what>`
     tasks = {(c["host"], m.group(1)) for c in doc["changes"] if (m := re.match(r"Fix (\S+) \| ", c["task"]))}
     assert ("node1", "firewall.peer-ports-blocked") in tasks and ("node2", "firewall.peer-ports-blocked") in tasks
+    assert ("node2", "limits.nofile-low") in tasks and ("node3", "net.arp-flux") in tasks, sorted(tasks)
+    nofile_diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node2" and "90-ddpfix-nofile" in c["task"])
+    assert re.search(r"^\+\*\s+soft\s+nofile\s+\d+", nofile_diff, re.M), nofile_diff
     hosts_diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node3" and "hosts" in c["task"])
     assert re.search(r"^-127\.0\.1\.1\s+node3", hosts_diff, re.M) and "+# BEGIN ddpfix managed block" in hosts_diff
 
@@ -167,15 +174,25 @@ def test_apply_keeps_ssh_never_opens_to_world_and_backs_up(broken: Any) -> None:
                 assert f"-s {cidr}" in line, line
     saved = lab.node_exec(broken.name, "node2", ["cat", "/etc/iptables/rules.v4"]).stdout
     assert f"-A INPUT -s {cidr}" in saved and "-j ACCEPT" in saved
-    # backups of the files it edited
-    for node in ("node2", "node3"):
-        ls = lab.node_exec(broken.name, node, ["sh", "-c", "ls /etc/hosts.*~ 2>/dev/null || true"]).stdout
-        assert ls.strip(), f"no /etc/hosts backup on {node}"
+    # backups of the files it edited (node3's /etc/hosts is a symlink: next to its target)
+    for node, hosts in (("node2", "/etc/hosts"), ("node3", "/etc/hosts.d/cluster")):
+        ls = lab.node_exec(broken.name, node, ["sh", "-c", f"ls {hosts}.*~ 2>/dev/null || true"]).stdout
+        assert ls.strip(), f"no {hosts} backup on {node}"
     # env file: the hand-written lines kept (ddpfix's keys among them commented out), the managed block, mode 0644
     st = lab.node_exec(broken.name, "node2", ["stat", "-c", "%a", "/etc/ddpfix/ddp.env"]).stdout.strip()
     env = lab.node_exec(broken.name, "node2", ["cat", "/etc/ddpfix/ddp.env"]).stdout
     assert st == "644" and "# BEGIN ddpfix managed block" in env and "NCCL_SOCKET_IFNAME==" in env
     assert f"# ddpfix: superseded: MASTER_ADDR={broken.nodes[0].address}" in env
+    # limits.nofile-low and net.arp-flux: fixed (the re-audit after the apply reports neither), the values reported
+    assert not {"limits.nofile-low", "net.arp-flux"} & {f["id"] for f in doc["remaining_fixable"]}, doc["remaining_fixable"]
+    soft = subprocess.run(broken.ssh_argv("node2", "ulimit -Sn"), capture_output=True, text=True, timeout=30).stdout
+    assert int(soft.strip()) > 896, soft
+    nic = broken.nodes[2].ifname
+    arp = lab.node_exec(broken.name, "node3", ["sh", "-c", "cat /etc/sysctl.d/90-ddpfix-arp.conf; sysctl -n "
+                                                           "net.ipv4.conf.arp0.arp_ignore net.ipv4.conf.arp0.arp_announce "
+                                                           f"net.ipv4.conf.{nic}.arp_ignore net.ipv4.conf.{nic}.arp_announce"]).stdout
+    assert "net.ipv4.conf.arp0.arp_ignore = 1" in arp and f"net.ipv4.conf.{nic}.arp_announce = 2" in arp, arp
+    assert arp.split()[-4:] == ["1", "2", "1", "2"], arp
 
 
 def test_bind_mounted_hosts_file_remediated(broken: Any) -> None:
@@ -188,21 +205,14 @@ def test_bind_mounted_hosts_file_remediated(broken: Any) -> None:
     assert got == broken.nodes[1].address
 
 
-def test_symlinked_hosts_file_is_edited_at_its_target(temp_lab: Any) -> None:
-    """node3's /etc/hosts is a symlink (managed elsewhere): the block goes into the target, the link stays a link;
-    a second apply changes nothing."""
-    info = temp_lab(nodes=3, scenario="hostname-loopback", wait_sync=False)
-    inv = str(info.inventory)
-    lab.node_exec(info.name, "node3", ["sh", "-c", "mkdir -p /etc/hosts.d && mv /etc/hosts /etc/hosts.d/cluster"
-                                                   " && ln -s hosts.d/cluster /etc/hosts"])
-    code, doc = ddpfix_json(inv, "remediate", "--apply", "--only", "hosts.hostname-loopback")
-    assert code == 0, (doc.get("failed_hosts"), doc.get("refused"))
-    link = lab.node_exec(info.name, "node3", ["readlink", "/etc/hosts"]).stdout.strip()
+def test_symlinked_hosts_file_is_edited_at_its_target(broken: Any) -> None:
+    """node3's /etc/hosts is a symlink (managed elsewhere): the block went into the target (by the apply above), the
+    link stays a link; test_second_apply_changes_nothing_and_torch_passes shows a second apply changes nothing. (Its
+    own lab until issue 25: merged into this one to pay for the nofile-low and arp-flux scenarios.)"""
+    link = lab.node_exec(broken.name, "node3", ["readlink", "/etc/hosts"]).stdout.strip()
     assert link == "hosts.d/cluster"
-    target = lab.node_exec(info.name, "node3", ["cat", "/etc/hosts.d/cluster"]).stdout
+    target = lab.node_exec(broken.name, "node3", ["cat", "/etc/hosts.d/cluster"]).stdout
     assert "# BEGIN ddpfix managed block" in target and not re.search(r"^127\.0\.1\.1\s+node3", target, re.M)
-    code, again = ddpfix_json(inv, "remediate", "--apply", "--only", "hosts.hostname-loopback")
-    assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
 
 
 @pytest.mark.torch

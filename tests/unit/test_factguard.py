@@ -33,7 +33,7 @@ FREE_TEXT = ("errors", "unread", "firewall", "hosts_file", "time.chrony_tracking
              "fabric.efa.fi_info.path", "fabric.efa.fi_info.error", "fabric.memlock", "machine_id", "probe.error",
              "probe.resolve", "probe.routes", "probe.connects", "probe.result_path", "probe.start", "probe.mode",
              "cluster.source", "interfaces[].flags", "interfaces[].operstate", "env_file.owner", "hosts_file_scope",
-             "fabric.memlock_units")
+             "fabric.memlock_units", "limits.nofile.source", "limits.nofile_units")
 
 
 def _sim_with_fabric(tree: str) -> Sim:
@@ -49,6 +49,14 @@ def _sim_with_fabric(tree: str) -> Sim:
         fb = copy.deepcopy(fabric_facts(tree))
         fb["memlock"] = {"soft": -1, "hard": -1, "source": "ssh session"}
         sim.node(n)["fabric"] = fb
+        # the launch-path facts (ddpfix_hostenv), with a low limit so that its fix is planned too
+        sim.node(n)["limits"] = {"nofile": {"soft": 512, "hard": 524288, "source": "ssh session"},
+                                 "nofile_units": {"torchrun.service": {"soft": 1024, "hard": 524288,
+                                                                       "source": "systemd unit torchrun.service"}}}
+        sim.node(n)["sysctl"]["arp"] = {"all": {"arp_ignore": 0, "arp_announce": 0},
+                                        "eth0": {"arp_ignore": 0, "arp_announce": 0}}
+        sim.node(n)["torch"] = {"python": "/opt/venv/bin/python", "version": "2.5.1+cu124", "cuda": "12.4",
+                                "hip": "6.2.41133-dd7f95766", "nccl": "2.21.5", "cached": False}
     return sim
 
 

@@ -849,6 +849,98 @@ def _rp_filter_strict(plan: LabPlan) -> None:
     node.sysctls[f"net.ipv4.conf.{node.ifname}.rp_filter"] = "1"
 
 
+NOFILE_LAB_SOFT = 512  # below what lab B's 3 nodes need (ddpfix.hostenv.nofile_needed(3) = 896)
+
+
+@scenario(
+    "nofile-low",
+    f"node2's SSH logins get a soft open-file limit of {NOFILE_LAB_SOFT} from a site limits.d file",
+    min_nodes=2,
+    expect=(
+        Expect("limits.nofile-low", "node2",
+               lambda info: [f"RLIMIT_NOFILE of the ssh session: soft {NOFILE_LAB_SOFT}", "needed at 3 nodes: 896"]),
+    ),
+)
+def _nofile_low(plan: LabPlan) -> None:
+    """node2's sshd uses PAM (UsePAM yes, as on a stock distribution) and /etc/security/limits.d/10-site-nofile.conf
+    sets `soft nofile 512` for * and root, so every SSH session there (the launch path of a login shell) may open
+    512 files, fewer than NCCL and Gloo need at 3 nodes. Finding: limits.nofile-low on node2; ddpfix remediate
+    --apply writes 90-ddpfix-nofile.conf (a later file, so it wins) within the session's hard limit."""
+    victim = second(plan)
+    victim.files["ssh/sshd_config.d/00-ddpfix-lab-0pam.conf"] = (
+        "# ddpfix lab (nofile-low): PAM on, so pam_limits applies limits.d to new logins\nUsePAM yes\n"
+    )
+    victim.files["security/limits.d/10-site-nofile.conf"] = (
+        "# a site default left from an old image (ddpfix lab scenario nofile-low)\n"
+        f"*     soft  nofile  {NOFILE_LAB_SOFT}\nroot  soft  nofile  {NOFILE_LAB_SOFT}\n"
+    )
+
+
+ARP_LAB_IFNAME = "arp0"
+ARP_LAB_SPARE = 6  # plan.spare_address(6): an address of the cluster network nobody else holds
+
+
+def _arp_node(plan: LabPlan) -> NodePlan:
+    return plan.nodes[2] if len(plan.nodes) > 2 else plan.nodes[-1]
+
+
+@scenario(
+    "arp-flux",
+    f"node3 has a second interface ({ARP_LAB_IFNAME}) with an address in the cluster network and the ARP sysctls at "
+    "their defaults",
+    min_nodes=2,
+    expect=(
+        Expect("net.arp-flux", "node3", lambda info: [
+            "net.ipv4.conf.all.arp_ignore = 0, arp_announce = 0",
+            f"{info.node('node3').ifname} {info.node('node3').address}: arp_ignore 0, arp_announce 0 (effective 0/0)",
+            f"{ARP_LAB_IFNAME} ",
+        ]),
+    ),
+)
+def _arp_flux(plan: LabPlan) -> None:
+    """ARP flux: node3 (the last node) gets a second interface arp0 (a veth whose peer arp0p stays inside the node),
+    up, holding a /32 of the cluster network (no
+    second on-link route, so the lab's own traffic keeps to the cluster NIC), created after the cluster NIC so
+    NCCL's default order still picks the cluster NIC; net.ipv4.conf.*.arp_ignore/arp_announce stay 0 (per network
+    namespace). The cluster NIC then answers ARP for arp0's address too. Finding: net.arp-flux on node3; ddpfix
+    remediate --apply sets arp_ignore 1 / arp_announce 2 on both, at runtime and in /etc/sysctl.d."""
+    node = _arp_node(plan)
+    node.post_ip += [
+        f"link add {ARP_LAB_IFNAME} type veth peer name {ARP_LAB_IFNAME}p",
+        f"addr add {plan.spare_address(ARP_LAB_SPARE)}/32 dev {ARP_LAB_IFNAME}",
+        f"link set {ARP_LAB_IFNAME}p up",
+        f"link set {ARP_LAB_IFNAME} up",
+    ]
+
+
+TORCH_LAB_FAKE = "2.4.1+cu121"
+
+
+@scenario(
+    "torch-version-mismatch",
+    f"node3's ddp_python is a stand-in that reports torch {TORCH_LAB_FAKE} (CUDA 12.1, NCCL 2.20.5); the others run "
+    "the lab's torch",
+    min_nodes=2,
+    expect=(
+        Expect("env.torch-version-mismatch", "node3", lambda info: [
+            f"on node3: torch {TORCH_LAB_FAKE} (CUDA 12.1, NCCL 2.20.5)", "node1: torch ",
+        ]),
+    ),
+)
+def _torch_version_mismatch(plan: LabPlan) -> None:
+    """node3's ddp_python (host var) is a stand-in script in its /run that prints what ddpfix's torch reader prints
+    for a CUDA 12.1 build of torch 2.4.1 with NCCL 2.20.5; the other nodes run the lab's interpreter (torch 2.13.0,
+    CPU). Finding: env.torch-version-mismatch on node3 (detect only)."""
+    node = _arp_node(plan)
+    node.hostvars["ddp_python"] = f"/run/{FABRIC_RUN}/bin/python-torch"
+    text = (
+        "#!/bin/sh\n# ddpfix lab stand-in: what ddpfix's torch reader prints for a CUDA 12.1 build of torch 2.4.1\n"
+        f"echo '{{\"version\": \"{TORCH_LAB_FAKE}\", \"cuda\": \"12.1\", \"hip\": null, \"nccl\": \"2.20.5\", "
+        "\"error\": null}'\n"
+    )
+    node.tasks.append(_stub_task("python-torch", text))
+
+
 def ula_address(plan: LabPlan, node: NodePlan) -> str:
     """The lab's IPv6 ULA address of `node` (fd00:dd:<3rd octet of the subnet>::<10+index>)."""
     return f"fd00:dd:{plan.subnet.network_address.packed[2]:x}::{10 + node.index:x}"
