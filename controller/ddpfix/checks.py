@@ -1012,7 +1012,8 @@ VIRTUAL_IFNAMES = (
     ("virbr", "libvirt NAT bridge"), ("cni", "Kubernetes CNI bridge"), ("flannel", "flannel overlay"),
     ("cali", "Calico pod interface"), ("weave", "Weave Net bridge"), ("vxlan", "VXLAN overlay"),
     ("cilium", "Cilium interface"), ("kube-", "Kubernetes proxy interface"), ("tailscale", "Tailscale VPN"),
-    ("wg", "WireGuard tunnel"), ("zt", "ZeroTier VPN"), ("tunl", "IP-in-IP tunnel"), ("tun", "tunnel"), ("tap", "tap device"),
+    ("wg", "WireGuard tunnel"), ("zt", "ZeroTier VPN"), ("tunl", "IP-in-IP tunnel"), ("tun", "tunnel"),
+    ("tap", "tap device"),
     ("lxcbr", "LXC bridge"), ("lxdbr", "LXD bridge"), ("podman", "Podman bridge"),
 )
 #: `ip -d` link kinds that are never a cluster NIC of their own (a bridge may be: br0 holding the host's NIC)
@@ -1025,7 +1026,8 @@ def _running(i: Mapping[str, Any]) -> bool:
     return "UP" in (i.get("flags") or []) and i.get("operstate") in ("UP", "UNKNOWN", None)
 
 
-def nccl_autoselect(ifaces: Sequence[Mapping[str, Any]], version: str = "2.28.3+") -> list[tuple[Mapping[str, Any], str]]:
+def nccl_autoselect(ifaces: Sequence[Mapping[str, Any]],
+                    version: str = "2.28.3+") -> list[tuple[Mapping[str, Any], str]]:
     """(interface, address) in the order NCCL's automatic choice of `version` ("2.28.3+" or "<2.28.3") returns
     them; the first one is the bootstrap's (see NCCL_AUTO_STEPS)."""
     ordered = sorted(ifaces, key=lambda x: x.get("index") or 0)
@@ -1050,16 +1052,15 @@ def nccl_autoselect(ifaces: Sequence[Mapping[str, Any]], version: str = "2.28.3+
 def virtual_kind(i: Mapping[str, Any], addr: str | None = None) -> str | None:
     """What makes (interface, address) no cluster path: a virtual/overlay device or a link-local address; None."""
     name = str(i.get("name") or "")
-    why = next((what for prefix, what in VIRTUAL_IFNAMES if name.startswith(prefix)), None)
-    why = why or VIRTUAL_KINDS.get(str(i.get("kind") or ""))
+    why = [next((what for prefix, what in VIRTUAL_IFNAMES if name.startswith(prefix)), None)
+           or VIRTUAL_KINDS.get(str(i.get("kind") or ""))]
     try:
         ip = ipaddress.ip_address((addr or "").split("%")[0]) if addr else None
     except ValueError:
         ip = None
     if ip is not None and ip.is_link_local:
-        ll = "link-local, 169.254.0.0/16" if ip.version == 4 else "link-local, fe80::/10"
-        why = f"{why}, {ll}" if why else ll
-    return why
+        why.insert(0, "link-local, 169.254.0.0/16" if ip.version == 4 else "link-local, fe80::/10")
+    return ", ".join(w for w in why if w) or None
 
 
 def _owner(ifaces: Sequence[Mapping[str, Any]], addr: str) -> Mapping[str, Any] | None:
@@ -1109,8 +1110,12 @@ def _autoselect_nccl(ctx: Context, name: str, ifaces: Sequence[Mapping[str, Any]
     else:
         what = "; ".join(f"NCCL {v} would pick {pick}" for v, pick in said.items())
         what += "".join(f" (NCCL {v} picks {got[0][0]['name']})" for v, got in picks.items() if got and v not in wrong)
-    order = "; ".join(f"{v} (ib*, then not {', '.join(NCCL_AUTO_STEPS[v][1][1:])}): "
-                      + ", ".join(f"{i['name']}={a}" for i, a in got) for v, got in picks.items() if got)
+    lists: dict[str, list[str]] = {}  # the order each version returns (the same list once), the first 6 entries
+    for v, got in picks.items():
+        shown = [f"{i['name']}={a}" for i, a in got[:6]] + ([f"... {len(got) - 6} more"] if len(got) > 6 else [])
+        lists.setdefault(", ".join(shown), []).append(v)
+    order = "; ".join(" and ".join(f"{v} (ib*, then not {', '.join(NCCL_AUTO_STEPS[v][1][1:])})" for v in vs)
+                      + f": {text}" for text, vs in lists.items() if text)
     yield finding(
         "netif.autoselect-wrong",
         name,

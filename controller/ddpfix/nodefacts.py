@@ -186,6 +186,8 @@ class NodeFacts(TypedDict, total=False):
     firewall: FirewallState
     env_file: EnvFile
     fabric: dict[str, Any]  # RDMA devices, GPUs, EFA, NCCL version, memlock (the ddpfix_fabric module_utils)
+    shm: dict[str, Any]  # /dev/shm size, free bytes, mount, GPUs seen (ddpfix_hostenv.shm_facts)
+    shell_env: dict[str, Any]  # launcher variables set in shell start files (ddpfix_hostenv.stray_env_facts)
     probe: ProbeListener
     now: float  # the node's clock when it read it (time.time())
     now_elapsed: float  # seconds from the module's start to that reading

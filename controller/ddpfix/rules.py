@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ddpfix.findings import Finding
 
 #: The modules whose checks register rules, in report/README order.
-CHECK_MODULES = ("ddpfix.checks", "ddpfix.fabric")
+CHECK_MODULES = ("ddpfix.checks", "ddpfix.fabric", "ddpfix.hostenv")
 
 
 class Severity(enum.IntEnum):

@@ -49,7 +49,19 @@ def _sim_with_fabric(tree: str) -> Sim:
         fb = copy.deepcopy(fabric_facts(tree))
         fb["memlock"] = {"soft": -1, "hard": -1, "source": "ssh session"}
         sim.node(n)["fabric"] = fb
+        sim.node(n).update(copy.deepcopy(HOSTENV))
     return sim
+
+
+#: the launch-path facts (ddpfix_hostenv): /dev/shm and a stray launcher variable in a profile.d script
+HOSTENV = {
+    "shm": {"path": "/dev/shm", "size_bytes": 67108864, "avail_bytes": 67108864, "fstype": "tmpfs",
+            "options": "rw,size=65536k", "gpus": 8, "gpus_source": "/proc/driver/nvidia/gpus"},
+    "shell_env": {"users": ["root", "ops"], "files": ["/etc/environment", "/etc/profile.d/site.sh"],
+                  "assignments": [{"file": "/etc/profile.d/site.sh", "line": 3, "key": "MASTER_ADDR",
+                                   "value": "10.0.0.5", "dynamic": False, "conditional": False, "exported": True,
+                                   "secret": False}]},
+}
 
 
 def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, list[Any]]]:
