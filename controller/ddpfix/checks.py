@@ -1121,7 +1121,8 @@ def _autoselect_nccl(ctx: Context, name: str, ifaces: Sequence[Mapping[str, Any]
         name,
         f"with NCCL_SOCKET_IFNAME unset {what}, "
         f"not the cluster interface {actual or '(none found in ' + str(ctx.cidr) + ')'}",
-        f"NCCL's automatic order, {order}",
+        f"NCCL's automatic order, {order}; picked: "
+        + ", ".join(dict.fromkeys(f"{i['name']} {addr} ({why})" for i, addr, why in wrong.values())),
         ifname=actual or "<cluster interface>",
     )
 
