@@ -1079,6 +1079,142 @@ def _inet(i: Mapping[str, Any]) -> list[str]:
     return [a["local"] for a in i.get("addrs") or [] if a.get("family") == "inet"]
 
 
+# NCCL's automatic socket interface choice (NCCL_SOCKET_IFNAME unset), replayed from its source: ncclFindInterfaces
+# (NVIDIA/nccl src/misc/socket.cc) walks the getifaddrs() entries (glibc asks the kernel for every IPv4 address,
+# interface by interface in index order, then every IPv6 one; NCCL skips ::1 and keeps the first address of each
+# name) and takes the first non-empty step: names starting with "ib"; the subnet of NCCL_COMM_ID (torch never sets
+# it); every name but "^docker,lo"; "docker"; "lo". NCCL 2.28.3 (f1308997, the loop moved to src/os/linux.cc
+# ncclOsFindInterfaces) skips interfaces without IFF_RUNNING (up, operstate UP or UNKNOWN), excludes "virbr" too and
+# falls back to it last. The bootstrap (src/bootstrap.cc) takes the first interface (maxIfs 1); NET/Socket takes up
+# to 16 (MAX_IFS). Nothing else is excluded: cni0, flannel.1, cali*, weave, tailscale0, wg*, br-*, veth* and
+# link-local addresses are picked like any NIC (uccl-project/uccl#1034).
+NCCL_AUTO_STEPS = {
+    "2.28.3+": (("ib",), ("^", "docker", "lo", "virbr"), ("docker",), ("lo",), ("virbr",)),
+    "<2.28.3": (("ib",), ("^", "docker", "lo"), ("docker",), ("lo",)),
+}
+
+#: Interface name prefixes of virtual and overlay devices, and what they are (a pick of one of them, other than the
+#: node's cluster interface, is wrong even when its address lies in the cluster CIDR).
+VIRTUAL_IFNAMES = (
+    ("docker", "Docker bridge"), ("br-", "Docker user-network bridge"), ("veth", "container veth"),
+    ("virbr", "libvirt NAT bridge"), ("cni", "Kubernetes CNI bridge"), ("flannel", "flannel overlay"),
+    ("cali", "Calico pod interface"), ("weave", "Weave Net bridge"), ("vxlan", "VXLAN overlay"),
+    ("cilium", "Cilium interface"), ("kube-", "Kubernetes proxy interface"), ("tailscale", "Tailscale VPN"),
+    ("wg", "WireGuard tunnel"), ("zt", "ZeroTier VPN"), ("tunl", "IP-in-IP tunnel"), ("tun", "tunnel"),
+    ("tap", "tap device"),
+    ("lxcbr", "LXC bridge"), ("lxdbr", "LXD bridge"), ("podman", "Podman bridge"),
+)
+#: `ip -d` link kinds that are never a cluster NIC of their own (a bridge may be: br0 holding the host's NIC)
+VIRTUAL_KINDS = {"veth": "veth", "vxlan": "VXLAN overlay", "wireguard": "WireGuard tunnel", "geneve": "Geneve overlay",
+                 "tun": "tun/tap device", "ipip": "IP-in-IP tunnel", "gre": "GRE tunnel", "sit": "SIT tunnel"}
+
+
+def _running(i: Mapping[str, Any]) -> bool:
+    """IFF_RUNNING as the kernel sets it (dev_get_flags): up, and operstate UP or UNKNOWN (netif_oper_up)."""
+    return "UP" in (i.get("flags") or []) and i.get("operstate") in ("UP", "UNKNOWN", None)
+
+
+def nccl_autoselect(ifaces: Sequence[Mapping[str, Any]],
+                    version: str = "2.28.3+") -> list[tuple[Mapping[str, Any], str]]:
+    """(interface, address) in the order NCCL's automatic choice of `version` ("2.28.3+" or "<2.28.3") returns
+    them; the first one is the bootstrap's (see NCCL_AUTO_STEPS)."""
+    ordered = sorted(ifaces, key=lambda x: x.get("index") or 0)
+    entries = [(i, str(a.get("local")))
+               for fam in ("inet", "inet6") for i in ordered for a in i.get("addrs") or []
+               if a.get("family") == fam and a.get("local") and not (fam == "inet6" and _is_loopback(a["local"]))]
+    if version == "2.28.3+":
+        entries = [e for e in entries if _running(e[0])]
+    for step in NCCL_AUTO_STEPS[version]:
+        negate = step[0] == "^"
+        pats = step[1:] if negate else step
+        got: list[tuple[Mapping[str, Any], str]] = []
+        for i, addr in entries:
+            name = str(i.get("name") or "")
+            if name.startswith(pats) != negate and all(g[0].get("name") != name for g in got):
+                got.append((i, addr))
+        if got:
+            return got
+    return []
+
+
+def virtual_kind(i: Mapping[str, Any], addr: str | None = None) -> str | None:
+    """What makes (interface, address) no cluster path: a virtual/overlay device or a link-local address; None."""
+    name = str(i.get("name") or "")
+    why = [next((what for prefix, what in VIRTUAL_IFNAMES if name.startswith(prefix)), None)
+           or VIRTUAL_KINDS.get(str(i.get("kind") or ""))]
+    try:
+        ip = ipaddress.ip_address((addr or "").split("%")[0]) if addr else None
+    except ValueError:
+        ip = None
+    if ip is not None and ip.is_link_local:
+        why.insert(0, "link-local, 169.254.0.0/16" if ip.version == 4 else "link-local, fe80::/10")
+    return ", ".join(w for w in why if w) or None
+
+
+def _owner(ifaces: Sequence[Mapping[str, Any]], addr: str) -> Mapping[str, Any] | None:
+    return next((i for i in ifaces for a in i.get("addrs") or [] if a.get("local") == addr), None)
+
+
+def gloo_autoselect(f: Mapping[str, Any]) -> str | None:
+    """The address Gloo binds with GLOO_SOCKET_IFNAME unset: torch's GlooDeviceFactory makeDeviceForHostname takes
+    the first getaddrinfo(hostname) result that bind() accepts (doesHostnameResolveToUsableAddress, torch
+    torch/csrc/distributed/c10d/GlooDeviceFactory.cpp), i.e. a loopback or a local address (a link-local IPv6 one
+    without a scope does not bind); None: nothing binds (torch falls back to 127.0.0.1)."""
+    hn = f.get("hostname") or ""
+    ifaces = f.get("interfaces") or []
+    for a in (f.get("resolve_self") or {}).get(hn) or []:
+        if _is_loopback(a):
+            return str(a)
+        try:
+            if ipaddress.ip_address(a.split("%")[0]).is_link_local and ":" in a and "%" not in a:
+                continue
+        except ValueError:
+            continue
+        if _owner(ifaces, a) is not None:
+            return str(a)
+    return None
+
+
+def _autoselect_nccl(ctx: Context, name: str, ifaces: Sequence[Mapping[str, Any]],
+                     actual: str | None) -> Iterable[Finding]:
+    """netif.autoselect-wrong for NCCL with NCCL_SOCKET_IFNAME unset: each NCCL version's bootstrap pick (see
+    NCCL_AUTO_STEPS) that lies outside the CIDR, or is a virtual/overlay interface or link-local address other than
+    the cluster interface."""
+    wrong: dict[str, tuple[Mapping[str, Any], str, str]] = {}
+    picks: dict[str, list[tuple[Mapping[str, Any], str]]] = {}
+    for version in NCCL_AUTO_STEPS:
+        picks[version] = got = nccl_autoselect(ifaces, version)
+        if not got:
+            continue
+        i, addr = got[0]
+        kind = virtual_kind(i, addr) if i.get("name") != actual else None
+        if kind or not ctx.in_cidr(addr):
+            wrong[version] = (i, addr, kind or f"outside {ctx.cidr}")
+    if not wrong:
+        return
+    said = {v: f"{i['name']} ({addr}, {why})" for v, (i, addr, why) in wrong.items()}
+    if len(set(said.values())) == 1 and len(wrong) == len(NCCL_AUTO_STEPS):
+        what = f"NCCL would pick {next(iter(said.values()))}"
+    else:
+        what = "; ".join(f"NCCL {v} would pick {pick}" for v, pick in said.items())
+        what += "".join(f" (NCCL {v} picks {got[0][0]['name']})" for v, got in picks.items() if got and v not in wrong)
+    lists: dict[str, list[str]] = {}  # the order each version returns (the same list once), the first 6 entries
+    for v, got in picks.items():
+        shown = [f"{i['name']}={a}" for i, a in got[:6]] + ([f"... {len(got) - 6} more"] if len(got) > 6 else [])
+        lists.setdefault(", ".join(shown), []).append(v)
+    order = "; ".join(" and ".join(f"{v} (ib*, then not {', '.join(NCCL_AUTO_STEPS[v][1][1:])})" for v in vs)
+                      + f": {text}" for text, vs in lists.items() if text)
+    yield finding(
+        "netif.autoselect-wrong",
+        name,
+        f"with NCCL_SOCKET_IFNAME unset {what}, "
+        f"not the cluster interface {actual or '(none found in ' + str(ctx.cidr) + ')'}",
+        f"NCCL's automatic order, {order}; picked: "
+        + ", ".join(dict.fromkeys(f"{i['name']} {addr} ({why})" for i, addr, why in wrong.values())),
+        ifname=actual or "<cluster interface>",
+    )
+
+
 def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[str, str]:
     """Socket interface settings in force on this node: inventory override and existing env file values."""
     out: dict[str, str] = {}
@@ -1114,9 +1250,12 @@ def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[s
     Rule(
         "netif.autoselect-wrong",
         W,
-        "with no IFNAME set, NCCL's default order or Gloo's hostname path would pick a non-cluster interface",
+        "with no IFNAME set, NCCL's default order or Gloo's hostname path would pick a non-cluster interface: "
+        "outside the CIDR, or a virtual/overlay device (docker0, br-*, veth*, virbr*, cni0, flannel.1, cali*, weave, "
+        "tailscale0, wg*) or a link-local address (169.254.0.0/16, fe80::/10) other than the cluster NIC",
         "Set NCCL_SOCKET_IFNAME=={ifname} and GLOO_SOCKET_IFNAME={ifname} on this node (ddpfix env --apply writes "
-        "them).",
+        "them). NCCL excludes only docker*, lo* (and, from 2.28.3, virbr* and interfaces without carrier) from its "
+        "automatic choice, and Gloo binds whatever the hostname resolves to.",
         remedies=(ENV_FILE,),
         reads=_IFACES | _ENV,
     ),
@@ -1199,28 +1338,20 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
                             f"{key}={value}; {ifn} addresses: {', '.join(_inet(found)) or 'none'}",
                         )
         if not configured.get("NCCL_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
-            chosen = nccl_select(None, ifaces)
-            if chosen and not any(ctx.in_cidr(a) for a in _inet(chosen[0])):
-                yield finding(
-                    "netif.autoselect-wrong",
-                    name,
-                    f"with NCCL_SOCKET_IFNAME unset NCCL would pick {chosen[0]['name']} "
-                    f"({', '.join(_inet(chosen[0]))}), "
-                    f"not the cluster interface {actual or '(none found in ' + str(ctx.cidr) + ')'}",
-                    "NCCL default order (ib*, then not docker/lo/virbr): "
-                    + ", ".join(f"{i['name']}={','.join(_inet(i))}" for i in chosen),
-                    ifname=actual or "<cluster interface>",
-                )
+            yield from _autoselect_nccl(ctx, name, ifaces, actual)
         if not configured.get("GLOO_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
             hn = f.get("hostname") or ""
-            addrs = (f.get("resolve_self") or {}).get(hn) or []
-            if addrs and not _is_loopback(addrs[0]) and not ctx.in_cidr(addrs[0]):
+            bound = gloo_autoselect(f)
+            owner = _owner(ifaces, bound) if bound else None
+            kind = virtual_kind(owner, bound) if owner and owner.get("name") != actual else None
+            if bound and not _is_loopback(bound) and (kind or not ctx.in_cidr(bound)):
                 yield finding(
                     "netif.autoselect-wrong",
                     name,
-                    f"with GLOO_SOCKET_IFNAME unset Gloo would bind {addrs[0]} (what hostname {hn} resolves to), "
-                    f"outside {ctx.cidr}",
-                    _hosts_lines(f, hn),
+                    f"with GLOO_SOCKET_IFNAME unset Gloo would bind {bound} (what hostname {hn} resolves to), "
+                    + (f"on {owner['name']} ({kind}), not the cluster interface {actual}" if kind and owner
+                       else f"outside {ctx.cidr}"),
+                    _hosts_lines(f, hn) + (f"; {bound} is on {owner['name']}" if owner else ""),
                     ifname=actual or "<cluster interface>",
                 )
     if len(set(names.values())) > 1:

@@ -81,13 +81,15 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "nccl-virtual-interface",
         "NCCL chose a container bridge, veth, libvirt or link-local interface",
-        (r"(?:NET/Socket|Bootstrap) ?: Using \[\d+\]((?:docker|veth|virbr|br-|cni|flannel|cali|vxlan|lxcbr)[\w.-]*)"
-         r":([0-9A-Fa-f:.]+)",
+        (r"(?:NET/Socket|Bootstrap) ?: Using \[\d+\]((?:docker|veth|virbr|br-|cni|flannel|cali|vxlan|lxcbr|weave"
+         r"|tailscale|wg|tunl|cilium)[\w.-]*):([0-9A-Fa-f:.]+)",
          r"(?:NET/Socket|Bootstrap) ?: Using \[\d+\]([\w.-]+):(169\.254\.\d+\.\d+|fe80:[0-9a-f:]*)",
-         r"Bootstrap ?: Using ((?:docker|veth|virbr|br-|cni)[\w.-]*):([0-9A-Fa-f:.]+)"),
-        "With no NCCL_SOCKET_IFNAME, NCCL takes the first interface that is not loopback; a docker0/veth/virbr "
-        "bridge or a link-local address is reachable from no other node, so peers dial an address that leads "
-        "nowhere (connect timeouts, hangs at the first collective).",
+         r"Bootstrap ?: Using ((?:docker|veth|virbr|br-|cni|flannel|cali|weave|tailscale|wg|tunl)[\w.-]*)"
+         r":([0-9A-Fa-f:.]+)"),
+        "With no NCCL_SOCKET_IFNAME, NCCL takes the first interface whose name is not docker*/lo* (from 2.28.3 not "
+        "virbr* either), in the kernel's order; a bridge, veth, overlay (flannel, Calico, Weave), VPN (Tailscale, "
+        "WireGuard) or a link-local address is reachable from no other node on the cluster network, so peers dial "
+        "an address that leads nowhere (connect timeouts, hangs at the first collective).",
         ("netif.autoselect-wrong", "netif.name-mismatch"),
         "Pin the cluster interface in the env files: ddpfix env --apply (NCCL_SOCKET_IFNAME=<if>).",
         example="NCCL INFO NET/Socket : Using [0]veth3f2a1b:172.17.0.1<0>",
@@ -259,6 +261,20 @@ PATTERNS: tuple[Pattern, ...] = (
         ("env.inconsistent", "env.missing", "host.unreachable"),
         "Write consistent env files on every node: ddpfix env --apply (ranks and world size from one inventory).",
         example="torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /default_pg/0//cuda//0",
+    ),
+    Pattern(
+        "shm-exhausted",
+        "/dev/shm is too small: NCCL's SHM transport or a DataLoader worker could not extend its segment",
+        (r"failed to extend (/dev/shm/[\w.-]+) to (\d+) bytes",
+         r"Error while creating shared memory segment (/dev/shm/[\w.-]+)",
+         r"bus error encountered in worker\. This might be caused by insufficient shared memory"),
+        "Not the network. NCCL's shared-memory transport (ranks on one node that cannot use P2P) and DataLoader "
+        "workers put their buffers in /dev/shm; a container's default 64 MiB (Docker without --shm-size or --ipc=host, "
+        "a Kubernetes pod without a Memory emptyDir) runs out at the first large step.",
+        ("host.shm-small",),
+        "Give the node a larger /dev/shm: --ipc=host or --shm-size (containers), an emptyDir with medium: Memory "
+        "(Kubernetes), mount -o remount,size= (hosts); ddpfix audit reports the size each node needs.",
+        example="misc/shmutils.cc:38 NCCL WARN Error: failed to extend /dev/shm/nccl-IjJ0gS to 9637892 bytes",
     ),
     Pattern(
         "rdma-memlock",
@@ -465,7 +481,7 @@ ANCHORS: tuple[str, ...] = (
     "NET/OFI", "aws-ofi-nccl", "Watchdog caught", "last completed", "network addresses", "Name or service",
     "name resolution", "host not found", "getaddrinfo", "ECONNREFUSED", "o route to host", "EHOSTUNREACH",
     "onnection timed out", "ETIMEDOUT", "failed to run command", "No module named", "ddp.env", "Got completion",
-    "o such device",
+    "o such device", "/dev/shm", "insufficient shared memory",
 )
 
 

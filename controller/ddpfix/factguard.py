@@ -362,6 +362,60 @@ def _env_file(ck: _Checker, ef: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: a start-file path as the node reports it: absolute, printable, no `..` (shown only, never opened)
+_PATH = re.compile(r"/[A-Za-z0-9@%+=:,./_~ -]{0,4095}")
+_LAUNCH_KEY = re.compile(r"(MASTER_ADDR|MASTER_PORT|NODE_RANK|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK"
+                         r"|NNODES|NPROC_PER_NODE|NCCL_COMM_ID|PET_[A-Z0-9_]{1,64}|[A-Z0-9_]{0,64}_SOCKET_IFNAME)")
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?")
+_MOUNT_OPTS = re.compile(r"[A-Za-z0-9=,._:/+-]{0,1024}")
+
+
+def _shm(ck: _Checker, shm: Mapping[str, Any]) -> dict[str, Any]:
+    """/dev/shm facts (``ddpfix_launchenv.shm_facts``): byte counts and the GPU count are numbers in range, the mount
+    type and options short words; an ill-formed size is dropped (the check then does not look: not a pass)."""
+    out = dict(shm)
+    for key, test, why in (
+        ("size_bytes", _opt(_int(0, 2**62)), "not a byte count"),
+        ("avail_bytes", _opt(_int(0, 2**62)), "not a byte count"),
+        ("gpus", _opt(_int(0, 4096)), "not a GPU count"),
+        ("fstype", _opt(_match(_RDMA_NAME)), "not a file system type"),
+        ("options", _opt(_match(_MOUNT_OPTS)), "not mount options"),
+        ("gpus_source", _opt(_match(_PATH)), "not a path"),
+        ("path", _opt(_match(_PATH)), "not a path"),
+    ):
+        if not ck.ok(f"shm.{key}", out.get(key), test, why):
+            out[key] = None
+    if out.get("size_bytes") is None:
+        out["avail_bytes"] = None
+    return out
+
+
+def _shell_env(ck: _Checker, se: Mapping[str, Any]) -> dict[str, Any]:
+    """Launcher variables set in shell start files (``ddpfix_launchenv.stray_env_facts``): each entry a watched key, a
+    printable path, a line number and a one-line value (an entry with any ill-formed field is dropped whole)."""
+    out = dict(se)
+    kept = []
+    for i, a in enumerate(se.get("assignments") or []):
+        where = f"shell_env.assignments[{i}]"
+        if not isinstance(a, Mapping):
+            ck.ok(where, a, lambda _: False, "not an assignment entry")
+            continue
+        if (ck.ok(f"{where}.key", a.get("key"), _match(_LAUNCH_KEY), "not a launcher variable name")
+                and ck.ok(f"{where}.file", a.get("file"), lambda v: _match(_PATH)(v) and "/../" not in f"{v}/",
+                          "not an absolute path of printable characters")
+                and ck.ok(f"{where}.line", a.get("line"), _int(1, 10**7), "not a line number")
+                and ck.ok(f"{where}.value", a.get("value"),
+                          lambda v: isinstance(v, str) and not _UNPRINTABLE.search(v) and len(v) <= 4096,
+                          "a value with a control character (line break, escape, NUL) or over 4096 characters")):
+            kept.append({"file": a["file"], "line": a["line"], "key": a["key"], "value": a["value"],
+                         **{k: a.get(k) is True for k in ("dynamic", "conditional", "exported", "secret")}})
+    out["assignments"] = kept
+    out["files"] = [p for p in se.get("files") or [] if ck.ok("shell_env.files", p, _match(_PATH), "not a path")]
+    out["users"] = [u for u in se.get("users") or []
+                    if ck.ok("shell_env.users", u, _match(_USER), "not a user name")]
+    return out
+
+
 def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts]:
     """(every value of the node's facts that is not of its field's grammar, the facts without them)."""
     ck = _Checker()
@@ -412,6 +466,10 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
         f["sysctl"] = {**f["sysctl"], "arp": _arp(ck, f["sysctl"]["arp"])}
     if isinstance(f.get("torch"), Mapping):
         f["torch"] = _torch(ck, f["torch"])
+    if isinstance(f.get("shm"), Mapping):
+        f["shm"] = _shm(ck, f["shm"])
+    if isinstance(f.get("shell_env"), Mapping):
+        f["shell_env"] = _shell_env(ck, f["shell_env"])
     # what is left is well-formed or free text a node reports about itself: shown only, and then as one line
     shown = {k: v for k, v in f.items() if k not in _PARSED_TEXT}
     if not _printable_json(shown):

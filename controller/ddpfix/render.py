@@ -98,17 +98,20 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
         out.append("")
         out.append(head)
         for f in sorted(items, key=lambda x: SEVERITIES.index(x["severity"])):
+            # a long word (a node's value, shown escaped) is never cut: a cut could start a line with the rest of
+            # an escaped line break, which would read as a line of its own
             out.append(textwrap.fill(f"{f['severity'].upper():<7} {f['id']}: {f['message']}", width=width,
-                                     initial_indent="  ", subsequent_indent="          "))
+                                     initial_indent="  ", subsequent_indent="          ", break_long_words=False))
             ind = "          "
             out.append(textwrap.fill(f"evidence: {f['evidence']}", width=width, initial_indent=ind,
-                                     subsequent_indent=ind + "  "))
+                                     subsequent_indent=ind + "  ", break_long_words=False))
             if f["id"] in ("probe.master-port-unreachable", "probe.peer-unreachable") and not f.get("caused_by"):
                 out.append(textwrap.fill("no rule on the hosts explains this: something the audit cannot see (a "
                                          "cloud security group, a switch ACL, a host-external firewall) blocks the "
                                          "path", width=width, initial_indent=ind, subsequent_indent=ind + "  "))
             fix = f"fix: {f['fix']}" + ("" if f.get("fixable") else " (manual)")
-            out.append(textwrap.fill(fix, width=width, initial_indent=ind, subsequent_indent=ind + "  "))
+            out.append(textwrap.fill(fix, width=width, initial_indent=ind, subsequent_indent=ind + "  ",
+                                     break_long_words=False))
             more = [x for x in explained.get(key_of(f), []) if x is not f and x != f]
             if more:
                 out.append(textwrap.fill(f"explains: {_explains_text(more)}", width=width, initial_indent=ind,

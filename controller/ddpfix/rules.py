@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ddpfix.findings import Finding
 
 #: The modules whose checks register rules, in report/README order.
-CHECK_MODULES = ("ddpfix.checks", "ddpfix.fabric", "ddpfix.hostenv")
+CHECK_MODULES = ("ddpfix.checks", "ddpfix.fabric", "ddpfix.hostenv", "ddpfix.launchenv")
 
 
 class Severity(enum.IntEnum):

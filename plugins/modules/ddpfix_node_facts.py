@@ -94,12 +94,18 @@ ansible_facts:
     C(limits) holds the open-file limit (RLIMIT_NOFILE) of the SSH session and of each launcher unit;
     C(sysctl.arp) net.ipv4.conf.{all,IFACE}.arp_ignore/arp_announce; C(torch) the torch version, CUDA/ROCm build and
     NCCL version of I(python) (C(cached) when read from the cache).
+    C(shm) holds the size and free bytes of /dev/shm (statvfs), its mount type and options (mountinfo) and the GPUs
+    the NVIDIA driver lists; C(shell_env) the assignments of launcher variables (MASTER_ADDR, MASTER_PORT, NODE_RANK,
+    RANK, WORLD_SIZE, LOCAL_RANK, PET_*, *_SOCKET_IFNAME, ...) in /etc/environment, /etc/profile, /etc/bash.bashrc,
+    /etc/profile.d/*.sh and the bash start files of root and the login user (file, line, value; read as text, never
+    evaluated; secret-looking values as ***).
     C(fabric) holds the RDMA devices (ports, state, rate, link layer, P_Key 0, non-zero GIDs with type and netdev),
     uverbs/umad devices, the memlock limit, peer-memory modules, EFA devices and C(fi_info -p efa), the NCCL version.
     C(unread) lists every fact source that could not be read, as C({source, reason}) (sources C(interfaces),
         C(hosts_file),
     C(sysctl), C(rp_filter), C(listening), C(processes), C(chronyc), C(env_file), C(fabric), C(fabric_dev), C(fi_info),
-        C(memlock_units), C(nofile_units), C(arp), C(torch), and the firewall layers C(firewalld), C(iptables),
+        C(memlock_units), C(nofile_units), C(arp), C(torch), C(shm), C(shell_env), and the firewall layers C(firewalld),
+        C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
     evidence of "nothing there".
   returned: always
@@ -131,6 +137,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_hostenv impo
     torch_info,
     unit_nofile,
 )
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_launchenv import shm_facts, stray_env_facts
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent as release_lock
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take_lock
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
@@ -482,6 +489,10 @@ def collect(p):
     )
     for u in fabric_unread:
         not_read(u["source"], u["reason"])
+    shm, shm_unread = shm_facts()  # host.shm-small
+    shell_env, shell_unread = stray_env_facts()  # env.stray
+    for u in shm_unread + shell_unread:
+        not_read(u["source"], u["reason"])
     if started is not None:
         probe.update(finish_probe(p["probe"], started, cluster, p["run_id"]))
     hosts_entries, hosts_scope = parse_hosts_file(hosts_text or ""), "whole"
@@ -525,6 +536,8 @@ def collect(p):
         "firewall": firewall,
         "env_file": env_file_facts(p["env_path"], env_text),
         "fabric": fabric,
+        "shm": shm,
+        "shell_env": shell_env,
         "probe": probe,
         "now": time.time(),
         # seconds from the module's start to the clock reading above (the controller narrows its task window by it)

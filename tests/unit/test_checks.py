@@ -1179,3 +1179,83 @@ def test_hosts_block_of_a_node_not_read_or_invalid_is_left_out(sim: Sim) -> None
     sim.set_unreachable("node2", "ssh: timeout")
     sim.node("node3")["unread"] = []
     assert "hosts.block-differs" in {f.id for f in sim.findings()}  # node1 has the block, node3 has none
+
+
+# ============================================================ NCCL's and Gloo's automatic choice: virtual and overlay
+
+
+def _auto(ifaces: list[dict[str, Any]], version: str = "2.28.3+") -> list[tuple[str, str]]:
+    from ddpfix.checks import nccl_autoselect
+
+    return [(i["name"], a) for i, a in nccl_autoselect(ifaces, version)]
+
+
+def _up(ifaces: list[dict[str, Any]], down: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    for i in ifaces:
+        i["flags"] = ["BROADCAST", "MULTICAST"] if i["name"] in down else ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"]
+        i["operstate"] = "DOWN" if i["name"] in down else "UP"
+    return ifaces
+
+
+def test_nccl_autoselect_replays_each_version() -> None:
+    ifaces = _up(_ifaces(("lo", "127.0.0.1"), ("virbr0", "192.168.122.1"), ("eth0", "192.168.77.11")))
+    ifaces[0]["operstate"] = "UNKNOWN"  # loopback: IFF_RUNNING with operstate UNKNOWN
+    assert _auto(ifaces, "<2.28.3")[0] == ("virbr0", "192.168.122.1")  # "^docker,lo" only
+    assert _auto(ifaces) == [("eth0", "192.168.77.11")]  # 2.28.3: "^docker,lo,virbr"
+    # then docker*, lo*, and virbr* last
+    assert _auto(_up(_ifaces(("lo", "127.0.0.1"), ("virbr0", "192.168.122.1")))) == [("lo", "127.0.0.1")]
+    assert _auto(_up(_ifaces(("virbr0", "192.168.122.1"),))) == [("virbr0", "192.168.122.1")]
+
+
+def test_nccl_autoselect_skips_interfaces_without_carrier_from_2_28_3() -> None:
+    ifaces = _up(_ifaces(("cni0", "10.244.0.1"), ("eth0", "192.168.77.11")), down=("cni0",))
+    assert _auto(ifaces)[0][0] == "eth0"
+    assert _auto(ifaces, "<2.28.3")[0][0] == "cni0"
+
+
+def test_nccl_autoselect_takes_ipv4_entries_before_ipv6_and_one_per_name() -> None:
+    ifaces = _up(_ifaces(("veth1", None), ("eth0", "192.168.77.11")))
+    ifaces[0]["addrs"] = [{"family": "inet6", "local": "fe80::1", "prefixlen": 64}]
+    ifaces[1]["addrs"].append({"family": "inet6", "local": "fd00::11", "prefixlen": 64})
+    assert _auto(ifaces) == [("eth0", "192.168.77.11"), ("veth1", "fe80::1")]
+
+
+@case("netif.autoselect-wrong", "overlay-inside-cidr")
+def _(sim: Sim) -> Expect:
+    # Calico's default pool 192.168.0.0/16 overlaps a broad ddp_cluster_cidr: vxlan.calico is in the CIDR, yet no
+    # path between nodes for NCCL's bootstrap
+    sim.set_var(None, ddp_cluster_cidr="192.168.0.0/16")
+    _add_iface(sim, "node2", "vxlan.calico", 2, "192.168.140.64", 32, kind="vxlan")
+    sim.node("node2")["interfaces"].sort(key=lambda i: i["index"])
+    return "node2", ["vxlan.calico=192.168.140.64", "eth0=192.168.77.12"]
+
+
+@case("netif.autoselect-wrong", "gloo-overlay")
+def _(sim: Sim) -> Expect:
+    # the hostname resolves (Tailscale MagicDNS, an /etc/hosts line) to the node's tailnet address
+    _add_iface(sim, "node3", "tailscale0", 5, "100.101.102.103", 32, kind="tun")
+    sim.node("node3")["resolve_self"] = {"node3": ["100.101.102.103", "192.168.77.13"]}
+    return "node3", ["100.101.102.103 is on tailscale0"]
+
+
+def test_gloo_autoselect_skips_what_does_not_bind(sim: Sim) -> None:
+    from ddpfix.checks import gloo_autoselect
+
+    f = sim.node("node3")
+    f["resolve_self"] = {"node3": ["fe80::1", "198.51.100.7", "192.168.77.13"]}  # unscoped link-local, not local
+    assert gloo_autoselect(f) == "192.168.77.13"
+    f["resolve_self"] = {"node3": ["198.51.100.7"]}
+    assert gloo_autoselect(f) is None  # torch falls back to 127.0.0.1 (hosts checks report the name)
+    assert [x for x in sim.findings() if x.id == "netif.autoselect-wrong"] == []
+
+
+def test_a_bridge_holding_the_cluster_address_is_no_wrong_pick(sim: Sim) -> None:
+    # br0 enslaving the physical NIC is a host's real LAN: NCCL picking it is right
+    for n in sim.docs:
+        for i in sim.node(n)["interfaces"]:
+            if i["name"] == "eth0":
+                i.update(name="br0", kind="bridge")
+        sim.node(n)["cluster"]["ifname"] = "br0"
+    _add_iface(sim, "node2", "veth0a1b", 2, "10.244.0.1", 24, kind="veth")
+    sim.node("node2")["interfaces"][-1]["index"] = 9
+    assert [x.host for x in sim.findings() if x.id == "netif.autoselect-wrong"] == []

@@ -57,7 +57,19 @@ def _sim_with_fabric(tree: str) -> Sim:
                                         "eth0": {"arp_ignore": 0, "arp_announce": 0}}
         sim.node(n)["torch"] = {"python": "/opt/venv/bin/python", "version": "2.5.1+cu124", "cuda": "12.4",
                                 "hip": "6.2.41133-dd7f95766", "nccl": "2.21.5", "cached": False}
+        sim.node(n).update(copy.deepcopy(HOSTENV))
     return sim
+
+
+#: the launch-path facts (ddpfix_launchenv): /dev/shm and a stray launcher variable in a profile.d script
+HOSTENV = {
+    "shm": {"path": "/dev/shm", "size_bytes": 67108864, "avail_bytes": 67108864, "fstype": "tmpfs",
+            "options": "rw,size=65536k", "gpus": 8, "gpus_source": "/proc/driver/nvidia/gpus"},
+    "shell_env": {"users": ["root", "ops"], "files": ["/etc/environment", "/etc/profile.d/site.sh"],
+                  "assignments": [{"file": "/etc/profile.d/site.sh", "line": 3, "key": "MASTER_ADDR",
+                                   "value": "10.0.0.5", "dynamic": False, "conditional": False, "exported": True,
+                                   "secret": False}]},
+}
 
 
 def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, list[Any]]]:

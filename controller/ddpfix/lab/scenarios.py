@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpfix.app import ExitCode
-from ddpfix.lab.model import ENV_PATH, ExtraNic, LabError, LabPlan, NodePlan
+from ddpfix.lab.model import ENV_PATH, NODE_PATH, ExtraNic, LabError, LabPlan, NodePlan
 
 if TYPE_CHECKING:
     from ddpfix.lab.daemons import Runtime
@@ -505,6 +505,79 @@ def _autoselect_wrong(plan: LabPlan) -> None:
     ]
 
 
+#: the keys an earlier scenario's env file may set that would hide NCCL's and Gloo's automatic choice
+_IFNAME_KEYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+
+
+def _unset_ifnames(node: NodePlan) -> None:
+    """Leave the automatic choice to NCCL and Gloo on `node`: drop the IFNAME keys from an env file an earlier
+    scenario of the same lab wrote (lab B's env-wrong writes one everywhere)."""
+    if node.env is not None:
+        node.env = {k: v for k, v in node.env.items() if k not in _IFNAME_KEYS}
+
+
+@scenario(
+    "autoselect-overlay",
+    "node1 has flannel's flannel.1 and a CNI bridge cni0 (+ veth) indexed before its cluster NIC; no IFNAME",
+    expect=(
+        Expect("netif.autoselect-wrong", "node1", lambda info: [
+            "flannel.1=10.244.1.0", f"{info.node('node1').ifname}={info.node('node1').address}",
+            "flannel overlay"]),
+    ),
+)
+def _autoselect_overlay(plan: LabPlan) -> None:
+    """Failure mode: NIC auto-selection on a Kubernetes node. node1 gets what flannel leaves on a node before its
+    cluster NIC (lower interface indexes, so first in getifaddrs order): `flannel.1` 10.244.1.0/32 (a veth named like
+    flannel's VXLAN device: NCCL goes by name and address, and the lab needs no vxlan module) and the CNI bridge `cni0`
+    10.244.1.1/24 with a pod veth attached (up and running). NCCL excludes neither (only docker*, lo*, virbr*), so
+    with NCCL_SOCKET_IFNAME unset its bootstrap would listen on flannel.1. The IFNAME keys stay unset on node1 (removed
+    from an env file an earlier scenario wrote). Finding: netif.autoselect-wrong on node1."""
+    node = plan.master
+    node.pre_links += [
+        "link add flannel.1 type veth peer name flannel.1p",
+        "addr add 10.244.1.0/32 dev flannel.1",
+        "link set flannel.1p up",
+        "link set flannel.1 up",
+        "link add cni0 type bridge",
+        "addr add 10.244.1.1/24 dev cni0",
+        "link add veth9f3e2a1b type veth peer name veth9f3e2a1bp",
+        "link set veth9f3e2a1b master cni0",
+        "link set veth9f3e2a1bp up",
+        "link set veth9f3e2a1b up",
+        "link set cni0 up",
+    ]
+    _unset_ifnames(node)
+
+
+LINK_LOCAL_NET = ipaddress.ip_network("169.254.0.0/16")  # RFC 3927: never routed, so never a path between nodes
+
+
+@scenario(
+    "autoselect-linklocal",
+    "node2 has a BMC-style USB NIC usb0 with a link-local 169.254.3.x/16 address indexed before its cluster NIC",
+    min_nodes=2,
+    expect=(
+        Expect("netif.autoselect-wrong", "node2", lambda info: [
+            f"usb0=169.254.3.{10 + 2}", f"{info.node('node2').ifname}={info.node('node2').address}",
+            "link-local, 169.254.0.0/16"]),
+    ),
+)
+def _autoselect_linklocal(plan: LabPlan) -> None:
+    """Failure mode: NIC auto-selection on a server whose BMC exposes a USB network interface (Redfish host
+    interface, iDRAC/XClarity/iLO `usb0` with a 169.254.x.x address): node2 gets `usb0` (a veth, up) with
+    169.254.3.<10+i>/16 before its cluster NIC. NCCL picks it first; a link-local address is never routed, so no
+    peer reaches the bootstrap listener there (uccl-project/uccl#1034). The IFNAME keys stay unset on node2 (removed
+    from an env file an earlier scenario wrote). Finding: netif.autoselect-wrong on node2."""
+    node = second(plan)
+    node.pre_links += [
+        "link add usb0 type veth peer name usb0p",
+        f"addr add {LINK_LOCAL_NET.network_address + 3 * 256 + 10 + node.index}/16 dev usb0",
+        "link set usb0p up",
+        "link set usb0 up",
+    ]
+    _unset_ifnames(node)
+
+
 @scenario(
     "mtu-mismatch",
     "the highest-address node's cluster NIC has MTU 1400, the others 1500",
@@ -619,6 +692,62 @@ def _chrony_absent(plan: LabPlan) -> None:
     Finding: time.no-daemon on every node."""
     for n in plan.nodes:
         n.chrony = None
+
+
+# --------------------------------------------------------------------------- the launch path's host environment
+
+SMALL_SHM = "64m"  # Docker's default --shm-size
+
+
+@scenario(
+    "shm-small",
+    f"the highest-address node's /dev/shm is remounted with size={SMALL_SHM} (Docker's default)",
+    expect=(
+        Expect("host.shm-small", "node3", lambda info: [
+            "statvfs /dev/shm: 67108864 bytes (64 MiB)", "size=65536k", "GPUs per node: 1"]),
+    ),
+)
+def _shm_small(plan: LabPlan) -> None:
+    """Failure mode: shared memory. Every lab node has its own /dev/shm (a tmpfs in its mount namespace, sized
+    half the machine's RAM by default); on nodeN it is remounted with size=64m once the node is up, what a
+    container gets from Docker without --shm-size or --ipc=host. Finding: host.shm-small on nodeN."""
+    last(plan).tasks.append(_remount_shm)
+
+
+def _remount_shm(rt: Runtime, node: NodePlan) -> None:
+    rt.exec(node, ["mount", "-o", f"remount,size={SMALL_SHM}", "/dev/shm"])
+
+
+STRAY_PROFILE = "profile.d/zz-site-ddp.sh"  # under the node's /etc
+
+
+@scenario(
+    "env-stray",
+    "node2's /etc/environment says NODE_RANK=0 (a golden image from the master) and a profile.d script exports "
+    "NCCL_SOCKET_IFNAME=eth1 and RANK=0",
+    min_nodes=2,
+    expect=(
+        Expect("env.stray", "node2", lambda info: [
+            "/etc/environment:2: NODE_RANK=0 (the env file sets NODE_RANK=1; read by pam_env",
+            f"/etc/{STRAY_PROFILE}:3: NCCL_SOCKET_IFNAME=eth1 (the env file sets "
+            f"NCCL_SOCKET_IFNAME=={info.node('node2').ifname}",
+            f"/etc/{STRAY_PROFILE}:4: RANK=0 (not in the env file"]),
+    ),
+)
+def _env_stray(plan: LabPlan) -> None:
+    """Failure mode: launcher variables set elsewhere (Lightning-AI/pytorch-lightning#5651). node2's
+    /etc/environment (read by pam_env for every SSH session) carries NODE_RANK=0, as an image built on the master
+    would, and /etc/profile.d/zz-site-ddp.sh (login shells) exports NCCL_SOCKET_IFNAME=eth1 and RANK=0. ddpfix
+    reads them as text (never sourcing them) and compares them with the env file it plans for node2.
+    Finding: env.stray on node2, naming each file and line."""
+    node = second(plan)
+    node.files["environment"] = f"PATH=\"{NODE_PATH}\"\nNODE_RANK=0\n"
+    node.files[STRAY_PROFILE] = (
+        "# a site script left from an older cluster (ddpfix lab scenario env-stray)\n"
+        "[ -n \"$PS1\" ] || true\n"
+        "export NCCL_SOCKET_IFNAME=eth1\n"
+        "export RANK=0\n"
+    )
 
 
 # --------------------------------------------------------------------------- ports (row 12)
