@@ -32,7 +32,7 @@ from ddpfix.cli import cli
 
 pytestmark = pytest.mark.lab
 
-NFT_FILES = "/etc/nftables.conf /etc/nftables.d/ddpfix.nft"
+NFT_FILES = "/etc/nftables.conf /etc/ddpfix/firewall.nft"
 
 
 def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
@@ -49,6 +49,11 @@ def ids(doc: dict[str, Any]) -> set[str]:
 
 def sh(info: Any, node: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return lab.node_exec(info.name, node, ["sh", "-c", cmd], check=check)
+
+
+def put(info: Any, node: str, path: str, text: str) -> None:
+    """Write a file on a node (its directory made)."""
+    lab.node_exec(info.name, node, ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "put", path], input=text)
 
 
 def host_vars(info: Any, node: str, extra: dict[str, Any]) -> None:
@@ -83,19 +88,19 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
     diffs = {c["host"]: "" for c in dry["changes"]}
     for c in dry["changes"]:
         diffs[c["host"]] += c["diff"] + "\n"
-    for f in ("/etc/nftables.d/ddpfix.nft", "/etc/nftables.conf"):
+    for f in ("/etc/ddpfix/firewall.nft", "/etc/nftables.conf"):
         assert f"+++ {f}" in diffs["node2"], diffs["node2"]
     assert "+++ /etc/iptables/rules.v4" in diffs["node3"], diffs["node3"]
     assert "DOCKER" not in diffs["node2"] + diffs["node3"]
-    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert sh(info, "node2", "test -e /etc/ddpfix/firewall.nft", check=False).returncode == 1
 
     code, applied = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0, (applied["failed_hosts"], applied["remaining_fixable"])
     assert not applied["failed_hosts"] and not applied["notes"], applied
 
     for node in ("node2", "node3"):
-        # every persisted file passes its own parser
-        assert sh(info, node, "nft -c -f /etc/nftables.conf", check=False).returncode == 0
+        # every persisted file passes its own parser (nftables: the whole config, in an empty ruleset as at boot)
+        assert sh(info, node, "unshare -n nft -c -f /etc/nftables.conf", check=False).returncode == 0
         if node == "node3":
             r = sh(info, node, "iptables-restore --test /etc/iptables/rules.v4", check=False)
             assert r.returncode == 0, r.stderr
@@ -111,8 +116,8 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
 
     # node2: the config is the old one plus one include block; the include holds only ddpfix's rule
     conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
-    assert conf.startswith(before_files["node2"]) and conf.count('include "/etc/nftables.d/ddpfix.nft"') == 1
-    rules = [ln for ln in sh(info, "node2", "cat /etc/nftables.d/ddpfix.nft").stdout.splitlines()
+    assert conf.startswith(before_files["node2"]) and conf.count('include "/etc/ddpfix/firewall.nft"') == 1
+    rules = [ln for ln in sh(info, "node2", "cat /etc/ddpfix/firewall.nft").stdout.splitlines()
              if ln.strip() and not ln.startswith("#")]
     assert rules == [f'insert rule inet filter input ip saddr {cidr} accept comment "ddpfix-cluster"'], rules
     assert sh(info, "node2", "ls /etc/nftables.conf.*~").stdout.strip()  # backed up
@@ -187,25 +192,115 @@ def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_la
         sh(info, master, "ipset destroy ok 2>/dev/null || true")
 
 
-def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> None:
-    # node2's config names its table differently from the running one: ddpfix's include cannot load after it.
-    # node3 keeps its iptables rules where RHEL does (/etc/sysconfig/iptables): that host is fixed and persisted.
-    info = temp_lab(nodes=3, scenario="nftables-worker2,iptables-worker", wait_sync=False)
-    sh(info, "node2", "sed -i 's/^table inet filter/table inet hostfw/' /etc/nftables.conf")
+#: node1's config, the issue's layout: `flush ruleset`, a glob include, then the table (policy drop).
+GLOB_FIRST = """#!/usr/sbin/nft -f
+flush ruleset
+include "/etc/nftables.d/*.nft"
+table inet filter {
+\tchain input {
+\t\ttype filter hook input priority filter; policy drop;
+\t\tct state established,related accept
+\t\tiifname "lo" accept
+\t\ttcp dport 22 accept
+\t\tmeta l4proto icmp accept
+\t}
+}
+"""
+#: node3: RHEL's /etc/sysconfig/nftables.conf with its sample include uncommented, the table in /etc/nftables/.
+RHEL_MAIN = """# Uncomment the include statement here to load the default config sample
+# in /etc/nftables for nftables service.
+
+include "/etc/nftables/main.nft"
+
+# To customize, either edit the samples in /etc/nftables, append further
+# commands to the end of this file or overwrite it after first service
+# start by calling: 'nft list ruleset >/etc/sysconfig/nftables.conf'.
+"""
+RHEL_TABLE = GLOB_FIRST.replace('include "/etc/nftables.d/*.nft"\n', "").replace("inet filter", "inet nftables_svc")
+#: What boot runs (Debian's and RHEL's nftables.service: ExecStart=nft -f CONFIG), after a flush as at power-on.
+BOOT = {"node1": "nft flush ruleset && nft -f /etc/nftables.conf",
+        "node2": "nft flush ruleset && nft -f /etc/nftables.conf",
+        "node3": "nft flush ruleset && nft -f /etc/sysconfig/nftables.conf",
+        "node4": "iptables-restore /etc/sysconfig/iptables"}
+
+
+def test_persisted_firewall_loads_at_boot_in_every_layout(temp_lab: Any) -> None:
+    """Issue 21, item 4: one lab, one layout per node, one remediate, then a simulated reboot of every node.
+    node1 (the master): `flush ruleset`, `include "/etc/nftables.d/*.nft"` ahead of the table, and what an older
+    ddpfix left there (its file under that glob plus an explicit include: nothing loads at boot). node2: a glob
+    include after the table, no `flush ruleset`. node3: RHEL's /etc/sysconfig/nftables.conf including
+    /etc/nftables/main.nft. node4: iptables in RHEL's /etc/sysconfig/iptables."""
+    info = temp_lab(nodes=4, scenario="nftables-worker2,iptables-worker", wait_sync=False)
+    cidr, inv = info.subnet, str(info.inventory)
+    old_rule = f'insert rule inet filter input ip saddr {cidr} accept comment "ddpfix-cluster"'
+    old_file = ("#!/usr/sbin/nft -f\n# Managed by ddpfix: lets the cluster network in (loaded by an include at the end "
+                f"of the main config).\n{old_rule}\n")
+    old_block = '\n# BEGIN ddpfix managed block\ninclude "/etc/nftables.d/ddpfix.nft"\n# END ddpfix managed block\n'
+    put(info, "node1", "/etc/nftables.d/10-site.nft", "define lab_site = 10.99.0.0/16\n")
+    put(info, "node1", "/etc/nftables.conf", GLOB_FIRST)
+    sh(info, "node1", "nft -f /etc/nftables.conf")
+    put(info, "node1", "/etc/nftables.d/ddpfix.nft", old_file)
+    put(info, "node1", "/etc/nftables.conf", GLOB_FIRST + old_block)
+    assert "No such file" in sh(info, "node1", "unshare -n nft -c -f /etc/nftables.conf", check=False).stderr
+    node2 = sh(info, "node2", "cat /etc/nftables.conf").stdout
+    assert "flush ruleset\n" in node2
+    node2 = node2.replace("flush ruleset\n", "add table inet filter\nflush table inet filter\n")
+    put(info, "node2", "/etc/nftables.conf", node2 + 'include "/etc/nftables.d/*.nft"\n')
+    put(info, "node2", "/etc/nftables.d/20-site.nft", "add rule inet filter input tcp dport 9 accept\n")
+    sh(info, "node2", "nft flush ruleset && nft -f /etc/nftables.conf")
+    sh(info, "node3", "rm -f /etc/nftables.conf")
+    put(info, "node3", "/etc/sysconfig/nftables.conf", RHEL_MAIN)
+    put(info, "node3", "/etc/nftables/main.nft", RHEL_TABLE)
+    sh(info, "node3", "nft -f /etc/sysconfig/nftables.conf")
+    sh(info, "node4", "mkdir -p /etc/sysconfig && mv /etc/iptables/rules.v4 /etc/sysconfig/iptables")
+    configs = {n: sh(info, n, f"cat {BOOT[n].split()[-1]}").stdout for n in BOOT}
+
+    code, doc = ddpfix_json(inv, "remediate", "--apply")
+    assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
+    assert not doc["failed_hosts"] and not doc["notes"], doc
+    block = '# BEGIN ddpfix managed block\ninclude "/etc/ddpfix/firewall.nft"\n# END ddpfix managed block\n'
+    # node1: ddpfix's old file under the glob is gone, the config is the node's own plus one block at its end
+    assert sh(info, "node1", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert sh(info, "node1", "cat /etc/nftables.conf").stdout == GLOB_FIRST + "\n" + block
+    for node in ("node1", "node2", "node3"):
+        conf = BOOT[node].split()[-1]
+        r = sh(info, node, f"unshare -n nft -c -f {conf}", check=False)  # the whole file, in an empty ruleset
+        assert r.returncode == 0, (node, r.stderr)
+        if node != "node1":
+            assert sh(info, node, f"cat {conf}").stdout == configs[node] + "\n" + block, node
+    assert sh(info, "node3", "cat /etc/nftables/main.nft").stdout == RHEL_TABLE
+    rules = [ln for ln in sh(info, "node3", "cat /etc/ddpfix/firewall.nft").stdout.splitlines() if ln[:1] not in "#"]
+    assert rules == [old_rule.replace("inet filter", "inet nftables_svc")], rules
+    saved = sh(info, "node4", "cat /etc/sysconfig/iptables").stdout
+    assert f"-A INPUT -s {cidr} -m comment --comment ddpfix-cluster -j ACCEPT" in saved
+
+    # the simulated reboot: every node loads what it persisted into a flushed rule set, as boot does
+    for node, boot in BOOT.items():
+        r = sh(info, node, boot, check=False)
+        assert r.returncode == 0, (node, r.stderr)
+        live_rules = sh(info, node, "iptables-save" if node == "node4" else "nft list ruleset").stdout
+        assert live_rules.count("ddpfix-cluster") == 1, (node, live_rules)
+    assert "tcp dport 9 accept" in live(info, "node2")  # node2's own glob include (after its table) still loads
+    # SSH still works, and the master port and the peers' ports are reachable from the peers (the audit's probes)
+    for n in info.nodes:
+        assert subprocess.run(info.ssh_argv(n.name, "true"), capture_output=True, timeout=30).returncode == 0
+    code, after = ddpfix_json(inv, "audit")
+    assert code == 0, after["findings"]
+
+    # a config that cannot load at boot even without ddpfix (a table only the running rule set has): node2 fails
+    # with nft's error, its file stays, its confirmed runtime rule stays; the other nodes change nothing
+    put(info, "node2", "/root/ddpfix-old.nft", configs["node2"])
+    sh(info, "node2", "nft flush ruleset && nft -f /root/ddpfix-old.nft"
+                      " && echo 'add rule inet hostfw input tcp dport 23 drop' >> /etc/nftables.conf")
     conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
-    sh(info, "node3", "mkdir -p /etc/sysconfig && mv /etc/iptables/rules.v4 /etc/sysconfig/iptables")
-    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    code, doc = ddpfix_json(inv, "remediate", "--apply")
     assert code == 1
     msg = doc["failed_hosts"].get("node2", "")
-    assert "nft -c -f /etc/nftables.conf" in msg and "old file stays" in msg and "Error" in msg, doc["failed_hosts"]
+    assert "nft -f /etc/nftables.conf does not load in an empty ruleset (as at boot)" in msg, doc["failed_hosts"]
+    assert "old file stays" in msg and "Error" in msg and "hostfw" in msg, msg
     assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
-    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
-    assert "ddpfix-cluster" in live(info, "node2")  # the confirmed runtime rule stays
-    assert "node3" not in doc["failed_hosts"]
-    saved = sh(info, "node3", "cat /etc/sysconfig/iptables").stdout
-    assert f"-A INPUT -s {info.subnet} -m comment --comment ddpfix-cluster -j ACCEPT" in saved
-    assert sh(info, "node3", "iptables-restore --test /etc/sysconfig/iptables", check=False).returncode == 0
-    assert sh(info, "node3", "test -e /etc/iptables/rules.v4", check=False).returncode == 1
+    assert "ddpfix-cluster" in live(info, "node2")
+    assert set(doc["failed_hosts"]) == {"node2"} and not any(v for k, v in doc["changed"].items() if k != "node2")
 
 
 #: The test tree's fault injection (a callback plugin, never shipped): SSH to one node cut right after ddpfix's change
@@ -241,7 +336,7 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypa
     assert "ddpfix-cluster" not in live(info, "node2")
     assert live(info, "node2") == before
     assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
-    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert sh(info, "node2", "test -e /etc/ddpfix/firewall.nft", check=False).returncode == 1
     assert re.search(r"reverted after \d+s: nft delete rule",
                      sh(info, "node2", "cat /run/ddpfix-firewall-revert.pid.reverted").stdout)
     # the other nodes were not touched by the fault
