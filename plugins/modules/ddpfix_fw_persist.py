@@ -14,10 +14,11 @@ description:
     C(nftables) - for the first existing I(nft_layouts) config (Debian C(/etc/nftables.conf), RHEL
     C(/etc/sysconfig/nftables.conf)), writes its include file holding only ddpfix's C(insert rule) lines and one
     managed C(include) block at the very end of the config, after its tables (moved there if it was elsewhere).
-    The chains are those that drop on the input hook once the config (without ddpfix's block) is loaded the way
-    boot loads it - C(nft -f CONFIG) in a fresh, empty ruleset (a private network namespace, C(unshare --net)).
-    The new config must load the same way, with ddpfix's rule ahead of every drop of those chains, before either
-    file is replaced; the check runs on every call (also when nothing changes, and in check mode).
+    The chains are those that drop on the input hook (and do not hold ddpfix's rule ahead of the drop already) once
+    the config (without ddpfix's block) is loaded the way boot loads it - C(nft -f CONFIG) in a fresh, empty
+    ruleset (a private network namespace, C(unshare --net)). The new config must load the same way, with ddpfix's
+    rule ahead of every drop of those chains, before either file is replaced; the check runs on every call (also
+    when nothing changes, and in check mode).
   - >-
     The include file must be loaded by ddpfix's block only: when an C(include) of the config (or of a file it
     includes) also matches it (a glob such as C(/etc/nftables.d/*.nft)), the module fails, since the file would load
@@ -190,7 +191,8 @@ def nftables(module, p, result):
     if rc != 0:
         _fail_tool(module, f"nft -f {config} does not load in an empty ruleset (as at boot) even without ddpfix's "
                            "rule", err, result)
-    chains = nft_blocking_input_chains(ruleset)
+    # chains whose config already lets the cluster in with ddpfix's rule (a dump of the running rule set) need none
+    chains = [c for c in nft_blocking_input_chains(ruleset) if not nft_rule_ahead(ruleset, c, p["comment"])]
     old_snip = _read(include) if os.path.exists(include) else ""
     snippet = nft_snippet(chains, p["cidr"], p["comment"]) if chains else ""
     new_main = with_include(base_main, include) if chains else base_main

@@ -296,3 +296,21 @@ def test_include_matched_by_a_glob_or_a_config_that_cannot_boot_fails_and_writes
     assert out["failed"] and "does not load in an empty ruleset (as at boot) even without ddpfix's rule" in out["msg"]
     assert f"{main}:" in out["msg"] and "Error" in out["msg"] and "old file stays" in out["msg"], out["msg"]
     assert main.read_text() == broken and not (d / "x").exists()
+
+
+@needs_nft
+def test_config_that_already_holds_ddpfix_rule_gets_no_second_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """RHEL's own advice, `nft list ruleset > /etc/sysconfig/nftables.conf`, saves ddpfix's running rule in the
+    config: ddpfix's include then adds nothing, and an old one goes."""
+    main = tmp_path / "nftables.conf"
+    dumped = BOOT_CONF.format(d=tmp_path).replace(
+        "\t\ttcp dport 22", f'\t\tip saddr {CIDR} accept comment "ddpfix-cluster"\n\t\ttcp dport 22')
+    inc = tmp_path / "ddpfix" / "firewall.nft"
+    inc.parent.mkdir()
+    inc.write_text(fw.nft_snippet([("inet", "filter", "input")], CIDR))
+    main.write_text(fw.with_include(dumped, str(inc)))
+    out = _persist(monkeypatch, capsys, nft_layouts=[{"config": str(main), "include": str(inc)}])
+    assert out["changed"] and not out.get("failed"), out
+    assert main.read_text() == dumped and not inc.exists()
+    assert _boot(main).stdout.count("ddpfix-cluster") == 1
