@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import fnmatch
+import ipaddress
 import re
 import shlex
 
@@ -164,22 +166,137 @@ def nft_rule_args(cidr, comment=COMMENT):
     return ["ip", "saddr", cidr, "accept", "comment", f'"{comment}"']
 
 
+#: The first line of ddpfix's nftables include file after the shebang: how a file of ddpfix's own is recognised.
+NFT_SNIPPET_MARK = "# Managed by ddpfix: lets the cluster network in"
+#: Where nft looks for an include path that is neither absolute nor starts with ./ or ../ (`nft --help`: -I).
+NFT_INCLUDE_DIR = "/etc"
+
+
 def nft_snippet(chains, cidr, comment=COMMENT):
     """The include file: only ddpfix's rule, inserted into chains the main config has defined by then."""
     out = ["#!/usr/sbin/nft -f",
-           "# Managed by ddpfix: lets the cluster network in (loaded by an include at the end of the main config).",
+           NFT_SNIPPET_MARK + " (loaded by an include at the end of the main config, after its tables).",
            "# Only ddpfix's own rule lives here; remove the include block from the main config to drop it."]
     for fam, table, chain in chains:
         out.append("insert rule {} {} {} {}".format(fam, table, chain, " ".join(nft_rule_args(cidr, comment))))
     return "\n".join(out) + "\n"
 
 
+def is_ddpfix_snippet(text):
+    """Whether an include file's text is one ddpfix wrote (its marker line near the top)."""
+    return any(ln.startswith(NFT_SNIPPET_MARK) for ln in (text or "").splitlines()[:3])
+
+
+_BLOCK = re.compile(rf"^{re.escape(BEGIN)}\n(.*?)^{re.escape(END)}\n?", re.M | re.S)
+_INCLUDE = re.compile(r'(?:^|[\s;{])include\s+"([^"\n]*)"')
+
+
+def without_include(text):
+    """Main config text without ddpfix's managed include block (and the blank line it was appended after)."""
+    m = _BLOCK.search(text)
+    if not m:
+        return text
+    head, tail = text[:m.start()], text[m.end():]
+    if not tail.strip() and head.endswith("\n\n"):
+        head = head[:-1]
+    return head + tail
+
+
+def block_include(text):
+    """The path ddpfix's managed block includes ("" when there is no block)."""
+    m = _BLOCK.search(text)
+    inc = _INCLUDE.search(m.group(1)) if m else None
+    return inc.group(1) if inc else ""
+
+
 def with_include(text, include_path):
-    """Main config text with one managed block at the end that includes `include_path` (replacing an old block)."""
+    """Main config text with one managed block that includes `include_path`, at the very end: after every table of
+    the config (an old block elsewhere is removed), so ddpfix's `insert rule` lines find their chains."""
+    text = without_include(text)
     block = f"{BEGIN}\ninclude \"{include_path}\"\n{END}\n"
-    pat = re.compile(rf"^{re.escape(BEGIN)}\n.*?^{re.escape(END)}\n?", re.M | re.S)
-    if pat.search(text):
-        return pat.sub(lambda _m: block, text, count=1)
     if text and not text.endswith("\n"):
         text += "\n"
     return text + ("\n" if text.strip() else "") + block
+
+
+def nft_includes(text):
+    """The include patterns of an nftables file (comments skipped), ddpfix's managed block left out."""
+    text = without_include(text)
+    lines = []
+    for ln in text.splitlines():
+        # a comment runs from `#` to the end of the line (a `#` inside quotes is not one)
+        out, quoted = [], False
+        for ch in ln:
+            if ch == '"':
+                quoted = not quoted
+            elif ch == "#" and not quoted:
+                break
+            out.append(ch)
+        lines.append("".join(out))
+    return _INCLUDE.findall("\n".join(lines))
+
+
+def nft_include_path(pattern):
+    """The absolute pattern nft resolves an include to (relative names are looked up in /etc; ./ and ../ from the
+    working directory, / under systemd)."""
+    if pattern.startswith("/"):
+        return pattern
+    if pattern.startswith(("./", "../")):
+        return "/" + pattern
+    return NFT_INCLUDE_DIR + "/" + pattern
+
+
+def glob_matches(pattern, path):
+    """Whether glob(3) (which nft uses for includes) would return `path` for `pattern`: one path segment per
+    pattern segment, `*`/`?`/`[...]` never match `/`, nor a leading dot unless the pattern has it."""
+    pat = [s for s in pattern.split("/") if s not in ("", ".")]
+    got = [s for s in path.split("/") if s not in ("", ".")]
+    if len(pat) != len(got):
+        return False
+    for p, g in zip(pat, got):
+        if g.startswith(".") and not p.startswith("."):
+            return False
+        if not fnmatch.fnmatchcase(g, p):
+            return False
+    return True
+
+
+def nft_rule_ahead(ruleset, chain, comment=COMMENT):
+    """Whether chain (family, table, name) holds a rule tagged `comment` ahead of its first drop/reject rule."""
+    for it in _items(ruleset):
+        r = it.get("rule")
+        if not r or (r.get("family"), r.get("table"), r.get("chain")) != tuple(chain):
+            continue
+        if r.get("comment") == comment:
+            return True
+        if _is_drop_expr(r.get("expr")):
+            return False
+    return False
+
+
+# --------------------------------------------------------------------------- ufw
+
+def ufw_allows(user_rules, cidr):
+    """Whether ufw's rules file (/etc/ufw/user.rules, whose `### tuple ###` lines are what `ufw status` lists) holds
+    an incoming allow of every protocol and port, to any address, from a network containing `cidr`: a rule limited
+    to a port, a protocol, an application, an interface or a destination does not count."""
+    want = ipaddress.ip_network(cidr, strict=False)
+    for ln in (user_rules or "").splitlines():
+        if not ln.startswith("### tuple ###"):
+            continue
+        fields = ln[len("### tuple ###"):].split(" comment=")[0].split()
+        if len(fields) != 7:  # 9 fields: an application rule (dapp, sapp)
+            continue
+        action, proto, dport, dst, sport, src, ifaces = fields
+        if action.split("_")[0] != "allow" or ifaces != "in":
+            continue
+        if (proto, dport, sport) != ("any", "any", "any") or dst not in ("0.0.0.0/0", "any"):
+            continue
+        try:
+            net = ipaddress.ip_network(src, strict=False)
+        except ValueError:
+            continue
+        if (net.version == want.version and net.network_address <= want.network_address
+                and want.broadcast_address <= net.broadcast_address):
+            return True
+    return False

@@ -10,14 +10,26 @@ DOCUMENTATION = r"""
 module: ddpfix_fw_persist
 short_description: Add ddpfix's rule to the node's persisted firewall configuration (and nothing else)
 description:
-  - C(nftables) - for the first existing I(nft_layouts) config (Debian C(/etc/nftables.conf), RHEL
-    C(/etc/sysconfig/nftables.conf)), writes its include file holding only ddpfix's C(insert rule) lines for
-    I(chains), and one managed C(include) block at the end of the config. The whole config (with the include) must
-    pass C(nft -c -f) before either file is replaced.
+  - >-
+    C(nftables) - for the first existing I(nft_layouts) config (Debian C(/etc/nftables.conf), RHEL
+    C(/etc/sysconfig/nftables.conf)), writes its include file holding only ddpfix's C(insert rule) lines and one
+    managed C(include) block at the very end of the config, after its tables (moved there if it was elsewhere).
+    The chains are those that drop on the input hook (and do not hold ddpfix's rule ahead of the drop already) once
+    the config (without ddpfix's block) is loaded the way boot loads it - C(nft -f CONFIG) in a fresh, empty
+    ruleset (a private network namespace, C(unshare --net)). The new config must load the same way, with ddpfix's
+    rule ahead of every drop of those chains, before either file is replaced; the check runs on every call (also
+    when nothing changes, and in check mode).
+  - >-
+    The include file must be loaded by ddpfix's block only: when an C(include) of the config (or of a file it
+    includes) also matches it (a glob such as C(/etc/nftables.d/*.nft)), the module fails, since the file would load
+    twice and possibly before the tables. An include file of ddpfix's at another path (the block's old target,
+    or the old defaults C(/etc/nftables.d/ddpfix.nft) and C(/etc/nftables/ddpfix.nft)) is removed: a glob ahead of
+    the tables would load it first and fail the whole boot load (nft loads a file as one transaction).
   - >-
     C(iptables) - in each existing I(iptables_paths) file, inserts ddpfix's C(-A INPUT) line at the top of the
     C(*filter) section (a text edit: live chains of Docker, fail2ban etc. are never dumped into it). The new text
-    must pass C(iptables-restore --test) of the variant that was changed.
+    must pass C(iptables-restore --test) of the variant that was changed (the whole file; against the live tables,
+    since ipsets a rules file refers to are loaded before it at boot).
   - Old files are backed up and stay when validation fails (the module then fails with the tool's error). Files are
     written atomically; symlinks are followed to the real file. Check and diff mode (validation runs in check mode
     too, from a temporary directory).
@@ -26,11 +38,6 @@ options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
   cidr: {description: Cluster network., type: str, required: true}
   comment: {description: Tag of the rule., type: str, default: ddpfix-cluster}
-  chains:
-    description: "nftables: chains that get the rule, 'family table chain'."
-    type: list
-    elements: str
-    default: []
   nft_layouts: {description: "nftables: list of {config, include}.", type: list, elements: dict, default: []}
   iptables_paths:
     description: "iptables: rules files (each edited only if present)."
@@ -46,6 +53,8 @@ files: {description: Files written (or that would be written)., returned: always
 runtime_only: {description: Why the rule is not persisted (empty when it is)., returned: always, type: str}
 """
 
+import glob
+import json
 import os
 import shutil
 import tempfile
@@ -54,10 +63,18 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_backup import backup as backup_file
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
+    block_include,
+    glob_matches,
     iptables_persisted,
+    is_ddpfix_snippet,
+    nft_blocking_input_chains,
+    nft_include_path,
+    nft_includes,
+    nft_rule_ahead,
     nft_snippet,
     rule_argument_spec,
     with_include,
+    without_include,
 )
 
 
@@ -82,6 +99,70 @@ def _fail_tool(module, what, err, result):
                      **result)
 
 
+#: Where ddpfix put its nftables include file before it moved out of the directories that configs glob-include.
+OLD_NFT_INCLUDES = ("/etc/nftables.d/ddpfix.nft", "/etc/nftables/ddpfix.nft")
+
+#: Runs inside `unshare --net --mount`: the files ddpfix removes are shadowed by an empty file (a glob still finds
+#: them), the config loads into the new namespace's empty ruleset, and the result is listed as JSON.
+BOOT_CHECK = r"""
+nft=$1; mount=$2; main=$3; empty=$4; shift 4
+for f in "$@"; do "$mount" --bind "$empty" "$f" || { echo "ddpfix: mount --bind over $f failed" >&2; exit 90; }; done
+"$nft" -f "$main" >/dev/null || exit $?
+exec "$nft" -j list ruleset
+"""
+
+
+def _include_tree(main_text, skip):
+    """(file, pattern, absolute pattern) of every include in the config and, recursively, in what it includes."""
+    found, seen, todo = [], set(skip), [("the config", main_text, 0)]
+    while todo:
+        name, text, depth = todo.pop(0)
+        for pat in nft_includes(text):
+            full = nft_include_path(pat)
+            found.append((name, pat, full))
+            if depth >= 8:
+                continue
+            for f in sorted(glob.glob(full)):
+                if f in seen or not os.path.isfile(f):
+                    continue
+                seen.add(f)
+                try:
+                    todo.append((f, _read(f), depth + 1))
+                except (OSError, UnicodeDecodeError):
+                    continue
+    return found
+
+
+def _boot_load(module, config, main_text, blanks, snippet=None, include=""):
+    """Load `main_text` (plus ddpfix's `snippet`, included by the block) as boot does, in a fresh empty ruleset:
+    (rc, ruleset, error text with the temporary paths named as the real ones)."""
+    unshare = module.get_bin_path("unshare")
+    mount = module.get_bin_path("mount")
+    if not unshare or not mount:
+        return 1, None, "unshare/mount (util-linux) not found: cannot load the config in an empty ruleset"
+    nft = module.get_bin_path("nft", required=True)
+    tmpd = tempfile.mkdtemp(prefix="ddpfix-nft-boot.")
+    try:
+        tmain, tsnip, empty = (os.path.join(tmpd, n) for n in ("main.nft", "ddpfix.nft", "empty.nft"))
+        for path, text in ((tsnip, snippet or ""), (empty, "")):
+            with open(path, "w") as f:
+                f.write(text)
+        with open(tmain, "w") as f:
+            f.write(with_include(main_text, tsnip) if snippet is not None else main_text)
+        argv = [unshare, "--net", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", BOOT_CHECK,
+                "ddpfix-boot-check", nft, mount, tmain, empty, *blanks]
+        rc, out, err = module.run_command(argv, cwd="/")
+        err = (err or ("" if rc == 0 else out)).replace(tmain, config).replace(tsnip, include)
+    finally:
+        shutil.rmtree(tmpd, ignore_errors=True)
+    if rc != 0:
+        return rc, None, err
+    try:
+        return 0, json.loads(out or "{}"), ""
+    except ValueError:
+        return 1, None, "nft -j list ruleset: no JSON"
+
+
 def nftables(module, p, result):
     layout = None
     for lay in p["nft_layouts"]:
@@ -93,47 +174,70 @@ def nftables(module, p, result):
         result["runtime_only"] = f"no nftables config file ({configs}): ddpfix's rule is lost at the next boot"
         return
     config, include = layout["config"], layout["include"]
-    chains = [c.split() for c in p["chains"]]
-    if not chains:
-        return
-    snippet = nft_snippet(chains, p["cidr"], p["comment"])
     old_main = _read(config)
-    new_main = with_include(old_main, include)
-    old_snip = _read(include) if os.path.exists(include) else ""
-    if old_main == new_main and old_snip == snippet:
-        return
-    nft = module.get_bin_path("nft", required=True)
-    tmpd = tempfile.mkdtemp(prefix="ddpfix-nft-check.")
-    try:
-        tsnip = os.path.join(tmpd, os.path.basename(include))
-        tmain = os.path.join(tmpd, "main.nft")
-        with open(tsnip, "w") as f:
-            f.write(snippet)
-        with open(tmain, "w") as f:
-            f.write(with_include(old_main, tsnip))
-        rc, out, err = module.run_command([nft, "-c", "-f", tmain])
-    finally:
-        shutil.rmtree(tmpd, ignore_errors=True)
-    result["files"] = [include, config]
-    result["diff"] = [
-        {"before": old_snip, "after": snippet, "before_header": include, "after_header": include},
-        {"before": old_main, "after": new_main, "before_header": config, "after_header": config},
-    ]
+    base_main = without_include(old_main)
+    # include files of ddpfix's own at other paths go (a glob ahead of the tables would load them first)
+    legacy = []
+    for path in dict.fromkeys([block_include(old_main), *OLD_NFT_INCLUDES]):
+        if path and path != include and os.path.isfile(path) and is_ddpfix_snippet(_read(path)):
+            legacy.append(path)
+    for name, pat, full in _include_tree(base_main, [include, *legacy]):
+        if glob_matches(full, include):
+            module.fail_json(msg=f"ddpfix's nftables include file {include} is also matched by include \"{pat}\" "
+                                 f"in {name} ({config}): it would load twice, maybe before the tables it refers to; "
+                                 "set ddpfix_firewall_nft_layouts' include to a path no include matches "
+                                 "(nothing was written)", **result)
+    rc, ruleset, err = _boot_load(module, config, base_main, legacy)
     if rc != 0:
-        _fail_tool(module, f"nft -c -f {config} with ddpfix's include {include} fails", err or out, result)
+        _fail_tool(module, f"nft -f {config} does not load in an empty ruleset (as at boot) even without ddpfix's "
+                           "rule", err, result)
+    # chains whose config already lets the cluster in with ddpfix's rule (a dump of the running rule set) need none
+    chains = [c for c in nft_blocking_input_chains(ruleset) if not nft_rule_ahead(ruleset, c, p["comment"])]
+    old_snip = _read(include) if os.path.exists(include) else ""
+    snippet = nft_snippet(chains, p["cidr"], p["comment"]) if chains else ""
+    new_main = with_include(base_main, include) if chains else base_main
+    if chains:
+        rc, loaded, err = _boot_load(module, config, base_main, legacy, snippet, include)
+        if rc != 0:
+            _fail_tool(module, f"nft -f {config} with ddpfix's include {include} does not load in an empty ruleset "
+                               "(as at boot)", err, result)
+        behind = [" ".join(c) for c in chains if not nft_rule_ahead(loaded, c, p["comment"])]
+        if behind:
+            _fail_tool(module, f"nft -f {config} with ddpfix's include {include} loads, but ddpfix's rule is not "
+                               "ahead of the drop in " + ", ".join(behind), "(the config reorders or flushes it)",
+                       result)
+    diffs = []
+    if old_snip != snippet:
+        diffs.append((include, old_snip, snippet))
+    if old_main != new_main:
+        diffs.append((config, old_main, new_main))
+    diffs += [(path, _read(path), "") for path in legacy]
+    if not diffs:
+        return
+    result["files"] = [d[0] for d in diffs]
+    result["diff"] = [{"before": b, "after": a, "before_header": f, "after_header": f} for f, b, a in diffs]
     result["changed"] = True
     if module.check_mode:
         return
+    # ddpfix's file first, then the config that includes it, then the old files nothing includes any more
     if old_snip != snippet:
         if old_snip:
             result["backup_files"].append(_backup(module, p, include))
-        d = os.path.dirname(include)
-        if not os.path.isdir(d):
-            os.makedirs(d, 0o755)
-        _write(module, include, snippet, 0o644)
+        if snippet:
+            d = os.path.dirname(include)
+            if not os.path.isdir(d):
+                os.makedirs(d, 0o755)
+            _write(module, include, snippet, 0o644)
     if old_main != new_main:
         result["backup_files"].append(_backup(module, p, config))
         _write(module, config, new_main, os.stat(config).st_mode & 0o7777)
+    # ddpfix's own generated files, shown in the diff; no backup next to them, where a config's glob could load it
+    for path in ([include] if old_snip and not snippet else []) + legacy:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            module.fail_json(msg=f"cannot remove ddpfix's old include file {path} ({exc.strerror}): an include of "
+                                 f"{config} may still load it at boot; remove it by hand", **result)
 
 
 def _backup(module, p, path):
@@ -183,7 +287,6 @@ def iptables(module, p, result):
 def main():
     module = AnsibleModule(
         argument_spec=rule_argument_spec(
-            chains=dict(type="list", elements="str", default=[]),
             nft_layouts=dict(type="list", elements="dict", default=[]),
             iptables_paths=dict(type="list", elements="path", default=[]),
             iptables_restore=dict(type="str", default="iptables-restore"),

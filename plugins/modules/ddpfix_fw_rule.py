@@ -15,9 +15,13 @@ description:
   - C(nftables) - for every native base chain on the C(input) hook of an C(ip)/C(inet) table that can drop
     (firewalld's and iptables-nft's tables excepted), inserts C(ip saddr CIDR accept comment "ddpfix-cluster") at the
     top, unless a rule with that comment is already there.
+  - >-
+    C(ufw) - with I(plan_only) only (community.general.ufw adds the rule): reads ufw's own rules file
+    I(ufw_rules), whose C(### tuple ###) lines are what C(ufw status) lists, and reports C(pending) unless one rule
+    allows every protocol and port from a network containing the CIDR (a rule for port 22 only does not count).
   - Never removes or edits a rule and writes no file (the role's ddpfix_fw_persist does that). Check and diff mode.
 options:
-  backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
+  backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables, ufw]}
   cidr: {description: Cluster network (IPv4)., type: str, required: true}
   comment: {description: Tag of the rule., type: str, default: ddpfix-cluster}
   iptables_variant:
@@ -28,6 +32,7 @@ options:
     default: auto
     choices: [auto, legacy, nft]
   plan_only: {description: Change nothing and report C(pending) (changed stays false)., type: bool, default: false}
+  ufw_rules: {description: "ufw: its IPv4 user rules file.", type: path, default: /etc/ufw/user.rules}
 """
 
 EXAMPLES = r"""
@@ -58,21 +63,35 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     nft_rule_args,
     nft_tagged,
     rule_argument_spec,
+    ufw_allows,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=rule_argument_spec(
-            iptables_variant=dict(type="str", default="auto", choices=["auto", "legacy", "nft"]),
-            plan_only=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
+    spec = rule_argument_spec(
+        iptables_variant=dict(type="str", default="auto", choices=["auto", "legacy", "nft"]),
+        plan_only=dict(type="bool", default=False),
+        ufw_rules=dict(type="path", default="/etc/ufw/user.rules"),
     )
+    spec["backend"]["choices"] = ["iptables", "nftables", "ufw"]
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
     cidr, comment = p["cidr"], p["comment"]
     if cidr.endswith("/0") or "/" not in cidr:
         module.fail_json(msg=f"refusing to open to {cidr!r}: give the cluster network")
+    if p["backend"] == "ufw":
+        if not p["plan_only"]:
+            module.fail_json(msg="backend ufw: plan_only only (the role adds ufw's rule with community.general.ufw)")
+        try:
+            with open(p["ufw_rules"]) as f:
+                rules = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            module.fail_json(msg=f"cannot read ufw's rules file {p['ufw_rules']}: {exc}")
+        try:
+            allowed = ufw_allows(rules, cidr)
+        except ValueError as exc:
+            module.fail_json(msg=f"cidr {cidr!r}: {exc}")
+        module.exit_json(changed=False, chains=[], iptables="iptables", pending=not allowed)
     ipt, ipt_save, _ = iptables_bins(p["iptables_variant"])
     result = dict(changed=False, chains=[], iptables=ipt)
     cmds = []

@@ -3,8 +3,11 @@
 - Docker-like tables (iptables-nft chains with `xt match` lines, a native nft table) next to the blocking rules:
   `remediate --apply` persists only ddpfix's rule, every persisted file passes `nft -c -f` / `iptables-restore
   --test`, Docker's chains stay in the running rule set and never reach a file, the audit is clean.
-- A persisted config ddpfix's rule cannot be added to: the host fails with nft's error, the old file stays
-  (another host, with RHEL's /etc/sysconfig/iptables, is fixed and persisted).
+- What is persisted loads at boot (issue 21, item 4), one layout per node of one lab: a glob include ahead of the
+  tables with `flush ruleset` (and an older ddpfix's file under that glob), a glob after the tables, RHEL's
+  /etc/sysconfig/nftables.conf, RHEL's /etc/sysconfig/iptables in legacy iptables next to iptables-nft; a simulated
+  reboot loads every persisted file into a flushed rule set, and the master port and SSH stay reachable. A config
+  that cannot load at boot even without ddpfix: the host fails with nft's error, the old file stays.
 - An undecided rule (issue 20, item 3): a DROP of the master port unless the source is in an ipset gives
   `firewall.undecided` in `audit --no-probe` and `check --local` (exit 1), never a pass; with probes the failed
   connects decide; the same match as the only ACCEPT before a DROP gives `firewall.undecided-accept`.
@@ -29,10 +32,11 @@ from click.testing import CliRunner
 
 from ddpfix import lab
 from ddpfix.cli import cli
+from ddpfix.lab.scenarios import iptables_rules
 
 pytestmark = pytest.mark.lab
 
-NFT_FILES = "/etc/nftables.conf /etc/nftables.d/ddpfix.nft"
+NFT_FILES = "/etc/nftables.conf /etc/ddpfix/firewall.nft"
 
 
 def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
@@ -49,6 +53,11 @@ def ids(doc: dict[str, Any]) -> set[str]:
 
 def sh(info: Any, node: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return lab.node_exec(info.name, node, ["sh", "-c", cmd], check=check)
+
+
+def put(info: Any, node: str, path: str, text: str) -> None:
+    """Write a file on a node (its directory made)."""
+    lab.node_exec(info.name, node, ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "put", path], input=text)
 
 
 def host_vars(info: Any, node: str, extra: dict[str, Any]) -> None:
@@ -83,19 +92,19 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
     diffs = {c["host"]: "" for c in dry["changes"]}
     for c in dry["changes"]:
         diffs[c["host"]] += c["diff"] + "\n"
-    for f in ("/etc/nftables.d/ddpfix.nft", "/etc/nftables.conf"):
+    for f in ("/etc/ddpfix/firewall.nft", "/etc/nftables.conf"):
         assert f"+++ {f}" in diffs["node2"], diffs["node2"]
     assert "+++ /etc/iptables/rules.v4" in diffs["node3"], diffs["node3"]
     assert "DOCKER" not in diffs["node2"] + diffs["node3"]
-    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert sh(info, "node2", "test -e /etc/ddpfix/firewall.nft", check=False).returncode == 1
 
     code, applied = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0, (applied["failed_hosts"], applied["remaining_fixable"])
     assert not applied["failed_hosts"] and not applied["notes"], applied
 
     for node in ("node2", "node3"):
-        # every persisted file passes its own parser
-        assert sh(info, node, "nft -c -f /etc/nftables.conf", check=False).returncode == 0
+        # every persisted file passes its own parser (nftables: the whole config, in an empty ruleset as at boot)
+        assert sh(info, node, "unshare -n nft -c -f /etc/nftables.conf", check=False).returncode == 0
         if node == "node3":
             r = sh(info, node, "iptables-restore --test /etc/iptables/rules.v4", check=False)
             assert r.returncode == 0, r.stderr
@@ -111,8 +120,8 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
 
     # node2: the config is the old one plus one include block; the include holds only ddpfix's rule
     conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
-    assert conf.startswith(before_files["node2"]) and conf.count('include "/etc/nftables.d/ddpfix.nft"') == 1
-    rules = [ln for ln in sh(info, "node2", "cat /etc/nftables.d/ddpfix.nft").stdout.splitlines()
+    assert conf.startswith(before_files["node2"]) and conf.count('include "/etc/ddpfix/firewall.nft"') == 1
+    rules = [ln for ln in sh(info, "node2", "cat /etc/ddpfix/firewall.nft").stdout.splitlines()
              if ln.strip() and not ln.startswith("#")]
     assert rules == [f'insert rule inet filter input ip saddr {cidr} accept comment "ddpfix-cluster"'], rules
     assert sh(info, "node2", "ls /etc/nftables.conf.*~").stdout.strip()  # backed up
@@ -187,25 +196,131 @@ def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_la
         sh(info, master, "ipset destroy ok 2>/dev/null || true")
 
 
-def test_invalid_persisted_config_keeps_old_file_and_fails(temp_lab: Any) -> None:
-    # node2's config names its table differently from the running one: ddpfix's include cannot load after it.
-    # node3 keeps its iptables rules where RHEL does (/etc/sysconfig/iptables): that host is fixed and persisted.
-    info = temp_lab(nodes=3, scenario="nftables-worker2,iptables-worker", wait_sync=False)
-    sh(info, "node2", "sed -i 's/^table inet filter/table inet hostfw/' /etc/nftables.conf")
-    conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
-    sh(info, "node3", "mkdir -p /etc/sysconfig && mv /etc/iptables/rules.v4 /etc/sysconfig/iptables")
-    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
-    assert code == 1
-    msg = doc["failed_hosts"].get("node2", "")
-    assert "nft -c -f /etc/nftables.conf" in msg and "old file stays" in msg and "Error" in msg, doc["failed_hosts"]
-    assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
-    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
-    assert "ddpfix-cluster" in live(info, "node2")  # the confirmed runtime rule stays
-    assert "node3" not in doc["failed_hosts"]
-    saved = sh(info, "node3", "cat /etc/sysconfig/iptables").stdout
-    assert f"-A INPUT -s {info.subnet} -m comment --comment ddpfix-cluster -j ACCEPT" in saved
-    assert sh(info, "node3", "iptables-restore --test /etc/sysconfig/iptables", check=False).returncode == 0
-    assert sh(info, "node3", "test -e /etc/iptables/rules.v4", check=False).returncode == 1
+#: node1's config, the issue's layout: `flush ruleset`, a glob include, then the table (policy drop).
+GLOB_FIRST = """#!/usr/sbin/nft -f
+flush ruleset
+include "/etc/nftables.d/*.nft"
+table inet filter {
+\tchain input {
+\t\ttype filter hook input priority filter; policy drop;
+\t\tct state established,related accept
+\t\tiifname "lo" accept
+\t\ttcp dport 22 accept
+\t\tmeta l4proto icmp accept
+\t}
+}
+"""
+#: node3: RHEL's /etc/sysconfig/nftables.conf with its sample include uncommented, the table in /etc/nftables/.
+RHEL_MAIN = """# Uncomment the include statement here to load the default config sample
+# in /etc/nftables for nftables service.
+
+include "/etc/nftables/main.nft"
+
+# To customize, either edit the samples in /etc/nftables, append further
+# commands to the end of this file or overwrite it after first service
+# start by calling: 'nft list ruleset >/etc/sysconfig/nftables.conf'.
+"""
+RHEL_TABLE = GLOB_FIRST.replace('include "/etc/nftables.d/*.nft"\n', "").replace("inet filter", "inet nftables_svc")
+#: What boot runs (Debian's and RHEL's nftables.service: ExecStart=nft -f CONFIG), after a flush as at power-on;
+#: iptables-restore replaces the tables it names.
+BOOT = {"node1": "nft flush ruleset && nft -f /etc/nftables.conf",
+        "node2": "nft flush ruleset && nft -f /etc/nftables.conf",
+        "node3": "nft flush ruleset && nft -f /etc/sysconfig/nftables.conf",
+        "node4": "iptables-legacy-restore /etc/sysconfig/iptables"}
+
+
+def test_persisted_firewall_loads_at_boot_in_every_layout(temp_lab: Any) -> None:
+    """Issue 21, item 4 (and issue 9's persistence faults): one lab, one layout per node, one remediate, then a
+    simulated reboot of every node that persisted.
+    node1 (the master): `flush ruleset`, `include "/etc/nftables.d/*.nft"` ahead of the table, and what an older
+    ddpfix left there (its file under that glob plus an explicit include: nothing loads at boot). node2: a glob
+    include after the table, no `flush ruleset`. node3: RHEL's /etc/sysconfig/nftables.conf including
+    /etc/nftables/main.nft. node4: iptables in RHEL's /etc/sysconfig/iptables, the blocking rules in the legacy
+    tables while `iptables` is the nft variant (the legacy tables get the rule). node5: a config that cannot load
+    at boot even without ddpfix (it refers to a table only the running rule set has): the host fails with nft's
+    error, its file stays."""
+    boot_cmds = dict(BOOT)
+    info = temp_lab(nodes=5, scenario="nftables-worker2", wait_sync=False)
+    cidr, inv = info.subnet, str(info.inventory)
+    old_rule = f'insert rule inet filter input ip saddr {cidr} accept comment "ddpfix-cluster"'
+    old_file = ("#!/usr/sbin/nft -f\n# Managed by ddpfix: lets the cluster network in (loaded by an include at the end "
+                f"of the main config).\n{old_rule}\n")
+    old_block = '\n# BEGIN ddpfix managed block\ninclude "/etc/nftables.d/ddpfix.nft"\n# END ddpfix managed block\n'
+    put(info, "node1", "/etc/nftables.d/10-site.nft", "define lab_site = 10.99.0.0/16\n")
+    put(info, "node1", "/etc/nftables.conf", GLOB_FIRST)
+    sh(info, "node1", "nft -f /etc/nftables.conf")
+    put(info, "node1", "/etc/nftables.d/ddpfix.nft", old_file)
+    put(info, "node1", "/etc/nftables.conf", GLOB_FIRST + old_block)
+    assert "No such file" in sh(info, "node1", "unshare -n nft -c -f /etc/nftables.conf", check=False).stderr
+    node2 = sh(info, "node2", "cat /etc/nftables.conf").stdout
+    assert "flush ruleset\n" in node2
+    node2 = node2.replace("flush ruleset\n", "add table inet filter\nflush table inet filter\n")
+    put(info, "node2", "/etc/nftables.conf", node2 + 'include "/etc/nftables.d/*.nft"\n')
+    put(info, "node2", "/etc/nftables.d/20-site.nft", "add rule inet filter input tcp dport 9 accept\n")
+    sh(info, "node2", "nft flush ruleset && nft -f /etc/nftables.conf")
+    sh(info, "node3", "rm -f /etc/nftables.conf")
+    put(info, "node3", "/etc/sysconfig/nftables.conf", RHEL_MAIN)
+    put(info, "node3", "/etc/nftables/main.nft", RHEL_TABLE)
+    sh(info, "node3", "nft -f /etc/sysconfig/nftables.conf")
+    lo, hi = sh(info, "node4", "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split()
+    put(info, "node4", "/etc/sysconfig/iptables", iptables_rules(info.master_port, int(lo), int(hi)))
+    legacy = "nf_tables" in sh(info, "node4", "iptables -V").stdout
+    if legacy:  # as the issue-9 node had it: the nft variant's INPUT chain emptied, the rules in the legacy tables
+        sh(info, "node4", "iptables-nft-restore /etc/sysconfig/iptables && iptables-nft -F INPUT")
+    else:  # `iptables` is the legacy variant itself: node4 is plain iptables
+        boot_cmds["node4"] = "iptables-restore /etc/sysconfig/iptables"
+    sh(info, "node4", boot_cmds["node4"])
+    no_boot = GLOB_FIRST.replace('include "/etc/nftables.d/*.nft"\n', "")
+    put(info, "node5", "/etc/nftables.conf", no_boot)
+    sh(info, "node5", "nft -f /etc/nftables.conf")
+    put(info, "node5", "/etc/nftables.conf", no_boot + "add rule inet hostfw input tcp dport 23 drop\n")
+    configs = {n: sh(info, n, f"cat {boot_cmds[n].split()[-1]}").stdout for n in boot_cmds}
+
+    code, doc = ddpfix_json(inv, "remediate", "--apply")
+    assert code == 1 and set(doc["failed_hosts"]) == {"node5"}, (doc["failed_hosts"], doc["remaining_fixable"])
+    msg = doc["failed_hosts"]["node5"]
+    assert "nft -f /etc/nftables.conf does not load in an empty ruleset (as at boot)" in msg, msg
+    assert "old file stays" in msg and "Error" in msg and "hostfw" in msg, msg
+    assert sh(info, "node5", "cat /etc/nftables.conf").stdout.endswith("tcp dport 23 drop\n")
+    assert sh(info, "node5", "test -e /etc/ddpfix/firewall.nft", check=False).returncode == 1
+    assert "ddpfix-cluster" in live(info, "node5")  # the confirmed runtime rule stays
+
+    block = '# BEGIN ddpfix managed block\ninclude "/etc/ddpfix/firewall.nft"\n# END ddpfix managed block\n'
+    # node1: ddpfix's old file under the glob is gone, the config is the node's own plus one block at its end
+    assert sh(info, "node1", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert sh(info, "node1", "cat /etc/nftables.conf").stdout == GLOB_FIRST + "\n" + block
+    assert sh(info, "node1", "ls /etc/nftables.conf.*~").stdout.strip()  # backed up
+    for node in ("node1", "node2", "node3"):
+        conf = boot_cmds[node].split()[-1]
+        r = sh(info, node, f"unshare -n nft -c -f {conf}", check=False)  # the whole file, in an empty ruleset
+        assert r.returncode == 0, (node, r.stderr)
+        if node != "node1":
+            assert sh(info, node, f"cat {conf}").stdout == configs[node] + "\n" + block, node
+    assert sh(info, "node3", "cat /etc/nftables/main.nft").stdout == RHEL_TABLE
+    rules = [ln for ln in sh(info, "node3", "cat /etc/ddpfix/firewall.nft").stdout.splitlines() if ln[:1] not in "#"]
+    assert rules == [old_rule.replace("inet filter", "inet nftables_svc")], rules
+    line = f"-A INPUT -s {cidr} -m comment --comment ddpfix-cluster -j ACCEPT"
+    old, new = configs["node4"].splitlines(), sh(info, "node4", "cat /etc/sysconfig/iptables").stdout.splitlines()
+    assert [ln for ln in new if ln not in old] == [line] and len(new) == len(old) + 1, new
+    assert sh(info, "node4", boot_cmds["node4"].replace("restore", "restore --test"), check=False).returncode == 0
+    assert sh(info, "node4", "test -e /etc/iptables/rules.v4", check=False).returncode == 1
+    if legacy:
+        assert line in sh(info, "node4", "iptables-legacy-save").stdout
+        assert "ddpfix" not in sh(info, "node4", "iptables-nft-save").stdout
+
+    # the simulated reboot: every node that persisted loads it into a flushed rule set, as boot does
+    for node, boot in boot_cmds.items():
+        r = sh(info, node, boot, check=False)
+        assert r.returncode == 0, (node, r.stderr)
+        save = "iptables-legacy-save" if legacy else "iptables-save"
+        live_rules = sh(info, node, save if node == "node4" else "nft list ruleset").stdout
+        assert live_rules.count("ddpfix-cluster") == 1, (node, live_rules)
+    assert "tcp dport 9 accept" in live(info, "node2")  # node2's own glob include (after its table) still loads
+    # SSH still works, and the master port and the peers' ports are reachable from the peers (the audit's probes)
+    for n in info.nodes:
+        assert subprocess.run(info.ssh_argv(n.name, "true"), capture_output=True, timeout=30).returncode == 0
+    code, after = ddpfix_json(inv, "audit")
+    assert not [f for f in after["findings"] if f["id"].split(".")[0] in ("firewall", "probe")], after["findings"]
 
 
 #: The test tree's fault injection (a callback plugin, never shipped): SSH to one node cut right after ddpfix's change
@@ -241,7 +356,7 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypa
     assert "ddpfix-cluster" not in live(info, "node2")
     assert live(info, "node2") == before
     assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
-    assert sh(info, "node2", "test -e /etc/nftables.d/ddpfix.nft", check=False).returncode == 1
+    assert sh(info, "node2", "test -e /etc/ddpfix/firewall.nft", check=False).returncode == 1
     assert re.search(r"reverted after \d+s: nft delete rule",
                      sh(info, "node2", "cat /run/ddpfix-firewall-revert.pid.reverted").stdout)
     # the other nodes were not touched by the fault
@@ -254,18 +369,3 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypa
     assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
     assert any(n.startswith("runtime only: no nftables config file") for n in doc["notes"].get("node2", [])), doc["notes"]
     assert "ddpfix-cluster" in live(info, "node2")
-
-
-def test_legacy_iptables_rules_get_the_legacy_rule(temp_lab: Any) -> None:
-    # node3's blocking rules are in the legacy tables while `iptables` is the nft variant (both in use at once)
-    info = temp_lab(nodes=3, scenario="iptables-worker", wait_sync=False)
-    if "nf_tables" not in sh(info, "node3", "iptables -V").stdout:
-        pytest.skip("iptables is not the nft variant here")
-    sh(info, "node3", "iptables-nft -F INPUT && iptables-legacy-restore /etc/iptables/rules.v4")
-    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
-    assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
-    rule = f"-A INPUT -s {info.subnet} -m comment --comment ddpfix-cluster -j ACCEPT"
-    assert rule in sh(info, "node3", "iptables-legacy-save").stdout
-    assert "ddpfix" not in sh(info, "node3", "iptables-nft-save").stdout
-    assert rule in sh(info, "node3", "cat /etc/iptables/rules.v4").stdout
-    assert sh(info, "node3", "iptables-legacy-restore --test /etc/iptables/rules.v4", check=False).returncode == 0

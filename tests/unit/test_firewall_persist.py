@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ddpfix import collection
 from ddpfix.remediate import firewall_backend
@@ -112,16 +119,82 @@ def test_nft_snippet_holds_only_ddpfix_rule() -> None:
     text = fw.nft_snippet([("inet", "filter", "input")], CIDR)
     rules = [ln for ln in text.splitlines() if not ln.startswith("#")]
     assert rules == [f'insert rule inet filter input ip saddr {CIDR} accept comment "ddpfix-cluster"']
+    assert fw.is_ddpfix_snippet(text) and not fw.is_ddpfix_snippet("table inet filter {}\n")
 
 
-def test_include_block_appended_once_and_replaced_in_place() -> None:
+def test_include_block_appended_once_and_moved_to_the_end() -> None:
     main = "#!/usr/sbin/nft -f\nflush ruleset\ntable inet filter {\n}"
-    one = fw.with_include(main, "/etc/nftables.d/ddpfix.nft")
+    one = fw.with_include(main, "/etc/ddpfix/firewall.nft")
     assert one.startswith(main + "\n") and one.endswith(
-        '# BEGIN ddpfix managed block\ninclude "/etc/nftables.d/ddpfix.nft"\n# END ddpfix managed block\n')
-    assert fw.with_include(one, "/etc/nftables.d/ddpfix.nft") == one
-    moved = fw.with_include(one, "/etc/nftables/ddpfix.nft")
-    assert moved.count("include") == 1 and 'include "/etc/nftables/ddpfix.nft"' in moved
+        '# BEGIN ddpfix managed block\ninclude "/etc/ddpfix/firewall.nft"\n# END ddpfix managed block\n')
+    assert fw.with_include(one, "/etc/ddpfix/firewall.nft") == one
+    assert fw.block_include(one) == "/etc/ddpfix/firewall.nft" and fw.block_include(main) == ""
+    assert fw.without_include(one) == main + "\n"
+    # a table the operator appended after ddpfix's block: the block moves behind it, once
+    later = one + "table inet extra {\n}\n"
+    moved = fw.with_include(later, "/etc/ddpfix/firewall.nft")
+    assert moved.count("include") == 1 and moved.index("table inet extra") < moved.index("include")
+
+
+def test_includes_are_read_without_comments_and_without_ddpfix_block() -> None:
+    text = ('flush ruleset\ninclude "/etc/nftables.d/*.nft"  # site rules\n# include "/etc/old.nft"\n'
+            'table inet filter { include "inner.nft"; }\n')
+    text = fw.with_include(text, "/etc/ddpfix/firewall.nft")
+    assert fw.nft_includes(text) == ["/etc/nftables.d/*.nft", "inner.nft"]
+    assert [fw.nft_include_path(p) for p in ("inner.nft", "/x/y.nft", "./z.nft")] == [
+        "/etc/inner.nft", "/x/y.nft", "/./z.nft"]
+
+
+def test_glob_matches_like_glob3() -> None:
+    assert fw.glob_matches("/etc/nftables.d/*.nft", "/etc/nftables.d/ddpfix.nft")
+    assert fw.glob_matches("/etc/nftables.d/*", "/etc/nftables.d/ddpfix.nft")
+    assert fw.glob_matches("/etc/nftables/ddpfix.nft", "/etc/nftables/ddpfix.nft")
+    assert not fw.glob_matches("/etc/nftables.d/*.nft", "/etc/ddpfix/firewall.nft")
+    assert not fw.glob_matches("/etc/*", "/etc/ddpfix/firewall.nft")  # `*` stops at `/`
+    assert not fw.glob_matches("/etc/nftables.d/*", "/etc/nftables.d/.ddpfix.nft")  # nor matches a leading dot
+    assert fw.glob_matches("/etc/nftables.d/[a-e]*.nft", "/etc/nftables.d/ddpfix.nft")
+
+
+def test_rule_ahead_of_the_drop() -> None:
+    drop = [{"drop": None}]
+    chain = ("inet", "filter", "input")
+    ours = _rule("inet", "filter", "input", 2, [{"accept": None}], "ddpfix-cluster")
+    other = _rule("inet", "filter", "input", 1, [{"accept": None}])
+    dropper = _rule("inet", "filter", "input", 3, drop)
+    assert fw.nft_rule_ahead({"nftables": [other, ours, dropper]}, chain)
+    assert not fw.nft_rule_ahead({"nftables": [other, dropper, ours]}, chain)
+    assert not fw.nft_rule_ahead({"nftables": [other]}, chain)
+
+
+#: /etc/ufw/user.rules as ufw writes it (backend_iptables.py: `### tuple ### action proto dport dst sport src
+#: direction[_iface] [comment=HEX]`, 9 fields with applications)
+UFW_RULES = """*filter
+:ufw-user-input - [0:0]
+### RULES ###
+
+### tuple ### allow tcp 22 0.0.0.0/0 any 192.168.77.0/24 in
+-A ufw-user-input -p tcp --dport 22 -s 192.168.77.0/24 -j ACCEPT
+
+### tuple ### allow any any 0.0.0.0/0 any 192.168.77.0/24 in_eth1
+-A ufw-user-input -i eth1 -s 192.168.77.0/24 -j ACCEPT
+
+### tuple ### allow tcp 22 0.0.0.0/0 any 192.168.77.0/24 OpenSSH - in
+### tuple ### deny any any 0.0.0.0/0 any 192.168.77.0/24 in
+### tuple ### route:allow any any 0.0.0.0/0 any 192.168.77.0/24 in
+### tuple ### allow any any 10.9.9.9 any 192.168.77.0/24 in
+### END RULES ###
+COMMIT
+"""
+
+
+def test_ufw_port_22_rule_from_the_cidr_is_not_an_allow_of_the_cidr() -> None:
+    assert not fw.ufw_allows(UFW_RULES, CIDR)
+    every = "### tuple ### allow any any 0.0.0.0/0 any 192.168.77.0/24 in comment=646470666978\n"
+    assert fw.ufw_allows(UFW_RULES + every, CIDR)
+    assert fw.ufw_allows("### tuple ### allow_log any any 0.0.0.0/0 any 192.168.0.0/16 in\n", CIDR)  # a supernet
+    assert not fw.ufw_allows("### tuple ### allow any any 0.0.0.0/0 any 192.168.77.128/25 in\n", CIDR)
+    assert not fw.ufw_allows("### tuple ### allow any any ::/0 any 2001:db8::/32 in\n", CIDR)
+    assert not fw.ufw_allows("", CIDR)
 
 
 def test_backend_follows_the_iptables_variant_that_blocks() -> None:
@@ -129,3 +202,115 @@ def test_backend_follows_the_iptables_variant_that_blocks() -> None:
     assert firewall_backend({}, "iptables", {"iptables-legacy"}) == "iptables-legacy"
     assert firewall_backend({}, "iptables", {"iptables", "iptables-legacy"}) == "iptables"
     assert firewall_backend({}, "auto", {"nftables"}) == "nftables"
+
+
+# --------------------------------------------------------------------------- the module, on real nft (as root)
+
+BOOT_CONF = """#!/usr/sbin/nft -f
+flush ruleset
+include "{d}/nftables.d/*.nft"
+table inet filter {{
+\tchain input {{
+\t\ttype filter hook input priority filter; policy drop;
+\t\ttcp dport 22 accept
+\t}}
+}}
+"""
+
+
+def _persist(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], check: bool = False,
+             **args: Any) -> dict[str, Any]:
+    from ansible.module_utils import basic
+
+    mod = collection.module("ddpfix_fw_persist")
+    monkeypatch.setattr(mod, "OLD_NFT_INCLUDES", tuple(args.pop("old", ())))
+    payload = {"ANSIBLE_MODULE_ARGS": {"backend": "nftables", "cidr": CIDR, **args, "_ansible_check_mode": check}}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        mod.main()
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+needs_nft = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nft") or not shutil.which("unshare"),
+                               reason="needs root, nft and unshare")
+
+
+def _boot(main: Path) -> subprocess.CompletedProcess[str]:
+    """What boot does, in a private network namespace: load the main config, list what it loaded."""
+    return subprocess.run(["unshare", "--net", "sh", "-c", f"nft -f {main} && nft list ruleset"],
+                          capture_output=True, text=True, check=False)
+
+
+@needs_nft
+def test_glob_ahead_of_the_tables_and_old_ddpfix_file_under_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's node: `flush ruleset`, a glob include, then the table; an older ddpfix left its file under the
+    glob plus an explicit include: nothing loads at boot. ddpfix moves its file out, once, and proves the load."""
+    d = tmp_path
+    (d / "nftables.d").mkdir()
+    legacy = d / "nftables.d" / "ddpfix.nft"
+    legacy.write_text(fw.nft_snippet([("inet", "filter", "input")], CIDR))
+    (d / "nftables.d" / "site.nft").write_text("define SITE = 10.1.0.0/16\n")
+    main = d / "nftables.conf"
+    main.write_text(fw.with_include(BOOT_CONF.format(d=d), str(legacy)))
+    assert _boot(main).returncode != 0  # broken as found
+    before = main.read_text()
+    inc = d / "ddpfix" / "firewall.nft"
+    args = {"nft_layouts": [{"config": str(main), "include": str(inc)}], "old": [str(legacy)]}
+
+    dry = _persist(monkeypatch, capsys, check=True, **args)
+    assert dry["changed"] and not dry.get("failed"), dry
+    assert dry["files"] == [str(inc), str(main), str(legacy)]
+    assert main.read_text() == before and legacy.exists() and not inc.exists()  # the dry run writes nothing
+
+    done = _persist(monkeypatch, capsys, **args)
+    assert done["changed"] and not done.get("failed"), done
+    assert not legacy.exists() and (d / "nftables.d" / "site.nft").exists()
+    text = main.read_text()
+    assert text.count("include") == 2 and text.endswith(f'include "{inc}"\n# END ddpfix managed block\n')
+    booted = _boot(main)
+    assert booted.returncode == 0, booted.stderr
+    assert booted.stdout.index(f"ip saddr {CIDR} accept") < booted.stdout.index("tcp dport 22 accept")
+    again = _persist(monkeypatch, capsys, **args)
+    assert not again["changed"] and not again.get("failed"), again
+
+
+@needs_nft
+def test_include_matched_by_a_glob_or_a_config_that_cannot_boot_fails_and_writes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path
+    (d / "nftables.d").mkdir()
+    main = d / "nftables.conf"
+    main.write_text(BOOT_CONF.format(d=d))
+    inc = d / "nftables.d" / "ddpfix.nft"
+    out = _persist(monkeypatch, capsys, nft_layouts=[{"config": str(main), "include": str(inc)}])
+    assert out["failed"] and f'also matched by include "{d}/nftables.d/*.nft" in the config' in out["msg"], out
+    assert not inc.exists() and main.read_text() == BOOT_CONF.format(d=d)
+    # a config that refers to a table only the running rule set has does not load at boot, with or without ddpfix
+    broken = BOOT_CONF.format(d=d) + "add rule inet hostfw input tcp dport 23 drop\n"
+    main.write_text(broken)
+    out = _persist(monkeypatch, capsys, nft_layouts=[{"config": str(main), "include": str(d / "x" / "f.nft")}])
+    assert out["failed"] and "does not load in an empty ruleset (as at boot) even without ddpfix's rule" in out["msg"]
+    assert f"{main}:" in out["msg"] and "Error" in out["msg"] and "old file stays" in out["msg"], out["msg"]
+    assert main.read_text() == broken and not (d / "x").exists()
+
+
+@needs_nft
+def test_config_that_already_holds_ddpfix_rule_gets_no_second_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """RHEL's own advice, `nft list ruleset > /etc/sysconfig/nftables.conf`, saves ddpfix's running rule in the
+    config: ddpfix's include then adds nothing, and an old one goes."""
+    main = tmp_path / "nftables.conf"
+    dumped = BOOT_CONF.format(d=tmp_path).replace(
+        "\t\ttcp dport 22", f'\t\tip saddr {CIDR} accept comment "ddpfix-cluster"\n\t\ttcp dport 22')
+    inc = tmp_path / "ddpfix" / "firewall.nft"
+    inc.parent.mkdir()
+    inc.write_text(fw.nft_snippet([("inet", "filter", "input")], CIDR))
+    main.write_text(fw.with_include(dumped, str(inc)))
+    out = _persist(monkeypatch, capsys, nft_layouts=[{"config": str(main), "include": str(inc)}])
+    assert out["changed"] and not out.get("failed"), out
+    assert main.read_text() == dumped and not inc.exists()
+    assert _boot(main).stdout.count("ddpfix-cluster") == 1
