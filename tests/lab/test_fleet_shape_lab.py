@@ -5,7 +5,7 @@ One lab (`multi-homed,iptables-worker2`): the audit finds the real fault (node2'
 and nothing false (no probe of a management address, no management route, no name "mismatch"); `verify --torch`
 fails; `remediate --apply` fixes it with env files naming the data network; the audit is clean (also with forks
 below the node count, where the probers run detached), torch passes over the data network, and a second apply
-changes nothing. This case replaces the single-network `iptables-worker2` case of test_remediate_lab.py.
+changes nothing.
 """
 
 from __future__ import annotations

@@ -1,8 +1,13 @@
 """Remediation, env files and verify on real lab hosts (issue: remediate/env/verify acceptance).
 
-Each scenario: hand-written env files (no interface names, as people write them), `verify --torch` fails where the
-fault breaks torch, `remediate --apply` exits 0, `audit` is clean, `verify --torch` passes, a second `--apply`
-changes nothing (Ansible's stats, not text).
+The end-to-end cycle: hand-written env files (no interface names, as people write them), `audit` finds every fault,
+`verify --torch` fails, `remediate --apply` exits 0 and changes something, `audit` is clean, `verify --torch`
+passes, a second `--apply` changes nothing (Ansible's stats, not text). It runs on two labs whose nodes carry
+several faults at once (one audit, one remediation, two torch runs per lab instead of one lab per fault):
+`test_scenario_fixed_end_to_end[nftables-worker2,env-wrong]`, and the module's `broken` lab
+(firewalld-master, iptables-worker2, hostname-loopback, chrony-absent, hosts-bindmount), whose cycle is spread over
+the `broken` tests below in file order (these were `test_scenario_fixed_end_to_end[firewalld-master]`,
+`[iptables-worker2]`, `[hostname-loopback]` and `[chrony-absent]`, one lab each).
 """
 
 from __future__ import annotations
@@ -71,49 +76,65 @@ def ids(doc: dict[str, Any], min_severity: str = "warning") -> set[str]:
     return {f["id"] for f in doc["findings"] if order[f["severity"]] >= order[min_severity]}
 
 
-SCENARIOS = [
-    # (scenario, whether the fault breaks a Gloo all-reduce)
-    ("firewalld-master", True),
-    # ("iptables-worker2" runs on a management + data network lab: test_fleet_shape_lab.py)
-    ("nftables-worker2", True),
-    ("hostname-loopback", True),
-    ("chrony-absent", False),
-    ("env-wrong", True),
-]
+def audit_finds(inv: str, scenarios: str) -> dict[str, Any]:
+    """`audit` exits 1 and reports every finding each of the lab's scenarios declares."""
+    code, doc = ddpfix_json(inv, "audit")
+    assert code == 1 and ids(doc), doc["findings"]
+    for s in scenarios.split(","):
+        missing = set(lab.SCENARIOS[s].findings) - ids(doc, "info")
+        assert not missing, (s, missing, doc["findings"])
+    return doc
+
+
+def torch_fails_with_causes(inv: str) -> None:
+    """`verify --torch` (no end-state checks) fails, and every failed node names an error and a likely cause."""
+    code, v = ddpfix_json(inv, "verify", "--torch", "--no-checks")
+    assert code == 1, v
+    assert not all(r["ok"] for r in v["torch"]), v["torch"]
+    failed = [r for r in v["torch"] if not r["ok"]]
+    assert all(r.get("error") and r.get("cause") for r in failed), failed
+
+
+def audit_clean_and_torch_passes(inv: str) -> None:
+    code, after = ddpfix_json(inv, "audit")
+    assert code == 0, after["findings"]
+    code, v = ddpfix_json(inv, "verify", "--torch")
+    assert code == 0, (v["checks"], v["torch"])
+    assert all(r["ok"] and r["result"]["sum"] == 6.0 for r in v["torch"]), v["torch"]
+
+
+def second_apply_changes_nothing(inv: str, info: Any) -> None:
+    code, again = ddpfix_json(inv, "remediate", "--apply")
+    assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
+
+
+#: Labs for the whole cycle in one test, several faults each (each of these breaks a Gloo all-reduce on its own);
+#: env-wrong keeps its own (wrong) env files. The `broken` lab below runs the same cycle over several tests.
+SCENARIOS = ["nftables-worker2,env-wrong"]
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize(("scenario", "breaks_torch"), SCENARIOS, ids=[s for s, _ in SCENARIOS])
-def test_scenario_fixed_end_to_end(temp_lab: Any, scenario: str, breaks_torch: bool) -> None:
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_fixed_end_to_end(temp_lab: Any, scenario: str) -> None:
     pytest.importorskip("torch")
     info = temp_lab(nodes=3, scenario=scenario, wait_sync=False)
     add_inventory_vars(info, FAST_TORCH)
     inv = str(info.inventory)
-    if scenario != "env-wrong":
+    if "env-wrong" not in scenario.split(","):
         handmade_env(info)
 
-    code, before = ddpfix_json(inv, "audit")
-    assert code == 1 and ids(before), before["findings"]
-    if breaks_torch:
-        code, v = ddpfix_json(inv, "verify", "--torch", "--no-checks")
-        assert code == 1, v
-        assert not all(r["ok"] for r in v["torch"]), v["torch"]
-        failed = [r for r in v["torch"] if not r["ok"]]
-        assert all(r.get("error") and r.get("cause") for r in failed), failed
+    audit_finds(inv, scenario)
+    torch_fails_with_causes(inv)
 
     code, applied = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0, (applied["remaining_fixable"], applied["failed_hosts"], applied["refused"])
     assert any(applied["changed"].values())
 
-    code, after = ddpfix_json(inv, "audit")
-    assert code == 0, after["findings"]
+    audit_clean_and_torch_passes(inv)
+    second_apply_changes_nothing(inv, info)
 
-    code, v = ddpfix_json(inv, "verify", "--torch")
-    assert code == 0, (v["checks"], v["torch"])
-    assert all(r["ok"] and r["result"]["sum"] == 6.0 for r in v["torch"]), v["torch"]
 
-    code, again = ddpfix_json(inv, "remediate", "--apply")
-    assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
+BROKEN = "firewalld-master,iptables-worker2,hostname-loopback,chrony-absent,hosts-bindmount,nofile-low,arp-flux"
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +142,21 @@ def broken(lab_factory: Any) -> Any:
     """One lab with several faults at once, incl. a bind-mounted /etc/hosts on node2, a symlinked /etc/hosts on node3
     (managed elsewhere: hosts.d/cluster), a low open-file limit on node2 (nofile-low) and ARP flux on node3
     (arp-flux)."""
-    info = lab_factory(nodes=3, scenario="firewalld-master,iptables-worker2,hostname-loopback,chrony-absent,hosts-bindmount,"
-                       "nofile-low,arp-flux", wait_sync=False)
+    info = lab_factory(nodes=3, scenario=BROKEN, wait_sync=False)
+    add_inventory_vars(info, FAST_TORCH)
     handmade_env(info)
     lab.node_exec(info.name, "node3", ["sh", "-c", "mkdir -p /etc/hosts.d && mv /etc/hosts /etc/hosts.d/cluster"
                                                    " && ln -s hosts.d/cluster /etc/hosts"])
     return info
+
+
+@pytest.mark.torch
+def test_broken_lab_audit_finds_every_fault_and_torch_fails(broken: Any) -> None:
+    """The start of the `broken` lab's end-to-end cycle (before any test below changes it)."""
+    pytest.importorskip("torch")
+    inv = str(broken.inventory)
+    audit_finds(inv, BROKEN)
+    torch_fails_with_causes(inv)
 
 
 def test_dry_run_changes_nothing_and_shows_diffs(broken: Any) -> None:
@@ -150,7 +180,8 @@ def test_dry_run_changes_nothing_and_shows_diffs(broken: Any) -> None:
 def test_apply_keeps_ssh_never_opens_to_world_and_backs_up(broken: Any) -> None:
     inv = str(broken.inventory)
     code, doc = ddpfix_json(inv, "remediate", "--apply")
-    assert code == 0, (doc["remaining_fixable"], doc["failed_hosts"])
+    assert code == 0, (doc["remaining_fixable"], doc["failed_hosts"], doc["refused"])
+    assert any(doc["changed"].values())
     cidr = broken.subnet
     for node in broken.nodes:
         r = lab.node_exec(broken.name, node.name, ["true"])  # namespace alive
@@ -217,12 +248,11 @@ def test_symlinked_hosts_file_is_edited_at_its_target(broken: Any) -> None:
 
 @pytest.mark.torch
 def test_second_apply_changes_nothing_and_torch_passes(broken: Any) -> None:
+    """The end of the `broken` lab's end-to-end cycle: a clean audit, torch passes, a second apply changes nothing."""
     pytest.importorskip("torch")
     inv = str(broken.inventory)
-    code, doc = ddpfix_json(inv, "remediate", "--apply")
-    assert code == 0 and sum(doc["changed"].values()) == 0, doc["changes"]
-    code, v = ddpfix_json(inv, "verify", "--torch")
-    assert code == 0, (v["checks"], v["torch"])
+    audit_clean_and_torch_passes(inv)
+    second_apply_changes_nothing(inv, broken)
 
 
 def test_unreachable_node_env_apply_refuses_and_ranks_stay(temp_lab: Any) -> None:
