@@ -58,3 +58,8 @@ def module(name: str) -> ModuleType:
 def filter_plugin(name: str) -> ModuleType:
     """plugins/filter/NAME.py."""
     return _load("filter", name)
+
+
+def action_plugin(name: str) -> ModuleType:
+    """plugins/action/NAME.py (its module_utils imports served from the collection's files)."""
+    return _load("action", name)

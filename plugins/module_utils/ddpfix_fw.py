@@ -2,13 +2,16 @@
 
 ddpfix adds exactly one kind of rule: accept from the cluster CIDR, tagged with COMMENT. Everything here finds,
 renders or removes that rule and nothing else: persisted files get only ddpfix's own line(s) added (never a dump of
-the live ruleset), and the revert deletes only rules carrying COMMENT.
+the live ruleset). A runtime rule carries its run's tag (`run_tag`: COMMENT, a colon, the run's id), and a revert
+deletes only rules carrying its own run's tag: rules confirmed by earlier runs (runtime, or loaded from the persisted
+files, which carry COMMENT alone) stay.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import fnmatch
 import ipaddress
 import re
@@ -19,6 +22,24 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import
 COMMENT = "ddpfix-cluster"
 SKIP_NFT_TABLES = {("inet", "firewalld"), ("ip", "firewalld"), ("ip6", "firewalld")}
 IPTABLES_NFT_CHAINS = {"INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"}
+#: A run id as it goes into a rule's comment (nft and iptables both take it unescaped; comments stay short).
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
+
+
+# --------------------------------------------------------------------------- which run added a rule
+
+def run_tag(run_id):
+    """The comment of the runtime rules run `run_id` adds: `ddpfix-cluster:<run_id>`. ValueError for an id that a
+    rule comment cannot carry as it is."""
+    if not isinstance(run_id, str) or not RUN_ID.match(run_id):
+        raise ValueError(f"ddpfix_firewall_run_id must be 1-40 letters, digits, '.', '_' or '-' (starting with a "
+                         f"letter or digit), got {run_id!r}")
+    return f"{COMMENT}:{run_id}"
+
+
+def is_ddpfix_comment(comment):
+    """A comment ddpfix's rules carry: COMMENT (persisted, loaded at boot) or a run's tag."""
+    return isinstance(comment, str) and (comment == COMMENT or comment.startswith(COMMENT + ":"))
 
 
 # --------------------------------------------------------------------------- iptables
@@ -62,8 +83,8 @@ def _filter_section(lines):
     return None
 
 
-def iptables_tagged(save_text, comment=COMMENT):
-    """Every INPUT rule of the filter table tagged with `comment`, as `-D` argument lists (after `INPUT`)."""
+def _iptables_input_rules(save_text):
+    """Every INPUT rule of the filter table: (argument list after `INPUT`, its comment or None)."""
     lines = save_text.splitlines()
     sec = _filter_section(lines)
     out = []
@@ -76,11 +97,32 @@ def iptables_tagged(save_text, comment=COMMENT):
             args = shlex.split(ln)[2:]
         except ValueError:
             continue
-        for i, a in enumerate(args[:-1]):
-            if a == "--comment" and args[i + 1] == comment:
-                out.append(args)
-                break
+        comment = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--comment"), None)
+        out.append((args, comment))
     return out
+
+
+def iptables_tagged(save_text, comment=COMMENT):
+    """Every INPUT rule of the filter table tagged with `comment`, as `-D` argument lists (after `INPUT`)."""
+    return [args for args, c in _iptables_input_rules(save_text) if c == comment]
+
+
+def _iptables_shape(args):
+    """A rule's arguments with its comment blanked and its `-s` network normalised (for comparing rules)."""
+    out = list(args)
+    for i, a in enumerate(out[:-1]):
+        if a == "--comment":
+            out[i + 1] = ""
+        elif a == "-s":
+            with contextlib.suppress(ValueError):
+                out[i + 1] = str(ipaddress.ip_network(out[i + 1], strict=False))
+    return out
+
+
+def iptables_has_rule(save_text, cidr):
+    """Whether the filter table's INPUT chain has ddpfix's accept from `cidr`, whichever run added it."""
+    want = _iptables_shape(iptables_rule(cidr))
+    return any(is_ddpfix_comment(c) and _iptables_shape(args) == want for args, c in _iptables_input_rules(save_text))
 
 
 def iptables_blocks(save_text):
@@ -160,6 +202,38 @@ def nft_tagged(ruleset, comment=COMMENT):
         if r and r.get("comment") == comment:
             out.append((r["family"], r["table"], r["chain"], int(r["handle"])))
     return out
+
+
+def _nft_saddr(expr):
+    """The network an nft rule's `ip saddr ==` match names (None when it has none)."""
+    for e in expr or []:
+        m = e.get("match") if isinstance(e, dict) else None
+        left = m.get("left") if isinstance(m, dict) else None
+        if not (isinstance(left, dict) and left.get("payload") == {"protocol": "ip", "field": "saddr"}
+                and m.get("op") in ("==", "in")):
+            continue
+        right = m.get("right")
+        try:
+            if isinstance(right, dict) and isinstance(right.get("prefix"), dict):
+                return ipaddress.ip_network("{}/{}".format(right["prefix"]["addr"], right["prefix"]["len"]),
+                                            strict=False)
+            if isinstance(right, str):
+                return ipaddress.ip_network(right, strict=False)
+        except (KeyError, ValueError):
+            return None
+    return None
+
+
+def nft_has_rule(ruleset, chain, cidr):
+    """Whether `chain` (family, table, name) has ddpfix's accept from `cidr`, whichever run added it."""
+    want = ipaddress.ip_network(cidr, strict=False)
+    for it in _items(ruleset):
+        r = it.get("rule")
+        if (r and (r.get("family"), r.get("table"), r.get("chain")) == tuple(chain)
+                and is_ddpfix_comment(r.get("comment")) and {"accept": None} in (r.get("expr") or [])
+                and _nft_saddr(r.get("expr")) == want):
+            return True
+    return False
 
 
 def nft_rule_args(cidr, comment=COMMENT):

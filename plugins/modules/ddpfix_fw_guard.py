@@ -11,8 +11,10 @@ module: ddpfix_fw_guard
 short_description: Automatic revert of ddpfix's runtime firewall rule unless the change is confirmed in time
 description:
   - C(armed) - starts a detached process on the node (double fork, new session, no systemd needed) that sleeps
-    I(timeout) seconds and then removes exactly ddpfix's rule (the rules tagged with I(comment) for iptables/nftables,
-    the I(cidr) source of I(zone) in firewalld's runtime, the ufw rule allowing I(cidr)). Its PID is in I(pidfile).
+    I(timeout) seconds and then removes exactly what this run added (iptables/nftables - the rules tagged with
+    I(comment), this run's tag; firewalld - the I(cidr) source of I(zone) in firewalld's runtime; ufw - the rule
+    allowing I(cidr)). Its PID is in I(pidfile). Rules of earlier runs (another tag, or C(ddpfix-cluster) alone,
+    loaded from the persisted files) stay.
   - >-
     C(cancelled) - the change was confirmed: stops the armed process. Fails, saying so, when the revert already ran.
   - C(reverted) - removes ddpfix's rule now and stops the armed process.
@@ -20,7 +22,8 @@ options:
   state: {description: What to do., type: str, required: true, choices: [armed, cancelled, reverted]}
   backend: {description: Layer of the rule., type: str, required: true, choices: [firewalld, iptables, nftables, ufw]}
   cidr: {description: Cluster network., type: str, required: true}
-  comment: {description: Tag of ddpfix's rules., type: str, default: ddpfix-cluster}
+  comment: {description: "Tag of the rules a revert removes: this run's (C(ddpfix-cluster:RUN)).", type: str,
+            default: ddpfix-cluster}
   zone: {description: firewalld zone., type: str, default: trusted}
   iptables: {description: iptables command of the variant that was changed., type: str, default: iptables}
   timeout: {description: Seconds until the revert runs., type: int, default: 90}
@@ -40,7 +43,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import iptables_tagged, nft_tagged
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
+    iptables_tagged,
+    is_ddpfix_comment,
+    nft_tagged,
+)
 
 DONE_SUFFIX = ".reverted"
 
@@ -52,7 +59,8 @@ def _run(argv):
 
 
 def revert(p):
-    """Remove exactly ddpfix's rule. Returns the commands that removed something."""
+    """Remove exactly the rules tagged with this run's comment (nothing of earlier runs). Returns the commands that
+    removed something."""
     done = []
     backend, cidr, comment = p["backend"], p["cidr"], p["comment"]
     if backend == "nftables":
@@ -180,6 +188,9 @@ def main():
         supports_check_mode=False,
     )
     p = module.params
+    if not is_ddpfix_comment(p["comment"]):
+        module.fail_json(msg=f"comment must be ddpfix-cluster or a run's tag (ddpfix-cluster:RUN), "
+                             f"got {p['comment']!r}")
     if p["state"] == "armed":
         if p["timeout"] < 5:
             module.fail_json(msg=f"ddpfix_firewall_revert_timeout must be at least 5 seconds, got {p['timeout']}")

@@ -10,11 +10,14 @@ DOCUMENTATION = r"""
 module: ddpfix_fw_rule
 short_description: Accept traffic from the cluster CIDR in the live iptables or nftables rule set (runtime only)
 description:
-  - C(iptables) - inserts C(-s CIDR -m comment --comment ddpfix-cluster -j ACCEPT) at the top of the filter table's
-    INPUT chain of the given iptables variant (C(legacy), C(nft) or the distribution's default C(iptables)).
+  - C(iptables) - inserts C(-s CIDR -m comment --comment COMMENT -j ACCEPT) at the top of the filter table's
+    INPUT chain of the given iptables variant (C(legacy), C(nft) or the distribution's default C(iptables)), unless
+    ddpfix's accept from CIDR is there already (tagged C(ddpfix-cluster) or with any run's tag).
   - C(nftables) - for every native base chain on the C(input) hook of an C(ip)/C(inet) table that can drop
-    (firewalld's and iptables-nft's tables excepted), inserts C(ip saddr CIDR accept comment "ddpfix-cluster") at the
-    top, unless a rule with that comment is already there.
+    (firewalld's and iptables-nft's tables excepted), inserts C(ip saddr CIDR accept comment "COMMENT") at the
+    top, unless ddpfix's accept from CIDR is already in that chain (whichever run added it).
+  - I(comment) is the tag of the rules this call adds, the run's tag (C(ddpfix-cluster:RUN)) when the role's guarded
+    change calls it, so that its revert removes only them.
   - >-
     C(ufw) - with I(plan_only) only (community.general.ufw adds the rule): reads ufw's own rules file
     I(ufw_rules), whose C(### tuple ###) lines are what C(ufw status) lists, and reports C(pending) unless one rule
@@ -23,7 +26,8 @@ description:
 options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables, ufw]}
   cidr: {description: Cluster network (IPv4)., type: str, required: true}
-  comment: {description: Tag of the rule., type: str, default: ddpfix-cluster}
+  comment: {description: "Tag of the rules it adds (C(ddpfix-cluster), or a run's tag).", type: str,
+            default: ddpfix-cluster}
   iptables_variant:
     description: >-
       iptables flavour whose rules block (auto - the default iptables, or the other variant when only that one's
@@ -50,6 +54,7 @@ iptables: {description: The iptables command used., returned: always, type: str}
 pending: {description: Whether the rule is missing (what changed would be)., returned: always, type: bool}
 """
 
+import ipaddress
 import json
 
 from ansible.module_utils.basic import AnsibleModule
@@ -57,11 +62,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_bins,
     iptables_blocks,
+    iptables_has_rule,
     iptables_rule,
-    iptables_tagged,
+    is_ddpfix_comment,
     nft_blocking_input_chains,
+    nft_has_rule,
     nft_rule_args,
-    nft_tagged,
     rule_argument_spec,
     ufw_allows,
 )
@@ -79,6 +85,12 @@ def main():
     cidr, comment = p["cidr"], p["comment"]
     if cidr.endswith("/0") or "/" not in cidr:
         module.fail_json(msg=f"refusing to open to {cidr!r}: give the cluster network")
+    try:
+        ipaddress.ip_network(cidr, strict=False)
+    except ValueError as exc:
+        module.fail_json(msg=f"cidr: {exc}")
+    if not is_ddpfix_comment(comment):
+        module.fail_json(msg=f"comment must be ddpfix-cluster or a run's tag (ddpfix-cluster:RUN), got {comment!r}")
     if p["backend"] == "ufw":
         if not p["plan_only"]:
             module.fail_json(msg="backend ufw: plan_only only (the role adds ufw's rule with community.general.ufw)")
@@ -113,20 +125,18 @@ def main():
                     ipt, exe, out = a_ipt, a_exe, a_out
                     result["iptables"] = ipt
                     break
-        rule = iptables_rule(cidr, comment)
-        if rule not in iptables_tagged(out, comment):
-            cmds.append([exe, "-I", "INPUT", "1", *rule])
+        if not iptables_has_rule(out, cidr):
+            cmds.append([exe, "-I", "INPUT", "1", *iptables_rule(cidr, comment)])
     else:
         nft = module.get_bin_path("nft", required=True)
         rc, out, err = module.run_command([nft, "-j", "list", "ruleset"])
         if rc != 0:
             module.fail_json(msg=f"nft -j list ruleset failed: {err.strip()}")
         ruleset = json.loads(out or "{}")
-        tagged = {(f, t, c) for f, t, c, _h in nft_tagged(ruleset, comment)}
         chains = nft_blocking_input_chains(ruleset)
         result["chains"] = [" ".join(c) for c in chains]
         for f, t, c in chains:
-            if (f, t, c) not in tagged:
+            if not nft_has_rule(ruleset, (f, t, c), cidr):
                 cmds.append([nft, "insert", "rule", f, t, c, *nft_rule_args(cidr, comment)])
     result["pending"] = bool(cmds)
     if p["plan_only"]:

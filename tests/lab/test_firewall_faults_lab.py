@@ -11,9 +11,12 @@
 - An undecided rule (issue 20, item 3): a DROP of the master port unless the source is in an ipset gives
   `firewall.undecided` in `audit --no-probe` and `check --local` (exit 1), never a pass; with probes the failed
   connects decide; the same match as the only ACCEPT before a DROP gives `firewall.undecided-accept`.
-- SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes ddpfix's
-  rule by itself within the revert timeout, becomes reachable again, other rules intact; a rerun converges (with no
-  nftables config file: noted "runtime only").
+- SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes this run's
+  rules by itself within the revert timeout, becomes reachable again, other rules intact, an earlier run's ddpfix
+  rule included (issue 21, item 3); a rerun converges (with no nftables config file: noted "runtime only").
+- Lockout-safe at any forks (issue 21, item 2): 12 nodes that all block, `forks = 1` from the user's ansible.cfg and
+  a 10 s revert deadline, far shorter than the play: `remediate --apply` converges, a torch all-reduce passes, a second
+  apply changes nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from click.testing import CliRunner
 
 from ddpfix import lab
 from ddpfix.cli import cli
+from ddpfix.lab import scenarios
 from ddpfix.lab.scenarios import iptables_rules
 
 pytestmark = pytest.mark.lab
@@ -329,13 +333,16 @@ BREAK_SSH_PLUGINS = Path(__file__).resolve().parent / "plugins" / "callback"
 
 def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     info = temp_lab(nodes=3, scenario="nftables-worker2", wait_sync=False)
-    timeout = 20
+    timeout = 10
     # fault injection, from the test tree: right after ddpfix's change on node2 reports changed, the callback drops
     # SSH there (a rule tagged as ddpfix's, in the chain that got ddpfix's rule), before the role's SSH check runs
     monkeypatch.setenv("ANSIBLE_CALLBACK_PLUGINS", str(BREAK_SSH_PLUGINS))
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ddpfix_test_break_ssh")
     monkeypatch.setenv("DDPFIX_TEST_BREAK_SSH", f"{info.name}:node2")
     host_vars(info, "node2", {"ddpfix_firewall_revert_timeout": timeout})
+    # a rule an earlier run confirmed (for a network this cluster no longer uses): this run's revert leaves it alone
+    earlier = 'ip saddr 10.99.0.0/16 accept comment "ddpfix-cluster:earlier1"'
+    lab.node_exec(info.name, "node2", ["nft", "insert", "rule", "inet", "filter", "input", *earlier.split()])
     before = live(info, "node2")
     conf = sh(info, "node2", "cat /etc/nftables.conf").stdout
     start = time.monotonic()
@@ -352,9 +359,10 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypa
             break
         assert time.monotonic() < deadline, "node2 did not become reachable again by itself"
         time.sleep(2)
-    # exactly ddpfix's rules are gone, everything else is as it was; nothing was persisted
-    assert "ddpfix-cluster" not in live(info, "node2")
-    assert live(info, "node2") == before
+    # exactly this run's rules are gone (its accept and the cut, both with its tag), everything else is as it was,
+    # the earlier run's rule included; nothing was persisted
+    assert live(info, "node2") == before and earlier in before
+    assert re.findall(r'comment "(ddpfix-cluster[^"]*)"', before) == ["ddpfix-cluster:earlier1"]
     assert sh(info, "node2", "cat /etc/nftables.conf").stdout == conf
     assert sh(info, "node2", "test -e /etc/ddpfix/firewall.nft", check=False).returncode == 1
     assert re.search(r"reverted after \d+s: nft delete rule",
@@ -369,3 +377,61 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypa
     assert code == 0, (doc["failed_hosts"], doc["remaining_fixable"])
     assert any(n.startswith("runtime only: no nftables config file") for n in doc["notes"].get("node2", [])), doc["notes"]
     assert "ddpfix-cluster" in live(info, "node2")
+
+
+def block_every_node(info: Any) -> None:
+    """Every node blocks: native nftables (policy drop; ssh, NTP and ICMP in) on odd nodes, iptables rejecting TCP to
+    the ephemeral range on even ones, each persisted where Debian keeps it (the scenarios' own rule sets)."""
+    ssh = "\t\ttcp dport 22 accept\n"
+    nft = scenarios.nftables_conf(0, 0).replace(ssh, ssh + "\t\tudp dport 123 accept\n")
+    for i, node in enumerate(info.nodes, 1):
+        if i % 2:
+            lab.node_exec(info.name, node.name, ["sh", "-c", "cat > /etc/nftables.conf && nft -f /etc/nftables.conf"],
+                          input=nft)
+            continue
+        lo, hi = sh(info, node.name, "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split()
+        rules = scenarios.iptables_rules(info.master_port, int(lo), int(hi))
+        lab.node_exec(info.name, node.name, ["sh", "-c", "mkdir -p /etc/iptables && cat > /etc/iptables/rules.v4 "
+                                             "&& iptables-restore /etc/iptables/rules.v4"], input=rules)
+
+
+@pytest.mark.torch
+def test_twelve_blocking_nodes_forks_1_converge_within_a_10s_revert(temp_lab: Any, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21, item 2: the play is far longer than the revert deadline (12 nodes one after another), but each node's
+    arm, change, confirmation and cancel are one task of its own, so none is reverted. Kept cheap: the torch run and
+    the second apply (idempotence, not lockout) use --forks 12."""
+    pytest.importorskip("torch")
+    info = temp_lab(nodes=12, scenario="clean")
+    block_every_node(info)
+    doc = yaml.safe_load(info.inventory.read_text())
+    doc["all"]["children"]["ddp_nodes"]["vars"].update(
+        {"ddpfix_firewall_revert_timeout": 10,
+         "ddpfix_verify_pg_timeout": 30, "ddpfix_verify_rdzv_timeout": 45, "ddpfix_verify_deadline": 120})
+    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    # forks = 1 as the user's own ansible.cfg says (in the directory ddpfix runs in)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ansible.cfg").write_text("[defaults]\nforks = 1\n")
+    monkeypatch.chdir(work)
+    for var in ("ANSIBLE_FORKS", "DDPFIX_FORKS", "ANSIBLE_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    inv = str(info.inventory)
+
+    start = time.monotonic()
+    code, applied = ddpfix_json(inv, "remediate", "--apply")
+    took = time.monotonic() - start
+    assert code == 0, (applied["failed_hosts"], applied["remaining_fixable"])
+    assert took > 30, took  # far longer than the 10 s deadline: a per-task arm -> cancel span would not hold
+    fixed = {c["host"] for c in applied["changes"] if "firewall.peer-ports-blocked" in c["task"]}
+    assert fixed == {n.name for n in info.nodes}, applied["changes"]
+    for node in info.nodes:  # confirmed and cancelled everywhere: no revert armed, none ran
+        r = sh(info, node.name, "ls /run/ddpfix-firewall-revert.pid* 2>/dev/null", check=False)
+        assert r.stdout.strip() == "", (node.name, r.stdout)
+
+    code, v = ddpfix_json(inv, "verify", "--torch", "--no-checks", "--forks", "12")
+    assert code == 0, v["torch"]
+    assert all(r["ok"] and r["result"]["sum"] == 78.0 for r in v["torch"]), v["torch"]
+
+    code, again = ddpfix_json(inv, "remediate", "--apply", "--forks", "12")
+    assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
