@@ -60,6 +60,11 @@ def filter_plugin(name: str) -> ModuleType:
     return _load("filter", name)
 
 
+def plugin_utils(name: str) -> ModuleType:
+    """plugins/plugin_utils/NAME.py (what the controller-side plugins import)."""
+    return _load("plugin_utils", name)
+
+
 def action_plugin(name: str) -> ModuleType:
     """plugins/action/NAME.py (its module_utils imports served from the collection's files)."""
     return _load("action", name)

@@ -739,6 +739,9 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     loaded = sys.modules.get("ansible.constants")
     if loaded is not None and str(getattr(loaded, "CONFIG_FILE", None) or "") != str(env.get("ANSIBLE_CONFIG") or ""):
         return None  # Ansible's settings were read already, from another file: ask a fresh process
+    if loaded is not None and not all(getattr(loaded, k, False) is True
+                                      for k in ("INVENTORY_UNPARSED_IS_FAILED", "INVENTORY_ANY_UNPARSED_IS_FAILED")):
+        return None  # ... or without the strict inventory settings (something imported Ansible before this read)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -35,6 +35,10 @@ def _fqcn_collections() -> set[str]:
 
     for path in [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml"), *ROOT.glob("playbooks/*.yml")]:
         walk(yaml.safe_load(path.read_text()))
+    for path in ROOT.glob("plugins/action/*.py"):  # modules an action plugin runs (e.g. ddpfix_fw_change's ufw)
+        for m in re.finditer(r"[\"']([a-z0-9_]+)\.([a-z0-9_]+)\.[a-z0-9_]+[\"']", path.read_text()):
+            if m.group(1) not in ("ddpfix", "ansible_collections") and (m.group(1), m.group(2)) != ("ansible", "builtin"):
+                found.add(f"{m.group(1)}.{m.group(2)}")
     return found
 
 

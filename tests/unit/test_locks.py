@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT, load_role_module, nodeinfo, recorded
 
+from ddpfix import collection
 from ddpfix import lock as ddlock
 from ddpfix import runner
 from ddpfix.app import DdpfixError, ExitCode
@@ -93,6 +94,8 @@ def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_pat
 
 def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
+    # what the strategy imports, under Ansible's name for it (however another test left Ansible's collection loader)
+    collection.plugin_utils("ddpfix_controller")
     spec = importlib.util.spec_from_file_location("ddpfix_linear_lock", ROOT / "plugins/strategy/ddpfix_linear.py")
     assert spec and spec.loader
     strategy = importlib.util.module_from_spec(spec)
