@@ -18,9 +18,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT, load_role_module, nodeinfo, recorded
 
-from ddpfix import collection
+from ddpfix import collection, runner
 from ddpfix import lock as ddlock
-from ddpfix import runner
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.cli import cli
 from ddpfix.remediate import pin_target
