@@ -21,7 +21,7 @@ from ddpfix.checks import (
     unread_of,
 )
 from ddpfix.findings import Finding, Severity
-from ddpfix.inventory import GROUP, Cluster, cluster_from_inventory_data, load_cluster
+from ddpfix.inventory import Cluster, cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
@@ -61,7 +61,6 @@ def audit_extravars(cluster: Cluster | None, probe: bool, probe_peers: int, prob
     number of nodes the probers run detached and a second task collects them. `cluster` None: the play derives the
     cluster from the inventory itself (its first task, ddpfix_cluster), and the CLI reads it from that task."""
     out: dict[str, object] = {
-        "ddpfix_target": GROUP,
         # the probe plan (filter ddpfix_probe_plan) moves it off the master port when the two coincide
         "ddpfix_facts_probe_port": probe_port or random.Random().randint(*PROBE_PORTS),
         "ddpfix_facts_forks": forks or (len(cluster.nodes) if cluster is not None else MAX_DEFAULT_FORKS),

@@ -13,7 +13,7 @@ from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.envtemplate import template_path, write_needed
 from ddpfix.findings import Finding
-from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
+from ddpfix.inventory import ACK_BROAD, cidr_needs_ack
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries, redact_env
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
@@ -258,7 +258,6 @@ def pin_target(interfaces: Sequence[Mapping[str, Any]], ifname: str) -> tuple[st
 def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, Any]:
     c = ctx.cluster
     return {
-        "ddpfix_target": GROUP,
         "ddpfix_plan": {h: p.to_vars() for h, p in plans.items()},
         "ddpfix_cidr": ctx.cidr or "",
         "ddpfix_hosts": hosts_entries(ctx.plan),

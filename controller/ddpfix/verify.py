@@ -17,7 +17,7 @@ from ddpfix.checks import Context, _is_loopback, chrony_unsynchronised
 from ddpfix.envtemplate import write_needed
 from ddpfix.fabric import has_rdma
 from ddpfix.findings import Finding
-from ddpfix.inventory import GROUP, Cluster
+from ddpfix.inventory import Cluster
 from ddpfix.plan import managed_block
 from ddpfix.progress import Progress
 from ddpfix.runner import HostResult, run_playbook
@@ -235,7 +235,7 @@ def run_torch(
         # every node at once, whatever the fork cap: a rendezvous needs all of them started together
         "verify_torch.yml",
         cluster.inventories,
-        extravars={"ddpfix_target": GROUP},
+        extravars={},
         limit=limit,
         forks=max(forks or 0, len(cluster.nodes)),
         n_hosts=len(cluster.nodes),
@@ -398,7 +398,6 @@ def run_nccl(
     for f in findings:
         ids.setdefault(f.host or "", set()).add(f.id)
     base = {
-        "ddpfix_target": GROUP,
         "ddpfix_verify_backend": "nccl",
         "ddpfix_verify_sizes": list(sizes),
         "ddpfix_verify_iters": iters,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.lab
 
@@ -60,17 +61,27 @@ def test_ad_hoc_host_list_and_ddpfix_inventory(clean_lab, tmp_path: Path) -> Non
     assert _hosts(res) == sorted(addrs)
 
 
+def _ini_without_ddp_nodes(yaml_inventory: Path, dest: Path) -> None:
+    """The lab's inventory as a user's INI file whose group is `gpu` (no group `ddp_nodes`: every host is a node)."""
+    group = yaml.safe_load(yaml_inventory.read_text())["all"]["children"]["ddp_nodes"]
+    lines = ["[gpu]"] + [f"{h} ansible_host={v['ansible_host']}" for h, v in group["hosts"].items()] + ["", "[gpu:vars]"]
+    lines += [f"{k}={v}" for k, v in group["vars"].items()]
+    dest.write_text("\n".join(lines) + "\n")
+
+
 def test_no_i_audits_the_inventory_named_in_the_users_ansible_cfg(clean_lab, tmp_path: Path) -> None:
     """`ddpfix audit` with no -i, in a directory whose ansible.cfg names the inventory (a relative path, from that
-    file's directory, as Ansible reads it): the hosts Ansible would use, and stderr says where they came from."""
+    file's directory, as Ansible reads it): the hosts Ansible would use, and stderr says where they came from. The
+    inventory is the user's INI file without a group `ddp_nodes`: every host is a node, and the plays run on them."""
     work = tmp_path / "work"
-    work.mkdir()
-    rel = os.path.relpath(clean_lab.inventory, work)
-    (work / "ansible.cfg").write_text(f"[defaults]\ninventory = {rel}\n")
+    (work / "inv").mkdir(parents=True)
+    _ini_without_ddp_nodes(Path(clean_lab.inventory), work / "inv" / "hosts.ini")
+    (work / "ansible.cfg").write_text("[defaults]\ninventory = inv/hosts.ini\n")
     full = {k: v for k, v in os.environ.items() if not k.startswith(("DDPFIX_", "ANSIBLE_"))}
     full.update({"DDPFIX_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1"})
     res = subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", "audit", "--no-probe",
                           "--format", "json"], check=False, capture_output=True, text=True, timeout=300, env=full,
                          cwd=work)
     assert _hosts(res) == sorted(n.name for n in clean_lab.nodes)
+    assert all(h["reachable"] for h in json.loads(res.stdout)["hosts"].values()), res.stdout[-3000:]
     assert f"(from inventory in {work / 'ansible.cfg'})" in res.stderr

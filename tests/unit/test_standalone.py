@@ -4,6 +4,10 @@ from the play's `groups`/`hostvars`, each node's facts through the one conversio
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,3 +123,24 @@ def test_report_and_threshold_of_the_playbook_path_are_the_clis() -> None:
     assert doc["schema"] == "ddpfix.report/v1" and set(doc["hosts"]) == set(cluster.names)
     assert failing(kept, "none") == []
     assert failing(kept, "info") == [f for f in kept if f.severity.label in ("info", "warning", "error")]
+
+
+@pytest.mark.parametrize("group", ["ddp_nodes", "gpu"])
+def test_every_play_targets_the_hosts_the_cluster_is_derived_from(tmp_path: Path, group: str) -> None:
+    """The cluster is group `ddp_nodes`, or every host when the inventory has no such group (a user's INI file with
+    its own group names): every play of every playbook targets those hosts, not an empty `ddp_nodes` pattern."""
+    root = Path(__file__).resolve().parents[2]
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[{group}]\na ansible_host=192.0.2.1\nb ansible_host=192.0.2.2\n\n[other]\nc ansible_host=192.0.2.3\n")
+    want = {"a", "b"} if group == "ddp_nodes" else {"a", "b", "c"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "DDPFIX_"))}
+    exe = Path(sys.executable).parent / "ansible-playbook"
+    for playbook in ("audit.yml", "remediate.yml", "verify_torch.yml"):
+        p = subprocess.run([str(exe), "-i", str(inv), str(root / "playbooks" / playbook), "--list-hosts"],
+                           capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path), check=False)
+        assert p.returncode == 0, p.stdout + p.stderr
+        plays = [play for play in p.stdout.split("play #")[1:] if "pattern: []" not in play]  # plays switched off
+        assert plays, p.stdout
+        for play in plays:
+            hosts = {line.strip() for line in play.split("hosts (", 1)[1].splitlines()[1:] if line.strip()}
+            assert hosts - {"localhost"} == want, (playbook, play)
