@@ -174,7 +174,7 @@ class NodeFacts(TypedDict, total=False):
     machine_id: str
     interfaces: list[Interface]
     cluster: ClusterInterface
-    master_ip: str
+    master_ip: str | None  # None: the master's name does not resolve on the node
     resolve_self: dict[str, list[str]]  # hostname and FQDN -> getaddrinfo's addresses, in order
     # with a probe, only the lines the audit uses (the node's own names, names that resolved other than expected,
     # the addresses it dials): hosts_file_scope "relevant"; without one the whole file ("whole")

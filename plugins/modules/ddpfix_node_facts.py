@@ -409,7 +409,8 @@ def collect(p):
         not_read("interfaces", _why("ip -j -d addr show", rc, err))
     ifaces = interface_facts(interfaces, lambda name: os.path.exists(f"/sys/class/net/{name}/device"))
     master_ips = resolve(p["master_address"]) or []
-    master_ip = p["master_address"] if not master_ips else next((a for a in master_ips if ":" not in a), master_ips[0])
+    # None when the master's name does not resolve here (hosts.peer-unresolvable says so): never the name itself
+    master_ip = next((a for a in master_ips if ":" not in a), master_ips[0]) if master_ips else None
     cluster = cluster_interface(ifaces, p["cluster_cidr"], master_ip, p["socket_ifname"])
 
     hostname = socket.gethostname()
