@@ -44,6 +44,10 @@ class Pattern:
     scope: str = "all"
     #: a symptom any failure can show (a reset, a refusal): dropped when a specific failure is named too
     generic: bool = False
+    #: with `needs_context`: lines that also count as this failure's context (a torch frame for a bare EMFILE)
+    context: str | None = None
+    #: the match's named groups `joined` and `world` must compare so: "fewer" (joined < world) or "more"
+    joined: str = ""
 
     def compiled(self) -> list[re.Pattern[str]]:
         return [re.compile(r) for r in self.regexes]
@@ -63,7 +67,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "Map every hostname to its cluster address and set GLOO_SOCKET_IFNAME per node: ddpfix remediate --apply "
         "writes the /etc/hosts block and the env files.",
         example="Gloo connectFullMesh failed with [...pair.cc:144] Connection refused, remote=[127.0.1.1]:17308",
-        explains=("gloo-peer-connect",),
+        explains=("gloo-peer-connect", "gloo-collective-timeout"),
     ),
     Pattern(
         "socket-ifname-missing",
@@ -122,13 +126,15 @@ PATTERNS: tuple[Pattern, ...] = (
         "a rank could not connect to MASTER_ADDR:MASTER_PORT (the TCP store)",
         (r"trying to connect to \(([^,]+), (\d+)\)", r"failed to connect/validate to host ([^:\s]+):(\d+)",
          r"has failed to connect to any network address (?:of|on) \(\s*([^,]+), (\d+)\)",
-         r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (110|111|113)",
+         r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (110|111|113|101)",
+         r"connect\(\) timed out\. Original timeout was (\d+) ms",
          r"RendezvousConnectionError: The connection to the C10d store has failed",
          r"[Cc]onnection refused.*(?:TCPStore|MASTER_ADDR)"),
         "The TCP store on the master did not answer: a firewall drops (errno 110, timed out) or rejects (111, "
-        "refused; 113, no route to host: firewalld's ICMP reject) MASTER_PORT, MASTER_ADDR is a public/NAT or "
-        "wrong address, the route leaves through a gateway, or rank 0 is not running. torch 2.x retries a refused "
-        "connect until the timeout, so a refusal also reads as 'timed out'.",
+        "refused; 113, no route to host: firewalld's ICMP reject) MASTER_PORT, this node has no route to "
+        "MASTER_ADDR's network (101, network unreachable), MASTER_ADDR is a public/NAT or wrong address, the route "
+        "leaves through a gateway, or rank 0 is not running. torch 2.x retries a refused connect until the timeout, "
+        "so a refusal also reads as 'timed out' (torch 1.x: 'connect() timed out').",
         ("probe.master-port-unreachable", "firewall.master-port-blocked", "addr.master-not-private",
          "route.via-gateway", "host.unreachable"),
         "Open MASTER_PORT to the cluster network and use the master's private address: ddpfix remediate --apply.",
@@ -136,10 +142,29 @@ PATTERNS: tuple[Pattern, ...] = (
                 "29400). The client socket has failed to connect to node1:29400 (errno: 110 - Connection timed out).",
     ),
     Pattern(
+        "master-address-unusable",
+        "this node cannot dial the address MASTER_ADDR resolves to (errno 22 / 99)",
+        (r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (22|99) ",),
+        "The connect failed before any packet left: errno 22 (Invalid argument) is Linux's answer to an IPv6 "
+        "link-local address (fe80::) with no interface scope, which a name resolves to through mDNS or a hosts "
+        "entry; errno 99 (Cannot assign requested address) means the node has no local address of that family "
+        "(IPv6 disabled, an AAAA record chosen) or no free local port. torch does not retry either.",
+        ("hosts.peer-mismatch", "addr.family-mismatch", "hosts.peer-unresolvable"),
+        "Make MASTER_ADDR an IPv4 cluster address, or a name that resolves to it on every node (ddpfix remediate "
+        "--apply writes the hosts block).",
+        example="[W socket.cpp:601] [c10d] The client socket has failed to connect to [node1]:29500 (errno: 22 - "
+                "Invalid argument).",
+
+        explains=("master-unreachable",),  # its "failed to connect to any network address" summary line
+    ),
+    Pattern(
         "store-clients-missing",
         "the master's TCPStore waited for clients and not all joined (k/n joined)",
-        (r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined",),
-        "Rank 0's store counted k of n ranks. The missing ones never reached it: their nodes cannot reach "
+        (r"Timed out after (\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<world>\d+) clients joined",
+         r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: ([^\s(]+) "
+         r"\(world_size=(?P<world>\d+), (?:worker_count|num_workers_joined)=(?P<joined>\d+)"),
+        "Rank 0's store counted k of n ranks (torch <= 1.13: the store based barrier's worker_count / "
+        "num_workers_joined of world_size). The missing ones never reached it: their nodes cannot reach "
         "MASTER_ADDR:MASTER_PORT (firewall, route, a non-cluster address), were started with another NNODES / "
         "WORLD_SIZE, point at another master, or crashed before init (read their logs first).",
         ("probe.master-port-unreachable", "firewall.master-port-blocked", "env.inconsistent", "env.missing",
@@ -147,6 +172,49 @@ PATTERNS: tuple[Pattern, ...] = (
         "Write one set of env files from the inventory (ddpfix env --apply) and audit the path to the master.",
         example="torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 clients "
                 "joined.",
+
+        joined="fewer",
+    ),
+    Pattern(
+        "store-shared",
+        "more ranks than world_size joined the store: another job uses the same MASTER_ADDR:MASTER_PORT",
+        (r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: ([^\s(]+) "
+         r"\(world_size=(?P<world>\d+), (?:worker_count|num_workers_joined)=(?P<joined>\d+)",),
+        "The store counted more ranks than this job's world_size: processes of another job (two jobs started with "
+        "the same MASTER_PORT on one master node, the default 29500 for both) or leftovers of an earlier run "
+        "registered in the same store, so the counts of both jobs mix and neither gets through its barrier. The "
+        "ranks are not missing.",
+        ("probe.port-in-use",),
+        "Give every job its own MASTER_PORT (torchrun --master-port / --rdzv-endpoint) and stop leftover ranks on "
+        "the master (ss -ltnp 'sport = :PORT' names the holder); ddpfix audit reports a port already taken.",
+        example="RuntimeError: Timed out initializing process group in store based barrier on rank: 1, for key: "
+                "store_based_barrier_key:1 (world_size=4, worker_count=31, timeout=0:30:00)",
+        joined="more",
+    ),
+    Pattern(
+        "store-foreign-reply",
+        "MASTER_PORT answered with something that is not this job's TCPStore reply",
+        (r"Stop_waiting response is expected",),
+        "The TCPStore client got a reply its protocol does not expect: MASTER_ADDR:MASTER_PORT is served by "
+        "another program or by another job's store (a port shared by two jobs), or the nodes run different torch "
+        "versions whose store protocols differ.",
+        ("probe.port-in-use", "env.torch-version-mismatch"),
+        "Give the job a MASTER_PORT nothing else uses on the master and one torch version on every node; ddpfix "
+        "audit reports a port already taken and torch versions that differ.",
+        example="RuntimeError: Stop_waiting response is expected",
+    ),
+    Pattern(
+        "launch-env-missing",
+        "a launcher variable (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) is not set in the rank's environment",
+        (r"[Ee]nvironment variable (\w+) expected, but not set",),
+        "init_process_group's env:// rendezvous reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the "
+        "environment: the script was started without torchrun (which sets them), or the env file was not "
+        "exported into the launching shell, unit or container.",
+        ("env.missing",),
+        "Start the ranks with torchrun, and export the env file ddpfix env --apply writes before launching: "
+        "set -a; . /etc/ddpfix/ddp.env; set +a (systemd: EnvironmentFile=, docker: --env-file).",
+        example="ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
+                "MASTER_ADDR expected, but not set",
     ),
     Pattern(
         "nccl-unique-id-timeout",
@@ -193,6 +261,22 @@ PATTERNS: tuple[Pattern, ...] = (
         "interface (env files).",
         example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [192.168.0.222]:2226: "
                 "Connection refused",
+
+        explains=("gloo-collective-timeout",),  # the other ranks then wait for the peer that never connected
+    ),
+    Pattern(
+        "gloo-collective-timeout",
+        "a Gloo collective timed out waiting for a peer: a straggler or a stalled connection, not surely the network",
+        (r"Timed out waiting (\d+)ms for (recv|send) operation to complete",),
+        "The ranks were connected, then a peer sent nothing for the whole timeout. Most often that peer is slower, "
+        "stuck or crashed (read its log first: a rank that reached the collective late or never). Otherwise the "
+        "connection stopped carrying packets: an MTU that differs between nodes passes small messages and drops "
+        "large ones, and a stateful firewall or NAT on a routed path drops a connection that was idle too long.",
+        ("netif.mtu-mismatch", "route.via-gateway"),
+        "Read the other ranks' logs for the first failure; if all were waiting, ddpfix audit compares the MTUs "
+        "and the routes between the nodes.",
+        example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+                "1800000ms for recv operation to complete",
     ),
     Pattern(
         "nccl-socket-connect",
@@ -240,6 +324,36 @@ PATTERNS: tuple[Pattern, ...] = (
         generic=True,
     ),
     Pattern(
+        "nccl-system-error",
+        "NCCL failed on a system or library call (ncclSystemError)",
+        (r"unhandled system error", r"ncclSystemError"),
+        "NCCL's generic code for a failed system call (socket, malloc, shm, ibverbs): the log does not say which. "
+        "On a host the usual causes are a low open-file limit (sockets), a small /dev/shm, a low memlock limit "
+        "(RDMA) and a socket interface that does not exist or is wrong. Before NCCL 2.12 a peer that exited also "
+        "read as a system error.",
+        ("limits.nofile-low", "host.shm-small", "fabric.memlock-low", "netif.missing", "netif.autoselect-wrong"),
+        "Re-run with NCCL_DEBUG=INFO: the first 'NCCL WARN' line (and torch's 'Last error:') names the call that "
+        "failed; ddpfix audit checks the limits, /dev/shm and the interfaces.",
+        example="RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled "
+                "system error, NCCL version 2.14.3",
+        generic=True,
+    ),
+    Pattern(
+        "nccl-remote-error",
+        "NCCL lost a peer: the remote process exited or the network between the nodes failed (ncclRemoteError)",
+        (r"remote process exited or there was a network error", r"ncclRemoteError"),
+        "A connection to another rank broke. Most often that rank died first (an exception, the OOM killer, a "
+        "node that went away): its own log has the real error. Otherwise the network between the nodes: a "
+        "firewall dropping the connection, an MTU that differs, a route through a gateway.",
+        ("firewall.peer-ports-blocked", "netif.mtu-mismatch", "route.via-gateway", "probe.peer-unreachable"),
+        "Read the other ranks' logs for the first failure; if every rank was alive, ddpfix audit checks the "
+        "firewall, the MTUs and the routes between the nodes.",
+        example="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.19.3",
+        explains=("connection-reset",),
+        generic=True,
+    ),
+    Pattern(
         "rendezvous-timeout",
         "not every node joined the rendezvous in time",
         (r"RendezvousTimeoutError", r"[Rr]endezvous (?:timed out|timeout)"),
@@ -261,6 +375,22 @@ PATTERNS: tuple[Pattern, ...] = (
         ("env.inconsistent", "env.missing", "host.unreachable"),
         "Write consistent env files on every node: ddpfix env --apply (ranks and world size from one inventory).",
         example="torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /default_pg/0//cuda//0",
+    ),
+    Pattern(
+        "open-files-exhausted",
+        "a rank ran out of file descriptors: the open-file limit (nofile) is too low",
+        (r"[Tt]oo many open files", r"\bEMFILE\b", r"errno: 24\b"),
+        "Every socket, shared-memory segment and DataLoader worker handle takes a descriptor; NCCL alone opens "
+        "several sockets per peer and channel, so a soft nofile limit of 1024 (the default for services, "
+        "containers and many login sessions) runs out at scale or in the first alltoall. ('Too many open files in "
+        "system' is the kernel-wide fs.file-max instead.)",
+        ("limits.nofile-low",),
+        "Raise the soft nofile limit on the launch path: ddpfix remediate --apply (limits.d and the launcher "
+        "units); containers: --ulimit nofile=1048576:1048576. A DataLoader can also use "
+        "torch.multiprocessing.set_sharing_strategy('file_system').",
+        example="misc/socket.cc:434 NCCL WARN Net : Socket creation failed : Too many open files",
+        needs_context=True,
+        context=r"site-packages/torch/|torch[./](?:utils[./]data|multiprocessing)|DataLoader",
     ),
     Pattern(
         "shm-exhausted",
@@ -481,7 +611,9 @@ ANCHORS: tuple[str, ...] = (
     "NET/OFI", "aws-ofi-nccl", "Watchdog caught", "last completed", "network addresses", "Name or service",
     "name resolution", "host not found", "getaddrinfo", "ECONNREFUSED", "o route to host", "EHOSTUNREACH",
     "onnection timed out", "ETIMEDOUT", "failed to run command", "No module named", "ddp.env", "Got completion",
-    "o such device", "/dev/shm", "insufficient shared memory",
+    "o such device", "/dev/shm", "insufficient shared memory", "oo many open files", "EMFILE", "errno: 24",
+    "errno: 10", "errno: 22", "Original timeout", "store based barrier", "Stop_waiting", "expected, but not set",
+    "operation to complete", "unhandled system error", "ncclSystemError", "remote process exited", "ncclRemoteError",
 )
 
 
@@ -520,17 +652,27 @@ def _plan(scope: str, held: frozenset[str]) -> list[tuple[Pattern, list[re.Patte
     return out
 
 
-def _in_context(lines: Sequence[str], i: int) -> bool:
-    """Line i is a distributed failure: it holds a distributed-communication marker itself, or one of the lines
-    around it does (NCCL INFO and `NCCL version` lines do not count: a healthy job prints them at init), and no
-    download/HTTP client line stands among them."""
+def _in_context(lines: Sequence[str], i: int, extra: str | None = None) -> bool:
+    """Line i is a distributed failure: it holds a distributed-communication marker itself (or the pattern's own
+    `extra` context), or one of the lines around it does (NCCL INFO and `NCCL version` lines do not count: a
+    healthy job prints them at init), and no download/HTTP client line stands among them."""
     lo, hi = max(0, i - _WINDOW_BEFORE), i + _WINDOW_AFTER + 1
     window = lines[lo:hi]
     if any(FOREIGN_CONTEXT.search(ln) for ln in window):
         return False
-    if DIST_CONTEXT.search(lines[i]):
+    marker = re.compile(DIST_CONTEXT.pattern + (f"|{extra}" if extra else ""))
+    if marker.search(lines[i]):
         return True
-    return any(DIST_CONTEXT.search(ln) and not _CHATTER.search(ln) for ln in window)
+    return any(marker.search(ln) and not _CHATTER.search(ln) for ln in window)
+
+
+def _counts_agree(pat: Pattern, m: re.Match[str]) -> bool:
+    """The match's `joined` and `world` counts compare as the pattern's `joined` says (true without them)."""
+    groups = m.groupdict()
+    if not pat.joined or groups.get("joined") is None or groups.get("world") is None:
+        return True
+    joined, world = int(groups["joined"]), int(groups["world"])
+    return joined < world if pat.joined == "fewer" else joined > world
 
 
 def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
@@ -546,9 +688,9 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
         for pat, regexes in _plan(scope, frozenset(held)):
             for rx in regexes:
                 m = rx.search(line)
-                if not m:
+                if not m or not _counts_agree(pat, m):
                     continue
-                if pat.needs_context and scope == "all" and not _in_context(text, i):
+                if pat.needs_context and scope == "all" and not _in_context(text, i, pat.context):
                     break
                 d = found.get(pat.key)
                 if d is None:
@@ -628,7 +770,8 @@ def against_inventory(diagnoses: Sequence[Diagnosis], facts: LogFacts, cluster: 
         elif key in ("socket-ifname-missing", "nccl-virtual-interface") and det and ifnames:
             if det[0] not in ifnames:
                 d.notes.append(f"interface {det[0]} is not the inventory's ({', '.join(ifnames)})")
-        elif key == "store-clients-missing" and len(det) == 3 and int(det[2]) != world:
+        elif key == "store-clients-missing" and len(det) in (3, 4) and int(det[2]) != world:
+            # det[2] is the store's n: (seconds, k, n) in torch 2.x, (rank, key, world_size, joined) before
             d.notes.append(f"the store waited for {det[2]} clients; the inventory's world size is {world} "
                            "(NNODES / WORLD_SIZE differ from the inventory)")
     beyond = [r for r in facts.ranks if r >= world]

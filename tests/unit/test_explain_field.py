@@ -244,3 +244,38 @@ def test_cli_says_when_no_host_check_applies() -> None:
     r = CliRunner().invoke(cli, ["explain", str(FIELD / "watchdog-later-allgather.log")])
     assert r.exit_code == 0 and "collective-timeout-later" in r.output
     assert "checked by: no host check (not the network" in r.output and "run: ddpfix audit" not in r.output
+
+
+def test_store_based_barrier_counts_name_missing_ranks_or_a_shared_store() -> None:
+    line = ("RuntimeError: Timed out initializing process group in store based barrier on rank: 1, for key: "
+            "store_based_barrier_key:1 (world_size={w}, worker_count={j}, timeout=0:30:00)")
+    assert [d.pattern.key for d in diagnose([line.format(w=8, j=3)])] == ["store-clients-missing"]
+    assert [d.pattern.key for d in diagnose([line.format(w=4, j=31)])] == ["store-shared"]
+    assert diagnose([line.format(w=4, j=4)]) == []  # neither: a count that agrees names nothing
+    from ddpfix.explain import against_inventory, log_facts
+
+    lines = [line.format(w=8, j=3)]
+    ds = diagnose(lines)
+    against_inventory(ds, log_facts(lines), _cluster())
+    assert "waited for 8 clients; the inventory's world size is 4" in ds[0].notes[0]
+
+
+def test_open_files_needs_a_torch_or_distributed_line_near_it() -> None:
+    bare = "OSError: [Errno 24] Too many open files"
+    assert diagnose([bare]) == []
+    frame = '  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 986, in load'
+    assert [d.pattern.key for d in diagnose([frame, bare])] == ["open-files-exhausted"]
+    # a pip line next to it is not a training job's
+    pip = '  File "/usr/lib/python3/dist-packages/pip/_internal/operations/install/wheel.py", line 620, in _install'
+    assert diagnose([frame, pip, bare]) == []
+
+
+def test_generic_nccl_errors_yield_to_a_named_cause() -> None:
+    sys_err = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled "
+               "system error, NCCL version 2.14.3")
+    shm = "misc/shmutils.cc:38 NCCL WARN Error: failed to extend /dev/shm/nccl-IjJ0gS to 9637892 bytes"
+    assert [d.pattern.key for d in diagnose([sys_err])] == ["nccl-system-error"]
+    assert [d.pattern.key for d in diagnose([shm, sys_err])] == ["shm-exhausted"]
+    remote = "NCCL error: remote process exited or there was a network error, NCCL version 2.20.5"
+    reset = "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer"
+    assert [d.pattern.key for d in diagnose([remote, reset])] == ["nccl-remote-error"]
