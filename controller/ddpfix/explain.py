@@ -10,7 +10,8 @@ and the field corpus built around messages copied from torch's, Gloo's and NCCL'
 (tests/unit/fixtures/logs/field/). A row with `needs_context` (a bare `Connection reset by peer`, `host not
 found`) is named only when a distributed-communication line (c10d, Gloo, NCCL, torchrun, a torch.distributed
 frame) stands near it and no download/HTTP client line does: a Hugging Face Hub download reset is not a DDP
-failure.
+failure. A row with `unless_foreign` (a bare `Too many open files`) is named in any log but next to such a line or a
+web server's: pasted from a training node, a low open-file limit is the host's cause whatever raised it.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class Pattern:
     scope: str = "all"
     #: a symptom any failure can show (a reset, a refusal): dropped when a specific failure is named too
     generic: bool = False
-    #: with `needs_context`: lines that also count as this failure's context (a torch frame for a bare EMFILE)
-    context: str | None = None
+    #: named unless a download / HTTP / package-manager / web-server line stands near the match (`_foreign_near`)
+    unless_foreign: bool = False
     #: the match's named groups `joined` and `world` must compare so: "fewer" (joined < world) or "more"
     joined: str = ""
 
@@ -389,8 +390,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "units); containers: --ulimit nofile=1048576:1048576. A DataLoader can also use "
         "torch.multiprocessing.set_sharing_strategy('file_system').",
         example="misc/socket.cc:434 NCCL WARN Net : Socket creation failed : Too many open files",
-        needs_context=True,
-        context=r"site-packages/torch/|torch[./](?:utils[./]data|multiprocessing)|DataLoader",
+        unless_foreign=True,
     ),
     Pattern(
         "shm-exhausted",
@@ -543,10 +543,11 @@ FALLBACK_ADVICE = ("No known failure recognised. Run the job with NCCL_DEBUG=INF
 DIST_CONTEXT = re.compile(
     r"c10d|[Gg]loo|NCCL|TCPStore|ProcessGroup|torch[./]distributed|torchrun|elastic|init_process_group|"
     r"[Rr]endezvous|DistNetworkError|DistStoreError|DistBackendError|MASTER_ADDR|socket\.cpp|pair\.cc")
-#: a download / HTTP client / package manager line: a reset near it is not a DDP failure
+#: a download / HTTP client / package manager / web server line: a reset or an EMFILE near it is not a DDP failure
 FOREIGN_CONTEXT = re.compile(
     r"urllib3|requests[./]|huggingface_hub|hf_hub_download|HfHubHTTPError|pip[./]_internal|Downloading|aiohttp|"
-    r"http[./]client|botocore|fsspec|ConnectionError\(|MaxRetryError|ReadTimeoutError|wandb")
+    r"http[./]client|botocore|fsspec|ConnectionError\(|MaxRetryError|ReadTimeoutError|wandb|"
+    r"uvicorn|gunicorn|HTTP/1\.[01]\"|socket\.accept\(\) out of system resource|Could not install packages")
 _WINDOW_BEFORE, _WINDOW_AFTER = 8, 3
 #: what a healthy job prints at NCCL init: not a distributed context for a line next to it
 _CHATTER = re.compile(r"NCCL (?:INFO|version)")
@@ -652,18 +653,24 @@ def _plan(scope: str, held: frozenset[str]) -> list[tuple[Pattern, list[re.Patte
     return out
 
 
-def _in_context(lines: Sequence[str], i: int, extra: str | None = None) -> bool:
-    """Line i is a distributed failure: it holds a distributed-communication marker itself (or the pattern's own
-    `extra` context), or one of the lines around it does (NCCL INFO and `NCCL version` lines do not count: a
-    healthy job prints them at init), and no download/HTTP client line stands among them."""
-    lo, hi = max(0, i - _WINDOW_BEFORE), i + _WINDOW_AFTER + 1
-    window = lines[lo:hi]
-    if any(FOREIGN_CONTEXT.search(ln) for ln in window):
+def _window(lines: Sequence[str], i: int) -> Sequence[str]:
+    return lines[max(0, i - _WINDOW_BEFORE):i + _WINDOW_AFTER + 1]
+
+
+def _foreign_near(lines: Sequence[str], i: int) -> bool:
+    """A download/HTTP client/package manager/web server line stands near line i."""
+    return any(FOREIGN_CONTEXT.search(ln) for ln in _window(lines, i))
+
+
+def _in_context(lines: Sequence[str], i: int) -> bool:
+    """Line i is a distributed failure: it holds a distributed-communication marker itself, or one of the lines
+    around it does (NCCL INFO and `NCCL version` lines do not count: a healthy job prints them at init), and no
+    download/HTTP client line stands among them."""
+    if _foreign_near(lines, i):
         return False
-    marker = re.compile(DIST_CONTEXT.pattern + (f"|{extra}" if extra else ""))
-    if marker.search(lines[i]):
+    if DIST_CONTEXT.search(lines[i]):
         return True
-    return any(marker.search(ln) and not _CHATTER.search(ln) for ln in window)
+    return any(DIST_CONTEXT.search(ln) and not _CHATTER.search(ln) for ln in _window(lines, i))
 
 
 def _counts_agree(pat: Pattern, m: re.Match[str]) -> bool:
@@ -690,7 +697,9 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
                 m = rx.search(line)
                 if not m or not _counts_agree(pat, m):
                     continue
-                if pat.needs_context and scope == "all" and not _in_context(text, i, pat.context):
+                if pat.needs_context and scope == "all" and not _in_context(text, i):
+                    break
+                if pat.unless_foreign and scope == "all" and _foreign_near(text, i):
                     break
                 d = found.get(pat.key)
                 if d is None:
