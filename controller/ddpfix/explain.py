@@ -127,14 +127,16 @@ PATTERNS: tuple[Pattern, ...] = (
         "a rank could not connect to MASTER_ADDR:MASTER_PORT (the TCP store)",
         (r"trying to connect to \(([^,]+), (\d+)\)", r"failed to connect/validate to host ([^:\s]+):(\d+)",
          r"has failed to connect to any network address (?:of|on) \(\s*([^,]+), (\d+)\)",
-         r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (110|111|113|101)",
+         r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (110|111|113|101|1|13)\b",
          r"connect\(\) timed out\. Original timeout was (\d+) ms",
          r"RendezvousConnectionError: The connection to the C10d store has failed",
          r"[Cc]onnection refused.*(?:TCPStore|MASTER_ADDR)"),
         "The TCP store on the master did not answer: a firewall drops (errno 110, timed out) or rejects (111, "
         "refused; 113, no route to host: firewalld's ICMP reject) MASTER_PORT, this node has no route to "
-        "MASTER_ADDR's network (101, network unreachable), MASTER_ADDR is a public/NAT or wrong address, the route "
-        "leaves through a gateway, or rank 0 is not running. torch 2.x retries a refused connect until the timeout, "
+        "MASTER_ADDR's network (101, network unreachable; also a reject with net-unreachable/net-prohibited), this "
+        "node's own firewall drops the outgoing connect (1, operation not permitted; 13, permission denied), "
+        "MASTER_ADDR is a public/NAT or wrong address, the route leaves through a gateway, or rank 0 is not "
+        "running. torch 2.x retries a refused connect until the timeout, "
         "so a refusal also reads as 'timed out' (torch 1.x: 'connect() timed out').",
         ("probe.master-port-unreachable", "firewall.master-port-blocked", "addr.master-not-private",
          "route.via-gateway", "host.unreachable"),
@@ -613,8 +615,9 @@ ANCHORS: tuple[str, ...] = (
     "name resolution", "host not found", "getaddrinfo", "ECONNREFUSED", "o route to host", "EHOSTUNREACH",
     "onnection timed out", "ETIMEDOUT", "failed to run command", "No module named", "ddp.env", "Got completion",
     "o such device", "/dev/shm", "insufficient shared memory", "oo many open files", "EMFILE", "errno: 24",
-    "errno: 10", "errno: 22", "Original timeout", "store based barrier", "Stop_waiting", "expected, but not set",
-    "operation to complete", "unhandled system error", "ncclSystemError", "remote process exited", "ncclRemoteError",
+    "errno: 10", "errno: 22", "errno: 1 ", "errno: 13", "Original timeout", "store based barrier", "Stop_waiting",
+    "expected, but not set", "operation to complete", "unhandled system error", "ncclSystemError",
+    "remote process exited", "ncclRemoteError",
 )
 
 
@@ -779,7 +782,7 @@ def against_inventory(diagnoses: Sequence[Diagnosis], facts: LogFacts, cluster: 
         elif key in ("socket-ifname-missing", "nccl-virtual-interface") and det and ifnames:
             if det[0] not in ifnames:
                 d.notes.append(f"interface {det[0]} is not the inventory's ({', '.join(ifnames)})")
-        elif key == "store-clients-missing" and len(det) in (3, 4) and int(det[2]) != world:
+        elif key in ("store-clients-missing", "store-shared") and len(det) in (3, 4) and int(det[2]) != world:
             # det[2] is the store's n: (seconds, k, n) in torch 2.x, (rank, key, world_size, joined) before
             d.notes.append(f"the store waited for {det[2]} clients; the inventory's world size is {world} "
                            "(NNODES / WORLD_SIZE differ from the inventory)")

@@ -258,6 +258,10 @@ def test_store_based_barrier_counts_name_missing_ranks_or_a_shared_store() -> No
     ds = diagnose(lines)
     against_inventory(ds, log_facts(lines), _cluster())
     assert "waited for 8 clients; the inventory's world size is 4" in ds[0].notes[0]
+    lines = [line.format(w=8, j=16)]  # another world size than the inventory's, whatever joined
+    ds = diagnose(lines)
+    against_inventory(ds, log_facts(lines), _cluster())
+    assert [d.pattern.key for d in ds] == ["store-shared"] and "world size is 4" in ds[0].notes[0]
 
 
 def test_open_files_is_named_unless_a_download_or_web_server_line_is_near() -> None:
