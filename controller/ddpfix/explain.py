@@ -157,7 +157,6 @@ PATTERNS: tuple[Pattern, ...] = (
         "--apply writes the hosts block).",
         example="[W socket.cpp:601] [c10d] The client socket has failed to connect to [node1]:29500 (errno: 22 - "
                 "Invalid argument).",
-
         explains=("master-unreachable",),  # its "failed to connect to any network address" summary line
     ),
     Pattern(
@@ -175,7 +174,6 @@ PATTERNS: tuple[Pattern, ...] = (
         "Write one set of env files from the inventory (ddpfix env --apply) and audit the path to the master.",
         example="torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 clients "
                 "joined.",
-
         joined="fewer",
     ),
     Pattern(
@@ -264,7 +262,6 @@ PATTERNS: tuple[Pattern, ...] = (
         "interface (env files).",
         example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [192.168.0.222]:2226: "
                 "Connection refused",
-
         explains=("gloo-collective-timeout",),  # the other ranks then wait for the peer that never connected
     ),
     Pattern(
