@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import ansible.release
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,3 +115,33 @@ def test_no_private_method_of_an_ansible_class_is_overridden() -> None:
                             and hasattr(base_cls, fn.name)):
                         bad.append(f"{path.relative_to(ROOT)}: {cls.name}.{fn.name} overrides {base.id}.{fn.name}")
     assert not bad, bad
+
+
+def test_test_sh_runs_the_oldest_alongside_prefixes_its_output_and_fails_with_it(tmp_path: Path) -> None:
+    """scripts/test.sh (CI's test command) with stand-ins for setup.sh and test-oldest.sh: without arguments the
+    oldest run's output follows, each line prefixed `[oldest] `, and its failure fails the run; DDPFIX_TEST_OLDEST=0
+    leaves it out."""
+    if os.geteuid() != 0:
+        pytest.skip("scripts/test.sh re-runs itself through sudo when not root")
+    (tmp_path / "scripts").mkdir()
+    for name in ("test.sh", "as-root.sh"):
+        shutil.copy(ROOT / "scripts" / name, tmp_path / "scripts" / name)
+    (tmp_path / "scripts" / "setup.sh").write_text("#!/bin/sh\n")
+    oldest = tmp_path / "scripts" / "test-oldest.sh"
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    for f in (*(tmp_path / "scripts").iterdir(), tmp_path / ".venv" / "bin" / "python"):
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "DDPFIX_TEST_OLDEST"}
+    for rc, extra, expect_rc in ((3, {}, 1), (0, {}, 0), (3, {"DDPFIX_TEST_OLDEST": "0"}, 0)):
+        oldest.write_text(f'#!/bin/sh\necho "old out"\necho "old err" >&2\nexit {rc}\n')
+        oldest.chmod(0o755)
+        p = subprocess.run([str(tmp_path / "scripts" / "test.sh")], env={**env, **extra}, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == expect_rc, (rc, extra, p.stdout[-2000:], p.stderr[-2000:])
+        if extra:
+            assert "[oldest]" not in p.stdout
+        else:
+            assert "[oldest] old out" in p.stdout and "[oldest] old err" in p.stdout
+            assert f"[oldest] scripts/test-oldest.sh: rc={rc}" in p.stdout
