@@ -53,7 +53,7 @@ def render_experiments(experiments: dict[str, Any] | None) -> str:
           "wrapper "
           "without overrides. Every run has cold SSH connections (own state dir). Ratio = median over rounds of "
           "variant / its reference in the same round (`default` for audits, `remediate-dry-default` for dry runs, "
-          "`remediate-apply-default` for applies). The plays pin their strategy (`ddpfix.cluster.ddpfix_linear`), "
+          "`remediate-apply-default` for applies). The plays pin their strategy (`linear`), "
           "so ANSIBLE_STRATEGY alone changes nothing; the mitogen variants run a copy of the collection whose plays "
           "name `mitogen_linear`.\n")
         w("| variant | what | wall s | CPU s | ratio vs default | probe connections | result |")

@@ -284,8 +284,7 @@ def audit_ok(res: dict[str, Any], n: int) -> None:
 def mitogen_root(tmp: Path) -> tuple[Path, str] | None:
     """(content root, strategy plugin dir) for the mitogen variants, or None when mitogen is not installed
     (`pip install mitogen`: it is not a dependency of ddpfix). The content root is a copy of ddpfix's collection
-    whose plays use `mitogen_linear` instead of `ddpfix.cluster.ddpfix_linear` (ddpfix's strategy only adds the
-    stop-file check between tasks, which a measurement does not need); nothing in the checkout changes."""
+    whose plays use `mitogen_linear` instead of the `linear` they pin; nothing in the checkout changes."""
     try:
         import ansible_mitogen  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
@@ -299,7 +298,7 @@ def mitogen_root(tmp: Path) -> tuple[Path, str] | None:
             shutil.copytree(src / part, root / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(src / "galaxy.yml", root / "galaxy.yml")
         for pb in (root / "playbooks").glob("*.yml"):
-            pb.write_text(pb.read_text().replace("strategy: ddpfix.cluster.ddpfix_linear", "strategy: mitogen_linear"))
+            pb.write_text(pb.read_text().replace("strategy: linear", "strategy: mitogen_linear"))
     return root, str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
 
 

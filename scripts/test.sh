@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
 # Set up .venv if needed, then run the whole test suite (unit tests + lab tests on real SSH hosts; needs root).
+# The whole suite (no arguments) also proves the oldest ansible-core ddpfix claims: scripts/test-oldest.sh (.venv-oldest:
+# the unit tests and the version smoke lab test) runs alongside it, in the background; its output follows the main
+# suite's, each line prefixed with "[oldest] ", and the run fails when either fails. DDPFIX_TEST_OLDEST=0 leaves it
+# out, DDPFIX_TEST_OLDEST=1 adds it to a run with arguments.
 set -uo pipefail
 . "$(dirname "$0")/as-root.sh" "$@"  # as root as it is; else again through sudo
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || exit 1
+oldest_pid=""
+if [ "${DDPFIX_TEST_OLDEST:-$([ "$#" -eq 0 ] && echo 1 || echo 0)}" = 1 ]; then
+  oldest_log=$(mktemp /tmp/ddpfix-test-oldest.XXXXXX)
+  oldest_start=$(date +%s)
+  ./scripts/test-oldest.sh >"$oldest_log" 2>&1 </dev/null &
+  oldest_pid=$!
+fi
 .venv/bin/python -m pytest -q -ra --durations=25 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "no tests were collected" >&2
-  exit 1
+  rc=1
+fi
+if [ -n "$oldest_pid" ]; then
+  wait "$oldest_pid"
+  oldest_rc=$?
+  sed 's/^/[oldest] /' "$oldest_log"
+  rm -f "$oldest_log"
+  echo "[oldest] scripts/test-oldest.sh: rc=$oldest_rc, $(( $(date +%s) - oldest_start ))s"
+  [ "$oldest_rc" -eq 0 ] || rc=1
 fi
 exit "$rc"

@@ -104,8 +104,8 @@ def collect(
             extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
             limit=limit,
             forks=nforks,
-            # (the second round's tasks, collecting detached probers, are left out by the play's strategy when no
-            # prober was detached: every node ran at once)
+            # (the second round's tasks, collecting detached probers, are skipped on every node that left no prober
+            # detached: every node ran at once)
             skip_tags=",".join(CLI_SKIP_TAGS),
             n_hosts=n_hosts,
             verbosity=verbosity,

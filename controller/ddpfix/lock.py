@@ -4,10 +4,10 @@ The controller lock is an ``fcntl.flock`` on ``<state dir>/locks/cluster-<hash o
 keyed on the cluster, not on the inventory's path, so an ad-hoc host list (``-i a,b,``, a new file per run), a
 ``--slurm`` allocation and an inventory file naming the same nodes exclude each other. It dies with the process (no
 stale lock after a crash or ``kill -9``). The holder (PID, command line, start time, run id) is written into the file
-so that a second run can name it. The CLI takes it once it has read the cluster; the audit, whose ansible-playbook
-reads the inventory, takes it in that process (strategy ``ddpfix_linear``) as soon as the play's first task has
-derived the cluster, before any node is contacted. The CLI names the key it holds in ``DDPFIX_CLUSTER_LOCK`` for its
-own ansible-playbook runs.
+so that a second run can name it. The CLI takes it once it has read the cluster; a plain ansible-playbook run of
+the audit (or remediate) playbook takes it in the play's first task, which derives the cluster before any node is
+contacted (action ``ddpfix_cluster``, `hold_for_playbook`), for as long as that ansible-playbook runs. The CLI
+names the key it holds in ``DDPFIX_CLUSTER_LOCK`` for its own ansible-playbook runs.
 
 The node-side lock (``/run/ddpfix.lock``, role ``ddpfix_run``) carries the same run id (`RUN_ID`).
 """
@@ -44,8 +44,8 @@ def _read(path: str) -> str:
         return ""
 
 
-def _pid_start() -> str:
-    stat = _read("/proc/self/stat")
+def _pid_start(pid: int | str = "self") -> str:
+    stat = _read(f"/proc/{pid}/stat")
     fields = stat.rsplit(")", 1)[-1].split()
     return fields[19] if len(fields) > 19 else ""
 
@@ -86,7 +86,7 @@ def describe_holder(h: dict[str, Any]) -> str:
 
 
 #: Environment variable naming the cluster key whose controller lock this process (the CLI) holds: its own
-#: ansible-playbook runs (strategy ddpfix_linear) do not try to take it again.
+#: ansible-playbook runs (action ddpfix_cluster) do not try to take it again.
 HELD_ENV = "DDPFIX_CLUSTER_LOCK"
 #: Words of the message of a controller lock held by another run.
 HELD_TEXT = "holds the lock for this cluster"
@@ -104,7 +104,7 @@ class ControllerLock:
     fd: int | None = None
     what: str = "this cluster"
 
-    def acquire(self) -> None:
+    def acquire(self, holder: dict[str, Any] | None = None) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -119,7 +119,7 @@ class ControllerLock:
                 f"another ddpfix run {HELD_TEXT} ({self.what}): {describe_holder(holder)} "
                 f"[lock: {self.path}]; this run changed nothing", ExitCode.LOCKED) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder_info()) + "\n").encode(), 0)
+        os.pwrite(fd, (json.dumps(holder or holder_info()) + "\n").encode(), 0)
         self.fd = fd
 
     def release(self) -> None:
@@ -142,3 +142,78 @@ def controller_lock(addresses: Sequence[str]) -> ControllerLock:
     lock.acquire()
     os.environ[HELD_ENV] = key  # this process's ansible-playbook runs: the lock is ours already
     return lock
+
+
+def cluster_addresses(view: Any) -> list[str] | None:
+    """The node addresses of a cluster view ({addresses: {name: address}}), None when it has none."""
+    addresses = view.get("addresses") if isinstance(view, dict) and not view.get("failed") else None
+    if not isinstance(addresses, dict) or not addresses:
+        return None
+    return [str(a or n) for n, a in addresses.items()]
+
+
+#: The keeper of a playbook's controller lock: a small process that holds the locked descriptor (inherited) until
+#: ansible-playbook exits (its pidfd turns readable), then exits, which drops the flock.
+_KEEPER = "import select, sys; select.select([int(sys.argv[1])], [], [])"
+_KEEPER_POLL = ("import os, sys, time\n"
+                "while True:\n"
+                "    try: os.kill(int(sys.argv[1]), 0)\n"
+                "    except ProcessLookupError: break\n"
+                "    except PermissionError: pass\n"
+                "    time.sleep(1)\n")
+
+
+def hold_for_playbook(addresses: Sequence[str]) -> str | None:
+    """Called in an ansible-playbook worker (action ddpfix_cluster): take the controller lock of these nodes for the
+    ansible-playbook process that forked this worker (the parent), until it exits. Nothing when the ddpfix CLI
+    that started it holds the lock (``DDPFIX_CLUSTER_LOCK``) or when that ansible-playbook holds it already (an
+    earlier play). Raises DdpfixError(LOCKED) naming the holder when another run has it (also written to the file
+``DDPFIX_LOCKED_FILE`` names, for the ddpfix CLI). Returns a warning when no
+    lock could be taken at all (no writable state directory: the node locks still apply).
+
+    The flock is taken here and handed, with the descriptor, to a keeper process that waits for ansible-playbook to
+    exit: the worker's own descriptor dies with the worker, the keeper's with ansible-playbook's end, crash or kill."""
+    import subprocess
+
+    key = cluster_key(addresses)
+    if os.environ.get(HELD_ENV) == key:
+        return None
+    playbook = os.getppid()
+    started = _pid_start(playbook)
+    path = paths.state_dir() / "locks" / f"cluster-{key}.lock"
+    try:
+        holder = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        holder = {}
+    if isinstance(holder, dict) and holder.get("pid") == playbook and holder.get("pid_start") == started:
+        return None  # this ansible-playbook's keeper holds it (an earlier play of the run)
+    shown = ", ".join(sorted({str(a) for a in addresses})[:3]) + (", ..." if len(set(addresses)) > 3 else "")
+    lock = ControllerLock(path, what=f"{len(set(addresses))} nodes: {shown}")
+    me = {**holder_info(), "pid": playbook, "pid_start": started,
+          "command": " ".join([os.path.basename(sys.argv[0]) or "ansible-playbook", *sys.argv[1:]])[:300]}
+    try:
+        lock.acquire(me)
+    except OSError as exc:
+        return f"ddpfix: controller lock not taken: {exc}; only the node locks keep runs apart"
+    except DdpfixError as exc:
+        msg = f"{exc} (no node was contacted)"
+        report = os.environ.get("DDPFIX_LOCKED_FILE")  # the ddpfix CLI reads it: exit 5 with this line
+        if report:
+            with open(report, "w") as f:
+                f.write(msg + "\n")
+        raise DdpfixError(msg, ExitCode.LOCKED) from None
+    assert lock.fd is not None
+    fds: tuple[int, ...]
+    try:
+        watch = os.pidfd_open(playbook)
+        code, arg, fds = _KEEPER, str(watch), (lock.fd, watch)
+    except (AttributeError, OSError):  # no pidfd (Linux < 5.3): the keeper polls
+        watch, code, arg, fds = -1, _KEEPER_POLL, str(playbook), (lock.fd,)
+    try:
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", code, arg], pass_fds=fds, start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finally:
+        if watch >= 0:
+            os.close(watch)
+        os.close(lock.fd)  # the keeper holds the lock now
+    return None

@@ -33,7 +33,7 @@ COLLECTION = ("ddpfix", "cluster")
 
 
 def plugins_dir() -> Path:
-    """The collection's `plugins/` (modules, module_utils, filter and strategy plugins)."""
+    """The collection's `plugins/` (modules, module_utils, action and filter plugins)."""
     return ansible_root() / "plugins"
 
 

@@ -376,7 +376,7 @@ def changed_before(hosts: Mapping[str, HostResult], check: bool = False) -> str:
 
 class _Interrupt:
     """Ctrl-C/SIGTERM during a run: the first one asks the play to start no new task (a stop file that the
-    `ddpfix_linear` strategy checks before each task); running tasks finish. A second one kills the run."""
+    remediate playbook checks before each step, `__ddpfix_go`); running tasks finish. A second one kills the run."""
 
     def __init__(self, stop_file: Path) -> None:
         self.stop_file = stop_file
@@ -458,7 +458,7 @@ def run_playbook(
     if diff:
         cmdline.append("--diff")
     stop_file = run_dir / "stop"
-    locked_file = run_dir / "locked"  # strategy ddpfix_linear: another run holds the cluster's controller lock
+    locked_file = run_dir / "locked"  # action ddpfix_cluster: another run holds the cluster's controller lock
     # the user's -e first: ddpfix's own names were refused there (ansibleargs.RESERVED_PREFIXES), so nothing of
     # the plan is replaced; the user's values are data like the plan's (never templated)
     write_extravars(run_dir, {**user_args.extra_vars, "ddpfix_run_holder": holder_info(), **dict(extravars or {})})
@@ -746,7 +746,6 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     os.environ.update(env)
     try:
         from ansible import constants as C
-        from ansible.cli.inventory import _inventory_legacy
         from ansible.errors import AnsibleError
         from ansible.inventory.manager import InventoryManager
         from ansible.parsing.dataloader import DataLoader
@@ -762,7 +761,7 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
                 inventory = InventoryManager(loader=loader, sources=[str(Path(i).resolve()) for i in inventories])
                 vm = VariableManager(loader=loader, inventory=inventory)
                 data = _inventory_list(inventory, vm, C.INTERNAL_STATIC_VARS)
-            return dict(json.loads(json.dumps(data, cls=_inventory_legacy.Encoder)))
+            return dict(json.loads(json.dumps(data, default=_json_plain)))
         except AnsibleError as exc:
             raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {_one_line(exc)}") from None
     finally:
@@ -771,6 +770,25 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _json_plain(value: Any) -> Any:
+    """`json.dumps`'s fallback for the values of an inventory read in this process, as `ansible-inventory --list`
+    prints them: plain data whatever ansible-core 2.17-2.19 wrapped them in. Its str/int/float/dict/list subclasses
+    (AnsibleUnsafeText, 2.19's tagged values) are written as what they are by json itself; here dates become ISO
+    text, sets and tuples lists, bytes text, and anything else its text (a vaulted value: its plain text, as
+    ansible-inventory prints it). Nothing is templated: a value is read as it is, "{{ ... }}" stays that text."""
+    import datetime
+
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    return str(value)
 
 
 def _inventory_list(inventory: Any, vm: Any, internal: Any) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Action plugin ddpfix.cluster.ddpfix_cluster: the cluster as ddpfix derives it from the inventory the play sees
 (master, port, rank order, addresses, cluster network, env file path), validated by the `ddpfix` package's own
-inventory code, on the controller, before any node is contacted. Documentation: plugins/modules/ddpfix_cluster.py.
+inventory code, on the controller, before any node is contacted. It also takes the ddpfix controller lock of that
+cluster for the ansible-playbook that runs it (`ddpfix.lock.hold_for_playbook`), unless the ddpfix CLI that started
+it holds the lock already. Documentation: plugins/modules/ddpfix_cluster.py.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
     ddpfix,
@@ -33,5 +36,15 @@ class ActionModule(ActionBase):
         except ddpfix("ddpfix.app").DdpfixError as exc:  # bad input: one line, its exit code, no node contacted
             result.update(failed=True, msg=str(exc), ddpfix_exit_code=int(exc.code))
             return result
-        result.update(changed=False, inventory=data, **cluster.play_view())
+        view = cluster.play_view()
+        lock = ddpfix("ddpfix.lock")
+        addresses = lock.cluster_addresses(view)
+        try:
+            warning = lock.hold_for_playbook(addresses) if addresses else None
+        except ddpfix("ddpfix.app").DdpfixError as exc:  # another run holds the cluster: no node is contacted
+            result.update(failed=True, msg=f"ddpfix: {exc}", ddpfix_exit_code=int(exc.code))
+            return result
+        if warning:
+            Display().warning(warning)
+        result.update(changed=False, inventory=data, **view)
         return result

@@ -15,6 +15,10 @@ description:
   - Derives the cluster from the inventory the play sees (group C(ddp_nodes), else every host; the C(ddp_*)
     variables, extra vars included) and validates it exactly as C(ddpfix) does. An invalid value fails the task
     with one line naming the variable and the value, and C(ddpfix_exit_code) (2, invalid input).
+  - "Takes the ddpfix controller lock of the cluster (its sorted node addresses) for the C(ansible-playbook) that runs
+    it, until that process exits: a second run on the same nodes, from the CLI or from C(ansible-playbook), fails
+    this task (C(ddpfix_exit_code) 5, naming the holder) before any node is contacted. Not taken when the
+    environment variable C(DDPFIX_CLUSTER_LOCK) names that cluster (the C(ddpfix) CLI holds it)."
   - The audit play runs it first and hands the result to the facts role; the C(ddpfix) CLI builds its own view of
     the cluster from the returned C(inventory), so the inventory is read once per run, by C(ansible-playbook).
 options: {}

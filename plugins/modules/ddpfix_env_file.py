@@ -167,21 +167,17 @@ ENV_ARGS = ("values", "body")
 
 
 class EnvFileModule(AnsibleModule):
-    """AnsibleModule that keeps the env content out of every log. I(values) and I(body) are no_log for the invocation
-    entry in the node's journal (C(NOT_LOGGING_PARAMETER)), and the arguments returned to the controller
-    (C(invocation)) show them redacted like the diff. They are not declared C(no_log) in the argument spec: that
-    would also blank every occurrence of their text in the result (the whole block in the diff, and every short value
-    such as C(1) of I(values))."""
+    """AnsibleModule that keeps the env content out of every log, through AnsibleModule's public interface only.
+    I(values) and I(body) are declared C(no_log): the invocation entry in the node's journal shows
+    C(NOT_LOGGING_PARAMETER) for them. Their text is then taken out of C(no_log_values) again, so that it does not
+    blank every occurrence of that text in the result (the whole block in the diff, every short value such as C(1) of
+    I(values)); instead, the arguments returned to the controller (C(invocation)) show them redacted like the diff."""
 
-    def _log_invocation(self):
-        spec = self.argument_spec
-        self.argument_spec = dict(spec, **{k: dict(spec[k], no_log=True) for k in ENV_ARGS})
-        try:
-            super()._log_invocation()
-        finally:
-            self.argument_spec = spec
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.no_log_values.clear()  # values and body are the only no_log arguments: shown redacted (_shown) instead
 
-    def _return_formatted(self, kwargs):
+    def _shown(self, kwargs):
         if "invocation" not in kwargs:
             shown = dict(self.params)
             if shown.get("body") is not None:
@@ -189,7 +185,13 @@ class EnvFileModule(AnsibleModule):
             if shown.get("values") is not None:
                 shown["values"] = redact_values({str(k): str(v) for k, v in shown["values"].items()})
             kwargs["invocation"] = {"module_args": shown}
-        super()._return_formatted(kwargs)
+        return kwargs
+
+    def exit_json(self, **kwargs):
+        super().exit_json(**self._shown(kwargs))
+
+    def fail_json(self, msg, **kwargs):
+        super().fail_json(msg, **self._shown(kwargs))
 
 
 def main():
@@ -197,8 +199,8 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             # env content: no_log in the journal, redacted in the returned invocation (EnvFileModule)
-            values=dict(type="dict"),
-            body=dict(type="str"),
+            values=dict(type="dict", no_log=True),
+            body=dict(type="str", no_log=True),
             comment=dict(type="str", default=""),
             key_comments=dict(type="dict", default={}),
             adopt=dict(type="bool", default=False),

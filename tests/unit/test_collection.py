@@ -27,7 +27,7 @@ def test_collection_builds_with_the_node_content_and_nothing_of_the_controller(t
         manifest = json.load(tar.extractfile("MANIFEST.json"))  # type: ignore[arg-type]
     assert manifest["collection_info"]["version"] == ddpfix.__version__
     for must in ("plugins/modules/ddpfix_node_facts.py", "plugins/module_utils/ddpfix_envfile.py",
-                 "plugins/filter/ddpfix_probe_plan.py", "plugins/strategy/ddpfix_linear.py", "meta/runtime.yml",
+                 "plugins/filter/ddpfix_probe_plan.py", "meta/runtime.yml",
                  "playbooks/audit.yml", "playbooks/remediate.yml", "roles/ddpfix_facts/tasks/main.yml"):
         assert must in names, must
     assert not any(n.split("/")[0] in {"controller", "tests", "inventories", ".venv", "scripts"} for n in names)

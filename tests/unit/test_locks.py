@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import os
 import re
@@ -18,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT, load_role_module, nodeinfo, recorded
 
-from ddpfix import collection, runner
 from ddpfix import lock as ddlock
+from ddpfix import runner
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.cli import cli
 from ddpfix.remediate import pin_target
@@ -91,38 +90,69 @@ def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_pat
     assert ddlock.HELD_TEXT in r.output and f"pid {os.getpid()}" in r.output
 
 
-def test_strategy_takes_the_cluster_lock_unless_the_cli_holds_it(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path) -> None:
-    # what the strategy imports, under Ansible's name for it (however another test left Ansible's collection loader)
-    collection.plugin_utils("ddpfix_controller")
-    spec = importlib.util.spec_from_file_location("ddpfix_linear_lock", ROOT / "plugins/strategy/ddpfix_linear.py")
-    assert spec and spec.loader
-    strategy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(strategy)
+#: An ansible-playbook stand-in: it forks a worker that runs what action ddpfix_cluster runs (twice: a second play of
+#: the same run), then lives until its stdin closes.
+_PLAYBOOK = """
+import os, sys
+from ddpfix import lock
+pid = os.fork()
+if pid == 0:
+    try:
+        print(repr(lock.hold_for_playbook(sys.argv[1:])), flush=True)
+        print(repr(lock.hold_for_playbook(sys.argv[1:])), flush=True)
+    finally:
+        os._exit(0)
+os.waitpid(pid, 0)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_playbook_holds_the_cluster_lock_until_it_exits_unless_the_cli_holds_it(monkeypatch: pytest.MonkeyPatch,
+                                                                                  tmp_path: Path) -> None:
     view = {"addresses": {"node1": "10.8.0.1", "node2": "10.8.0.2"}}
-    assert strategy.cluster_addresses(view) == ["10.8.0.1", "10.8.0.2"]
-    assert strategy.cluster_addresses({"failed": True, **view}) is None and strategy.cluster_addresses(None) is None
+    assert ddlock.cluster_addresses(view) == ["10.8.0.1", "10.8.0.2"]
+    assert ddlock.cluster_addresses({"failed": True, **view}) is None and ddlock.cluster_addresses(None) is None
     held = ddlock.controller_lock(["10.8.0.2", "10.8.0.1"])  # the CLI holds it (DDPFIX_CLUSTER_LOCK names it)
     try:
-        strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
+        assert ddlock.hold_for_playbook(["10.8.0.1", "10.8.0.2"]) is None
         monkeypatch.delenv(ddlock.HELD_ENV)  # another run's ansible-playbook: refused, naming the holder
         report = tmp_path / "locked"
         monkeypatch.setenv("DDPFIX_LOCKED_FILE", str(report))  # where the CLI reads it (exit 5)
-        with pytest.raises(strategy.AnsibleError, match=r"holds the lock for this cluster.*no node was contacted"):
-            strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])
+        with pytest.raises(DdpfixError, match=r"holds the lock for this cluster.*no node was contacted") as exc:
+            ddlock.hold_for_playbook(["10.8.0.1", "10.8.0.2"])
+        assert exc.value.code == ExitCode.LOCKED
         assert ddlock.HELD_TEXT in report.read_text() and f"pid {os.getpid()}" in report.read_text()
     finally:
         held.release()
-    strategy.hold_cluster_lock(["10.8.0.1", "10.8.0.2"])  # free: this process takes it, and keeps it
-    with pytest.raises(DdpfixError):
-        ddlock.controller_lock(["10.8.0.1", "10.8.0.2"])
-    strategy._HELD.popitem()[1].release()
+    # free: the worker takes it for its ansible-playbook, which keeps it after the worker exited, until it exits
+    env = {k: v for k, v in os.environ.items() if k != ddlock.HELD_ENV}
+    env["PYTHONPATH"] = str(Path(ddlock.__file__).resolve().parents[1])
+    playbook = subprocess.Popen([sys.executable, "-c", _PLAYBOOK, "10.8.0.1", "10.8.0.2"], env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert playbook.stdout is not None
+        lines = [playbook.stdout.readline().strip() for _ in range(3)]
+        assert lines == ["None", "None", "ready"], lines  # the second play of the same run: its own lock
+        with pytest.raises(DdpfixError, match=rf"pid {playbook.pid}\b") as exc:
+            ddlock.controller_lock(["10.8.0.1", "10.8.0.2"])
+        assert exc.value.code == ExitCode.LOCKED
+    finally:
+        assert playbook.stdin is not None
+        playbook.stdin.close()
+        playbook.wait(timeout=60)
+    deadline = time.monotonic() + 60  # the keeper sees ansible-playbook's end and drops the lock
+    while True:
+        try:
+            ddlock.controller_lock(["10.8.0.1", "10.8.0.2"]).release()
+            break
+        except DdpfixError:
+            assert time.monotonic() < deadline, "the lock outlived its ansible-playbook"
+            time.sleep(0.2)
     # no writable state directory (a read-only home on an execution node): a warning, the play goes on
     monkeypatch.setenv("DDPFIX_STATE_DIR", "/proc/ddpfix-no-such-dir")
-    warned: list[str] = []
-    monkeypatch.setattr(strategy.display, "warning", warned.append)
-    strategy.hold_cluster_lock(["10.8.0.3"])
-    assert warned and "controller lock not taken" in warned[0] and strategy._HELD.popitem()[1] is None
+    warned = ddlock.hold_for_playbook(["10.8.0.3"])
+    assert warned and "controller lock not taken" in warned
 
 
 # ---------------------------------------------------------------- node lock module
@@ -376,3 +406,33 @@ def test_exit_5_from_a_node_lock_says_what_the_run_had_changed() -> None:
     assert runner.changed_before(hosts) == (
         "this run changed before it stopped: node1: Fix firewall.peer-ports-blocked | accept")
     assert runner.changed_before(hosts, check=True).startswith("this run would have changed before it stopped")
+
+
+# ---------------------------------------------------------------- graceful stop (Ctrl-C of the CLI)
+
+
+def test_every_remediate_step_checks_the_stop_file_before_it_starts_and_the_lock_tasks_do_not() -> None:
+    """Without a strategy plugin of its own: each play-level step of remediate's node plays starts only while
+    DDPFIX_STOP_FILE does not exist (`__ddpfix_go`), on the include (a role that started runs to its end); the lock
+    and unlock includes and meta tasks run regardless, so no node is left locked. Every play pins `linear`."""
+    import yaml
+
+    plays = yaml.safe_load((ROOT / "playbooks" / "remediate.yml").read_text())
+    node_plays = [p for p in plays if "hosts" in p and "__ddpfix_plan" in (p.get("vars") or {})]
+    assert len(node_plays) == 2
+    for play in node_plays:
+        assert play["strategy"] == "linear"
+        assert "DDPFIX_STOP_FILE" in play["vars"]["__ddpfix_go"] and "exists" in play["vars"]["__ddpfix_go"]
+        steps = [t for task in play["tasks"] if "block" in task and "always" in task for t in task["block"]]
+        assert steps
+        for t in steps:
+            when = t.get("when") or []
+            when = [when] if isinstance(when, str) else when
+            role = (t.get("ansible.builtin.include_role") or {})
+            if "ansible.builtin.meta" in t or role.get("tasks_from") == "lock":
+                assert "__ddpfix_go | bool" not in when, t["name"]
+            else:
+                assert "__ddpfix_go | bool" in when, t["name"]
+    for name in ("audit.yml", "remediate.yml", "verify_torch.yml"):
+        for play in yaml.safe_load((ROOT / "playbooks" / name).read_text()):
+            assert play.get("strategy", "linear") in ("linear", "free"), (name, play.get("name"))

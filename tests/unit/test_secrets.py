@@ -128,7 +128,7 @@ def _run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
     mod = collection.module("ddpfix_env_file")
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_no_log": False}}
     monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)  # 2.19; older ansible-core has none
     monkeypatch.setattr(basic, "_PARSED_MODULE_ARGS", None, raising=False)
     journal: list[str] = []
     orig = basic.AnsibleModule._log_invocation
