@@ -127,7 +127,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     if not ctx.cidr:
         why = f": the master {cluster.master} was not read" if not ctx.facts.get(cluster.master) else ""
         raise DdpfixError(f"the cluster network is unknown{why} (set ddp_cluster_cidr)", ExitCode.INVALID_INPUT)
-    if not ctx.plan[cluster.master].env.get("MASTER_ADDR"):
+    if not ctx.plan[cluster.master].address:
         click.echo(f"ddpfix: refused: {master_unknown(ctx)}", err=True)
         raise SystemExit(int(ExitCode.FINDINGS))
     unusable = [n for n, p in ctx.plan.items() if n in ctx.hosts and n not in missing and not p.address]
