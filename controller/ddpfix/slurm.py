@@ -267,7 +267,10 @@ def job_env(env: Mapping[str, str], *, het_groups: tuple[int, ...] = (), port_ra
         site = (doc or {}).get("job_port_range")
         port_range, port_source = ((parse_port_range(site, "job_port_range of the cluster file"), "cluster file")
                                    if site else (DEFAULT_PORT_RANGE, "the default"))
-    port = job_port(str(env.get("SLURM_JOB_ID") or ""), port_range,
+    # a heterogeneous job's components have job ids of their own (SLURM_JOB_ID differs between them): every node
+    # derives the port from the job's id, the first component's (SLURM_JOB_ID_HET_GROUP_0)
+    job_id = env.get("SLURM_JOB_ID_HET_GROUP_0") if het_groups else None
+    port = job_port(str(job_id or env.get("SLURM_JOB_ID") or ""), port_range,
                     ephemeral if ephemeral is not None else ephemeral_range(), port_source)
     addr, source = master_address(hosts[0], doc)
     if source != "cluster file":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -212,6 +214,9 @@ def test_job_env_het_rank_is_the_place_in_the_selected_components() -> None:
     env = {**HET, "SLURM_JOB_ID": "7", "SLURMD_NODENAME": "gpu-04", "SLURM_NODEID": "1"}
     got, _ = job_env(env, het_groups=(1, 2), ephemeral=EPH)
     assert (got["MASTER_ADDR"], got["NNODES"], got["NODE_RANK"]) == ("gpu-01", "4", "3")
+    # each component has its own SLURM_JOB_ID: the port comes from the job's (component 0's) id on every node
+    other = {**env, "SLURM_JOB_ID_HET_GROUP_0": "7", "SLURM_JOB_ID": "8", "SLURMD_NODENAME": "gpu-01"}
+    assert job_env(other, het_groups=(1, 2), ephemeral=EPH)[0]["MASTER_PORT"] == got["MASTER_PORT"] == "29507"
     with pytest.raises(DdpfixError, match="login1, SLURMD_NODENAME"):
         job_env({**env, "SLURMD_NODENAME": "login1"}, het_groups=(1, 2), ephemeral=EPH)
 
@@ -238,3 +243,24 @@ def test_cli_export_evaluates_in_a_shell(tmp_path) -> None:
     assert r.exit_code == 2 and "overlaps this node's ephemeral range" in r.stderr and r.stdout == ""
     r = _export({**STEP, "PATH": str(tmp_path)}, "--apply")
     assert r.exit_code == 2 and "--export prints this job step's values" in r.stderr
+
+
+def test_cli_het_group(tmp_path, monkeypatch) -> None:
+    for k, v in HET.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol: python-hostlist expands
+    r = CliRunner().invoke(cli, ["inventory", "slurm"])
+    assert r.exit_code == 2 and "heterogeneous job (SLURM_HET_SIZE=3)" in r.stderr
+    r = CliRunner().invoke(cli, ["inventory", "slurm", "--het-group", "2,1"])
+    assert r.exit_code == 0, r.output
+    assert list(yaml.safe_load(r.stdout)["ddp_nodes"]["hosts"]) == ["gpu-03", "gpu-04", "gpu-01", "gpu-02"]
+    monkeypatch.setenv("DDPFIX_HET_GROUP", "1")  # --slurm's inventory (audit, env, remediate) reads it
+    from ddpfix.slurm import write_allocation_inventory
+
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    written = yaml.safe_load(Path(write_allocation_inventory()).read_text())
+    assert list(written["ddp_nodes"]["hosts"]) == ["gpu-01", "gpu-02"]
+    r = CliRunner().invoke(cli, ["-i", "a,b,", "env", "--het-group", "1"])
+    assert r.exit_code == 2 and "--het-group selects components of a Slurm allocation: add --slurm" in r.stderr
+    # DDPFIX_HET_GROUP exported for a job's steps does not break an inventory run
+    assert CliRunner().invoke(cli, ["-i", "a,b,", "env", "--format", "sbatch"]).exit_code == 0

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import collect
@@ -78,7 +79,9 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     step's node list, at its cluster address from the cluster file, else its Slurm name), MASTER_PORT (from
     SLURM_JOB_ID inside --port-range, outside the ephemeral range), NNODES, NODE_RANK (SLURM_NODEID), NPROC_PER_NODE
     and torchrun's PET_* names, as `export` lines: `v=$(ddpfix env --slurm --export) && eval "$v"`. A
-    heterogeneous job needs --het-group. Exit 2 on a bad or inconsistent SLURM_* variable, naming it.
+    heterogeneous job needs --het-group. Exit 2 on a bad or inconsistent SLURM_* variable, naming it. With
+    ddp_env_scope: node, --apply (the operator's, once) writes only per-node keys (interfaces, fabric) and the
+    cluster file.
 
     Secret-looking values (keys naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE, SESSION, or
     URL userinfo) are printed as ***; --local-dir files hold them (mode 0600), --stdout --show-secrets prints them.
@@ -92,7 +95,8 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
                               "--stdout, --local-dir, --node, --format or script)", ExitCode.INVALID_INPUT)
         _export(het_group, port_range, nproc_per_node, cluster_file)
         return
-    if het_group is not None and not app.slurm:
+    if het_group is not None and not app.slurm and \
+            click.get_current_context().get_parameter_source("het_group") == ParameterSource.COMMANDLINE:
         raise DdpfixError("--het-group selects components of a Slurm allocation: add --slurm", ExitCode.INVALID_INPUT)
     if het_group:
         os.environ["DDPFIX_HET_GROUP"] = het_group  # the --slurm inventory reads it
