@@ -1623,6 +1623,26 @@ def check_env(ctx: Context) -> Iterable[Finding]:
             )
 
 
+@rules(
+    Rule(
+        "slurm.node-count-mismatch",
+        E,
+        "the Slurm allocation's node count (SLURM_JOB_NUM_NODES, SLURM_NNODES, SLURM_STEP_NUM_NODES) is not the "
+        "number of nodes its node list expands to (audit --slurm)",
+        "Run ddpfix inside one job step of one job, where srun sets that step's own SLURM_* variables; in a "
+        "heterogeneous job name the components that train with --het-group (DDPFIX_HET_GROUP). env --slurm, "
+        "remediate --slurm and inventory slurm refuse these variables (exit 2): a launch from them gets a wrong world "
+        "size.",
+    ),
+)
+def check_slurm_allocation(ctx: Context) -> Iterable[Finding]:
+    """The allocation the --slurm audit checks: its declared node count against its node list (slurm.py, which
+    puts a disagreement into the inventory it writes instead of refusing, for the audit only)."""
+    why = ctx.cluster.slurm_count_mismatch
+    if why:
+        yield finding("slurm.node-count-mismatch", None, f"the Slurm allocation's variables disagree: {why}", why)
+
+
 def run_checks(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     for reg in registry.registered():

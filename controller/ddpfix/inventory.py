@@ -49,6 +49,8 @@ class Cluster:
     #: node-global file; each job step takes its launch keys from `ddpfix env --slurm --export`)
     env_scope: str = "cluster"
     job_port_range: str | None = None  # ddp_job_port_range "LO-HI": where a Slurm job's MASTER_PORT is taken from
+    #: ddp_slurm_count_mismatch: the --slurm audit's allocation declares another node count than its list
+    slurm_count_mismatch: str | None = None
     env_template: str | None = None  # ddp_env_template: a jinja2 file on the controller replacing the role's
     firewall: str = "auto"
     ntp_servers: tuple[str, ...] = ()
@@ -353,6 +355,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         lo, hi = parse_port_range(job_ports, "ddp_job_port_range")
         job_ports = f"{lo}-{hi}"
     env_template = _check_env_template(mv.get("ddp_env_template"), inventories)
+    mismatch = mv.get("ddp_slurm_count_mismatch")
+    if mismatch not in (None, "") and not isinstance(mismatch, str):
+        raise _bad(f"ddp_slurm_count_mismatch must be a string, got {mismatch!r}")
     firewall = str(mv.get("ddp_firewall") or "auto")
     if firewall not in FIREWALL_CHOICES:
         raise _bad(f"ddp_firewall must be one of {', '.join(FIREWALL_CHOICES)}, got {firewall!r}")
@@ -412,6 +417,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         env_process_vars=env_process_vars,
         env_scope=env_scope,
         job_port_range=str(job_ports) if job_ports else None,
+        slurm_count_mismatch=one_line(mismatch, 1000) if mismatch else None,
         env_template=env_template,
         firewall=firewall,
         ntp_servers=tuple(str(s) for s in ntp),

@@ -23,6 +23,8 @@ from ddpfix.inventory import GROUP
 _LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 _COUNT = re.compile(r"^\s*(\d+)")
+#: The inventory variable the --slurm audit's inventory carries a node-count disagreement in (its one writer).
+COUNT_MISMATCH_VAR = "ddp_slurm_count_mismatch"
 
 
 def _bad(msg: str) -> DdpfixError:
@@ -100,21 +102,27 @@ def parse_het_groups(text: str) -> tuple[int, ...]:
     return tuple(groups)
 
 
-def _check_count(env: Mapping[str, str], keys: tuple[str, ...], expr: str, var: str, n: int) -> None:
+def _check_count(env: Mapping[str, str], keys: tuple[str, ...], expr: str, var: str, n: int,
+                 found: list[str] | None = None) -> None:
     """The allocation's own node count (the first of `keys` that is set) must be the expanded list's length: a
-    disagreement means variables from another job, step or component, and a wrong world size."""
+    disagreement means variables from another job, step or component, and a wrong world size. Refused (exit 2),
+    or, with `found` (the audit: a check the user asked for), appended to it."""
     key = next((k for k in keys if str(env.get(k) or "").strip()), None)
     if key is not None and str(env[key]).strip() != str(n):
-        raise _bad(f"{key}={env[key]!r} but {var} {expr!r} expands to {n} nodes: the allocation's variables "
-                   "disagree (a heterogeneous job, or variables from another job step)")
+        why = (f"{key}={env[key]!r} but {var} {expr!r} expands to {n} nodes: the allocation's variables disagree (a "
+               "heterogeneous job, or variables from another job step)")
+        if found is None:
+            raise _bad(why)
+        found.append(why)
 
 
 def allocation_nodes(env: Mapping[str, str], nodelist: str | None = None, het_groups: tuple[int, ...] = (),
-                     *, step: bool = False) -> list[str]:
+                     *, step: bool = False, mismatches: list[str] | None = None) -> list[str]:
     """The nodes that become ranks, in rank order. `nodelist`: the user's explicit list (no count is compared).
     A heterogeneous job needs `het_groups` (its SLURM_JOB_NODELIST is the first component's alone): the named
     components' SLURM_JOB_NODELIST_HET_GROUP_<N>, concatenated in the order given. `step`: inside a job step, the
-    step's nodes (SLURM_STEP_NODELIST, which SLURM_NODEID numbers) where Slurm sets them."""
+    step's nodes (SLURM_STEP_NODELIST, which SLURM_NODEID numbers) where Slurm sets them. `mismatches`: a node
+    count that disagrees with a list is appended there instead of refused."""
     if nodelist is not None:
         if het_groups:
             raise _bad("--het-group selects components of the allocation: drop --nodelist")
@@ -134,7 +142,7 @@ def allocation_nodes(env: Mapping[str, str], nodelist: str | None = None, het_gr
                 raise _bad(f"--het-group {g}: no component {g} in this job ({var} is not set; SLURM_HET_SIZE={size})")
             part = expand_hostlist(str(env[var]), var=var)
             _check_count(env, (f"SLURM_JOB_NUM_NODES_HET_GROUP_{g}", f"SLURM_NNODES_HET_GROUP_{g}"), str(env[var]),
-                         var, len(part))
+                         var, len(part), mismatches)
             twice = sorted(set(part) & set(hosts))
             if twice:
                 raise _bad(f"--het-group {','.join(map(str, het_groups))}: node {twice[0]} is in two of the components "
@@ -144,21 +152,26 @@ def allocation_nodes(env: Mapping[str, str], nodelist: str | None = None, het_gr
     step_list = str(env.get("SLURM_STEP_NODELIST") or "").strip() if step else ""
     if step_list:
         hosts = expand_hostlist(step_list, var="SLURM_STEP_NODELIST")
-        _check_count(env, ("SLURM_STEP_NUM_NODES",), step_list, "SLURM_STEP_NODELIST", len(hosts))
+        _check_count(env, ("SLURM_STEP_NUM_NODES",), step_list, "SLURM_STEP_NODELIST", len(hosts), mismatches)
         return hosts
     var = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
     expr = str(env.get(var) or "")
     hosts = expand_hostlist(expr, var=var)
-    _check_count(env, ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), expr, var, len(hosts))
+    _check_count(env, ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), expr, var, len(hosts), mismatches)
     return hosts
 
 
 def inventory_from_allocation(env: Mapping[str, str], nodelist: str | None = None,
                               group_vars: Mapping[str, Any] | None = None,
-                              het_groups: tuple[int, ...] = ()) -> dict[str, Any]:
-    """The inventory (as YAML-ready data) for the allocation: group `ddp_nodes`, hosts in node-id order."""
-    hosts = allocation_nodes(env, nodelist, het_groups)
+                              het_groups: tuple[int, ...] = (), *, as_finding: bool = False) -> dict[str, Any]:
+    """The inventory (as YAML-ready data) for the allocation: group `ddp_nodes`, hosts in node-id order.
+    `as_finding` (the audit): a node count that disagrees with the list is not refused but kept in
+    `ddp_slurm_count_mismatch`, which the audit reports as the finding slurm.node-count-mismatch."""
+    mismatches: list[str] | None = [] if as_finding else None
+    hosts = allocation_nodes(env, nodelist, het_groups, mismatches=mismatches)
     gvars: dict[str, Any] = {"ddp_master": hosts[0]}
+    if mismatches:
+        gvars[COUNT_MISMATCH_VAR] = "; ".join(mismatches)
     nproc = nproc_per_node(env)
     if nproc:
         gvars["ddp_nproc_per_node"] = nproc
@@ -295,15 +308,16 @@ def inventory_yaml(data: Mapping[str, Any], source: str) -> str:
     return header + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
 
 
-def write_allocation_inventory(env: Mapping[str, str] | None = None) -> str:
-    """`--slurm`: the allocation's inventory as a file in a run directory of its own (read like any -i file)."""
+def write_allocation_inventory(env: Mapping[str, str] | None = None, *, as_finding: bool = False) -> str:
+    """`--slurm`: the allocation's inventory as a file in a run directory of its own (read like any -i file).
+    `as_finding`: see inventory_from_allocation (the audit's; every other command refuses the disagreement)."""
     import os
 
     from ddpfix.runner import new_run_dir
 
     env = os.environ if env is None else env
     groups = str(env.get("DDPFIX_HET_GROUP") or "").strip()
-    data = inventory_from_allocation(env, het_groups=parse_het_groups(groups) if groups else ())
+    data = inventory_from_allocation(env, het_groups=parse_het_groups(groups) if groups else (), as_finding=as_finding)
     path = new_run_dir("slurm-inventory") / "hosts.yml"
     path.write_text(inventory_yaml(data, "SLURM_JOB_NODELIST (--slurm)"))
     return str(path)
