@@ -276,6 +276,14 @@ def job_env(env: Mapping[str, str], *, het_groups: tuple[int, ...] = (), port_ra
     hosts = allocation_nodes(env, None, het_groups, step=True)
     rank = node_rank(env, hosts, bool(het_groups))
     notes: list[str] = []
+    resv = str(env.get("SLURM_STEP_RESV_PORTS") or "").strip()
+    if port_range is None and resv and not het_groups:
+        # ports Slurm reserved for this step (srun --resv-ports, MpiParams=ports=...): the same on every node of
+        # the step and no other step's; a heterogeneous job's components are steps of their own, so not there
+        m = re.match(r"(\d{1,5})(?:[-,]|$)", resv)
+        if not m or not 1024 <= int(m.group(1)) <= 65535:
+            raise _bad(f"SLURM_STEP_RESV_PORTS must start with a port (1024..65535), got {resv!r}")
+        port_range, port_source = (int(m.group(1)), int(m.group(1))), "SLURM_STEP_RESV_PORTS"
     if port_range is None:
         site = (doc or {}).get("job_port_range")
         port_range, port_source = ((parse_port_range(site, "job_port_range of the cluster file"), "cluster file")

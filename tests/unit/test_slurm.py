@@ -189,6 +189,15 @@ def test_job_env_per_job_values() -> None:
     # task-based, no GPUs: tasks per node; an explicit option wins
     assert job_env({**STEP, "SLURM_GPUS_ON_NODE": "0"}, ephemeral=EPH)[0]["NPROC_PER_NODE"] == "4"
     assert job_env(STEP, nproc=2, ephemeral=EPH)[0]["NPROC_PER_NODE"] == "2"
+    # ports Slurm reserved for the step (srun --resv-ports) come first; an explicit --port-range before them
+    assert job_env({**STEP, "SLURM_STEP_RESV_PORTS": "12000-12003"}, doc=DOC, ephemeral=EPH)[0]["MASTER_PORT"] == "12000"
+    assert job_env({**STEP, "SLURM_STEP_RESV_PORTS": "12000"}, port_range=(20000, 20999), port_source="--port-range",
+                   ephemeral=EPH)[0]["MASTER_PORT"] == "20242"
+    for bad in ("x", "80-81", "99999"):
+        with pytest.raises(DdpfixError, match=f"SLURM_STEP_RESV_PORTS must start with a port.*{bad!r}"):
+            job_env({**STEP, "SLURM_STEP_RESV_PORTS": bad}, ephemeral=EPH)
+    with pytest.raises(DdpfixError, match=r"port range 40000-40000 \(SLURM_STEP_RESV_PORTS\) overlaps"):
+        job_env({**STEP, "SLURM_STEP_RESV_PORTS": "40000-40001"}, ephemeral=EPH)
     # the step's nodes, not the job's: SLURM_NODEID numbers the step
     small = {**STEP, "SLURM_STEP_NODELIST": "node[2-3]", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "0"}
     env, _ = job_env(small, ephemeral=EPH)
@@ -226,7 +235,7 @@ def test_export_lines_are_shell_safe() -> None:
 
 
 def _export(env: dict[str, str], *args: str):
-    base = dict.fromkeys(("SLURM_HET_SIZE", "SLURM_STEP_NODELIST", "SLURM_GPUS_ON_NODE", "DDPFIX_PORT_RANGE", "DDPFIX_HET_GROUP", "DDPFIX_NPROC_PER_NODE"), "")
+    base = dict.fromkeys(("SLURM_HET_SIZE", "SLURM_STEP_NODELIST", "SLURM_GPUS_ON_NODE", "DDPFIX_PORT_RANGE", "DDPFIX_HET_GROUP", "DDPFIX_NPROC_PER_NODE", "SLURM_STEP_RESV_PORTS"), "")
     return CliRunner().invoke(cli, ["env", "--slurm", "--export", "--cluster-file", "/nonexistent/c.json", *args],
                               env={**base, **env})
 

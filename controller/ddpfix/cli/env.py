@@ -49,7 +49,8 @@ from ddpfix.remediate import HostPlan, master_unknown, run_remediation
               help="Heterogeneous job: the components whose nodes become ranks, in this order [env: DDPFIX_HET_GROUP].")
 @click.option("--port-range", metavar="LO-HI", envvar="DDPFIX_PORT_RANGE",
               help="--export: MASTER_PORT = LO + SLURM_JOB_ID mod the range's size; must lie outside the node's "
-                   "ephemeral range (default: the cluster file's job_port_range, else 29500-29999) "
+                   "ephemeral range (default: the step's SLURM_STEP_RESV_PORTS, else the cluster file's "
+                   "job_port_range, else 29500-29999) "
                    "[env: DDPFIX_PORT_RANGE].")
 @click.option("--nproc-per-node", type=click.IntRange(1, 1024), envvar="DDPFIX_NPROC_PER_NODE",
               help="--export: processes per node (default: SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1) "
