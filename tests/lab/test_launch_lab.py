@@ -140,16 +140,42 @@ def test_iptables_worker2_gives_the_nhc_line(lab_factory) -> None:
     assert code == 2 and out.startswith("ERROR: ddpfix: cluster-file: cluster file /nonexistent/cluster.json: ")
 
 
-#: A job step's task as the job's user: uid/gid 65534 (nobody: no sudo, cannot write /etc), with the SLURM_* variables
-#: srun gives a task on that node (no slurmd: the variables Slurm documents for a step, set per node).
+#: A job step's task as the job's user: uid/gid 65534 (nobody: no sudo, cannot write /etc).
 AS_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+#: The variables srun gives a task of a one-task-per-node step over the lab's 3 nodes (no slurmd: set per node).
+STEP_VARS = {"SLURM_JOB_ID": "880042", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_STEP_NODELIST": "node[1-3]",
+             "SLURM_JOB_NUM_NODES": "3", "SLURM_STEP_NUM_NODES": "3", "SLURM_NTASKS_PER_NODE": "1"}
+
+SRUN = '''#!{python}
+"""srun for the test: one task per lab node, all at once, as an unprivileged user, with the step's SLURM_* variables
+(SLURM_NODEID, SLURMD_NODENAME per node) and what srun propagates of the batch script's environment."""
+import os, subprocess, sys
+from ddpfix import lab
+args = sys.argv[1:]
+while args and args[0].startswith("--"):
+    args.pop(0)
+keep = {{k: os.environ[k] for k in ("DDPFIX", "TORCHRUN", "DDPFIX_NPROC_PER_NODE") if k in os.environ}}
+base = {{**{step!r}, **keep, "PATH": "{venv}:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
+        "DDPFIX_PG_TIMEOUT": "30"}}
+nodes = [n.name for n in lab.info({lab!r}).nodes]
+procs = [lab.node_popen({lab!r}, n, {as_user!r} + ["env"] + [k + "=" + v for k, v in base.items()]
+                        + ["SLURM_NODEID=%d" % i, "SLURMD_NODENAME=" + n] + args,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i, n in enumerate(nodes)]
+rc = 0
+for n, p in zip(nodes, procs):
+    out, _ = p.communicate(timeout=180)
+    sys.stdout.write("".join(n + ": " + ln + "\\n" for ln in out.splitlines()))
+    rc = rc or p.returncode
+sys.exit(rc)
+'''
 
 
-def test_slurm_step_exports_per_job_values_as_a_user_and_torch_allreduces(clean_lab) -> None:
+def test_slurm_batch_script_exports_per_job_values_as_a_user_and_torch_allreduces(clean_lab, tmp_path) -> None:
     """The Slurm flow of examples/slurm: the operator's one-time `env --apply` (ddp_env_scope: node: per-node keys
-    only), the Prolog's `check --local`, then on every node at once, as a non-root user, examples/slurm/ddp-step.sh:
-    `ddpfix env --slurm --export` from the step's SLURM_* variables (task-based, no GPUs) and a real torch all-reduce
-    from those values; /etc is not written by the job."""
+    only), the Prolog's `check --local`, then examples/slurm/train.sbatch of a task-based job without GPUs (2 tasks
+    per node) whose srun starts examples/slurm/ddp-step.sh on every node at once as an unprivileged user: `ddpfix env
+    --slurm --export` from the step's SLURM_* variables and a real torch all-reduce over 6 processes from those
+    values; the job writes nothing in /etc."""
     info = clean_lab
     r = ddpfix("-i", str(info.inventory), "-e", "ddp_env_scope=node", "-e", "ddp_job_port_range=21000-21999",
                "env", "--apply")
@@ -160,24 +186,27 @@ def test_slurm_step_exports_per_job_values_as_a_user_and_torch_allreduces(clean_
     assert "GLOO_SOCKET_IFNAME=" in env_file and "MASTER_ADDR" not in env_file and "NODE_RANK" not in env_file
     code, out, _ = check_local(info, "node2")  # the Prolog on a node-scope site
     assert (code, out) == (0, ""), out
-    step = str(ROOT / "examples" / "slurm" / "ddp-step.sh")
-    script = str(ROOT / "roles" / "ddpfix_verify" / "files" / "ddpfix_allreduce.py")
-    job = {"SLURM_JOB_ID": "880042", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_STEP_NODELIST": "node[1-3]",
-           "SLURM_JOB_NUM_NODES": "3", "SLURM_STEP_NUM_NODES": "3", "SLURM_NTASKS_PER_NODE": "1",
-           "SLURM_GPUS_ON_NODE": "0", "DDPFIX": f"{VENV_BIN}/ddpfix", "TORCHRUN": f"{VENV_BIN}/torchrun",
-           "PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "DDPFIX_PG_TIMEOUT": "30"}
-    procs = {n.name: lab.node_popen(info.name, n.name, [
-        *AS_USER, "env", *(f"{k}={v}" for k, v in {**job, "SLURM_NODEID": str(i), "SLURMD_NODENAME": n.name}.items()),
-        step, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i, n in enumerate(info.nodes)}
-    outs = {n: p.communicate(timeout=180)[0] for n, p in procs.items()}
-    assert all(p.returncode == 0 for p in procs.values()), {n: o[-1500:] for n, o in outs.items()}
-    results = {n: json.loads(o.split("DDPFIX_RESULT ", 1)[1].splitlines()[0]) for n, o in outs.items()}
-    assert {n: x["rank"] for n, x in results.items()} == {"node1": 0, "node2": 1, "node3": 2}
-    assert all(x["ok"] and x["world_size"] == 3 for x in results.values()), results
+    srun = tmp_path / "srun"
+    srun.write_text(SRUN.format(python=sys.executable, venv=VENV_BIN, lab=info.name, step=STEP_VARS,
+                                as_user=AS_USER))
+    srun.chmod(0o755)
+    job = {"SLURM_JOB_ID": "880042", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_JOB_NUM_NODES": "3",
+           "SLURM_NTASKS_PER_NODE": "2", "SLURM_SUBMIT_DIR": str(ROOT), "DDPFIX": f"{VENV_BIN}/ddpfix",
+           "TORCHRUN": f"{VENV_BIN}/torchrun", "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    batch = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "DDPFIX"))}
+    r = subprocess.run([str(ROOT / "examples" / "slurm" / "train.sbatch"),
+                        str(ROOT / "roles" / "ddpfix_verify" / "files" / "ddpfix_allreduce.py")],
+                       capture_output=True, text=True, timeout=600, env={**batch, **job})
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    results = [(ln.split(":", 1)[0], json.loads(ln.split("DDPFIX_RESULT ", 1)[1]))
+               for ln in r.stdout.splitlines() if "DDPFIX_RESULT " in ln]
+    assert all(x["ok"] and x["world_size"] == 6 for _, x in results), results
+    by_node = {n: sorted(x["rank"] for m, x in results if m == n) for n in ("node1", "node2", "node3")}
+    assert by_node == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}, results
     # the export itself, as that user on node3: the master's cluster address, the job's port in the site's range
-    r3 = lab.node_exec(info.name, "node3", [*AS_USER, "env", *(f"{k}={v}" for k, v in job.items()), "SLURM_NODEID=2",
-                                            "SLURMD_NODENAME=node3", f"{VENV_BIN}/ddpfix", "env", "--slurm", "--export"])
+    r3 = lab.node_exec(info.name, "node3", [*AS_USER, "env", *(f"{k}={v}" for k, v in STEP_VARS.items()),
+                                            "SLURM_NODEID=2", "SLURMD_NODENAME=node3", f"{VENV_BIN}/ddpfix", "env",
+                                            "--slurm", "--export"])
     assert f"export MASTER_ADDR={info.nodes[0].address}\n" in r3.stdout and "export MASTER_PORT=21042\n" in r3.stdout
-    assert "export NODE_RANK=2\n" in r3.stdout and "export PET_NPROC_PER_NODE=1\n" in r3.stdout
+    assert "export NODE_RANK=2\n" in r3.stdout and "export NNODES=3\n" in r3.stdout
     assert lab.node_exec(info.name, "node2", etc).stdout == before  # the job wrote nothing in /etc
