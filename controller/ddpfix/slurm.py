@@ -251,9 +251,10 @@ def node_rank(env: Mapping[str, str], hosts: list[str], het: bool) -> int:
 
 def master_address(master: str, doc: Mapping[str, Any] | None) -> tuple[str, str]:
     """(MASTER_ADDR, where it came from): the master's cluster address as the cluster file lists it (matched by
-    inventory name, host name or short host name), else the Slurm node name itself."""
+    inventory name or host name, each also without its domain), else the Slurm node name itself."""
     for n in (doc or {}).get("nodes") or []:
-        names = {str(n.get("name") or ""), str(n.get("hostname") or ""), str(n.get("hostname") or "").split(".")[0]}
+        full = (str(n.get("name") or ""), str(n.get("hostname") or ""))
+        names = {*full, *(x.split(".")[0] for x in full)}
         if master in names and n.get("address"):
             import ipaddress
 

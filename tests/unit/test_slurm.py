@@ -182,6 +182,9 @@ def test_job_env_per_job_values() -> None:
                    "NPROC_PER_NODE": "4", "PET_NNODES": "3", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "4",
                    "PET_MASTER_ADDR": "10.9.0.11", "PET_MASTER_PORT": "21042"}
     assert notes == []
+    # the cluster file names its nodes as the inventory does (an FQDN): Slurm's short name still finds the address
+    fqdn = {"nodes": [{"name": "node1.cluster.example", "hostname": None, "address": "10.9.0.11"}]}
+    assert job_env(STEP, doc=fqdn, ephemeral=EPH)[0]["MASTER_ADDR"] == "10.9.0.11"
     # no cluster file: the node name, with a note; the default range; GPUs on the node first
     env, notes = job_env({**STEP, "SLURM_GPUS_ON_NODE": "8"}, ephemeral=EPH)
     assert env["MASTER_ADDR"] == "node1" and env["MASTER_PORT"] == str(29500 + 4242 % 500)
