@@ -39,6 +39,8 @@ class Application:
     forks: int | None = None
     verbosity: int = 0
     slurm: bool = False  # --slurm: the inventory is the current Slurm allocation
+    #: the audit: a Slurm node count that disagrees with the node list is a finding, not a refusal
+    slurm_count_as_finding: bool = False
     extra: dict[str, object] = field(default_factory=dict)
     ansible: AnsibleArgs = field(default_factory=lambda: _ansible_args())  # -e/-u/-b/--private-key/-K
     started: float = field(default_factory=time.monotonic)  # the run's duration in reports (JUnit, Prometheus)
@@ -73,7 +75,7 @@ class Application:
         if self.slurm:
             from ddpfix.slurm import write_allocation_inventory
 
-            paths = (write_allocation_inventory(), *paths)
+            paths = (write_allocation_inventory(as_finding=self.slurm_count_as_finding), *paths)
         return paths
 
 

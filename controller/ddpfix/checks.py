@@ -22,6 +22,7 @@ from ddpfix.inventory import Cluster
 from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import (
     CLUSTER_KEYS,
+    LAUNCH_KEYS,
     NodePlan,
     cluster_nic,
     effective_cidr,
@@ -1596,7 +1597,7 @@ def check_env(ctx: Context) -> Iterable[Finding]:
                 f"NODE_RANK={r} is set on {len(ns)} nodes",
                 ", ".join(f"{n}: NODE_RANK={r}" for n in sorted(ns)),
             )
-    if len(existing) == len(ctx.cluster.nodes):
+    if len(existing) == len(ctx.cluster.nodes) and ctx.cluster.env_scope == "cluster":
         got = sorted(v.get("NODE_RANK", "") for v in existing.values())
         if got != sorted(str(i) for i in range(len(ctx.cluster.nodes))) and all(len(v) == 1 for v in ranks.values()):
             yield finding(
@@ -1610,6 +1611,9 @@ def check_env(ctx: Context) -> Iterable[Finding]:
         want = {k: v for k, v in ctx.plan[n].env.items() if v}
         # secret-looking values are compared by digest and shown as *** (env_differs): never the wanted value
         diff = [f"{k}={got} (want {shown})" for k, got, shown in env_differs(ef_n, want)]
+        if ctx.cluster.env_scope == "node":  # a node-global file must not pin a job's launch values
+            diff += [f"{k}={v} (per job: not in the file with ddp_env_scope: node)"
+                     for k, v in sorted((ef_n.get("managed") or {}).items()) if k in LAUNCH_KEYS]
         if diff:
             yield finding(
                 "env.inconsistent",
@@ -1617,6 +1621,26 @@ def check_env(ctx: Context) -> Iterable[Finding]:
                 f"{(ctx.facts[n] or {}).get('env_file', {}).get('path')} differs from what ddpfix would write",
                 "; ".join(diff),
             )
+
+
+@rules(
+    Rule(
+        "slurm.node-count-mismatch",
+        E,
+        "the Slurm allocation's node count (SLURM_JOB_NUM_NODES, SLURM_NNODES, SLURM_STEP_NUM_NODES) is not the "
+        "number of nodes its node list expands to (audit --slurm)",
+        "Run ddpfix inside one job step of one job, where srun sets that step's own SLURM_* variables; in a "
+        "heterogeneous job name the components that train with --het-group (DDPFIX_HET_GROUP). env --slurm, "
+        "remediate --slurm and inventory slurm refuse these variables (exit 2): a launch from them gets a wrong world "
+        "size.",
+    ),
+)
+def check_slurm_allocation(ctx: Context) -> Iterable[Finding]:
+    """The allocation the --slurm audit checks: its declared node count against its node list (slurm.py, which
+    puts a disagreement into the inventory it writes instead of refusing, for the audit only)."""
+    why = ctx.cluster.slurm_count_mismatch
+    if why:
+        yield finding("slurm.node-count-mismatch", None, f"the Slurm allocation's variables disagree: {why}", why)
 
 
 def run_checks(ctx: Context) -> list[Finding]:

@@ -43,6 +43,8 @@ def build(ctx: Context) -> dict[str, Any]:
         "nproc_per_node": c.nproc_per_node,
         "env_path": c.env_path,
         "env_process_vars": c.env_process_vars,
+        "env_scope": c.env_scope,
+        "job_port_range": c.job_port_range,
         "firewall": c.firewall,
         "skip_findings": list(c.skip_findings),
         "hosts_block": fingerprint(hosts_block(ctx.plan)),
@@ -124,6 +126,7 @@ def load(path: str, *, trusted: bool = True) -> tuple[Cluster, dict[str, Any]]:
     common = {"ddp_master": doc.get("master"), "ddp_master_port": doc.get("master_port"),
               "ddp_cluster_cidr": doc.get("cidr") or None, "ddp_nproc_per_node": doc.get("nproc_per_node", 1),
               "ddp_env_path": doc.get("env_path"), "ddp_env_process_vars": doc.get("env_process_vars", False),
+              "ddp_env_scope": doc.get("env_scope") or "cluster", "ddp_job_port_range": doc.get("job_port_range"),
               "ddp_skip_findings": doc.get("skip_findings") or [], "ddp_cluster_cidr_ack_broad": True}
     for hv in hostvars.values():
         hv.update(common)

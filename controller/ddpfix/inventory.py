@@ -21,6 +21,7 @@ GROUP = "ddp_nodes"
 FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "nftables", "none")
 DEFAULT_ENV_PATH = "/etc/ddpfix/ddp.env"
 DEFAULT_PORT = 29500
+ENV_SCOPES = ("cluster", "node")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,12 @@ class Cluster:
     env_path: str = DEFAULT_ENV_PATH
     env_adopt: bool = False  # add ddpfix's block to an existing env file ddpfix did not write
     env_process_vars: bool = False  # ddp_env_process_vars: also RANK/WORLD_SIZE/LOCAL_RANK (one process per node)
+    #: ddp_env_scope: "cluster" (the env file holds the launch keys) or "node" (per-node keys only: a Slurm site's
+    #: node-global file; each job step takes its launch keys from `ddpfix env --slurm --export`)
+    env_scope: str = "cluster"
+    job_port_range: str | None = None  # ddp_job_port_range "LO-HI": where a Slurm job's MASTER_PORT is taken from
+    #: ddp_slurm_count_mismatch: the --slurm audit's allocation declares another node count than its list
+    slurm_count_mismatch: str | None = None
     env_template: str | None = None  # ddp_env_template: a jinja2 file on the controller replacing the role's
     firewall: str = "auto"
     ntp_servers: tuple[str, ...] = ()
@@ -335,7 +342,22 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
             f"ddp_env_process_vars: true writes one RANK per node, so it needs ddp_nproc_per_node: 1, got {nproc} "
             "(with several processes per node torchrun sets RANK/WORLD_SIZE/LOCAL_RANK itself)"
         )
+    env_scope = str(mv.get("ddp_env_scope") or "cluster")
+    if env_scope not in ENV_SCOPES:
+        raise _bad(f"ddp_env_scope must be one of {', '.join(ENV_SCOPES)}, got {mv.get('ddp_env_scope')!r}")
+    if env_scope == "node" and env_process_vars:
+        raise _bad("ddp_env_process_vars: true writes ranks into the env file, which ddp_env_scope: node keeps per "
+                   "node only: set one of them")
+    job_ports = mv.get("ddp_job_port_range")
+    if job_ports not in (None, ""):
+        from ddpfix.slurm import parse_port_range
+
+        lo, hi = parse_port_range(job_ports, "ddp_job_port_range")
+        job_ports = f"{lo}-{hi}"
     env_template = _check_env_template(mv.get("ddp_env_template"), inventories)
+    mismatch = mv.get("ddp_slurm_count_mismatch")
+    if mismatch not in (None, "") and not isinstance(mismatch, str):
+        raise _bad(f"ddp_slurm_count_mismatch must be a string, got {mismatch!r}")
     firewall = str(mv.get("ddp_firewall") or "auto")
     if firewall not in FIREWALL_CHOICES:
         raise _bad(f"ddp_firewall must be one of {', '.join(FIREWALL_CHOICES)}, got {firewall!r}")
@@ -393,6 +415,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         env_path=env_path,
         env_adopt=env_adopt,
         env_process_vars=env_process_vars,
+        env_scope=env_scope,
+        job_port_range=str(job_ports) if job_ports else None,
+        slurm_count_mismatch=one_line(mismatch, 1000) if mismatch else None,
         env_template=env_template,
         firewall=firewall,
         ntp_servers=tuple(str(s) for s in ntp),

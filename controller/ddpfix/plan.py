@@ -17,6 +17,12 @@ from ddpfix.factguard import is_hostname, is_reserved_name
 from ddpfix.factguard import valid_ip as _valid_ip
 from ddpfix.inventory import Cluster, Node
 
+#: The launch keys (node_env's, before the socket interfaces): per job. With ddp_env_scope: node the env file holds
+#: none of them (a Slurm job step gets them from `ddpfix env --slurm --export`).
+LAUNCH_KEYS = frozenset({"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "RANK", "WORLD_SIZE",
+                         "LOCAL_RANK", "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR",
+                         "PET_MASTER_PORT"})
+
 #: Keys that must be identical on every node.
 CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "PET_MASTER_ADDR",
                 "PET_MASTER_PORT", "PET_NNODES", "PET_NPROC_PER_NODE")
@@ -154,6 +160,8 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
         ifname = cluster_nic(f, address=addr) if (f and addr) else None
         env = node_env(master_addr or "", cluster.master_port, nnodes, node.rank, cluster.nproc_per_node, ifname,
                        process_vars=cluster.env_process_vars)
+        if cluster.env_scope == "node":
+            env = {k: v for k, v in env.items() if k not in LAUNCH_KEYS}
         comments = fabric_env(node, f, gid_index, env)
         for k, v in node.env_extra:
             env[k] = v

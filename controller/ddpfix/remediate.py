@@ -114,7 +114,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     if write_env and not_ours:
         refusals.append("env files not written (on no node, so ranks stay consistent): " + env_refusal(not_ours))
         write_env = False
-    if write_env and not ctx.plan[ctx.cluster.master].env.get("MASTER_ADDR"):
+    if write_env and not ctx.plan[ctx.cluster.master].address:
         refusals.append(f"env files not written: {master_unknown(ctx)}")
         write_env = False
     hosts_needed = bool(all_ids & HOSTS_IDS) and (only is None or bool(only & HOSTS_IDS))
@@ -154,7 +154,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         hp.time = bool(mine & TIME_IDS) or (
             time_needed_any and ctx.cluster.ntp_local_master and name == ctx.cluster.master
         )
-        if write_env and ctx.plan[name].address and ctx.plan[name].env.get("MASTER_ADDR") and write_needed(
+        if write_env and ctx.plan[name].address and ctx.plan[ctx.cluster.master].address and write_needed(
             facts.get("env_file") or {}, ctx.plan[name], ctx.cluster.env_template
         ):  # only nodes whose block differs
             hp.env = dict(ctx.plan[name].env)

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ddpfix import lab
 
@@ -142,54 +140,73 @@ def test_iptables_worker2_gives_the_nhc_line(lab_factory) -> None:
     assert code == 2 and out.startswith("ERROR: ddpfix: cluster-file: cluster file /nonexistent/cluster.json: ")
 
 
+#: A job step's task as the job's user: uid/gid 65534 (nobody: no sudo, cannot write /etc).
+AS_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+#: The variables srun gives a task of a one-task-per-node step over the lab's 3 nodes (no slurmd: set per node).
+STEP_VARS = {"SLURM_JOB_ID": "880042", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_STEP_NODELIST": "node[1-3]",
+             "SLURM_JOB_NUM_NODES": "3", "SLURM_STEP_NUM_NODES": "3", "SLURM_NTASKS_PER_NODE": "1"}
+
 SRUN = '''#!{python}
-"""srun for the test: one task per lab node (SLURM_JOB_NODELIST), started at once, the command after srun's options."""
+"""srun for the test: one task per lab node, all at once, as an unprivileged user, with the step's SLURM_* variables
+(SLURM_NODEID, SLURMD_NODENAME per node) and what srun propagates of the batch script's environment."""
 import os, subprocess, sys
-sys.path.insert(0, {controller!r})
 from ddpfix import lab
 args = sys.argv[1:]
 while args and args[0].startswith("--"):
     args.pop(0)
-env = ["env", "PATH={venv}:/usr/bin:/bin", "TORCHRUN={venv}/torchrun", "DDPFIX_PG_TIMEOUT=30"]
+keep = {{k: os.environ[k] for k in ("DDPFIX", "TORCHRUN", "DDPFIX_NPROC_PER_NODE") if k in os.environ}}
+base = {{**{step!r}, **keep, "PATH": "{venv}:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
+        "DDPFIX_PG_TIMEOUT": "30"}}
 nodes = [n.name for n in lab.info({lab!r}).nodes]
-procs = [lab.node_popen({lab!r}, n, env + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-         for n in nodes]
+procs = [lab.node_popen({lab!r}, n, {as_user!r} + ["env"] + [k + "=" + v for k, v in base.items()]
+                        + ["SLURM_NODEID=%d" % i, "SLURMD_NODENAME=" + n] + args,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i, n in enumerate(nodes)]
 rc = 0
 for n, p in zip(nodes, procs):
-    out, _ = p.communicate(timeout=120)
+    out, _ = p.communicate(timeout=180)
     sys.stdout.write("".join(n + ": " + ln + "\\n" for ln in out.splitlines()))
     rc = rc or p.returncode
 sys.exit(rc)
 '''
 
 
-def test_torchrun_example_runs_the_allreduce_from_the_env_files(clean_lab, tmp_path) -> None:
+def test_slurm_batch_script_exports_per_job_values_as_a_user_and_torch_allreduces(clean_lab, tmp_path) -> None:
+    """The Slurm flow of examples/slurm: the operator's one-time `env --apply` (ddp_env_scope: node: per-node keys
+    only), the Prolog's `check --local`, then examples/slurm/train.sbatch of a task-based job without GPUs (2 tasks
+    per node) whose srun starts examples/slurm/ddp-step.sh on every node at once as an unprivileged user: `ddpfix env
+    --slurm --export` from the step's SLURM_* variables and a real torch all-reduce over 6 processes from those
+    values; the job writes nothing in /etc."""
     info = clean_lab
-    hand = yaml.safe_load(info.inventory.read_text())["all"]["children"]["ddp_nodes"]["vars"]
-    site = {k: v for k, v in hand.items() if k not in ("ddp_master", "ansible_ssh_common_args")}
-    site["ansible_ssh_common_args"] = f"-F {info.ssh_config}"
-    (tmp_path / "site.yml").write_text(yaml.safe_dump({"ddp_nodes": {"vars": site}}))
-    wrapper = tmp_path / "ddpfix"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from ddpfix.cli import main; main()' \"$@\"\n")
+    r = ddpfix("-i", str(info.inventory), "-e", "ddp_env_scope=node", "-e", "ddp_job_port_range=21000-21999",
+               "env", "--apply")
+    assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-1500:])
+    etc = ["sh", "-c", "cat /etc/ddpfix/ddp.env /etc/ddpfix/cluster.json"]
+    before = lab.node_exec(info.name, "node2", etc).stdout
+    env_file = lab.node_exec(info.name, "node2", ["cat", "/etc/ddpfix/ddp.env"]).stdout
+    assert "GLOO_SOCKET_IFNAME=" in env_file and "MASTER_ADDR" not in env_file and "NODE_RANK" not in env_file
+    code, out, _ = check_local(info, "node2")  # the Prolog on a node-scope site
+    assert (code, out) == (0, ""), out
     srun = tmp_path / "srun"
-    srun.write_text(SRUN.format(python=sys.executable, controller=str(ROOT / "controller"), venv=VENV_BIN,
-                                lab=info.name))
-    for f in (wrapper, srun):
-        f.chmod(f.stat().st_mode | stat.S_IEXEC)
-    # the env files must come from this run: no file from an earlier test
-    for n in info.nodes:
-        lab.node_exec(info.name, n.name, ["rm", "-f", "/etc/ddpfix/ddp.env", "/etc/ddpfix/cluster.json"])
-    env = {"SLURM_JOB_NODELIST": "node[1-3]", "SLURM_JOB_NUM_NODES": "3", "SLURM_NTASKS_PER_NODE": "1",
-           "DDPFIX": str(wrapper), "DDPFIX_INVENTORY": str(tmp_path / "site.yml"), "SRUN": str(srun)}
-    script = str(ROOT / "roles" / "ddpfix_verify" / "files" / "ddpfix_allreduce.py")
-    r = subprocess.run([str(ROOT / "examples" / "torchrun.sh"), script], capture_output=True, text=True, timeout=900,
-                       env={**os.environ, **env})
+    srun.write_text(SRUN.format(python=sys.executable, venv=VENV_BIN, lab=info.name, step=STEP_VARS,
+                                as_user=AS_USER))
+    srun.chmod(0o755)
+    job = {"SLURM_JOB_ID": "880042", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_JOB_NUM_NODES": "3",
+           "SLURM_NTASKS_PER_NODE": "2", "SLURM_SUBMIT_DIR": str(ROOT), "DDPFIX": f"{VENV_BIN}/ddpfix",
+           "TORCHRUN": f"{VENV_BIN}/torchrun", "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    batch = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "DDPFIX"))}
+    r = subprocess.run([str(ROOT / "examples" / "slurm" / "train.sbatch"),
+                        str(ROOT / "roles" / "ddpfix_verify" / "files" / "ddpfix_allreduce.py")],
+                       capture_output=True, text=True, timeout=600, env={**batch, **job})
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    results = [json.loads(ln.split("DDPFIX_RESULT ", 1)[1]) for ln in r.stdout.splitlines() if "DDPFIX_RESULT " in ln]
-    assert sorted(x["rank"] for x in results) == [0, 1, 2] and all(x["ok"] and x["world_size"] == 3 for x in results)
-    # the ranks are the env files' (node order of the allocation), read by torchrun from PET_* alone
-    by_node = {ln.split(":", 1)[0]: json.loads(ln.split("DDPFIX_RESULT ", 1)[1])["rank"]
-               for ln in r.stdout.splitlines() if "DDPFIX_RESULT " in ln}
-    assert by_node == {"node1": 0, "node2": 1, "node3": 2}
-    text = lab.node_exec(info.name, "node2", ["cat", "/etc/ddpfix/ddp.env"]).stdout
-    assert "PET_NODE_RANK=1\n" in text and "\nRANK=" not in text and "WORLD_SIZE=" not in text
+    results = [(ln.split(":", 1)[0], json.loads(ln.split("DDPFIX_RESULT ", 1)[1]))
+               for ln in r.stdout.splitlines() if "DDPFIX_RESULT " in ln]
+    assert all(x["ok"] and x["world_size"] == 6 for _, x in results), results
+    by_node = {n: sorted(x["rank"] for m, x in results if m == n) for n in ("node1", "node2", "node3")}
+    assert by_node == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}, results
+    # the export itself, as that user on node3: the master's cluster address, the job's port in the site's range
+    r3 = lab.node_exec(info.name, "node3", [*AS_USER, "env", *(f"{k}={v}" for k, v in STEP_VARS.items()),
+                                            "SLURM_NODEID=2", "SLURMD_NODENAME=node3", f"{VENV_BIN}/ddpfix", "env",
+                                            "--slurm", "--export"])
+    assert f"export MASTER_ADDR={info.nodes[0].address}\n" in r3.stdout and "export MASTER_PORT=21042\n" in r3.stdout
+    assert "export NODE_RANK=2\n" in r3.stdout and "export NNODES=3\n" in r3.stdout
+    assert lab.node_exec(info.name, "node2", etc).stdout == before  # the job wrote nothing in /etc

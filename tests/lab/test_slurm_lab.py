@@ -32,14 +32,19 @@ def test_slurm_allocation_equals_hand_written_inventory(lab_factory, tmp_path) -
     site_inv.write_text(yaml.safe_dump({"ddp_nodes": {"vars": site}}))
 
     code_hand, hand_doc = _audit(["audit", "-i", str(info.inventory)])
+    # variables from another step: SLURM_NNODES disagrees with the list; the audit (a check the user asked for)
+    # reports it as a finding and audits the listed nodes (env/remediate/inventory refuse it, exit 2: unit tests)
     code_slurm, slurm_doc = _audit(["audit", "--slurm", "-i", str(site_inv)],
-                                   env={"SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NTASKS_PER_NODE": "1"})
+                                   env={"SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NTASKS_PER_NODE": "1",
+                                        "SLURM_NNODES": "4"})
     assert code_hand == code_slurm == 1
 
     def key(doc: dict) -> set[tuple[str, str | None]]:
         return {(f["id"], f["host"]) for f in doc["findings"] if f["id"] != "time.skew"}
 
-    assert key(slurm_doc) == key(hand_doc)
+    assert key(slurm_doc) == key(hand_doc) | {("slurm.node-count-mismatch", None)}
+    mismatch = next(f for f in slurm_doc["findings"] if f["id"] == "slurm.node-count-mismatch")
+    assert "SLURM_NNODES='4' but SLURM_JOB_NODELIST 'node[1-3]' expands to 3 nodes" in mismatch["evidence"]
     assert ("hosts.hostname-loopback", "node3") in key(slurm_doc)
     assert slurm_doc["cluster"] == hand_doc["cluster"]
     assert {h: d["rank"] for h, d in slurm_doc["hosts"].items()} == {"node1": 0, "node2": 1, "node3": 2}

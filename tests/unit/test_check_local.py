@@ -254,3 +254,43 @@ def test_undecided_firewall_rule_fails_the_local_check(sim: Sim, tmp_path: Path,
     got = local.failures(_local_findings(sim, path, "node1", monkeypatch))
     assert [f.id for f in got] == ["firewall.undecided"]
     assert "--match-set ok src -j DROP" in got[0].evidence and got[0].severity.label == "error"
+
+
+def test_node_scope_cluster_file_and_env_file_hold_per_node_values_only(sim: Sim, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """ddp_env_scope: node (a Slurm site's node-global files): the env file keeps the interfaces, no launch key; the
+    cluster file carries the scope and the job port range; check --local passes on it, and flags a launch key left in
+    the block (a job's values pinned in /etc)."""
+    from ddpfix.plan import LAUNCH_KEYS
+
+    sim.set_var(None, ddp_env_scope="node", ddp_job_port_range="21000-21999")
+    path = _cluster_file(sim, tmp_path)
+    cluster, doc = clusterfile.load(str(path))
+    assert (cluster.env_scope, cluster.job_port_range) == ("node", "21000-21999")
+    assert (doc["env_scope"], doc["job_port_range"]) == ("node", "21000-21999")
+    managed = sim.node("node2")["env_file"]["managed"]
+    assert managed["GLOO_SOCKET_IFNAME"] == "eth0" and not LAUNCH_KEYS & set(managed)
+    assert [f.id for f in local.failures(_local_findings(sim, path, "node2", monkeypatch))] == []
+    assert not [f for f in sim.findings() if f.id.startswith("env.")]
+    # an old cluster-scope file on a node of a node-scope site: its per-job keys are reported
+    sim.set_var(None, ddp_env_scope="cluster")
+    sim.write_planned_env_files()
+    sim.set_var(None, ddp_env_scope="node")
+    found = [f for f in sim.findings() if f.id == "env.inconsistent" and f.host == "node2"]
+    assert found and "MASTER_ADDR=" in found[0].evidence and "per job" in found[0].evidence
+
+
+@pytest.mark.parametrize("var,value,needle", [
+    ("ddp_env_scope", "job", "ddp_env_scope must be one of cluster, node, got 'job'"),
+    ("ddp_job_port_range", "40000", "ddp_job_port_range must be a port range LO-HI"),
+])
+def test_node_scope_inputs_are_validated(sim: Sim, var: str, value: str, needle: str) -> None:
+    from ddpfix.app import DdpfixError
+
+    sim.set_var(None, **{var: value})
+    with pytest.raises(DdpfixError, match=needle):
+        sim.cluster()
+    sim.set_var(None, **{var: "node" if var == "ddp_env_scope" else "21000-21999"}, ddp_env_process_vars=True)
+    if var == "ddp_env_scope":
+        with pytest.raises(DdpfixError, match="ddp_env_scope: node keeps per node only"):
+            sim.cluster()

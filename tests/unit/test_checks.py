@@ -571,6 +571,17 @@ def _(sim: Sim) -> Expect:
 # ============================================================ env files
 
 
+@case("slurm.node-count-mismatch")
+def _(sim: Sim) -> Expect:
+    # what `audit --slurm` writes into the allocation's inventory when SLURM_NNODES disagrees with the list
+    from ddpfix.slurm import inventory_from_allocation
+
+    gvars = inventory_from_allocation({"SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NNODES": "4"},
+                                      as_finding=True)["ddp_nodes"]["vars"]
+    sim.set_var(None, ddp_slurm_count_mismatch=gvars["ddp_slurm_count_mismatch"])
+    return None, ["SLURM_NNODES='4' but SLURM_JOB_NODELIST 'node[1-3]' expands to 3 nodes"]
+
+
 @case("env.missing")
 def _(sim: Sim) -> Expect:
     return "node2", ["stat /etc/ddpfix/ddp.env: no such file"]  # the clean cluster: nothing written yet

@@ -66,19 +66,23 @@ def test_body_block_merges_like_values() -> None:
     assert sup == ["A"] and "USER_KEY=1\n" in text and "# node a\nA=1\nB=x=y\n" in text
 
 
-def test_env_cli_sbatch_line_and_option_errors() -> None:
+def test_env_cli_sbatch_script_and_option_errors() -> None:
     from click.testing import CliRunner
 
     from ddpfix.cli import cli
 
     r = CliRunner().invoke(cli, ["-i", "a,b,c,", "env", "--format", "sbatch", "--", "train.py", "--lr", "0.1"])
     assert r.exit_code == 0, r.output
-    assert r.output == ("srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --nodelist=a,b,c --kill-on-bad-exit=1 bash -c "
-                        "'set -a; . /etc/ddpfix/ddp.env; set +a; exec torchrun --max-restarts=0 \"$@\"' torchrun "
-                        "train.py --lr 0.1\n")
+    # a batch script: directives, then one task per node that evaluates this job's values on its node at run time
+    assert r.output == (
+        "#!/bin/bash\n# Written by `ddpfix env --format sbatch` for the inventory's 3 nodes: sbatch this file.\n"
+        "#SBATCH --nodes=3\n#SBATCH --ntasks-per-node=1\n#SBATCH --nodelist=a,b,c\nexport DDPFIX_NPROC_PER_NODE=1\n"
+        "srun --kill-on-bad-exit=1 bash -c 'if [ -r /etc/ddpfix/ddp.env ]; then set -a; . /etc/ddpfix/ddp.env; set +a; "
+        "fi; v=$(${DDPFIX:-ddpfix} env --slurm --export) && eval \"$v\" && exec torchrun --max-restarts=0 \"$@\"' "
+        "torchrun train.py --lr 0.1\n")
     for args, why in ((["--stdout"], "--stdout prints one node's file: give --node NAME"),
                       (["--stdout", "--node", "zz"], "--node 'zz' is not a host of the inventory"),
-                      (["--format", "sbatch", "--apply"], "--format sbatch prints the srun line only"),
+                      (["--format", "sbatch", "--apply"], "--format sbatch prints a batch script only"),
                       (["--node", "a", "--apply"], "to write on some nodes use --limit")):
         r = CliRunner().invoke(cli, ["-i", "a,b,c,", "env", *args])
         assert r.exit_code == 2 and why in r.output, (args, r.output)

@@ -39,6 +39,7 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     Exit 0: nothing at or above --fail-on; 1: findings; 2: invalid input; 3: the run failed.
     """
     output_target(fmt, output)  # a contradicting -o is refused before anything runs
+    app.slurm_count_as_finding = True  # the user asked for a check: slurm.node-count-mismatch, not a refusal
     inventories = inventory_of(app)  # read once, by the audit's ansible-playbook (its first task derives the cluster)
     with Progress(None, "ddpfix audit", enabled=None if fmt in ("text", "table") else False) as progress:
         result = run_audit(None, inventories=inventories, limit=app.limit, forks=app.forks, verbosity=app.verbosity,

@@ -1,4 +1,6 @@
-"""`ddpfix env`: the per-node env file (MASTER_ADDR, ranks, socket interface) for launch scripts and torchrun."""
+"""`ddpfix env`: the per-node env file (MASTER_ADDR, ranks, socket interface) for launch scripts and torchrun, and
+`--slurm --export`: a Slurm job step's per-job values, derived on the node at run time (no SSH, no root, nothing
+written)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import tempfile
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import collect
 from ddpfix.checks import not_read
+from ddpfix.cli.check import DEFAULT_CLUSTER_FILE
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
 from ddpfix.inventory import Cluster
@@ -36,11 +40,30 @@ from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 @click.option("--show-secrets", is_flag=True,
               help="With --stdout: print secret-looking values as they are (for a file a launch script sources).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sbatch"]), default="text", show_default=True,
-              help="sbatch: print the `srun ... torchrun` line for these nodes (reads no node).")
+              help="sbatch: print a batch script for these nodes (#SBATCH directives, then a step that evaluates "
+                   "`ddpfix env --slurm --export` and starts torchrun on each node); reads no node.")
+@click.option("--export", "export", is_flag=True,
+              help="With --slurm, inside a job step on each node: print this node's per-job values as `export` "
+                   "lines for eval (no SSH, no root, nothing written).")
+@click.option("--het-group", metavar="N[,M]", envvar="DDPFIX_HET_GROUP",
+              help="Heterogeneous job: the components whose nodes become ranks, in this order [env: DDPFIX_HET_GROUP].")
+@click.option("--port-range", metavar="LO-HI", envvar="DDPFIX_PORT_RANGE",
+              help="--export: MASTER_PORT = LO + SLURM_JOB_ID mod the range's size; must lie outside the node's "
+                   "ephemeral range (default: the step's SLURM_STEP_RESV_PORTS, else the cluster file's "
+                   "job_port_range, else 29500-29999) "
+                   "[env: DDPFIX_PORT_RANGE].")
+@click.option("--nproc-per-node", type=click.IntRange(1, 1024), envvar="DDPFIX_NPROC_PER_NODE",
+              help="--export: processes per node (default: SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1) "
+                   "[env: DDPFIX_NPROC_PER_NODE].")
+@click.option("--cluster-file", type=click.Path(dir_okay=False), envvar="DDPFIX_CLUSTER_FILE",
+              default=DEFAULT_CLUSTER_FILE, show_default=True,
+              help="--export: the node's cluster file (the master's cluster address, the site's port range) "
+                   "[env: DDPFIX_CLUSTER_FILE].")
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def command(app: Application, apply: bool, local_dir: str | None, allow_partial: bool, node: str | None,
-            to_stdout: bool, show_secrets: bool, fmt: str, script: tuple[str, ...]) -> None:
+            to_stdout: bool, show_secrets: bool, fmt: str, export: bool, het_group: str | None,
+            port_range: str | None, nproc_per_node: int | None, cluster_file: str, script: tuple[str, ...]) -> None:
     """Render each node's env file from the inventory and the nodes' facts; --apply writes it on the nodes.
 
     ddpfix's keys live in a managed block; the file's other lines are kept. An existing file ddpfix did not
@@ -50,7 +73,16 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     makes the others renumber: with one missing, nothing is written (exit 1) unless --allow-partial.
 
     --apply also writes cluster.json next to the env file, the cluster view of `ddpfix check --local`.
-    --format sbatch [SCRIPT ARGS...] prints the srun line that starts torchrun on every node from its env file.
+    --format sbatch [SCRIPT ARGS...] prints a batch script for these nodes: #SBATCH directives, then one srun task
+    per node that sources the node's env file, evaluates `ddpfix env --slurm --export` and starts torchrun.
+
+    Slurm (`--slurm --export`, in a job step on each node, as the job's user): MASTER_ADDR (the first node of the
+    step's node list, at its cluster address from the cluster file, else its Slurm name), MASTER_PORT (from
+    SLURM_JOB_ID inside --port-range, outside the ephemeral range), NNODES, NODE_RANK (SLURM_NODEID), NPROC_PER_NODE
+    and torchrun's PET_* names, as `export` lines: `v=$(ddpfix env --slurm --export) && eval "$v"`. A
+    heterogeneous job needs --het-group. Exit 2 on a bad or inconsistent SLURM_* variable, naming it. With
+    ddp_env_scope: node, --apply (the operator's, once) writes only per-node keys (interfaces, fabric) and the
+    cluster file.
 
     Secret-looking values (keys naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE, SESSION, or
     URL userinfo) are printed as ***; --local-dir files hold them (mode 0600), --stdout --show-secrets prints them.
@@ -58,12 +90,23 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     if show_secrets and not to_stdout:
         raise DdpfixError("--show-secrets goes with --stdout --node NAME only (the other outputs never show secrets)",
                           ExitCode.INVALID_INPUT)
+    if export:
+        if not app.slurm or apply or to_stdout or local_dir or node or fmt != "text" or script:
+            raise DdpfixError("--export prints this job step's values: it goes with --slurm alone (no --apply, "
+                              "--stdout, --local-dir, --node, --format or script)", ExitCode.INVALID_INPUT)
+        _export(het_group, port_range, nproc_per_node, cluster_file)
+        return
+    if het_group is not None and not app.slurm and \
+            click.get_current_context().get_parameter_source("het_group") == ParameterSource.COMMANDLINE:
+        raise DdpfixError("--het-group selects components of a Slurm allocation: add --slurm", ExitCode.INVALID_INPUT)
+    if het_group:
+        os.environ["DDPFIX_HET_GROUP"] = het_group  # the --slurm inventory reads it
     cluster = cluster_of(app)
     if fmt == "sbatch":
         if apply or to_stdout or local_dir or node:
-            raise DdpfixError("--format sbatch prints the srun line only: drop --apply/--stdout/--local-dir/--node",
+            raise DdpfixError("--format sbatch prints a batch script only: drop --apply/--stdout/--local-dir/--node",
                               ExitCode.INVALID_INPUT)
-        click.echo(srun_line(cluster, script))
+        click.echo(sbatch_script(cluster, script), nl=False)
         return
     if script:
         raise DdpfixError(f"unexpected argument {script[0]!r} (a training script goes with --format sbatch)",
@@ -89,7 +132,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     if not ctx.cidr:
         why = f": the master {cluster.master} was not read" if not ctx.facts.get(cluster.master) else ""
         raise DdpfixError(f"the cluster network is unknown{why} (set ddp_cluster_cidr)", ExitCode.INVALID_INPUT)
-    if not ctx.plan[cluster.master].env.get("MASTER_ADDR"):
+    if not ctx.plan[cluster.master].address:
         click.echo(f"ddpfix: refused: {master_unknown(ctx)}", err=True)
         raise SystemExit(int(ExitCode.FINDINGS))
     unusable = [n for n, p in ctx.plan.items() if n in ctx.hosts and n not in missing and not p.address]
@@ -138,15 +181,40 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
             raise SystemExit(int(ExitCode.FINDINGS))
 
 
-def srun_line(cluster: Cluster, script: tuple[str, ...]) -> str:
-    """srun starts one task per node; each sources its node's env file, so a bare torchrun reads PET_NNODES,
-    PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR and PET_MASTER_PORT from it (ranks are the file's, not
-    Slurm's task order)."""
+def _export(het_group: str | None, port_range: str | None, nproc: int | None, cluster_file: str) -> None:
+    """`env --slurm --export`: this node's per-job values as `export` lines on stdout, notes on stderr."""
+    from ddpfix import clusterfile
+    from ddpfix.slurm import export_lines, job_env, parse_het_groups, parse_port_range
+
+    doc = clusterfile.load(cluster_file)[1] if os.path.lexists(cluster_file) else None
+    values, notes = job_env(os.environ, het_groups=parse_het_groups(het_group) if het_group else (),
+                            port_range=parse_port_range(port_range, "--port-range") if port_range else None,
+                            port_source="--port-range", nproc=nproc, doc=doc)
+    for note in notes:
+        click.echo(note, err=True)
+    sys.stdout.write(export_lines(values))
+
+
+#: What each task of the batch script's step runs on its node: the node's own env file (interfaces, fabric), then
+#: this job's values (they come after, so they win over any launch key an older file still holds), then torchrun.
+STEP = ('if [ -r {env} ]; then set -a; . {env}; set +a; fi; '
+        'v=$(${{DDPFIX:-ddpfix}} env --slurm --export) && eval "$v" && exec torchrun --max-restarts=0 "$@"')
+
+
+def sbatch_script(cluster: Cluster, script: tuple[str, ...]) -> str:
+    """A batch script for the inventory's nodes: #SBATCH directives (one task per node: torchrun starts the
+    node's processes), then the step. Per-job values come from `env --slurm --export` inside the step, at run time
+    on each node, so nothing of this job is written to /etc and two jobs never share a file."""
     n = len(cluster.nodes)
     args = " ".join(shlex.quote(a) for a in script) if script else '"$@"'
-    inner = f"set -a; . {shlex.quote(cluster.env_path)}; set +a; exec torchrun --max-restarts=0 \"$@\""
-    return (f"srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --nodelist={','.join(cluster.names)} "
-            f"--kill-on-bad-exit=1 bash -c '{inner}' torchrun {args}")
+    step = STEP.format(env=shlex.quote(cluster.env_path))
+    return (f"#!/bin/bash\n"
+            f"# Written by `ddpfix env --format sbatch` for the inventory's {n} nodes: sbatch this file.\n"
+            f"#SBATCH --nodes={n}\n"
+            f"#SBATCH --ntasks-per-node=1\n"
+            f"#SBATCH --nodelist={','.join(cluster.names)}\n"
+            f"export DDPFIX_NPROC_PER_NODE={cluster.nproc_per_node}\n"
+            f"srun --kill-on-bad-exit=1 bash -c {shlex.quote(step)} torchrun {args}\n")
 
 
 def _atomic_write(path: Path, text: str) -> None:
