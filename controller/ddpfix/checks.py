@@ -278,6 +278,9 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
             check = f.var("check")
             if f.host == name and f.id in UNDECIDED and check and (check, name) not in reported:
                 items.append({"id": check, "reason": f"undecided ({f.id}): {f.var('rule')}"})
+        why_not = ifreach.undecided(ctx.reach.get(name))
+        if why_not:
+            items.append({"id": "netif.cannot-reach-peers", "reason": why_not})
         for c in (ctx.hosts[name].probe or {}).get("connects") or []:  # a peer that did not run: not a failure
             why = None if c.get("ok") else probe_not_evaluated(ctx, c)
             if why:

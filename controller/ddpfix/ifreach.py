@@ -27,6 +27,17 @@ def decisive(reach: Reach | None) -> bool:
     return bool(peers(reach))
 
 
+def undecided(reach: Reach | None) -> str | None:
+    """Why evidence that compares interfaces decides nothing (the check is then not evaluated), or None."""
+    if not reach or len(reach) < 2:
+        return None
+    unbound = [n for n, e in reach.items() if not e.get("device")]
+    if unbound:
+        return (f"the reach probe's connects from {', '.join(unbound)} could not be bound to the device "
+                "(SO_BINDTODEVICE needs CAP_NET_RAW): they may have left by another interface")
+    return None
+
+
 def peers(reach: Reach) -> list[str]:
     """Every peer some interface dialled, sorted."""
     return sorted({p for e in reach.values() for p in [*(e.get("reached") or []), *(e.get("failed") or {})]})

@@ -258,6 +258,7 @@ def test_every_finding_id_has_a_lab_test() -> None:
     # test_firewall_faults_lab.py: test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local
     covered |= {"firewall.undecided", "firewall.undecided-accept"}
     covered |= {"hosts.peer-name-other-network"}  # test_fleet_shape_lab.py: its own (data) cluster network
+    covered |= {"netif.cannot-reach-peers"}  # test_fleet_shape_lab.py: isolated-nic on the data network
     from test_fabric_lab import LAB_COVERED  # the fabric.* ids: test_fabric_lab.py
 
     covered |= LAB_COVERED

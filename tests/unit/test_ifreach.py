@@ -171,3 +171,14 @@ def test_any_reach_value_is_validated(ifname: str, address: str, peer: str, why:
         for p in [*e["reached"], *e["failed"]]:
             assert "\n" not in p and "{" not in p and "$" not in p
         assert all("\n" not in w and "\x1b" not in w for w in e["failed"].values())
+
+
+def test_unbound_reach_is_not_evaluated_never_a_pass(sim: Sim) -> None:
+    from ddpfix.checks import not_evaluated, run_checks
+
+    _iso_first(sim, {"iso0": {**ISO_FAILS["iso0"], "device": False}, "eth0": ISO_FAILS["eth0"]})
+    ctx = sim.context()
+    findings = run_checks(ctx)
+    assert not [f for f in findings if f.id == "netif.cannot-reach-peers"]
+    (item,) = [i for i in not_evaluated(ctx, findings).get("node3", []) if i["id"] == "netif.cannot-reach-peers"]
+    assert "iso0" in item["reason"] and "CAP_NET_RAW" in item["reason"]
