@@ -537,8 +537,13 @@ def test_every_scenario_is_checked_and_documented() -> None:
 FABRIC_SCENARIOS = [s for s in CHECKS if s.startswith("fabric-")]
 
 
+#: Scenarios whose check runs inside another lab test's lab (no bring-up of their own): isolated-nic in
+#: tests/lab/test_fleet_shape_lab.py, on the data network.
+CHECKED_ELSEWHERE = frozenset({"isolated-nic"})
+
+
 @pytest.mark.lab
-@pytest.mark.parametrize("scenario", [s for s in CHECKS if s not in FABRIC_SCENARIOS])
+@pytest.mark.parametrize("scenario", [s for s in CHECKS if s not in FABRIC_SCENARIOS and s not in CHECKED_ELSEWHERE])
 def test_scenario_builds_its_fault(scenario: str, temp_lab) -> None:
     info = temp_lab(nodes=3, scenario=scenario)
     CHECKS[scenario](info)
