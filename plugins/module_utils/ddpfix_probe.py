@@ -420,9 +420,8 @@ def reach_result(targets, connects, extra, via, main_ifname, main_address, main_
             continue
         peer = t.get("name") or t["address"]
         rows = [(main_ifname, connects[i], main_device)] if main_ifname else []
-        rows += [(c["ifname"], *(extra[i][j] or ({"ok": False, "error": "not dialled (the prober stopped)"}, True)))
-                 for j, c in enumerate(via)]
-        for ifname, r, device in rows:
+        rows += [(c["ifname"], *extra[i][j]) for j, c in enumerate(via) if extra[i][j] is not None]
+        for ifname, r, device in rows:  # a candidate not dialled (the prober stopped first) neither reached nor failed
             e = out[ifname]
             e["device"] = e["device"] and bool(device)
             if reached(r):

@@ -121,3 +121,16 @@ def test_one_dialers_extra_connects_count_once() -> None:
     nat = pr.source_dialers({"peer": [{"name": "a", "address": "10.0.0.5"}, {"name": "b", "address": "10.0.0.5"}]},
                             "", resolver=lambda n: [])
     assert nat is not None and pr.inbound_count(["10.0.0.5", "10.0.0.5"], nat["peer"]) == 2
+
+
+def test_a_candidate_not_dialled_neither_reached_nor_failed() -> None:
+    targets = [{"name": "node2", "address": "10.0.0.2", "port": 1, "kind": "peer"},
+               {"name": "node3", "address": "10.0.0.3", "port": 1, "kind": "peer"}]
+    connects = [{"ok": True, "error": None}, {"ok": False, "error": "connection refused (ECONNREFUSED)"}]
+    via = [{"ifname": "iso0", "address": "10.0.0.99", "speed": None}]
+    extra = [[({"ok": False, "error": "timed out after 2.0s"}, True)], [None]]  # the prober stopped before node3
+    got = pr.reach_result(targets, connects, extra, via, "eth0", "10.0.0.1", 25000, True)
+    assert got == {"eth0": {"address": "10.0.0.1", "speed": 25000, "device": True, "reached": ["node2", "node3"],
+                            "failed": {}},
+                   "iso0": {"address": "10.0.0.99", "speed": None, "device": True, "reached": [],
+                            "failed": {"node2": "timed out after 2.0s"}}}
