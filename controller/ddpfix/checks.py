@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from ddpfix import firewall
+from ddpfix import firewall, ifreach
 from ddpfix import rules as registry
-from ddpfix.factguard import guard_facts
+from ddpfix.factguard import guard_facts, guard_reach
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
 from ddpfix.nodefacts import NodeFacts, ProbeResult
@@ -79,6 +79,8 @@ class Context:
     cluster: Cluster
     hosts: dict[str, HostFacts]
     thresholds: Thresholds = field(default_factory=Thresholds)
+    #: socket interfaces chosen before, by the interface reach probe of an audit (check --local: the cluster file's)
+    ifnames: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
@@ -86,9 +88,19 @@ class Context:
         checked = {n: guard_facts(f) for n, f in raw.items() if f}
         self.invalid: dict[str, list[tuple[str, str, str]]] = {n: p for n, (p, _) in checked.items() if p}
         self.facts: dict[str, NodeFacts | None] = {n: (checked[n][1] if n in checked else None) for n in raw}
+        #: the interface reach probe of each node that ran one (probe.reach), validated like the facts
+        self.reach: dict[str, dict[str, dict[str, Any]]] = {}
+        for n, h in self.hosts.items():
+            got = (h.probe or {}).get("reach") if h.reachable and self.facts.get(n) else None
+            if got is None:
+                continue
+            problems, self.reach[n] = guard_reach(got)
+            seen = self.invalid.get(n, [])  # the facts' own probe (folded there) was guarded already
+            if new := [p for p in problems if p not in seen]:
+                self.invalid[n] = [*seen, *new]
         self.cidr = effective_cidr(self.cluster, self.facts)
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
-        self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts)
+        self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts, self.reach, self.ifnames)
 
         self._audited: list[tuple[str, NodeFacts]] = [
             (n.name, f) for n in self.cluster.nodes if (f := self.facts.get(n.name))
@@ -267,6 +279,9 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
             check = f.var("check")
             if f.host == name and f.id in UNDECIDED and check and (check, name) not in reported:
                 items.append({"id": check, "reason": f"undecided ({f.id}): {f.var('rule')}"})
+        why_not = ifreach.undecided(ctx.reach.get(name))
+        if why_not:
+            items.append({"id": "netif.cannot-reach-peers", "reason": why_not})
         for c in (ctx.hosts[name].probe or {}).get("connects") or []:  # a peer that did not run: not a failure
             why = None if c.get("ok") else probe_not_evaluated(ctx, c)
             if why:
@@ -1374,6 +1389,79 @@ def check_interfaces(ctx: Context) -> Iterable[Finding]:
             None,
             "cluster interface MTUs differ between nodes",
             ", ".join(f"{n}: {names[n]} mtu {m}" for n, m in sorted(mtus.items())),
+        )
+
+
+def in_force_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{interface: [what puts it in force]} on a node: ddp_socket_ifname, the env file's GLOO/TP_SOCKET_IFNAME
+    (each name of the list) and NCCL_SOCKET_IFNAME (the first interface NCCL's grammar selects: its bootstrap's),
+    else the automatic picks: NCCL's first interface in each version's order and Gloo's hostname address."""
+    ifaces = f.get("interfaces") or []
+    out: dict[str, list[str]] = {}
+    configured = _configured_ifnames(ctx, name, f)
+    for key, value in configured.items():
+        if key == "NCCL_SOCKET_IFNAME":
+            names = [str(i.get("name")) for i in nccl_select(value, ifaces)[:1]]
+        else:
+            names = [v for v in value.split(",") if v]
+        for n in names:
+            out.setdefault(n, []).append(f"{key}={value}")
+    if not configured.get("NCCL_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
+        for version in NCCL_AUTO_STEPS:
+            got = nccl_autoselect(ifaces, version)
+            if got and "NCCL's automatic pick" not in out.get(str(got[0][0].get("name")), []):
+                out.setdefault(str(got[0][0].get("name")), []).append("NCCL's automatic pick")
+    if not configured.get("GLOO_SOCKET_IFNAME") and not configured.get("ddp_socket_ifname"):
+        bound = gloo_autoselect(f)
+        owner = _owner(ifaces, bound) if bound else None
+        if owner:
+            out.setdefault(str(owner.get("name")), []).append(f"Gloo's automatic pick (the hostname's {bound})")
+    return out
+
+
+@rules(
+    Rule(
+        "netif.cannot-reach-peers",
+        E,
+        "the socket interface in force (ddp_socket_ifname, the env file's GLOO/NCCL/TP_SOCKET_IFNAME, or NCCL's or "
+        "Gloo's automatic pick) did not reach some probed peer while another candidate interface reached them all "
+        "(the interface reach probe: each planned peer dialled from each up IPv4 interface, bound to its device)",
+        "Use {good} ({good_address}) on {node}, the interface that reached every probed peer: {how}. Then find why "
+        "{bad} reaches no peer (cabling, switch port or VLAN, its address in the cluster network on an isolated link).",
+        remedies=(ENV_FILE,),
+        reads=_IFACES | _ENV,
+        still_open="ddp_socket_ifname in the inventory names the failing interface: ddpfix keeps the inventory's "
+                   "interface; change it, or find why that interface reaches no peer",
+    ),
+)
+def check_interface_reach(ctx: Context) -> Iterable[Finding]:
+    for name, f in ctx.audited():
+        reach = ctx.reach.get(name)
+        if not ifreach.decisive(reach):
+            continue
+        assert reach is not None
+        good = ifreach.reached_all(reach)
+        if not good:
+            continue  # no candidate reached every peer: the probe findings say what fails
+        bad = {n: why for n, why in in_force_ifnames(ctx, name, f).items() if ifreach.failed(reach, n)}
+        if not bad:
+            continue
+        planned = ctx.plan[name].ifname
+        inside = [n for n in good if ctx.in_cidr(str(reach[n].get("address") or ""))] or good
+        best = planned if planned in inside else inside[0]
+        override = any(w.startswith("ddp_socket_ifname=") for ws in bad.values() for w in ws)
+        how = (f"set ddp_socket_ifname: {best} for {name} in the inventory (ddpfix keeps the inventory's interface)"
+               if override else
+               f"NCCL_SOCKET_IFNAME=={best} and GLOO_SOCKET_IFNAME={best} in its env file (ddpfix remediate "
+               "--apply writes them)")
+        said = "; ".join(f"{n} ({', '.join(ws)}) did not reach {', '.join(sorted(ifreach.failed(reach, n)))}"
+                         for n, ws in bad.items())
+        yield finding(
+            "netif.cannot-reach-peers",
+            name,
+            f"{said}, while {', '.join(good)} reached every probed peer",
+            ifreach.describe(reach),
+            good=best, good_address=reach[best].get("address"), node=name, how=how, bad=", ".join(bad),
         )
 
 

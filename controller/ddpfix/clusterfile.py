@@ -112,6 +112,7 @@ def load(path: str, *, trusted: bool = True) -> tuple[Cluster, dict[str, Any]]:
     nodes_raw = doc.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
         raise _bad(path, "nodes must be a non-empty list")
+    from ddpfix.factguard import valid_ifname
     from ddpfix.inventory import cluster_from_inventory_data
 
     hostvars: dict[str, dict[str, Any]] = {}
@@ -119,6 +120,8 @@ def load(path: str, *, trusted: bool = True) -> tuple[Cluster, dict[str, Any]]:
         if not isinstance(n, dict) or not isinstance(n.get("name"), str) or isinstance(n.get("rank"), bool) \
                 or not isinstance(n.get("rank"), int):
             raise _bad(path, f"nodes[{i}] needs a name and an integer rank, got {n!r}")
+        if n.get("ifname") is not None and not valid_ifname(n["ifname"]):
+            raise _bad(path, f"nodes[{i}].ifname {n['ifname']!r} is not an interface name")
         hv: dict[str, Any] = {"ansible_host": n.get("address") or n["name"], "ddp_node_rank": n["rank"]}
         if n.get("socket_ifname"):
             hv["ddp_socket_ifname"] = n["socket_ifname"]

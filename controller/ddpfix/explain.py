@@ -257,7 +257,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "interface picked on the wrong network blocks those connections. '[pair.cc:144] no error' is Gloo's "
         "wording for a peer that closed the connection during the handshake (often the peer's own failure, or a "
         "firewall resetting it).",
-        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "route.via-gateway", "netif.autoselect-wrong"),
+        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "route.via-gateway", "netif.autoselect-wrong",
+         "netif.cannot-reach-peers"),
         "Trust the cluster's private CIDR in every node's firewall (ddpfix remediate --apply) and pin the socket "
         "interface (env files).",
         example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [192.168.0.222]:2226: "
@@ -289,7 +290,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "listening; timed out / 'Software caused connection abort': a DROP rule, or an interface chosen on a "
         "network the peer cannot reach (docker0, a second NIC). NCCL logs 'retrying' and keeps trying: the job "
         "hangs, then the watchdog fires.",
-        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "netif.autoselect-wrong", "route.via-gateway"),
+        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "netif.autoselect-wrong", "route.via-gateway",
+         "netif.cannot-reach-peers"),
         "Trust the cluster's private CIDR in every node's firewall and pin NCCL_SOCKET_IFNAME: ddpfix remediate "
         "--apply, ddpfix env --apply.",
         example="misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<44801> failed : Software "

@@ -226,7 +226,9 @@ def local_context(cluster: Cluster, doc: Mapping[str, Any], me: str, facts: dict
         if hn and hn in answers:
             peer_names[hn] = list(answers[hn])
     hosts[me] = HostFacts(me, node=cast(NodeFacts, facts), probe={"resolve": peer_names}, collected_at=time.time())
-    return Context(cluster=cluster, hosts=hosts)
+    # the socket interface the audit chose (the interface reach probe, which check --local does not run)
+    chosen = {str(n["name"]): str(n["ifname"]) for n in doc["nodes"] if n["name"] == me and n.get("ifname")}
+    return Context(cluster=cluster, hosts=hosts, ifnames=chosen)
 
 
 def run_local(ctx: Context, me: str) -> list[Finding]:

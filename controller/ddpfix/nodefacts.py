@@ -135,6 +135,9 @@ class ProbeListener(TypedDict, total=False):
     mode: Literal["inline", "detached"]
     error: str | None
     connects: list[ProbeConnect]
+    #: the interface reach probe: {ifname: {address, speed, device, reached: [peer], failed: {peer: why}}}, only on
+    #: a node with more than one candidate interface (raw: the checks read `Context.reach`, validated)
+    reach: dict[str, dict[str, Any]]
     inbound: dict[str, int]  # accepted connects by listener kind (peer, master)
     expected_inbound: dict[str, int]
     up_at: float  # the node's clock when its listener was up, and when it closed

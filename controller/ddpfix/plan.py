@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from ddpfix import collection
+from ddpfix import collection, ifreach
 from ddpfix import fabric as fab
 from ddpfix.factguard import is_hostname, is_reserved_name
 from ddpfix.factguard import valid_ip as _valid_ip
@@ -139,30 +139,74 @@ def torchrun_env(master_addr: str, port: int, nnodes: int, rank: int, nproc: int
             "PET_MASTER_ADDR": master_addr, "PET_MASTER_PORT": str(port)}
 
 
-def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> dict[str, NodePlan]:
+def socket_nic(node: Node, f: Mapping[str, Any] | None, addr: str | None, cidr: str | None,
+               reach: Mapping[str, Mapping[str, Any]] | None,
+               decided: str | None = None) -> tuple[str | None, str | None, str]:
+    """(cluster address, socket interface, why) of a node that was read, with its cluster address `addr`: the
+    interface holding `addr` (the current rule), unless the interface reach probe decided for another candidate that
+    reached every probed peer (`ifreach.choose`) or, without reach evidence, `decided` names one (check --local: the
+    interface the audit chose, from the cluster file); the address is then that interface's in the cluster network.
+    An inventory ddp_socket_ifname is the operator's choice and stays (netif.cannot-reach-peers says when it fails).
+    `why` is the env file's comment on the choice ('' when the evidence decided nothing)."""
+    ifname = cluster_nic(f, address=addr) if (f and addr) else None
+    if not f or not addr or node.socket_ifname:
+        return addr, ifname, ""
+    pick, why = decided, ""
+    if reach:
+        order = [str(i.get("name")) for i in sorted(f.get("interfaces") or [], key=lambda i: i.get("index") or 0)]
+        picked = ifreach.choose(reach, ifname, lambda a: _in_cidr(a, cidr) is not None, order)
+        if picked is not None:
+            pick, why = picked
+    if not pick or pick == ifname:
+        return addr, ifname, why
+    new = _cidr_address(f, pick, cidr)
+    return (new, pick, why) if new else (addr, ifname, "")
+
+
+def _cidr_address(f: Mapping[str, Any], ifname: str, cidr: str | None) -> str | None:
+    """The first address of interface `ifname` (in the node's facts) inside the cluster network."""
+    for i in f.get("interfaces") or []:
+        if i.get("name") == ifname:
+            for a in i.get("addrs") or []:
+                if a.get("family") == "inet" and (got := _in_cidr(a.get("local"), cidr)):
+                    return got
+    return None
+
+
+def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None],
+                 reach: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+                 decided: Mapping[str, str] | None = None) -> dict[str, NodePlan]:
     """Per-node plan for the WHOLE inventory, whatever subset was read (--limit, unreachable nodes).
 
     Ranks, NNODES and WORLD_SIZE come from the inventory alone (RANK/WORLD_SIZE/LOCAL_RANK are written only with
     ddp_env_process_vars). A node that was read gives its address
     (and interface) from its facts; a node that was not read falls back to its inventory ansible_host when that
     is an IP inside the cluster CIDR (`source="inventory"`), else its address is None (not writable, and the
-    writes that need it are refused). `facts` must be sanitized (`sanitize_facts`)."""
+    writes that need it are refused). `facts` must be sanitized (`sanitize_facts`); `reach` ({node: probe.reach},
+    validated) lets a node's socket interface be the candidate that reached every peer, `decided` ({node: ifname})
+    names the one chosen before, where no reach evidence is at hand (`socket_nic`)."""
     cidr = effective_cidr(cluster, facts)
-    mf = facts.get(cluster.master)
-    master_addr = cluster_address(mf, cidr) if mf else inventory_address(cluster, cluster.master, cidr)
+    reach = reach or {}
+    nics: dict[str, tuple[str | None, str | None, str]] = {}
+    for node in cluster.nodes:
+        f = facts.get(node.name)
+        addr = cluster_address(f, cidr) if f else inventory_address(cluster, node.name, cidr)
+        nics[node.name] = socket_nic(node, f, addr, cidr, reach.get(node.name), (decided or {}).get(node.name))
+    master_addr = nics[cluster.master][0] if cluster.master in nics else None  # the master is one of the nodes
     nnodes = len(cluster.nodes)
     gid_index = common_gid_index(cluster, facts)
     plans: dict[str, NodePlan] = {}
     for node in cluster.nodes:
         f = facts.get(node.name)
-        addr = cluster_address(f, cidr) if f else inventory_address(cluster, node.name, cidr)
+        addr, ifname, why = nics[node.name]
         source = ("facts" if f else "inventory") if addr else None
-        ifname = cluster_nic(f, address=addr) if (f and addr) else None
         env = node_env(master_addr or "", cluster.master_port, nnodes, node.rank, cluster.nproc_per_node, ifname,
                        process_vars=cluster.env_process_vars)
         if cluster.env_scope == "node":
             env = {k: v for k, v in env.items() if k not in LAUNCH_KEYS}
         comments = fabric_env(node, f, gid_index, env)
+        if why and "GLOO_SOCKET_IFNAME" in env:
+            comments["GLOO_SOCKET_IFNAME"] = why
         for k, v in node.env_extra:
             env[k] = v
             comments[k] = "ddp_env_extra (inventory)"

@@ -25,6 +25,16 @@ def _ip(s):
         return None
 
 
+def network(cidr):
+    """`cidr` as an ip_network (host bits allowed), None when empty or not a network."""
+    if not cidr:
+        return None
+    try:
+        return ipaddress.ip_network(str(cidr), strict=False)
+    except ValueError:
+        return None
+
+
 def resolve(name):
     """Addresses `name` resolves to through NSS (getaddrinfo, like Gloo and c10d), in order, unique."""
     try:
@@ -46,12 +56,7 @@ def cluster_interface(ifaces, cidr, master_ip, override=""):
     The interface is the override if given (reported even when absent), else the first
     interface holding an IPv4 address inside the cluster network.
     """
-    net = None
-    if cidr:
-        try:
-            net = ipaddress.ip_network(str(cidr), strict=False)
-        except ValueError:
-            net = None
+    net = network(cidr)
     mip = _ip(master_ip)
     if net is None and mip is not None:
         for i in ifaces:

@@ -7,6 +7,7 @@ __metaclass__ = type
 
 import contextlib
 import errno
+import ipaddress
 import json
 import os
 import select
@@ -16,20 +17,31 @@ import subprocess
 import threading
 import time
 
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import resolve
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import network, resolve
 
 _REASONS = {"ECONNREFUSED": "connection refused", "EHOSTUNREACH": "no route to host (ICMP host prohibited/unreachable)",
             "ENETUNREACH": "network unreachable", "ECONNRESET": "connection reset"}
 
 
-def tcp_connect(address, port, bind_address, bind_ifname, timeout):
+SO_BINDTODEVICE = 25
+
+
+def tcp_connect(address, port, bind_address, bind_ifname, timeout, bound=None):
+    """One TCP connect from `bind_address`, on device `bind_ifname` (SO_BINDTODEVICE: the route lookup is limited to
+    that device, so routing cannot pick another NIC; needs CAP_NET_RAW, skipped silently without). `bound` (a dict)
+    gets `device`: whether the device binding took effect."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(timeout)
     started = time.time()
     try:
         if bind_ifname:
-            with contextlib.suppress(OSError):
-                s.setsockopt(socket.SOL_SOCKET, 25, bind_ifname.encode() + b"\0")  # SO_BINDTODEVICE
+            try:
+                s.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, bind_ifname.encode() + b"\0")
+                if bound is not None:
+                    bound["device"] = True
+            except OSError:
+                if bound is not None:
+                    bound["device"] = False
         if bind_address:
             s.bind((bind_address, 0))
         s.connect((address, int(port)))
@@ -160,25 +172,105 @@ def _is_ip(a):
         return False
 
 
-def allowed_sources(sources, own, resolver=resolve):
-    """{kind: set of addresses} a listener of that kind counts connects from: the planned dialers' addresses
-    ({kind: [{name, address}]}), the addresses their names (and non-IP addresses) resolve to here, and this
-    node's own address `own` (it dials its own master port). `sources` None: every source counts."""
+def source_dialers(sources, own, resolver=resolve):
+    """{kind: {address: set of dialers}}: the addresses a listener of that kind counts connects from, each with the
+    planned dialers (their names, or addresses where unnamed) it stands for: the planned dialers' addresses
+    ({kind: [{name, address}]}), the addresses their names (and non-IP addresses) resolve to here, and this node's
+    own address `own` (it dials its own master port). `sources` None: every source counts."""
     if sources is None:
         return None
     out = {}
     for kind, dialers in sources.items():
-        ok = {own} if own else set()
+        ok = {own: {"\0self"}} if own else {}
         for d in dialers or []:
+            who = d.get("name") or d.get("address")
             for value in (d.get("address"), d.get("name")):
                 if not value or not isinstance(value, str):
                     continue
-                if _is_ip(value):
-                    ok.add(value)
-                else:
-                    ok.update(resolver(value))
+                for a in [value] if _is_ip(value) else resolver(value):
+                    ok.setdefault(a, set()).add(who)
         out[kind] = ok
     return out
+
+
+def allowed_sources(sources, own, resolver=resolve):
+    """{kind: set of addresses} a listener of that kind counts connects from (`source_dialers`' addresses)."""
+    got = source_dialers(sources, own, resolver)
+    return None if got is None else {k: set(v) for k, v in got.items()}
+
+
+def inbound_count(srcs, dialers):
+    """How many planned dialers the accepted connects from addresses `srcs` stand for: one per connect, but never
+    more than the distinct dialers those addresses belong to (`dialers`: {address: set of dialers}), so that one
+    dialer's extra connects from its other interfaces (the interface reach probe) do not count as another
+    dialer's."""
+    who = set()
+    for a in srcs:
+        who |= dialers.get(a, set())
+    return min(len(srcs), len(who))
+
+
+def _address_of(i, net=None):
+    """An interface's IPv4 address for the reach probe: its first inside `net` (the cluster network), else its first;
+    loopback and link-local (169.254.0.0/16) addresses are never used."""
+    found = []
+    for a in i.get("addrs") or []:
+        local = a.get("local")
+        if a.get("family") != "inet" or not isinstance(local, str) or not _is_ip(local):
+            continue
+        first = int(local.split(".")[0])
+        if first == 127 or local.startswith("169.254."):
+            continue
+        found.append(local)
+    if net is not None:
+        for a in found:
+            if ipaddress.ip_address(a) in net:
+                return a
+    return found[0] if found else None
+
+
+def link_speed(ifname, sysfs="/sys"):
+    """/sys/class/net/IF/speed in Mb/s; None where the driver does not say (virtual devices, -1, unreadable)."""
+    try:
+        with open(os.path.join(sysfs, "class/net", ifname, "speed")) as f:
+            v = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return v if v > 0 else None
+
+
+def reach_candidates(ifaces, cidr=None, sysfs="/sys"):
+    """The interfaces the reach probe dials from, in interface-index order: up (flag UP, not operstate DOWN), not
+    loopback, with an IPv4 address that is neither loopback nor link-local (a link-local address is never routed,
+    so it is never the cluster address a plan writes; netif.autoselect-wrong reports it when NCCL would pick it).
+    Each as {ifname, address (the first inside `cidr`, else the first), speed (Mb/s or None)}."""
+    net = network(cidr)
+    out = []
+    for i in sorted(ifaces or [], key=lambda x: x.get("index") or 0):
+        name = i.get("name")
+        if not name or i.get("kind") == "loopback" or "UP" not in (i.get("flags") or []):
+            continue
+        if i.get("operstate") == "DOWN":
+            continue
+        addr = _address_of(i, net)
+        if addr:
+            out.append({"ifname": name, "address": addr, "speed": link_speed(name, sysfs)})
+    return out
+
+
+def reach_extras(candidates, main_ifname):
+    """The candidates the prober dials from besides its own socket (`main_ifname`): none when the node has one
+    candidate (it pays nothing extra), else every other candidate, so each peer target costs (candidates - 1) more
+    connects."""
+    if len(candidates) < 2:
+        return []
+    return [c for c in candidates if c["ifname"] != main_ifname]
+
+
+def reached(r):
+    """Whether a connect reached the peer's host: it was accepted or refused by it (a TCP reset: the host answered;
+    its prober may already have ended). A timeout, an ICMP unreachable or no route did not reach it."""
+    return bool(r.get("ok")) or "ECONNREFUSED" in (r.get("error") or "")
 
 
 def parent_alive(parent):
@@ -187,12 +279,14 @@ def parent_alive(parent):
 
 
 def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_until, hold_until, lock_path, run_id,
-           stop=None, sources=None, parent=None):
+           stop=None, sources=None, parent=None, via=None, main_speed=None):
     """Accept on `socks` and dial every target (retrying until `dial_until`: peers start at slightly different
     times) until every dial is done and `expect` ({kind: count}) inbound connects from the planned `sources`
     arrived, or `hold_until` (at most MAX_HOLD from now), or the node lock no longer names this run, or the
     `parent` process is gone (an inline prober), or `stop` is set. Connects from other addresses are closed and
-    listed (`ignored`), never counted. Returns the result dict."""
+    listed (`ignored`), never counted. With `via` (`reach_extras`: the node's other candidate interfaces), each
+    peer target is also dialled once from each of them (bound to the device and its address, after the main dial
+    to that peer ended), and the result's `reach` says per interface whom it reached. Returns the result dict."""
     stop = stop or threading.Event()
     up_at = time.time()
     hold_until = min(float(hold_until), up_at + MAX_HOLD)
@@ -200,12 +294,15 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
     inbound = dict.fromkeys(expect, 0)
     seen = {}  # kind -> source addresses of the connects accepted so far
     ignored = {}
-    allowed = {"value": None if sources is None else {k: {bind_address} for k in sources}}
+    allowed = {"value": None if sources is None else {k: {bind_address: {"\0self"}} for k in sources}}
+    via = list(via or [])
+    extra = [[None] * len(via) for _ in targets]  # per target, per `via` candidate: (result, device bound)
+    main_bound = {}
     results = [None] * len(targets)
     kinds = {id(s): k for s, k in socks}
 
     def learn():  # names resolve in the background: a slow resolver never delays the listener or the dials
-        allowed["value"] = allowed_sources(sources, bind_address)
+        allowed["value"] = source_dialers(sources, bind_address)
 
     if sources is not None:
         resolver = threading.Thread(target=learn)
@@ -216,7 +313,7 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
         ok = allowed["value"]
         for kind, srcs in seen.items():
             good = [a for a in srcs if ok is None or a in ok.get(kind, ())]
-            inbound[kind] = len(good)
+            inbound[kind] = len(good) if ok is None else inbound_count(good, ok.get(kind, {}))
             bad = [a for a in srcs if a not in good]
             if bad:
                 ignored[kind] = {"count": len(bad), "sources": sorted(set(bad))[:MAX_IGNORED]}
@@ -228,7 +325,7 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
         while True:
             attempts += 1
             last = time.time()  # the start of the last attempt: the controller checks the listener was up then
-            r = tcp_connect(t["address"], t["port"], bind_address, bind_ifname, timeout)  # a full timeout each
+            r = tcp_connect(t["address"], t["port"], bind_address, bind_ifname, timeout, main_bound)  # a full timeout
             # only "connection refused" may mean the peer's listener is not up yet; any other answer (an ICMP
             # reject, a timeout) comes from the path itself, and repeating it would only meet ICMP rate limits
             # the retry interval grows 25 ms, 50, 100, then 200 ms: a peer that starts a moment later is found at once
@@ -239,7 +336,22 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             stop.wait(pause)
         r.update(name=t.get("name"), address=t["address"], port=int(t["port"]), kind=t.get("kind", "peer"),
                  attempts=attempts, first_try=round(first, 3), last_try=round(last, 3))
+        if via and t.get("kind", "peer") == "peer" and not stop.is_set():
+            dial_via(i, t)
         results[i] = r
+
+    def dial_via(i, t):  # once from each other candidate, all at once: at most one connect timeout more
+        def one(j, c):
+            b = {}
+            extra[i][j] = (tcp_connect(t["address"], t["port"], c["address"], c["ifname"], timeout, b),
+                           b.get("device", False))
+
+        ths = [threading.Thread(target=one, args=(j, c)) for j, c in enumerate(via)]
+        for th in ths:
+            th.daemon = True
+            th.start()
+        for th in ths:
+            th.join(timeout + 0.5)
 
     threads = [threading.Thread(target=dial, args=(i, t)) for i, t in enumerate(targets)]
     for th in threads:
@@ -284,8 +396,39 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
                            "kind": t.get("kind", "peer"), "attempts": 0, "first_try": None, "last_try": None}
         connects.append(r)
     count()
-    return {"connects": connects, "inbound": inbound, "expected_inbound": expect, "ignored_inbound": ignored,
-            "up_at": round(up_at, 3), "down_at": round(down_at, 3)}
+    out = {"connects": connects, "inbound": inbound, "expected_inbound": expect, "ignored_inbound": ignored,
+           "up_at": round(up_at, 3), "down_at": round(down_at, 3)}
+    if via:
+        out["reach"] = reach_result(targets, connects, extra, via, bind_ifname, bind_address, main_speed,
+                                    main_bound.get("device", False))
+    return out
+
+
+def reach_result(targets, connects, extra, via, main_ifname, main_address, main_speed, main_device):
+    """{ifname: {address, speed, device (the device binding took effect), reached: [peer], failed: {peer: error}}}
+    for the prober's own interface (its peer dials) and each `via` candidate."""
+    def entry(address, speed, device):
+        return {"address": address, "speed": speed, "device": bool(device), "reached": [], "failed": {}}
+
+    out = {}
+    if main_ifname:
+        out[main_ifname] = entry(main_address, main_speed, main_device)
+    for c in via:
+        out[c["ifname"]] = entry(c["address"], c.get("speed"), True)
+    for i, t in enumerate(targets):
+        if t.get("kind", "peer") != "peer":
+            continue
+        peer = t.get("name") or t["address"]
+        rows = [(main_ifname, connects[i], main_device)] if main_ifname else []
+        rows += [(c["ifname"], *extra[i][j]) for j, c in enumerate(via) if extra[i][j] is not None]
+        for ifname, r, device in rows:  # a candidate not dialled (the prober stopped first) neither reached nor failed
+            e = out[ifname]
+            e["device"] = e["device"] and bool(device)
+            if reached(r):
+                e["reached"].append(peer)
+            else:
+                e["failed"][peer] = r.get("error") or "failed"
+    return out
 
 
 RESULT_DIR_PREFIX = "ddpfix-probe-"

@@ -30,6 +30,14 @@ description:
     Nothing else on the node is changed but the cache of the torch reading (I(python)): one small file per
     interpreter in /run/ddpfix/torch (mode 0700, on tmpfs; skipped where it cannot be made private). Runs the same in
     check mode."
+  - "Interface reach: when the node has more than one candidate interface (up, not loopback, with an IPv4 address
+    that is neither loopback nor link-local), the prober also dials each peer target (the I(probe.targets) of kind
+    peer, k of them) once from each candidate other than its own socket's interface, bound to the candidate's device
+    (SO_BINDTODEVICE, so routing cannot pick another NIC) and address, after its main dial to that peer ended, with
+    the probe's connect timeout; all of a peer's extra dials run at once. That is (candidates - 1) * k more connects
+    per node and at most one connect timeout more; a node with one candidate dials nothing more. C(probe.reach)
+    holds, per candidate interface, its address, link speed (Mb/s), whether the device binding took effect, and
+    the peers it reached (accepted or refused by the peer's host) and failed (timeout, unreachable, no route)."
 options:
   cluster_cidr: {description: The cluster network; empty to derive it from the interface holding I(master_address).,
       type: str, default: ''}
@@ -157,6 +165,8 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import
     deviations,
     fork_prober,
     proc_start,
+    reach_candidates,
+    reach_extras,
     result_dir,
     wait_inline,
 )
@@ -215,10 +225,12 @@ def _user():
         return f"uid {os.geteuid()}"
 
 
-def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
+def start_probe(spec, cluster, master_port, listening, lock_path, run_id, ifaces=None):
     """Bind this node's listeners (the probe port the controller chose, on the cluster address and on the address
     the controller dials, when that is another local address; the master port on the master unless a job holds it)
-    and fork the prober. Returns {facts, pid, fd, result_path, start}."""
+    and fork the prober. With more than one candidate interface among `ifaces` (`reach_candidates`), the prober also
+    dials each peer target from each other candidate (the interface reach probe). Returns {facts, pid, fd,
+    result_path, start}."""
     addr = cluster["address"]
     port = int(spec.get("port") or 0)
     specs = []
@@ -244,7 +256,11 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id):
     now = time.time()
     wait = float(spec.get("wait") or 10)
     detach = bool(spec.get("detach"))
+    candidates = reach_candidates(ifaces, cluster.get("cidr"))
+    main_speed = next((c["speed"] for c in candidates if c["ifname"] == cluster.get("ifname")), None)
     args = dict(
+        via=reach_extras(candidates, cluster.get("ifname") or ""),
+        main_speed=main_speed,
         targets=list(spec.get("targets") or []),
         expect=expect,
         bind_address=addr,
@@ -383,7 +399,7 @@ def probe_only(p):
     tcp, _ = read_or_why("/proc/net/tcp")
     tcp6, _ = read_or_why("/proc/net/tcp6")
     started = start_probe(p["probe"], cluster, p["master_port"] if p["is_master"] else None,
-                          listening_ports(tcp or "", tcp6 or ""), p["lock_path"], p["run_id"])
+                          listening_ports(tcp or "", tcp6 or ""), p["lock_path"], p["run_id"], ifaces)
     probe.update(started["facts"])
     probe.update(finish_probe(p["probe"], started, cluster, p["run_id"]))
     return probe
@@ -453,7 +469,8 @@ def collect(p):
     started = None
     if p.get("probe") and cluster.get("address"):
         started = start_probe(
-            p["probe"], cluster, p["master_port"] if p["is_master"] else None, listening, p["lock_path"], p["run_id"]
+            p["probe"], cluster, p["master_port"] if p["is_master"] else None, listening, p["lock_path"], p["run_id"],
+            ifaces,
         )
         probe.update(started["facts"])
 

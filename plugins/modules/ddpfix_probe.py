@@ -44,7 +44,8 @@ RETURN = r"""
 probe:
   description:
     - "The prober's result: connects (list of {name, address, port, kind, ok, error, attempts, first_try, last_try}),
-      inbound, expected_inbound, up_at, down_at; or {error}."
+      inbound, expected_inbound, up_at, down_at, and on a node with more than one candidate interface reach
+      ({ifname: {address, speed, device, reached, failed}}, see C(ddpfix_node_facts)); or {error}."
   returned: always
   type: dict
 """

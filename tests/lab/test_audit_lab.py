@@ -259,6 +259,7 @@ def test_every_finding_id_has_a_lab_test() -> None:
     covered |= {"firewall.undecided", "firewall.undecided-accept"}
     covered |= {"hosts.peer-name-other-network"}  # test_fleet_shape_lab.py: its own (data) cluster network
     covered |= {"slurm.node-count-mismatch"}  # test_slurm_lab.py: an allocation whose SLURM_NNODES disagrees
+    covered |= {"netif.cannot-reach-peers"}  # test_fleet_shape_lab.py: isolated-nic on the data network
     from test_fabric_lab import LAB_COVERED  # the fabric.* ids: test_fabric_lab.py
 
     covered |= LAB_COVERED

@@ -1,11 +1,13 @@
 """Fleet shapes the single-network lab does not have (issue 21): a management network for SSH and a separate data
 network as the cluster CIDR, with per-node data NIC names and a node with two data addresses.
 
-One lab (`multi-homed,iptables-worker2`): the audit finds the real fault (node2's firewall, on the data network)
-and nothing false (no probe of a management address, no management route, no name "mismatch"); `verify --torch`
-fails; `remediate --apply` fixes it with env files naming the data network; the audit is clean (also with forks
-below the node count, where the probers run detached), torch passes over the data network, and a second apply
-changes nothing.
+One lab (`multi-homed,iptables-worker2,isolated-nic`): the audit finds the real faults (node2's firewall, on the
+data network; node3's env file naming iso0, a cluster-network interface on a link to nowhere, which the interface
+reach probe shows reaching no peer while node3's data NIC reaches them all) and nothing false (no probe of a
+management address, no management route, no name "mismatch"); `verify --torch` fails; `remediate --apply` fixes
+both with env files naming each node's data NIC (node3's with a `# GLOO_SOCKET_IFNAME:` line saying why); the audit
+is clean (also with forks below the node count, where the probers run detached), torch passes over the data
+network, and a second apply changes nothing.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_lab_scenarios import check_isolated_nic
 from test_remediate_lab import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids
 
 from ddpfix import lab
-from ddpfix.lab.scenarios import DATA_IFNAMES, data_address
+from ddpfix.lab.scenarios import DATA_IFNAMES, ISO_IFNAME, data_address
 
 pytestmark = pytest.mark.lab
 
@@ -33,10 +36,14 @@ def env_of(info: Any, node: str) -> dict[str, str]:
 @pytest.mark.torch
 def test_management_and_data_network_fixed_end_to_end(temp_lab: Any) -> None:
     pytest.importorskip("torch")
-    info = temp_lab(nodes=3, scenario="multi-homed,iptables-worker2", wait_sync=False)
+    info = temp_lab(nodes=3, scenario="multi-homed,iptables-worker2,isolated-nic", wait_sync=False)
     add_inventory_vars(info, FAST_TORCH)
     inv = str(info.inventory)
     handmade_env(info)  # env files as people write them: MASTER_ADDR the master's SSH address, no interfaces
+    # ... but node3's operator named its socket interface: iso0, which holds a data-network address
+    pinned = "".join(f"{k}={ISO_IFNAME}\n" for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"))
+    lab.node_exec(info.name, "node3", ["sh", "-c", "cat >> /etc/ddpfix/ddp.env"], input=pinned)
+    check_isolated_nic(info)  # a connect from iso0's address (or bound to iso0) reaches no peer: no ARP quirk
 
     code, before = ddpfix_json(inv, "audit")
     found = {(f["id"], f["host"]) for f in before["findings"]}
@@ -46,6 +53,11 @@ def test_management_and_data_network_fixed_end_to_end(temp_lab: Any) -> None:
     (names,) = [f for f in before["findings"] if f["id"] == "hosts.peer-name-other-network"]
     assert names["host"] is None and names["severity"] == "info", names
     assert f"node1 -> {info.nodes[0].address} on node2 (node1's eth0" in names["evidence"], names
+    (iso,) = [f for f in before["findings"] if f["id"] == "netif.cannot-reach-peers" and f["host"] == "node3"]
+    assert iso["message"].startswith(f"{ISO_IFNAME} (GLOO_SOCKET_IFNAME={ISO_IFNAME}"), iso
+    assert f"{DATA_IFNAMES[2]} {data_address(info.subnet, 3)}: reached node1, node2" in iso["evidence"], iso
+    assert f"{ISO_IFNAME} " in iso["evidence"] and "reached none; failed node1" in iso["evidence"], iso
+    assert iso["fixable"] and f"GLOO_SOCKET_IFNAME={DATA_IFNAMES[2]}" in iso["fix"], iso
 
     code, v = ddpfix_json(inv, "verify", "--torch", "--no-checks")
     assert code == 1 and not all(r["ok"] for r in v["torch"]), v["torch"]
@@ -58,6 +70,9 @@ def test_management_and_data_network_fixed_end_to_end(temp_lab: Any) -> None:
         ifname = DATA_IFNAMES[i - 1]
         assert env["MASTER_ADDR"] == master_data, env
         assert env["GLOO_SOCKET_IFNAME"] == ifname and env["NCCL_SOCKET_IFNAME"] == f"={ifname}", env
+    text = lab.node_exec(info.name, "node3", ["cat", "/etc/ddpfix/ddp.env"]).stdout
+    why = f"# GLOO_SOCKET_IFNAME: {DATA_IFNAMES[2]} reached every probed peer (node1, node2);"
+    assert why in text and f"{ISO_IFNAME} did not reach node1, node2" in text, text
 
     code, after = ddpfix_json(inv, "audit", "--forks", "1")  # probers detached: the second task collects them
     assert code == 0 and not ids(after), after["findings"]

@@ -16,6 +16,7 @@ import yaml
 from ddpfix import lab
 from ddpfix.lab.scenarios import (
     DATA_IFNAMES,
+    ISO_IFNAME,
     PUBLIC_MASTER_ADDR,
     SCENARIOS,
     SSH_SETUPS,
@@ -207,6 +208,40 @@ def check_multi_homed(info) -> None:
         assert resolve(info, n.name, "node1") == [info.nodes[0].address]  # names on management addresses
     with_listener(info, "node1", 29500, lambda: (
         assert_tcp(info, "node3", str(data_address(info.subnet, 1)), 29500)))
+
+
+#: one TCP connect from a source address (argv 1), optionally bound to a device (argv 4): exit 0 when it connected
+CONNECT_FROM = ("import socket,sys; s=socket.socket(); s.settimeout(3); "
+                "len(sys.argv) > 4 and s.setsockopt(socket.SOL_SOCKET, 25, sys.argv[4].encode()); "
+                "s.bind((sys.argv[1], 0)); s.connect((sys.argv[2], int(sys.argv[3])))")
+
+
+def connects_from(info, node: str, src: str, addr: str, port: int, device: str = "") -> bool:
+    return sh(info, node, f"python3 -c '{CONNECT_FROM}' {src} {addr} {port} {device}", check=False).returncode == 0
+
+
+def check_isolated_nic(info) -> None:
+    """iso0 holds a cluster-network /32 on a link to nowhere; the env file names it. Not an ARP quirk: a connect
+    bound to iso0's address (as Gloo and NCCL bind) does not reach node1, nor one bound to the device, while one
+    from the node's cluster address does."""
+    victim = info.nodes[2].name if len(info.nodes) > 2 else info.nodes[-1].name
+    ifs = {x["ifname"]: x for x in links(info, victim)}
+    (iso,) = [a["local"] for a in ifs[ISO_IFNAME]["addr_info"] if a["family"] == "inet"]
+    multi = "multi-homed" in info.scenarios
+    net = data_network(info.subnet) if multi else ipaddress.ip_network(info.subnet)
+    assert ipaddress.ip_address(iso) in net and ifs[ISO_IFNAME]["operstate"] != "DOWN", ifs[ISO_IFNAME]
+    assert (env_file(info, victim) or {}).get("GLOO_SOCKET_IFNAME") == ISO_IFNAME
+    assert sh(info, victim, "sysctl -n net.ipv4.conf.all.arp_ignore net.ipv4.conf.all.arp_announce").stdout.split() \
+        == ["1", "2"]
+    target = str(data_address(info.subnet, 1)) if multi else info.nodes[0].address
+    mine = str(data_address(info.subnet, int(victim[4:]))) if multi else info.node(victim).address
+
+    def probe() -> None:
+        assert connects_from(info, victim, mine, target, 29500), f"{victim} cannot reach {target} from {mine}"
+        assert not connects_from(info, victim, iso, target, 29500), f"{iso} reached {target}: an ARP quirk?"
+        assert not connects_from(info, victim, iso, target, 29500, ISO_IFNAME)
+
+    with_listener(info, "node1", 29500, probe)
 
 
 def assert_tcp(info, src: str, addr: str, port: int) -> None:
@@ -471,6 +506,7 @@ CHECKS: dict[str, Callable] = {
     "somaxconn-low": check_somaxconn_low,
     "family-mismatch": check_family_mismatch,
     "multi-homed": check_multi_homed,
+    "isolated-nic": check_isolated_nic,
     "docker-tables": check_docker_tables,
     "fabric-port-down": check_fabric_port_down,
     "fabric-gid-differs": check_fabric_gid_differs,
@@ -501,8 +537,13 @@ def test_every_scenario_is_checked_and_documented() -> None:
 FABRIC_SCENARIOS = [s for s in CHECKS if s.startswith("fabric-")]
 
 
+#: Scenarios whose check runs inside another lab test's lab (no bring-up of their own): isolated-nic in
+#: tests/lab/test_fleet_shape_lab.py, on the data network.
+CHECKED_ELSEWHERE = frozenset({"isolated-nic"})
+
+
 @pytest.mark.lab
-@pytest.mark.parametrize("scenario", [s for s in CHECKS if s not in FABRIC_SCENARIOS])
+@pytest.mark.parametrize("scenario", [s for s in CHECKS if s not in FABRIC_SCENARIOS and s not in CHECKED_ELSEWHERE])
 def test_scenario_builds_its_fault(scenario: str, temp_lab) -> None:
     info = temp_lab(nodes=3, scenario=scenario)
     CHECKS[scenario](info)

@@ -766,7 +766,8 @@ def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
 #
 # {"id": ..., "fail": [CASE...], "pass": [CASE...]}; a CASE is {"name", "merge": {node: {...}}, "append": {node: {...}},
 # "host" (fail only; null: cluster-wide), "evidence": [...], "fix": [...]}: `merge` is merged into the recorded clean
-# cluster's per-node documents (dicts recursively, anything else replaced), `append` extends their lists.
+# cluster's per-node documents (dicts recursively, anything else replaced), `append` extends their lists, `vars`
+# ({node: {var: value}}) sets inventory host variables.
 
 RULE_FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "rules"
 
@@ -790,6 +791,8 @@ def _apply_case(sim: Sim, case: dict[str, Any]) -> None:
         _merge(sim.docs[node], doc)
     for node, doc in (case.get("append") or {}).items():
         _merge(sim.docs[node], doc, append=True)
+    for node, kv in (case.get("vars") or {}).items():
+        sim.set_var(node, **kv)
 
 
 _FILE_CASES = [(fid, kind, i) for fid, doc in _rule_fixtures().items() for kind in ("fail", "pass")

@@ -1009,6 +1009,13 @@ ARP_LAB_IFNAME = "arp0"
 ARP_LAB_SPARE = 6  # plan.spare_address(6): an address of the cluster network nobody else holds
 
 
+def inner_veth(ifname: str, address: str) -> list[str]:
+    """`ip -batch` lines for a veth `ifname` holding `address`, up, whose peer (`ifname`p) stays inside the node: an
+    interface that carries an address but reaches nothing outside."""
+    return [f"link add {ifname} type veth peer name {ifname}p", f"addr add {address} dev {ifname}",
+            f"link set {ifname}p up", f"link set {ifname} up"]
+
+
 def _arp_node(plan: LabPlan) -> NodePlan:
     return plan.nodes[2] if len(plan.nodes) > 2 else plan.nodes[-1]
 
@@ -1034,12 +1041,7 @@ def _arp_flux(plan: LabPlan) -> None:
     namespace). The cluster NIC then answers ARP for arp0's address too. Finding: net.arp-flux on node3; ddpfix
     remediate --apply sets arp_ignore 1 / arp_announce 2 on both, at runtime and in /etc/sysctl.d."""
     node = _arp_node(plan)
-    node.post_ip += [
-        f"link add {ARP_LAB_IFNAME} type veth peer name {ARP_LAB_IFNAME}p",
-        f"addr add {plan.spare_address(ARP_LAB_SPARE)}/32 dev {ARP_LAB_IFNAME}",
-        f"link set {ARP_LAB_IFNAME}p up",
-        f"link set {ARP_LAB_IFNAME} up",
-    ]
+    node.post_ip += inner_veth(ARP_LAB_IFNAME, f"{plan.spare_address(ARP_LAB_SPARE)}/32")
 
 
 TORCH_LAB_FAKE = "2.4.1+cu121"
@@ -1141,6 +1143,42 @@ def _multi_homed(plan: LabPlan) -> None:
         if n.index == 3:
             n.post_ip.append(f"addr add {net.network_address + 100 + n.index}/{net.prefixlen} dev {name}")
     plan.groupvars["ddp_cluster_cidr"] = str(net)
+
+
+ISO_IFNAME = "iso0"
+ISO_SPARE = 7  # plan.spare_address(7): an address of the cluster network nobody else holds (single-network labs)
+
+
+def isolated_address(plan: LabPlan, node_index: int) -> ipaddress.IPv4Address:
+    """iso0's address on node `node_index`: inside the cluster network (the data network when `multi-homed` came
+    first and set ddp_cluster_cidr: .<200+i>; else the lab subnet's spare address ISO_SPARE)."""
+    cidr = plan.groupvars.get("ddp_cluster_cidr")
+    if cidr:
+        return ipaddress.IPv4Network(str(cidr)).network_address + 200 + node_index
+    return plan.spare_address(ISO_SPARE)
+
+
+@scenario(
+    "isolated-nic",
+    f"node3's env file names {ISO_IFNAME}, an interface with a cluster-network address on a link that reaches no peer",
+    ("netif.cannot-reach-peers",),
+    min_nodes=2,
+)
+def _isolated_nic(plan: LabPlan) -> None:
+    """A second NIC in the cluster network that is cabled nowhere (an unplugged port, another VLAN): node3 (the last
+    node in a 2-node lab) gets `iso0`, a veth whose peer `iso0p` stays inside the node, up, holding a /32 of the
+    cluster network (the data network when it follows `multi-homed` in the scenario list, else a spare address of
+    the lab subnet), created after the cluster NIC; its env file names iso0 as GLOO/NCCL/TP_SOCKET_IFNAME. The
+    node's ARP sysctls are the ones that stop ARP flux (net.ipv4.conf.all.arp_ignore 1, arp_announce 2), so no other
+    NIC answers for iso0's address: a connect from that address (bound to it, as Gloo and NCCL bind) reaches no
+    peer, and one bound to the device finds no route. torch fails on node3 until the env file names the interface
+    that reaches every peer. Finding: netif.cannot-reach-peers on node3; ddpfix remediate --apply writes the
+    cluster NIC with a `# GLOO_SOCKET_IFNAME:` line saying why."""
+    node = _arp_node(plan)
+    node.post_ip += inner_veth(ISO_IFNAME, f"{isolated_address(plan, node.index)}/32")
+    node.sysctls["net.ipv4.conf.all.arp_ignore"] = "1"
+    node.sysctls["net.ipv4.conf.all.arp_announce"] = "2"
+    node.env = plan.env_for(node, **dict.fromkeys(_IFNAME_KEYS, ISO_IFNAME))
 
 
 # ----------------------------------------------------------------- SSH setups (no fault: how the controller logs in)
