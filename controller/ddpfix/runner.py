@@ -238,8 +238,10 @@ def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
         "ANSIBLE_SYSTEM_WARNINGS": "False",
         "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
         "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(run_dir / "fact_cache"),
+        # facts live as long as the ansible-playbook run that reads them (the CLI takes them from its events): a
+        # persistent cache (jsonfile) would JSON-encode and write every node's facts at each fact-setting task and
+        # decode them again at each task of each node, on the controller's one busy process (issue 21 item 6)
+        "ANSIBLE_CACHE_PLUGIN": "memory",
     }
 
 
@@ -624,8 +626,8 @@ def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
 
 @contextlib.contextmanager
 def private_umask() -> Iterator[None]:
-    """umask 077 while ansible-runner and ansible-playbook run: every file they (and the jsonfile fact cache, and
-    ansible-runner's artifacts) create in the run directory is readable by its owner only."""
+    """umask 077 while ansible-runner and ansible-playbook run: every file they (and a persistent fact cache the user
+    configured there, and ansible-runner's artifacts) create in the run directory is readable by its owner only."""
     old = os.umask(0o077)
     try:
         yield

@@ -41,6 +41,10 @@ LOCK_ROLE = "ddpfix_run"
 LOCK_TASK_FILES = ("lock", "unlock")
 #: Tag of the facts role's second-round tasks (collect a detached prober): not iterated when no prober was detached.
 COLLECT_TAG = "ddpfix_facts_collect"
+#: Tag of tasks whose `when` this strategy evaluates itself, per host, before any worker is started: when it is false
+#: for every host of the step, the step is left out (as with --skip-tags: no worker per node, no skip events). The
+#: facts role's probe-at-cluster-addresses tasks carry it: they run only for multi-homed inventories.
+WHEN_TAG = "ddpfix_when_on_controller"
 #: The play's cluster view (action ddpfix_cluster's result, or the CLI's extra variable).
 CLUSTER_VIEW = "ddpfix_audit_cluster"
 #: The controller locks this process holds (cluster key -> lock), for its lifetime.
@@ -120,6 +124,8 @@ class StrategyModule(LinearStrategy):
                     self._ddpfix_locked = True
             if host_tasks and self._no_prober_to_collect(host_tasks):
                 continue  # every node ran at once: the collect tasks are not iterated per node (as --skip-tags)
+            if host_tasks and self._false_everywhere(host_tasks, iterator):
+                continue  # its condition holds for no node: not iterated per node (as --skip-tags)
             if not host_tasks or not stop_requested():
                 return host_tasks
             task = host_tasks[0][1]
@@ -129,6 +135,23 @@ class StrategyModule(LinearStrategy):
                 return host_tasks  # a role that started finishes; the lock is always released
             display.display(f"ddpfix: stop requested, not starting: {name}")
             # the iterator has already moved these hosts past the task: dropping it skips it
+
+    def _false_everywhere(self, host_tasks: list[tuple[Any, Any]], iterator: Any) -> bool:
+        """A task tagged WHEN_TAG whose `when` is false for every host of the step (for a run_once task: its first
+        host, the one Ansible would run it on). Each host's condition is evaluated with that host's variables, as
+        its worker would; a condition that cannot be evaluated here is left to the worker (the task runs)."""
+        tasks = [(h, t) for h, t in host_tasks if t is not None and t.action not in ("meta", "ansible.builtin.meta")]
+        if not tasks or len(tasks) != len(host_tasks) or WHEN_TAG not in (tasks[0][1].tags or []):
+            return False
+        for host, task in tasks[:1] if tasks[0][1].run_once is True else tasks:
+            try:
+                task_vars = self._variable_manager.get_vars(play=iterator._play, host=host, task=task,
+                                                            _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all)
+                if task._resolve_conditional(task.when, task_vars):
+                    return False
+            except Exception:  # noqa: BLE001 - the worker evaluates it again and reports the error there
+                return False
+        return True
 
     def _no_prober_to_collect(self, host_tasks: list[tuple[Any, Any]]) -> bool:
         """A task of the facts role's second round (tag COLLECT_TAG) when no node of this step left a prober

@@ -124,3 +124,81 @@ def test_closing_the_pty_of_an_exited_child_does_not_sleep() -> None:
     alive = ptyprocess.PtyProcess.spawn(["sleep", "30"])
     alive.close(force=True)  # a live child is still terminated
     assert not alive.isalive()
+
+
+def _facts_task(probe: dict[str, Any]) -> TaskResult:
+    return TaskResult("Lock | facts", "ok", {"ansible_facts": {"ddpfix_node": {"hostname": "n1", "probe": probe}}},
+                      action="ddpfix.cluster.ddpfix_node_facts")
+
+
+def _collect_task(status: str, probe: dict[str, Any]) -> TaskResult:
+    return TaskResult("Lock | collect", status, {"probe": probe}, action="ddpfix.cluster.ddpfix_probe")
+
+
+def test_cli_folds_the_collected_probe_as_the_roles_set_fact_does() -> None:
+    """The CLI leaves the fold set_fact out (--skip-tags ddpfix_facts_fold) and folds the collect task's result into
+    the facts itself: the same facts as with the set_fact, never folded twice, nothing from a failed collect."""
+    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text()
+    assert "ddpfix_facts_fold" in audit.CLI_SKIP_TAGS and "tags: [ddpfix_facts_fold]" in role
+    detached = {"mode": "detached", "result_path": "/run/ddpfix-probe-x/result.json", "pid": 7}
+    result = {"connects": [{"ok": True}], "inbound": {"peer": 2}}
+    folded = {"hostname": "n1", "probe": {**detached, **result}}
+    hr = HostResult("n1", tasks=[_facts_task(detached), _collect_task("ok", result)])
+    assert audit.fold_collected(hr, hr.fact("ddpfix_node")) == folded
+    assert audit.host_facts_of(hr).probe == folded["probe"]
+    # with the set_fact (ansible-playbook, or a CLI that ran it): its facts are the last, taken as they are
+    kept = TaskResult("Probe | Keep", "ok", {"ansible_facts": {"ddpfix_node": folded}}, action="set_fact")
+    hr2 = HostResult("n1", tasks=[_facts_task(detached), _collect_task("ok", result), kept])
+    assert audit.fold_collected(hr2, hr2.fact("ddpfix_node")) == folded
+    # a collect that failed or was skipped, or none at all (one round): the facts as the node returned them
+    for tasks in ([_facts_task(detached), _collect_task("failed", {"error": "x"})],
+                  [_facts_task(detached), _collect_task("skipped", {})], [_facts_task(result)]):
+        hr3 = HostResult("n1", tasks=list(tasks))
+        assert audit.fold_collected(hr3, hr3.fact("ddpfix_node")) == tasks[0].res["ansible_facts"]["ddpfix_node"]
+    assert audit.fold_collected(HostResult("n1"), None) is None
+
+
+class _Task:
+    def __init__(self, results: dict[str, bool], tags: list[str], run_once: bool = False) -> None:
+        self.results, self.tags, self.run_once, self.action, self.when = results, tags, run_once, "x", ["c"]
+        self.asked: list[str] = []
+
+    def _resolve_conditional(self, when: list[str], task_vars: dict[str, Any]) -> bool:
+        self.asked.append(task_vars["inventory_hostname"])
+        if task_vars["inventory_hostname"] == "boom":
+            raise RuntimeError("undefined")
+        return self.results[task_vars["inventory_hostname"]]
+
+
+class _Host:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _false_everywhere(task: _Task, hosts: list[str]) -> bool:
+    s = _strategy()
+    strat = object.__new__(s.StrategyModule)
+    strat._hosts_cache, strat._hosts_cache_all = hosts, hosts
+
+    class _VM:
+        def get_vars(self, **kw: Any) -> dict[str, Any]:
+            return {"inventory_hostname": kw["host"].name}
+
+    strat._variable_manager = _VM()
+    iterator = type("It", (), {"_play": None})()
+    return bool(strat._false_everywhere([(_Host(h), task) for h in hosts], iterator))
+
+
+def test_strategy_leaves_out_a_tagged_task_only_when_its_condition_is_false_for_every_host() -> None:
+    """Tasks tagged WHEN_TAG (the facts role's probe-at-cluster-addresses tasks, for multi-homed inventories) have
+    their `when` evaluated on the controller per host; the step is left out only when no host would run it."""
+    s = _strategy()
+    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text()
+    assert role.count(s.WHEN_TAG) == 3
+    hosts = ["n1", "n2", "n3"]
+    assert _false_everywhere(_Task(dict.fromkeys(hosts, False), [s.WHEN_TAG]), hosts)
+    assert not _false_everywhere(_Task({"n1": False, "n2": False, "n3": True}, [s.WHEN_TAG]), hosts)
+    assert not _false_everywhere(_Task(dict.fromkeys(hosts, False), ["facts"]), hosts)  # untagged: the workers decide
+    assert not _false_everywhere(_Task({"n1": False, "boom": False}, [s.WHEN_TAG]), ["n1", "boom"])  # error: runs
+    once = _Task({"n1": False, "n2": True}, [s.WHEN_TAG], run_once=True)  # run_once: its first host decides
+    assert _false_everywhere(once, ["n1", "n2"]) and once.asked == ["n1"]
