@@ -503,6 +503,9 @@ def run_playbook(
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
                          "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
                          "DDPFIX_LOCKED_FILE": str(locked_file)},
+                # ansible-runner would otherwise force its jsonfile fact cache over ANSIBLE_CACHE_PLUGIN (ddpfix's
+                # memory cache, or the user's own setting, which then stays in force)
+                fact_cache_type="memory",
                 event_handler=handler,
                 status_handler=_preloader(preload),
                 cancel_callback=interrupt.cancel,
