@@ -9,6 +9,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.ddpfix.cluster.plugins.filter.ddpfix_probe_plan import ddpfix_probe_needs_facts
 from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
     ddpfix,
     inventory_tree,
@@ -33,5 +34,9 @@ class ActionModule(ActionBase):
         except ddpfix("ddpfix.app").DdpfixError as exc:  # bad input: one line, its exit code, no node contacted
             result.update(failed=True, msg=str(exc), ddpfix_exit_code=int(exc.code))
             return result
-        result.update(changed=False, inventory=data, **cluster.play_view())
+        view = cluster.play_view()
+        # decided once for the play (the facts role's ddpfix_facts_probe_from_facts), not templated per node from the
+        # addresses of every node (O(N) each)
+        view["probe_from_facts"] = ddpfix_probe_needs_facts(view["addresses"], view["cluster_cidr"])
+        result.update(changed=False, inventory=data, **view)
         return result
