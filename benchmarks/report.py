@@ -138,6 +138,85 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             "sizes": sizes}
 
 
+# ---------------------------------------------------------------- fleet-size stand-in (run.py --aliases)
+
+
+def summarize_aliases(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per `--aliases` spec: medians of audit / setup / ping (wall, controller CPU, memory), their ratios, the
+    audit's task spans and findings, and the machine's load."""
+    out = []
+    for s in results.get("aliases") or []:
+        row: dict[str, Any] = {"n": s["n"], "nodes": s["nodes"], "forks": s["forks"], "rounds": len(runs(s, "audit")),
+                               "started": results.get("started"), "command": results.get("command"),
+                               "load_before": results.get("load_before"), "load_after": results.get("load_after"),
+                               "other_labs_before": results.get("other_labs_before")}
+        for kind in ("audit", "baseline", "ping"):
+            rs = runs(s, kind)
+            row[kind] = {"wall_s": _med([r["wall_s"] for r in rs]), "cpu_s": _med([r["cpu_s"] for r in rs]),
+                         "maxrss_mb": _med([r.get("maxrss_mb") for r in rs]),
+                         "tree_rss_peak_mb": _med([r.get("tree_rss_peak_mb") for r in rs]),
+                         "rcs": [r["rc"] for r in rs], "hosts_ok": [r.get("hosts_ok") for r in rs],
+                         "walls": [round(r["wall_s"], 1) for r in rs]}
+        row["ratio_audit_setup"] = _kind_ratio(s, "audit", "baseline")
+        row["ratio_audit_ping"] = _kind_ratio(s, "audit", "ping")
+        last = (runs(s, "audit") or [{}])[-1]
+        ev = (last.get("events") or [{}])[-1]
+        row["audit_ok"] = [r.get("ok") for r in runs(s, "audit")]
+        row["finding_counts"] = last.get("finding_counts")
+        row["probe_connects"], row["probe_connects_ok"] = ev.get("probe_connects"), ev.get("probe_connects_ok")
+        row["audit_tasks"] = ev.get("tasks") or []
+        row["audit_playbook_span_s"] = ev.get("span_s")
+        row["load1_median"] = _med([r.get("load1") for r in s["runs"] if r.get("load1") is not None])
+        out.append(row)
+    return out
+
+
+def render_aliases(sm: dict[str, Any]) -> list[str]:
+    """The fleet-size stand-in's section (issue 21 item 6)."""
+    rows = sm.get("aliases") or []
+    if not rows:
+        return []
+
+    def f(x: Any) -> str:
+        return "–" if x is None else (f"{x:.2f}" if isinstance(x, float) else str(x))
+
+    L = ["", "## At fleet size: inventory aliases of a small lab (`run.py --aliases N:NODES:FORKS`)", "",
+         "Each alias is its own inventory host whose `ansible_host` is one of the lab's real nodes (round-robin), so "
+         "Ansible, SSH and ddpfix treat it as a node of its own (own SSH connection and ControlPersist socket, own "
+         "module run); the aliases' names are added to the nodes' /etc/hosts. Audit, setup "
+         "(`-m setup -a gather_subset=network`) and ping (`-m ping`) run back to back with the same `--forks`, cold "
+         "SSH connections each. CPU = user+sys of the controller-side process tree (ansible, its forks, ssh clients); "
+         "RSS: peak of the largest process, and the sampled sum over the tree. See the notes below for how aliases "
+         "distort what is measured.", "",
+         "| N aliases | lab nodes | forks | rounds | audit wall s | setup wall s | ping wall s | audit/setup | "
+         "audit/ping | audit CPU s | setup CPU s | ping CPU s | audit RSS max / tree MB | rc audit/setup/ping | "
+         "1-min load (median) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, b, p = r["audit"], r["baseline"], r["ping"]
+        L.append(f"| {r['n']} | {r['nodes']} | {r['forks']} | {r['rounds']} | {f(a['wall_s'])} | {f(b['wall_s'])} | "
+                 f"{f(p['wall_s'])} | {f(r['ratio_audit_setup'])} | {f(r['ratio_audit_ping'])} | {f(a['cpu_s'])} | "
+                 f"{f(b['cpu_s'])} | {f(p['cpu_s'])} | {f(a['maxrss_mb'])} / {f(a['tree_rss_peak_mb'])} | "
+                 f"{','.join(map(str, a['rcs']))}/{','.join(map(str, b['rcs']))}/{','.join(map(str, p['rcs']))} | "
+                 f"{f(r['load1_median'])} |")
+    L.append("")
+    for r in rows:
+        lb, la = r.get("load_before") or [], r.get("load_after") or []
+        L.append(f"- N={r['n']}: `{r.get('command')}`, started {r.get('started')}; load before "
+                 f"{'/'.join(f'{x:.2f}' for x in lb)}, after {'/'.join(f'{x:.2f}' for x in la)}; walls audit "
+                 f"{r['audit']['walls']}, setup {r['baseline']['walls']}, ping {r['ping']['walls']}; setup hosts ok "
+                 f"{r['baseline']['hosts_ok']}, ping hosts ok {r['ping']['hosts_ok']}; probe connects ok "
+                 f"{f(r.get('probe_connects_ok'))}/{f(r.get('probe_connects'))}; findings "
+                 f"{', '.join(f'{k} ×{v}' for k, v in sorted((r.get('finding_counts') or {}).items())) or 'none'}")
+        spans = "; ".join(f"`{t['task'][:50]}` {t['span_s']} s (per host median {t['host_median_s']} s, module "
+                          f"{f(t.get('module_median_s'))} s)" for t in r.get("audit_tasks") or [])
+        L.append(f"  - audit playbook span {f(r.get('audit_playbook_span_s'))} s; tasks: {spans or '–'}")
+    notes = HERE / "fleet-notes.md"  # hand-written reading of the stand-in's figures (what is not met, why)
+    if notes.exists():
+        L += ["", notes.read_text().rstrip()]
+    return L
+
+
 def render_targets(sm: dict[str, Any], peers: int = 2) -> list[str]:
     """Issue 10's targets against this run: met or not, and by how much."""
     sizes = sm.get("sizes") or []
@@ -252,6 +331,7 @@ def render_summary(sm: dict[str, Any]) -> str:
             rest = (out - fx["cli_import_s"] - fx.get("ansible_inventory_s", 0.0)) if (fx and out is not None) else None
             L.append(f"| {s['n']} | {f(s['audit']['wall_s'])} | {f(s.get('audit_playbook_span_s'))} | {f(out)} | "
                      f"{f(fx.get('cli_import_s'))} | {f(rest)} |")
+    L += render_aliases(sm)
     for part in ("experiments.md", "analysis-at-scale.md"):  # sections of their own runs (--experiments, analysis)
         extra = Path(__file__).resolve().parent / part
         if extra.exists():

@@ -176,7 +176,8 @@ class Runner:
         res["state_dir"] = str(state)
         return res
 
-    def baseline(self, kind: str = "baseline") -> dict[str, Any]:
+    def baseline(self, kind: str = "baseline", module: tuple[str, ...] = ("setup", "gather_subset=network"),
+                 ) -> dict[str, Any]:
         from ddpfix import runner
 
         state = Path(tempfile.mkdtemp(prefix="state-", dir=self.tmp))
@@ -191,7 +192,7 @@ class Runner:
                 os.environ.pop("DDPFIX_STATE_DIR", None)
             else:
                 os.environ["DDPFIX_STATE_DIR"] = saved
-        argv = [ANSIBLE, "ddp_nodes", "-i", str(self.inv), "-m", "setup", "-a", "gather_subset=network",
+        argv = [ANSIBLE, "ddp_nodes", "-i", str(self.inv), "-m", module[0], *(["-a", module[1]] if module[1:] else []),
                 "-f", str(self.forks)]
         res = self._run(kind, argv, self._env(state, aenv), state)
         text = Path(res["stdout_path"]).read_text(errors="replace")
@@ -525,6 +526,86 @@ def experiments_size(n: int, args: argparse.Namespace, tmp: Path, name: str) -> 
         lab.down(name)
 
 
+# ---------------------------------------------------------------- fleet-size stand-in: N aliases of a small lab
+
+
+def alias_inventory(info: Any, n: int, path: Path) -> list[tuple[str, str]]:
+    """Write an inventory of `n` aliases of the lab's nodes (round-robin): each alias is its own inventory host with
+    `ansible_host` = a lab node's address, so Ansible, SSH (ControlPersist: one control path per alias) and ddpfix
+    treat it as a node of its own. The lab's own group vars are kept; the master is the first alias. Returns
+    [(alias, address)]."""
+    import yaml
+
+    doc = yaml.safe_load(Path(info.inventory).read_text())
+    group = doc["all"]["children"]["ddp_nodes"]
+    addrs = [h["ansible_host"] for h in group["hosts"].values()]
+    aliases = [(f"f{i + 1:04d}", addrs[i % len(addrs)]) for i in range(n)]
+    # its own SSH connection too: Ansible's default ControlPath hashes the address, which aliases share
+    group["hosts"] = {a: {"ansible_host": ip, "ansible_control_path": f"%(directory)s/{a}"} for a, ip in aliases}
+    group["vars"]["ddp_master"] = aliases[0][0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return aliases
+
+
+def alias_names_resolve(name: str, info: Any, aliases: list[tuple[str, str]]) -> None:
+    """Every lab node's /etc/hosts gets the aliases' names (as a fleet's names resolve), so that the nodes' name
+    checks answer from files, not from the lab's DNS that refuses every query."""
+    from ddpfix import lab
+
+    lines = "".join(f"{ip}\t{a}\n" for a, ip in aliases)
+    for node in info.nodes:
+        lab.node_exec(name, node.name, ["sh", "-c", "cat >> /etc/hosts"], input=lines)
+
+
+def alias_findings(res: dict[str, Any]) -> None:
+    """The audit's findings by id and count (the aliases' share of a node is visible in them: duplicate hostnames
+    and machine-ids, routes over lo, listener ports taken by another alias of the same node)."""
+    try:
+        doc = json.loads(Path(res["stdout_path"]).read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    counts: dict[str, int] = {}
+    for f in doc.get("findings", []):
+        counts[f["id"]] = counts.get(f["id"], 0) + 1
+    res["finding_counts"] = counts
+
+
+def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
+    """`--aliases N:NODES:FORKS`: a lab of NODES real nodes, an inventory of N aliases of them, and `--alias-rounds`
+    rounds of, back to back: the audit, `ansible -m setup -a gather_subset=network` and `ansible -m ping`, all with
+    `--forks FORKS` (cold SSH connections in every run)."""
+    from ddpfix import lab
+
+    n, nodes, forks = (int(x) for x in spec.split(":"))
+    t0 = time.monotonic()
+    info, notes = lab_up(name, nodes, tmp / f"alias-lab{nodes}", tmp)
+    inv = tmp / f"aliases{n}" / "hosts.yml"
+    out: dict[str, Any] = {"n": n, "nodes": nodes, "forks": forks, "lab": notes, "runs": []}
+    log(f"aliases N={n} of {nodes} lab nodes on {notes['subnet']}, --forks {forks}")
+    try:
+        aliases = alias_inventory(info, n, inv)
+        alias_names_resolve(name, info, aliases)
+        r = Runner(tmp / f"aliases{n}", inv, n, forks)
+        for i in range(args.alias_rounds):
+            a = r.ddpfix("audit", ["audit", "--format", "json"], forks=forks)
+            audit_ok(a, n)
+            alias_findings(a)
+            b = r.baseline()
+            c = r.baseline("ping", ("ping",))
+            for x in (a, b, c):
+                x["pair"], x["warmup"], x["load1"] = i, False, os.getloadavg()[0]
+                cleanup_state(x)
+                out["runs"].append(x)
+            log(f"  round {i + 1}: audit {a['wall_s']:.1f} s (rc {a['rc']}, {a.get('finding_counts')}), "
+                f"setup {b['wall_s']:.1f} s (rc {b['rc']}, {b.get('hosts_ok')}/{n} ok), "
+                f"ping {c['wall_s']:.1f} s (rc {c['rc']}, {c.get('hosts_ok')}/{n} ok), load {os.getloadavg()}")
+    finally:
+        lab.down(name)
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -550,11 +631,16 @@ def main() -> int:
     ap.add_argument("--forks-check", default="16:4:20",
                     help="N:FORKS:RUNS consecutive clean audits with --forks FORKS at size N "
                          "(default 16:4:20; 0 runs: skip)")
+    ap.add_argument("--aliases", default="",
+                    help="instead: N:NODES:FORKS, the fleet-size stand-in (N inventory aliases of a NODES-node lab, "
+                         "audit / setup / ping with --forks FORKS); several separated by commas")
+    ap.add_argument("--alias-rounds", type=int, default=1, help="rounds per --aliases spec (default 1)")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.pairs, args.remediate_runs, args.analysis_sizes = "4,8", 2, "1", "100,1000"
         args.experiments_at, args.experiment_rounds = "8", 1
-    args.json = args.json or str(RAW / ("results-experiments.json" if args.experiments else "results.json"))
+    args.json = args.json or str(RAW / ("results-aliases.json" if args.aliases else
+                                        "results-experiments.json" if args.experiments else "results.json"))
     args.forks_check_n, args.forks_check_forks, args.forks_check_runs = (int(x) for x in args.forks_check.split(":"))
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if os.geteuid() != 0:
@@ -580,7 +666,12 @@ def main() -> int:
         f"load {results['load_before']}; "
         f"other labs running: {results['other_labs_before'] or 'none'}")
     try:
-        if args.experiments:
+        if args.aliases:
+            results["aliases"] = []
+            for i, spec in enumerate(x for x in args.aliases.split(",") if x):
+                results["aliases"].append(bench_aliases(spec, args, tmp, f"{name}-a{i}"))
+                _save(results, args, t0)
+        elif args.experiments:
             results["experiments"] = [experiments_size(int(n), args, tmp, f"{name}-x{n}")
                                       for n in args.experiments_at.split(",") if n]
         else:
@@ -607,10 +698,17 @@ def _save(results: dict[str, Any], args: argparse.Namespace, t0: float) -> None:
     results["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
-    if args.experiments:
+    if args.aliases:  # the stand-in's own part of summary.json; the other sizes' rows stay as they were
+        summary = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
+        summary["aliases"] = report.summarize_aliases(results)
+        SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
+        Path(args.md).write_text(report.render_summary(summary))
+    elif args.experiments:
         (HERE / "experiments.md").write_text(report.render_experiments(results) + "\n")
     else:
         summary = report.summarize(results)
+        if SUMMARY.exists():  # the fleet-size stand-in's rows come from their own runs (--aliases)
+            summary["aliases"] = json.loads(SUMMARY.read_text()).get("aliases") or []
         SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
         Path(args.md).write_text(report.render_summary(summary))
 

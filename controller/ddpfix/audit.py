@@ -40,9 +40,10 @@ from ddpfix.runner import (
 
 #: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
 FACTS_MODULE = "ddpfix_node_facts"
-#: Tasks the CLI leaves out (it has their information from its own events): the play's run marker and the facts'
-#: controller clock window, which the standalone analysis (action plugin) needs.
-CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark")
+#: Tasks the CLI leaves out (it has their information from its own events): the play's run marker, the facts'
+#: controller clock window, which the standalone analysis (action plugin) needs, and the set_fact that folds a
+#: detached prober's collected result into the facts (`fold_collected` does it from the collect task's event).
+CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark", "ddpfix_facts_fold")
 #: Probe listener ports are picked per run inside the default ephemeral range (32768-60999), away from its ends.
 PROBE_PORTS = (40000, 59999)
 
@@ -143,13 +144,31 @@ def host_facts_of(hr: HostResult) -> HostFacts:
     found = hr.fact(FACTS_KEY)
     return host_facts(
         hr.name,
-        found[1] if found else None,
+        fold_collected(hr, found),
         error=hr.module_error or hr.message,
         unreachable=hr.unreachable,
         failed=hr.failed,
         collected_at=parse_event_time(facts_task.created) if facts_task else None,
         window=_window(facts_task),
     )
+
+
+#: The facts role's second round: the module that collects a detached prober's result (`probe`).
+COLLECT_MODULE = "ddpfix_probe"
+
+
+def fold_collected(hr: HostResult, found: tuple[TaskResult, Any] | None) -> Mapping[str, Any] | None:
+    """The node's facts (`found`: the last task that returned them) with the probe result its second round collected
+    folded into `probe`, as the role's set_fact after the collect task does (tag ddpfix_facts_fold: the CLI leaves
+    that task out and folds here, sparing a task per node). A collect result that came before the facts was folded
+    by that set_fact already; a collect task that failed or was skipped folds nothing."""
+    node = found[1] if found else None
+    collected = hr.find(COLLECT_MODULE, ran=True, has="probe")
+    if (not isinstance(node, Mapping) or found is None or collected is None or collected.status != "ok"
+            or not isinstance(collected.res.get("probe"), Mapping)
+            or hr.tasks.index(collected) < hr.tasks.index(found[0])):
+        return node
+    return {**node, "probe": {**(node.get("probe") or {}), **collected.res["probe"]}}
 
 
 #: The audit play's first task: the cluster derived and validated from the inventory, on the controller.

@@ -238,8 +238,10 @@ def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
         "ANSIBLE_SYSTEM_WARNINGS": "False",
         "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
         "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(run_dir / "fact_cache"),
+        # facts live as long as the ansible-playbook run that reads them (the CLI takes them from its events): a
+        # persistent cache (jsonfile) would JSON-encode and write every node's facts at each fact-setting task and
+        # decode them again at each task of each node, on the controller's one busy process (issue 21 item 6)
+        "ANSIBLE_CACHE_PLUGIN": "memory",
     }
 
 
@@ -501,6 +503,9 @@ def run_playbook(
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
                          "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
                          "DDPFIX_LOCKED_FILE": str(locked_file)},
+                # ansible-runner would otherwise force its jsonfile fact cache over ANSIBLE_CACHE_PLUGIN (ddpfix's
+                # memory cache, or the user's own setting, which then stays in force)
+                fact_cache_type="memory",
                 event_handler=handler,
                 status_handler=_preloader(preload),
                 cancel_callback=interrupt.cancel,
@@ -624,8 +629,8 @@ def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
 
 @contextlib.contextmanager
 def private_umask() -> Iterator[None]:
-    """umask 077 while ansible-runner and ansible-playbook run: every file they (and the jsonfile fact cache, and
-    ansible-runner's artifacts) create in the run directory is readable by its owner only."""
+    """umask 077 while ansible-runner and ansible-playbook run: every file they (and a persistent fact cache the user
+    configured there, and ansible-runner's artifacts) create in the run directory is readable by its owner only."""
     old = os.umask(0o077)
     try:
         yield

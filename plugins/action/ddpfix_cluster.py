@@ -12,6 +12,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.ddpfix.cluster.plugins.filter.ddpfix_probe_plan import ddpfix_probe_needs_facts
 from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
     ddpfix,
     inventory_tree,
@@ -46,5 +47,8 @@ class ActionModule(ActionBase):
             return result
         if warning:
             Display().warning(warning)
+        # decided once for the play (the facts role's ddpfix_facts_probe_from_facts), not templated per node from the
+        # addresses of every node (O(N) each)
+        view["probe_from_facts"] = ddpfix_probe_needs_facts(view["addresses"], view["cluster_cidr"])
         result.update(changed=False, inventory=data, **view)
         return result

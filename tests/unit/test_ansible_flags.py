@@ -44,9 +44,10 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
         seen["calls"] += 1
         rc = RunnerConfig(**{k: v for k, v in kw.items() if k in (
             "private_data_dir", "project_dir", "playbook", "inventory", "limit", "forks", "cmdline", "envvars",
-            "suppress_env_files", "extravars", "verbosity", "tags", "passwords")})
+            "suppress_env_files", "extravars", "verbosity", "tags", "passwords", "fact_cache_type")})
         rc.prepare()
         seen["command"] = rc.command
+        seen["env"] = dict(rc.env)
         seen["passwords"] = kw.get("passwords")
         seen["expect"] = getattr(rc, "expect_passwords", {})
         seen["extravars"] = json.loads((Path(kw["private_data_dir"]) / "env" / "extravars").read_text())
@@ -278,3 +279,12 @@ def test_every_global_option_also_after_each_ansible_subcommand_and_in_the_readm
     cells = {ln.split("|")[1] for ln in table.splitlines()[2:]}
     documented = {f.strip("`, ") for cell in cells for f in cell.replace("/", " ").split() if f.strip("`,").startswith("-")}
     assert group <= documented, sorted(group - documented)
+
+
+def test_facts_stay_in_memory_unless_the_user_configures_a_cache(env: dict[str, Any]) -> None:
+    """ansible-runner forces its jsonfile fact cache unless told otherwise: ansible-playbook gets ddpfix's memory
+    cache (no JSON encoding of every node's facts at each task, issue 21 item 6), and no cache directory."""
+    r = CliRunner().invoke(cli, ["audit", "-i", "hosts.yml"])
+    assert r.exit_code == 6, r.output
+    got = env["seen"]["env"]
+    assert got.get("ANSIBLE_CACHE_PLUGIN") == "memory" and "ANSIBLE_CACHE_PLUGIN_CONNECTION" not in got

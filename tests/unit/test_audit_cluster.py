@@ -114,3 +114,37 @@ def test_closing_the_pty_of_an_exited_child_does_not_sleep() -> None:
     alive = ptyprocess.PtyProcess.spawn(["sleep", "30"])
     alive.close(force=True)  # a live child is still terminated
     assert not alive.isalive()
+
+
+def _facts_task(probe: dict[str, Any]) -> TaskResult:
+    return TaskResult("Lock | facts", "ok", {"ansible_facts": {"ddpfix_node": {"hostname": "n1", "probe": probe}}},
+                      action="ddpfix.cluster.ddpfix_node_facts")
+
+
+def _collect_task(status: str, probe: dict[str, Any]) -> TaskResult:
+    return TaskResult("Lock | collect", status, {"probe": probe}, action="ddpfix.cluster.ddpfix_probe")
+
+
+def test_cli_folds_the_collected_probe_as_the_roles_set_fact_does() -> None:
+    """The CLI leaves the fold set_fact out (--skip-tags ddpfix_facts_fold) and folds the collect task's result into
+    the facts itself: the same facts as with the set_fact, never folded twice, nothing from a failed collect."""
+    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text()
+    assert "ddpfix_facts_fold" in audit.CLI_SKIP_TAGS and "tags: [ddpfix_facts_fold]" in role
+    detached = {"mode": "detached", "result_path": "/run/ddpfix-probe-x/result.json", "pid": 7}
+    result = {"connects": [{"ok": True}], "inbound": {"peer": 2}}
+    folded = {"hostname": "n1", "probe": {**detached, **result}}
+    hr = HostResult("n1", tasks=[_facts_task(detached), _collect_task("ok", result)])
+    assert audit.fold_collected(hr, hr.fact("ddpfix_node")) == folded
+    assert audit.host_facts_of(hr).probe == folded["probe"]
+    # with the set_fact (ansible-playbook, or a CLI that ran it): its facts are the last, taken as they are
+    kept = TaskResult("Probe | Keep", "ok", {"ansible_facts": {"ddpfix_node": folded}}, action="set_fact")
+    hr2 = HostResult("n1", tasks=[_facts_task(detached), _collect_task("ok", result), kept])
+    assert audit.fold_collected(hr2, hr2.fact("ddpfix_node")) == folded
+    # a collect that failed or was skipped, or none at all (one round): the facts as the node returned them
+    for tasks in ([_facts_task(detached), _collect_task("failed", {"error": "x"})],
+                  [_facts_task(detached), _collect_task("skipped", {})], [_facts_task(result)]):
+        hr3 = HostResult("n1", tasks=list(tasks))
+        assert audit.fold_collected(hr3, hr3.fact("ddpfix_node")) == tasks[0].res["ansible_facts"]["ddpfix_node"]
+    assert audit.fold_collected(HostResult("n1"), None) is None
+
+
