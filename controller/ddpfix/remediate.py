@@ -11,10 +11,11 @@ from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
-from ddpfix.envtemplate import template_path, write_needed
+from ddpfix.collection import module_utils
+from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, GROUP, cidr_needs_ack
-from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries, redact_env
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
 from ddpfix.runner import RunResult, is_node_lock_task, module_failure, run_playbook
@@ -48,6 +49,13 @@ class HostPlan:
     def empty(self) -> bool:
         return (self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
                 and not self.limits and not self.nofile and not self.arp)
+
+    @property
+    def env_only(self) -> bool:
+        """Its one fix is the env file (and the cluster file next to it)."""
+        return bool(self.env) and (
+            self.firewall == "none" and not self.hosts and not self.time and not self.pin_ifname
+            and not self.limits and not self.nofile and not self.arp)
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
@@ -309,6 +317,55 @@ def run_remediation(
     return run, changes_of(run)
 
 
+#: The step whose failure the dry run reports when the facts say a file cannot be written (the play's pre-flight).
+PREFLIGHT_STEP = "Lock | Preflight | Files to be written are writable"
+
+
+def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dict[str, str], dict[str, HostPlan]]:
+    """The dry run's changes computed here, from what the audit read, where that is enough: a node whose only fix is
+    its env file (and the cluster file next to it), whose facts carry both files' text (the env file redacted) and
+    what of them cannot be written. The new text comes from the same merge the node's module runs
+    (module_utils ddpfix_envfile). Returns (changes, failures as failures_of words them, the plans left for the
+    check-mode play)."""
+    c = ctx.cluster
+    lib, what = envfile_lib(), module_utils("ddpfix_files").WHAT
+    cluster_path = clusterfile.path_for(c.env_path)
+    cluster_text = clusterfile.text(clusterfile.build(ctx))
+    changes: list[Change] = []
+    failed: dict[str, str] = {}
+    rest: dict[str, HostPlan] = {}
+    for host, hp in plans.items():
+        ef: dict[str, Any] = dict((ctx.facts.get(host) or {}).get("env_file") or {})
+        cf: dict[str, Any] = dict(ef.get("cluster_file") or {})
+        if (not hp.env_only or "text" not in ef or "unwritable" not in ef or "exists" not in cf
+                or (ef.get("exists") and ef.get("text") is None) or (cf["exists"] and cf.get("text") is None)):
+            rest[host] = hp  # another fix, or facts from an older ddpfix or too large a file: the node is asked
+            continue
+        if ef["unwritable"]:
+            failed[host] = (f"{PREFLIGHT_STEP}: cannot write: "
+                            + "; ".join(f"{k} ({v})" for k, v in sorted(ef["unwritable"].items()))
+                            + "; nothing was changed on any node")
+            continue
+        path = c.env_path
+        target = str(ef.get("target") or path)
+        before = str(ef.get("text") or "")
+        lines, values = render_body(c.env_template, ctx.plan[host])
+        try:
+            after, _ = lib.merge(before, values, "", adopt=lib.may_adopt(path, target, c.env_adopt),
+                                 block=lib.body_block(lines))
+        except lib.NotOurs:
+            rest[host] = hp  # the module words the refusal
+            continue
+        changes.append(Change(host, what["env"].format(path=path), render_diff(
+            {"before": before, "after": after, "before_header": target if ef.get("exists") else "/dev/null",
+             "after_header": target})))
+        if not cf["exists"] or cf.get("text") != cluster_text:
+            changes.append(Change(host, what["cluster_file"].format(path=cluster_path), render_diff(
+                {"before": str(cf.get("text") or ""), "after": cluster_text,
+                 "before_header": cluster_path if cf["exists"] else "/dev/null", "after_header": cluster_path})))
+    return changes, failed, rest
+
+
 def failures_of(run: RunResult) -> dict[str, str]:
     """host -> 'STEP: message' for every host that failed or was unreachable (STEP: the task it failed at)."""
     out: dict[str, str] = {}
@@ -341,10 +398,17 @@ def cluster_files_refusal(plans: dict[str, HostPlan], failed: dict[str, str]) ->
 
 
 def changes_of(run: RunResult) -> list[Change]:
+    """One change per changed task; a task that writes several files (ddpfix_node_files: its `files`) one per
+    changed file, named by what it is."""
     out: list[Change] = []
     for host, hr in sorted(run.hosts.items()):
         for t in hr.tasks:
             if t.status != "changed":
+                continue
+            files = t.res.get("files") if isinstance(t.res, dict) else None
+            if isinstance(files, list) and files:
+                out += [Change(host, str(f.get("what") or t.task), render_diff(f.get("diff")))
+                        for f in files if isinstance(f, dict) and f.get("changed")]
                 continue
             out.append(Change(host, t.task, render_diff(t.res.get("diff"))))
     return out
