@@ -298,7 +298,9 @@ def run_remediation(
         ctx.cluster.inventories,
         # the planned hosts are the play's target (in the extravars file), the user's --limit stays the limit:
         # no host list on the command line, whatever the cluster's size
-        extravars={**remediate_extravars(ctx, plans), "ddpfix_target": ",".join(plans) or "none"},
+        extravars={**remediate_extravars(ctx, plans), "ddpfix_target": ",".join(plans) or "none",
+                   # their pre-flight is done (facts_preflight): no lock-and-pre-flight call in the per-node play
+                   "ddpfix_remediate_checked": sorted(facts_preflight(ctx, plans)[0])},
         limit=limit,
         forks=forks,
         n_hosts=len(plans),
@@ -321,6 +323,26 @@ def run_remediation(
 PREFLIGHT_STEP = "Lock | Preflight | Files to be written are writable"
 
 
+def facts_preflight(ctx: Context, plans: dict[str, HostPlan]) -> tuple[set[str], dict[str, str]]:
+    """The write pre-flight of the nodes whose only fix is their env file (and cluster.json), from the audit's facts
+    (`env_file.unwritable`: what of the two cannot be written, read by the audit under the node lock moments
+    before): (the nodes it covers, the failures as failures_of words them). Such nodes skip the per-node play's
+    lock-and-pre-flight call; ddpfix_node_files checks their files again, under the lock, before it writes any."""
+    checked: set[str] = set()
+    failed: dict[str, str] = {}
+    for host, hp in plans.items():
+        ef: Mapping[str, Any] = (ctx.facts.get(host) or {}).get("env_file") or {}
+        bad = ef.get("unwritable")
+        if not hp.env_only or not isinstance(bad, Mapping):
+            continue  # another fix (the play's pre-flight covers every file), or facts from an older ddpfix
+        checked.add(host)
+        if bad:
+            failed[host] = (f"{PREFLIGHT_STEP}: cannot write: "
+                            + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items()))
+                            + "; nothing was changed on any node")
+    return checked, failed
+
+
 def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dict[str, str], dict[str, HostPlan]]:
     """The dry run's changes computed here, from what the audit read, where that is enough: a node whose only fix is
     its env file (and the cluster file next to it), whose facts carry both files' text (the env file redacted) and
@@ -332,19 +354,16 @@ def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dic
     cluster_path = clusterfile.path_for(c.env_path)
     cluster_text = clusterfile.text(clusterfile.build(ctx))
     changes: list[Change] = []
-    failed: dict[str, str] = {}
+    checked, failed = facts_preflight(ctx, plans)
     rest: dict[str, HostPlan] = {}
     for host, hp in plans.items():
         ef: dict[str, Any] = dict((ctx.facts.get(host) or {}).get("env_file") or {})
         cf: dict[str, Any] = dict(ef.get("cluster_file") or {})
-        if (not hp.env_only or "text" not in ef or "unwritable" not in ef or "exists" not in cf
+        if host in failed:
+            continue
+        if (host not in checked or "text" not in ef or "exists" not in cf
                 or (ef.get("exists") and ef.get("text") is None) or (cf["exists"] and cf.get("text") is None)):
             rest[host] = hp  # another fix, or facts from an older ddpfix or too large a file: the node is asked
-            continue
-        if ef["unwritable"]:
-            failed[host] = (f"{PREFLIGHT_STEP}: cannot write: "
-                            + "; ".join(f"{k} ({v})" for k, v in sorted(ef["unwritable"].items()))
-                            + "; nothing was changed on any node")
             continue
         path = c.env_path
         target = str(ef.get("target") or path)

@@ -8,7 +8,7 @@ from conftest import Sim
 from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.checks import Context, HostFacts, run_checks
-from ddpfix.remediate import PREFLIGHT_STEP, build_plan, preflight, preview, remediate_extravars
+from ddpfix.remediate import PREFLIGHT_STEP, build_plan, facts_preflight, preflight, preview, remediate_extravars
 
 
 def _ctx(sim: Sim, read: list[str], down: tuple[str, ...] = ()) -> Context:
@@ -120,3 +120,18 @@ def test_cluster_file_text_is_what_the_play_writes() -> None:
 
     content = {"schema": "ddpfix.cluster/v1", "nodes": [{"name": "n\u00e9", "rank": 0}], "cidr": None}
     assert clusterfile.text(content) == to_nice_json(content, sort_keys=True) + "\n"
+
+
+def test_apply_preflight_from_the_facts_covers_env_only_nodes_with_new_facts(sim: Sim) -> None:
+    """The nodes whose only fix is the env file skip the play's lock-and-pre-flight call when their facts say
+    whether the env file and cluster.json can be written; a node whose facts say not fails there, by name."""
+    for n in ("node1", "node2", "node3"):
+        sim.set_env_file(n, "NODE_RANK=9\n")
+    sim.node("node1")["env_file"]["unwritable"] = {}
+    sim.node("node2")["env_file"]["unwritable"] = {"/etc/ddpfix/ddp.env": "immutable (chattr +i)"}
+    ctx = sim.context()
+    plans, _ = build_plan(ctx, run_checks(ctx))
+    checked, failed = facts_preflight(ctx, {h: p for h, p in plans.items() if not p.empty})
+    assert checked == {"node1", "node2"} and set(failed) == {"node2"}  # node3: facts of an older ddpfix
+    assert "cannot write: /etc/ddpfix/ddp.env (immutable (chattr +i))" in failed["node2"]
+    assert remediate_extravars(ctx, plans)["ddpfix_env_cluster"]["schema"] == clusterfile.SCHEMA
