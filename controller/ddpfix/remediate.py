@@ -300,7 +300,7 @@ def run_remediation(
         # no host list on the command line, whatever the cluster's size
         extravars={**remediate_extravars(ctx, plans), "ddpfix_target": ",".join(plans) or "none",
                    # their pre-flight is done (facts_preflight): no lock-and-pre-flight call in the per-node play
-                   "ddpfix_remediate_checked": sorted(facts_preflight(ctx, plans)[0])},
+                   "ddpfix_remediate_checked": remediate_checked(ctx, plans)},
         limit=limit,
         forks=forks,
         n_hosts=len(plans),
@@ -325,9 +325,11 @@ PREFLIGHT_STEP = "Lock | Preflight | Files to be written are writable"
 
 def facts_preflight(ctx: Context, plans: dict[str, HostPlan]) -> tuple[set[str], dict[str, str]]:
     """The write pre-flight of the nodes whose only fix is their env file (and cluster.json), from the audit's facts
-    (`env_file.unwritable`: what of the two cannot be written, read by the audit under the node lock moments
-    before): (the nodes it covers, the failures as failures_of words them). Such nodes skip the per-node play's
-    lock-and-pre-flight call; ddpfix_node_files checks their files again, under the lock, before it writes any."""
+    (`env_file.unwritable`: what of the two cannot be written, and the node lock when the audit could not take it,
+    read moments before): (the nodes it covers, the failures as failures_of words them). When it finds no failure,
+    such nodes skip the per-node play's lock-and-pre-flight call (ddpfix_node_files checks their files again, under
+    the lock, before it writes any); with a failure every node goes through the play's pre-flight, which stops the
+    run everywhere before any change and names each node's reason."""
     checked: set[str] = set()
     failed: dict[str, str] = {}
     for host, hp in plans.items():
@@ -343,6 +345,12 @@ def facts_preflight(ctx: Context, plans: dict[str, HostPlan]) -> tuple[set[str],
     return checked, failed
 
 
+def remediate_checked(ctx: Context, plans: dict[str, HostPlan]) -> list[str]:
+    """The nodes that skip the per-node play: facts_preflight's, when it found no failure anywhere."""
+    checked, failed = facts_preflight(ctx, plans)
+    return [] if failed else sorted(checked)
+
+
 def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dict[str, str], dict[str, HostPlan]]:
     """The dry run's changes computed here, from what the audit read, where that is enough: a node whose only fix is
     its env file (and the cluster file next to it), whose facts carry both files' text (the env file redacted) and
@@ -355,12 +363,12 @@ def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dic
     cluster_text = clusterfile.text(clusterfile.build(ctx))
     changes: list[Change] = []
     checked, failed = facts_preflight(ctx, plans)
+    if failed:  # the play's pre-flight words it, on every node, as --apply would meet it
+        return [], {}, plans
     rest: dict[str, HostPlan] = {}
     for host, hp in plans.items():
         ef: dict[str, Any] = dict((ctx.facts.get(host) or {}).get("env_file") or {})
         cf: dict[str, Any] = dict(ef.get("cluster_file") or {})
-        if host in failed:
-            continue
         if (host not in checked or "text" not in ef or "exists" not in cf
                 or (ef.get("exists") and ef.get("text") is None) or (cf["exists"] and cf.get("text") is None)):
             rest[host] = hp  # another fix, or facts from an older ddpfix or too large a file: the node is asked

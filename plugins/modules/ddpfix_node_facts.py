@@ -380,6 +380,10 @@ def main():
             p["run_id"] = ""
     try:
         out = {"probe": probe_only(p)} if p["probe_only"] else {"ansible_facts": {"ddpfix_node": collect(p)}}
+        ef = out.get("ansible_facts", {}).get("ddpfix_node", {}).get("env_file")
+        if lock is not None and lock.get("unlocked") and isinstance(ef, dict):  # remediate's pre-flight: refused
+            ef["unwritable"] = dict(ef.get("unwritable") or {}, **{
+                p["lock_path"]: "the node lock cannot be taken: {}".format(lock["unlocked"])})
     finally:
         if lock is not None and not detached:  # a detached prober's collect task releases it
             release_lock(p["lock_path"], holder)

@@ -8,7 +8,15 @@ from conftest import Sim
 from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.checks import Context, HostFacts, run_checks
-from ddpfix.remediate import PREFLIGHT_STEP, build_plan, facts_preflight, preflight, preview, remediate_extravars
+from ddpfix.remediate import (
+    PREFLIGHT_STEP,
+    build_plan,
+    facts_preflight,
+    preflight,
+    preview,
+    remediate_checked,
+    remediate_extravars,
+)
 
 
 def _ctx(sim: Sim, read: list[str], down: tuple[str, ...] = ()) -> Context:
@@ -108,11 +116,12 @@ def test_dry_run_preview_computes_env_and_cluster_file_diffs_from_the_facts(sim:
     env2 = next(c.diff for c in changes if c.host == "node2" and "Managed block in" in c.task)
     assert "+# ddpfix: superseded: NODE_RANK=5" in env2 and " DB_PASSWORD=***" in env2 and "s3cret" not in env2, env2
     assert " USER_OPT=1" in env2
-    # a file the facts say cannot be written: the node fails as the play's pre-flight would have it
+    # a file the facts say cannot be written: every node goes to the play, whose pre-flight words it on every node
     ef1["unwritable"] = {"/etc/ddpfix": "read-only file system"}
-    changes, failed, rest = preview(sim.context(), todo)
-    assert failed["node1"].startswith(PREFLIGHT_STEP + ": cannot write: /etc/ddpfix (read-only file system)")
-    assert {c.host for c in changes} == {"node2"}
+    ctx = sim.context()
+    assert facts_preflight(ctx, todo)[1]["node1"].startswith(
+        PREFLIGHT_STEP + ": cannot write: /etc/ddpfix (read-only file system)")
+    assert preview(ctx, todo) == ([], {}, todo) and remediate_checked(ctx, todo) == []
 
 
 def test_cluster_file_text_is_what_the_play_writes() -> None:

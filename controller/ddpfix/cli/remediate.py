@@ -18,7 +18,6 @@ from ddpfix.remediate import (
     HostPlan,
     build_plan,
     cluster_files_refusal,
-    facts_preflight,
     failures_of,
     not_effective,
     preflight,
@@ -80,11 +79,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     if todo:  # nothing planned anywhere: no play to run (and nothing to re-audit)
         preflight(ctx, todo, apply=apply)
         # the dry run computes what it can from the audit's facts; the play (check mode) only for the rest
-        if apply:  # a file the facts say cannot be written stops the run before any change, as the play's would
-            changes, failed = [], facts_preflight(ctx, todo)[1]
-            rest = {} if failed else todo
-        else:
-            changes, failed, rest = preview(ctx, todo)
+        changes, failed, rest = ([], {}, todo) if apply else preview(ctx, todo)
         if rest:
             with Progress(list(rest), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
                           enabled=None if not quiet else False) as progress:
