@@ -332,11 +332,79 @@ def render_summary(sm: dict[str, Any]) -> str:
             L.append(f"| {s['n']} | {f(s['audit']['wall_s'])} | {f(s.get('audit_playbook_span_s'))} | {f(out)} | "
                      f"{f(fx.get('cli_import_s'))} | {f(rest)} |")
     L += render_aliases(sm)
-    for part in ("experiments.md", "analysis-at-scale.md"):  # sections of their own runs (--experiments, analysis)
+    # sections of their own runs (--experiments, analysis, --remediate-cost)
+    for part in ("experiments.md", "analysis-at-scale.md", "remediate-cost.md"):
         extra = Path(__file__).resolve().parent / part
         if extra.exists():
             L += ["", extra.read_text().rstrip()]
     return "\n".join(L) + "\n"
+
+
+# ---------------------------------------------------------------- remediate's cost (run.py --remediate-cost)
+
+
+def summarize_remediate_cost(results: dict[str, Any]) -> dict[str, Any]:
+    """benchmarks/remediate-cost.json: per N, the medians of audit, dry run and apply, their per-round ratios to the
+    audit of the same round, and the task spans of the last dry run and apply."""
+    sizes = []
+    for s in results.get("sizes") or []:
+        row: dict[str, Any] = {"n": s["n"], "forks": s["forks"], "rounds": len(runs(s, "audit"))}
+        for kind in ("audit", "remediate-dry", "remediate-apply"):
+            rs = runs(s, kind)
+            row[kind] = {"wall_s": _med([r["wall_s"] for r in rs]), "cpu_s": _med([r["cpu_s"] for r in rs]),
+                         "ok": bool(rs) and all(r.get("ok") for r in rs),
+                         "changes": _med([r.get("changes") for r in rs if r.get("changes") is not None])}
+            last = (rs or [{}])[-1]
+            row[kind]["tasks"] = [t for ev in last.get("events") or [] for t in ev.get("tasks") or []]
+        row["ratio_dry_audit"] = _kind_ratio(s, "remediate-dry", "audit")
+        row["ratio_apply_audit"] = _kind_ratio(s, "remediate-apply", "audit")
+        row["load1_median"] = _med([r.get("load1") for r in s["runs"] if r.get("load1") is not None])
+        sizes.append(row)
+    return {"command": results.get("command"), "started": results.get("started"),
+            "finished": results.get("finished"), "duration_s": results.get("duration_s"),
+            "machine": results.get("machine"), "load_before": results.get("load_before"),
+            "load_after": results.get("load_after"), "other_labs_before": results.get("other_labs_before"),
+            "sizes": sizes}
+
+
+def _per_n(sm: dict[str, Any], key: str) -> str:
+    return ", ".join(f"N={s['n']}: {f2(s[key])}" for s in sm.get("sizes") or [])
+
+
+def render_remediate_cost(sm: dict[str, Any]) -> str:
+    """The section of `run.py --remediate-cost` (benchmarks/remediate-cost.md, included in BENCHMARKS.md)."""
+    lb, la = sm.get("load_before") or [0, 0, 0], sm.get("load_after") or [0, 0, 0]
+    L = ["## remediate beside the audit (env files missing)", "",
+         f"Run `{sm.get('command')}` ({sm.get('started')} to {sm.get('finished')}, load average (1/5/15 min) before "
+         f"{'/'.join(f'{x:.2f}' for x in lb)}, after {'/'.join(f'{x:.2f}' for x in la)}; other labs before: "
+         f"{', '.join(sm.get('other_labs_before') or []) or 'none'}). Per N, on a clean lab, after one warm-up, "
+         "rounds of, back to back: **audit**, **dry run** (`ddpfix remediate`, every node's env file and cluster file "
+         "missing) and **apply** (`ddpfix remediate --apply`: writes them on every node and re-audits); the written "
+         "files are removed after each round. Default forks, cold SSH connections. Ratios are medians of per-round "
+         "ratios to the same round's audit. Targets (issue 21): dry run ≤ 1.3× audit, apply ≤ 3× audit.", "",
+         "| N | forks | rounds | audit wall s | dry run wall s | apply wall s | dry/audit | apply/audit | "
+         "audit CPU s | dry CPU s | apply CPU s | dry-run changes | all ok | 1-min load (median) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    ok_keys = ("audit", "remediate-dry", "remediate-apply")
+    for s in sm.get("sizes") or []:
+        a, d, p = (s[k] for k in ok_keys)
+        L.append(f"| {s['n']} | {s['forks']} | {s['rounds']} | {f2(a['wall_s'])} | {f2(d['wall_s'])} | "
+                 f"{f2(p['wall_s'])} | {f2(s['ratio_dry_audit'])} | {f2(s['ratio_apply_audit'])} | {f2(a['cpu_s'])} | "
+                 f"{f2(d['cpu_s'])} | {f2(p['cpu_s'])} | {f2(d.get('changes'), '{:.0f}')} | "
+                 f"{'yes' if all(s[k]['ok'] for k in ok_keys) else '**no**'} | {f2(s['load1_median'])} |")
+    dry = [s["ratio_dry_audit"] for s in sm.get("sizes") or [] if s["ratio_dry_audit"] is not None]
+    app = [s["ratio_apply_audit"] for s in sm.get("sizes") or [] if s["ratio_apply_audit"] is not None]
+    L += ["", f"- dry run ≤ 1.3× audit: {'met' if dry and max(dry) <= 1.3 else 'not met'} "
+              f"({_per_n(sm, 'ratio_dry_audit')})",
+          f"- apply ≤ 3× audit: {'met' if app and max(app) <= 3 else 'not met'} "
+          f"({_per_n(sm, 'ratio_apply_audit')})", "",
+          "Task spans of the last dry run and apply (per-host median in brackets):", ""]
+    for s in sm.get("sizes") or []:
+        for k in ("remediate-dry", "remediate-apply"):
+            spans = "; ".join(f"`{t['task'][:60]}` {t['span_s']} s ({t['host_median_s']} s)"
+                              for t in s[k].get("tasks") or [])
+            L.append(f"- N={s['n']} {k}: {spans or '–'}")
+    return "\n".join(L)
 
 
 if __name__ == "__main__":

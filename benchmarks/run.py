@@ -418,7 +418,6 @@ def remediate_runs_for(args: argparse.Namespace, idx: int) -> int:
 
 
 def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
-    from ddpfix import lab
     from ddpfix.runner import default_forks
 
     inv_dir = tmp / f"inv{n}"
@@ -460,13 +459,94 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
                     f"rc {x['rc']}, "
                     f"findings {','.join(x.get('finding_ids') or []) or 'none'}")
     finally:
-        try:
-            lab.down(name)
-        except Exception as exc:  # noqa: BLE001 - report, keep going with the other sizes
-            log(f"lab down {name} failed: {exc}")
-            out["lab_down_error"] = str(exc)
+        lab_down(name, out)
     out["seconds"] = round(time.monotonic() - t0, 1)
     return out
+
+
+# ---------------------------------------------------------------- remediate's cost (issue 21 item 5)
+# `--remediate-cost 4,8,16,32`: per N, on a clean lab (env files missing: every node has its env file and cluster
+# file to write), `--remediate-cost-rounds` rounds of, back to back: audit, remediate (dry run), remediate --apply
+# (writes every node's env and cluster file, then re-audits); after each apply the written files are removed again.
+# Its own summary (benchmarks/remediate-cost.json) and section (benchmarks/remediate-cost.md, in BENCHMARKS.md).
+
+REMEDIATE_COST_JSON = HERE / "remediate-cost.json"
+
+
+def remove_env_files(name: str, info: Any) -> None:
+    """Back to 'env files missing' on every node: the env file and the cluster file (and their backups) removed."""
+    from ddpfix import lab
+    from ddpfix.inventory import load_cluster
+
+    path = load_cluster([str(info.inventory)]).env_path
+    d = os.path.dirname(path)
+    for n in info.nodes:
+        lab.node_exec(name, n.name, ["sh", "-c", f"rm -f '{path}' '{d}/cluster.json' '{d}'/*~"])
+
+
+def remediate_cost_size(n: int, rounds: int, tmp: Path, name: str) -> dict[str, Any]:
+    from ddpfix.runner import default_forks
+
+    forks = default_forks(n, None)
+    info, notes = lab_up(name, n, tmp / f"rc-inv{n}", tmp)
+    log(f"remediate cost N={n}: lab {name} up on {notes['subnet']} in {notes['up_s']} s; forks {forks}")
+    out: dict[str, Any] = {"n": n, "forks": forks, "lab": notes, "runs": []}
+    r = Runner(tmp / f"rc{n}", info.inventory, n, forks)
+    try:
+        for i in range(-1, rounds):
+            for kind, args in (("audit", ["audit"]), ("remediate-dry", ["remediate"]),
+                               ("remediate-apply", ["remediate", "--apply"])):
+                x = r.ddpfix(kind, [*args, "--format", "json"])
+                audit_ok(x, n)
+                x["pair"], x["warmup"], x["load1"] = i, i < 0, os.getloadavg()[0]
+                cleanup_state(x)
+                out["runs"].append(x)
+            remove_env_files(name, info)
+            a, d, p = (out["runs"][-3:][k] for k in range(3))
+            log(f"  {'warm-up' if i < 0 else f'round {i + 1}'}: audit {a['wall_s']:.2f} s, dry {d['wall_s']:.2f} s "
+                f"({d.get('changes')} changes, ok={d.get('ok')}), apply {p['wall_s']:.2f} s (changed "
+                f"{p.get('changed')}, ok={p.get('ok')}), load {os.getloadavg()[0]:.1f}")
+    finally:
+        lab_down(name, out)
+    return out
+
+
+def lab_down(name: str, out: dict[str, Any]) -> None:
+    from ddpfix import lab
+
+    try:
+        lab.down(name)
+    except Exception as exc:  # noqa: BLE001 - report, keep going with the other sizes
+        log(f"lab down {name} failed: {exc}")
+        out["lab_down_error"] = str(exc)
+
+
+def remediate_cost(args: argparse.Namespace, tmp: Path, name: str) -> int:
+    """The `--remediate-cost` run: its own results and summary; BENCHMARKS.md re-rendered from summary.json with
+    its section."""
+    from ddpfix import lab
+
+    t0, started = time.monotonic(), time.time()
+    res: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": machine_info(),
+        "started": dt.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+        "load_before": os.getloadavg(), "other_labs_before": [x for x in lab.list_labs() if x != name], "sizes": [],
+    }
+    try:
+        for i, n in enumerate(int(x) for x in args.remediate_cost.split(",") if x):
+            res["sizes"].append(remediate_cost_size(n, args.remediate_cost_rounds, tmp, f"{name}-c{i}"))
+            res["load_after"] = os.getloadavg()
+            res["duration_s"] = round(time.monotonic() - t0, 1)
+            res["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+            (RAW / "results-remediate-cost.json").parent.mkdir(parents=True, exist_ok=True)
+            (RAW / "results-remediate-cost.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+            REMEDIATE_COST_JSON.write_text(json.dumps(report.summarize_remediate_cost(res), indent=1) + "\n")
+            (HERE / "remediate-cost.md").write_text(
+                report.render_remediate_cost(json.loads(REMEDIATE_COST_JSON.read_text())) + "\n")
+    finally:
+        if SUMMARY.exists():
+            Path(args.md).write_text(report.render_summary(json.loads(SUMMARY.read_text())))
+    return 0
 
 
 def fixed_costs(r: Runner, runs: int = 5) -> dict[str, Any]:
@@ -635,6 +715,10 @@ def main() -> int:
                     help="instead: N:NODES:FORKS, the fleet-size stand-in (N inventory aliases of a NODES-node lab, "
                          "audit / setup / ping with --forks FORKS); several separated by commas")
     ap.add_argument("--alias-rounds", type=int, default=1, help="rounds per --aliases spec (default 1)")
+    ap.add_argument("--remediate-cost",
+                    help="instead: audit, remediate dry run and --apply side by side, env files missing, at these "
+                         "sizes (e.g. 4,8,16,32); writes benchmarks/remediate-cost.{json,md}")
+    ap.add_argument("--remediate-cost-rounds", type=int, default=3, help="rounds per size after the warm-up")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.pairs, args.remediate_runs, args.analysis_sizes = "4,8", 2, "1", "100,1000"
@@ -665,6 +749,12 @@ def main() -> int:
     log(f"machine {results['machine']['cores']} cores, {results['machine']['mem_gib']} GiB; "
         f"load {results['load_before']}; "
         f"other labs running: {results['other_labs_before'] or 'none'}")
+    if args.remediate_cost:
+        try:
+            return remediate_cost(args, tmp, name)
+        finally:
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
     try:
         if args.aliases:
             results["aliases"] = []

@@ -32,6 +32,11 @@ def fingerprint(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+def text(content: dict[str, Any]) -> str:
+    """The file as remediate.yml writes it (`to_nice_json(sort_keys=true)` and a line break)."""
+    return json.dumps(content, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
 def build(ctx: Context) -> dict[str, Any]:
     """The file's content: the same on every node (no timestamps, so rewriting it is idempotent)."""
     c = ctx.cluster

@@ -359,7 +359,32 @@ def _env_file(ck: _Checker, ef: Mapping[str, Any]) -> dict[str, Any]:
                        if ck.ok(f"env_file.secrets.{part}", k, _match(_ENV_KEY), "not an environment variable name")
                        and ck.ok(f"env_file.secrets.{part}.{k}", d, _match(_HEX_DIGEST), "not a SHA-256 hex digest")}
                 for part in ("values", "managed") if isinstance(sec.get(part) or {}, Mapping)}}
+    # what remediate's dry run previews from (its diff; never written back, never run): text without control
+    # characters but line breaks and tabs, within the size the node sends; else left out (the dry run then asks the
+    # node itself, as if the node had not said)
+    if not _preview_text(ef.get("text"), none=True):
+        out.pop("text", None)
+    cf = ef.get("cluster_file")
+    if isinstance(cf, Mapping) and isinstance(cf.get("exists"), bool) and _preview_text(cf.get("text"), none=True):
+        out["cluster_file"] = {"exists": cf["exists"], "text": cf.get("text")}
+    else:
+        out.pop("cluster_file", None)
+    uw = ef.get("unwritable")
+    if isinstance(uw, Mapping) and all(_preview_text(k) and _preview_text(v) and "\n" not in k + v
+                                       for k, v in uw.items()):
+        out["unwritable"] = {str(k): str(v) for k, v in uw.items()}
+    else:
+        out.pop("unwritable", None)
     return out
+
+
+#: the most text of a file the facts carry (the node's PREVIEW_MAX)
+PREVIEW_MAX = 65536
+_PREVIEW_BAD = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")  # _UNPRINTABLE but \n
+
+
+def _preview_text(v: Any, none: bool = False) -> bool:
+    return (none and v is None) or (isinstance(v, str) and len(v) <= PREVIEW_MAX and not _PREVIEW_BAD.search(v))
 
 
 #: a start-file path as the node reports it: absolute, printable, no `..` (shown only, never opened)
@@ -518,11 +543,22 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
         f["shm"] = _shm(ck, f["shm"])
     if isinstance(f.get("shell_env"), Mapping):
         f["shell_env"] = _shell_env(ck, f["shell_env"])
+    # the files' text for the dry run's diff, checked above (_preview_text): lines, kept as lines
+    ef = f.get("env_file")
+    texts = {k: ef[k] for k in _PREVIEW_KEYS if k in ef} if isinstance(ef, Mapping) else {}
+    if texts:
+        f["env_file"] = {k: v for k, v in ef.items() if k not in texts}  # type: ignore[union-attr]
     # what is left is well-formed or free text a node reports about itself: shown only, and then as one line
     shown = {k: v for k, v in f.items() if k not in _PARSED_TEXT}
     if not _printable_json(shown):
         f = {k: (v if k in _PARSED_TEXT else _neutral(v)) for k, v in f.items()}
+    if texts:
+        f["env_file"] = {**f["env_file"], **texts}
     return ck.problems, cast(NodeFacts, f)  # values as returned: every message shows them with repr()
+
+
+#: env_file's parts that are a file's text (validated by _preview_text in _env_file)
+_PREVIEW_KEYS = ("text", "cluster_file")
 
 
 def validate_facts(node_facts: Mapping[str, Any]) -> list[Problem]:

@@ -11,10 +11,11 @@ from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
-from ddpfix.envtemplate import template_path, write_needed
+from ddpfix.collection import module_utils
+from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, cidr_needs_ack
-from ddpfix.plan import env_comment, env_not_ours, env_refusal, hosts_entries, redact_env
+from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
 from ddpfix.progress import Progress
 from ddpfix.rules import fixed_by
 from ddpfix.runner import RunResult, is_node_lock_task, module_failure, run_playbook
@@ -48,6 +49,13 @@ class HostPlan:
     def empty(self) -> bool:
         return (self.firewall == "none" and not self.hosts and not self.time and not self.env and not self.pin_ifname
                 and not self.limits and not self.nofile and not self.arp)
+
+    @property
+    def env_only(self) -> bool:
+        """Its one fix is the env file (and the cluster file next to it)."""
+        return bool(self.env) and (
+            self.firewall == "none" and not self.hosts and not self.time and not self.pin_ifname
+            and not self.limits and not self.nofile and not self.arp)
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
@@ -289,7 +297,9 @@ def run_remediation(
         ctx.cluster.inventories,
         # the planned hosts are the play's target (in the extravars file), the user's --limit stays the limit:
         # no host list on the command line, whatever the cluster's size
-        extravars={**remediate_extravars(ctx, plans), "ddpfix_target": ",".join(plans) or "none"},
+        extravars={**remediate_extravars(ctx, plans), "ddpfix_target": ",".join(plans) or "none",
+                   # their pre-flight is done (facts_preflight): no lock-and-pre-flight call in the per-node play
+                   "ddpfix_remediate_checked": remediate_checked(ctx, plans)},
         limit=limit,
         forks=forks,
         n_hosts=len(plans),
@@ -306,6 +316,80 @@ def run_remediation(
             if note and host in plans and str(note) not in plans[host].notes:
                 plans[host].notes.append(str(note))
     return run, changes_of(run)
+
+
+#: The step whose failure the dry run reports when the facts say a file cannot be written (the play's pre-flight).
+PREFLIGHT_STEP = "Lock | Preflight | Files to be written are writable"
+
+
+def facts_preflight(ctx: Context, plans: dict[str, HostPlan]) -> tuple[set[str], dict[str, str]]:
+    """The write pre-flight of the nodes whose only fix is their env file (and cluster.json), from the audit's facts
+    (`env_file.unwritable`: what of the two cannot be written, and the node lock when the audit could not take it,
+    read moments before): (the nodes it covers, the failures as failures_of words them). When it finds no failure,
+    such nodes skip the per-node play's lock-and-pre-flight call (ddpfix_node_files checks their files again, under
+    the lock, before it writes any); with a failure every node goes through the play's pre-flight, which stops the
+    run everywhere before any change and names each node's reason."""
+    checked: set[str] = set()
+    failed: dict[str, str] = {}
+    for host, hp in plans.items():
+        ef: Mapping[str, Any] = (ctx.facts.get(host) or {}).get("env_file") or {}
+        bad = ef.get("unwritable")
+        if not hp.env_only or not isinstance(bad, Mapping):
+            continue  # another fix (the play's pre-flight covers every file), or facts from an older ddpfix
+        checked.add(host)
+        if bad:
+            failed[host] = (f"{PREFLIGHT_STEP}: cannot write: "
+                            + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items()))
+                            + "; nothing was changed on any node")
+    return checked, failed
+
+
+def remediate_checked(ctx: Context, plans: dict[str, HostPlan]) -> list[str]:
+    """The nodes that skip the per-node play: facts_preflight's, when it found no failure anywhere."""
+    checked, failed = facts_preflight(ctx, plans)
+    return [] if failed else sorted(checked)
+
+
+def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dict[str, str], dict[str, HostPlan]]:
+    """The dry run's changes computed here, from what the audit read, where that is enough: a node whose only fix is
+    its env file (and the cluster file next to it), whose facts carry both files' text (the env file redacted) and
+    what of them cannot be written. The new text comes from the same merge the node's module runs
+    (module_utils ddpfix_envfile). Returns (changes, failures as failures_of words them, the plans left for the
+    check-mode play)."""
+    c = ctx.cluster
+    lib, what = envfile_lib(), module_utils("ddpfix_files").WHAT
+    cluster_path = clusterfile.path_for(c.env_path)
+    cluster_text = clusterfile.text(clusterfile.build(ctx))
+    changes: list[Change] = []
+    checked, failed = facts_preflight(ctx, plans)
+    if failed:  # the play's pre-flight words it, on every node, as --apply would meet it
+        return [], {}, plans
+    rest: dict[str, HostPlan] = {}
+    for host, hp in plans.items():
+        ef: dict[str, Any] = dict((ctx.facts.get(host) or {}).get("env_file") or {})
+        cf: dict[str, Any] = dict(ef.get("cluster_file") or {})
+        if (host not in checked or "text" not in ef or "exists" not in cf
+                or (ef.get("exists") and ef.get("text") is None) or (cf["exists"] and cf.get("text") is None)):
+            rest[host] = hp  # another fix, or facts from an older ddpfix or too large a file: the node is asked
+            continue
+        path = c.env_path
+        target = str(ef.get("target") or path)
+        before = str(ef.get("text") or "")
+        lines, values = render_body(c.env_template, ctx.plan[host])
+        try:
+            after, _ = lib.merge(before, values, "", adopt=lib.may_adopt(path, target, c.env_adopt),
+                                 block=lib.body_block(lines))
+        except lib.NotOurs:
+            rest[host] = hp  # the module words the refusal
+            continue
+        changes.append(Change(host, what["env"].format(path=path), render_diff(
+            {"before": before, "after": after, "before_header": target if ef.get("exists") else "/dev/null",
+             "after_header": target})))
+        if not cf["exists"] or cf.get("text") != cluster_text:
+            changes.append(Change(host, what["cluster_file"].format(path=cluster_path), render_diff(
+                {"before": str(cf.get("text") or ""), "after": cluster_text,
+                 "before_header": cluster_path if cf["exists"] else "/dev/null", "after_header": cluster_path})))
+    return changes, failed, rest
 
 
 def failures_of(run: RunResult) -> dict[str, str]:
@@ -340,10 +424,17 @@ def cluster_files_refusal(plans: dict[str, HostPlan], failed: dict[str, str]) ->
 
 
 def changes_of(run: RunResult) -> list[Change]:
+    """One change per changed task; a task that writes several files (ddpfix_node_files: its `files`) one per
+    changed file, named by what it is."""
     out: list[Change] = []
     for host, hr in sorted(run.hosts.items()):
         for t in hr.tasks:
             if t.status != "changed":
+                continue
+            files = t.res.get("files") if isinstance(t.res, dict) else None
+            if isinstance(files, list) and files:
+                out += [Change(host, str(f.get("what") or t.task), render_diff(f.get("diff")))
+                        for f in files if isinstance(f, dict) and f.get("changed")]
                 continue
             out.append(Change(host, t.task, render_diff(t.res.get("diff"))))
     return out

@@ -77,121 +77,12 @@ mode_tightened:
   type: str
 """
 
-import contextlib
-import errno
-import os
-import tempfile
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_files import env_change, env_write
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nolog import CONTENT_ARGS, ContentModule
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_backup import backup as backup_file
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import (
-    BEGIN,
-    NotOurs,
-    body_block,
-    check_values,
-    forbidden_dir,
-    is_secret,
-    may_adopt,
-    merge,
-    ownership,
-    parse_body,
-    redact,
-    redact_values,
-    statements,
-)
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_writable import (
-    FS_APPEND_FL,
-    FS_IMMUTABLE_FL,
-    attr_flags,
-)
-
-
-def immutable_msg(path):
-    flags = attr_flags(path, follow=True)  # the env file's symlink is followed: its target is written
-    if flags & (FS_IMMUTABLE_FL | FS_APPEND_FL):
-        what = "immutable (chattr +i)" if flags & FS_IMMUTABLE_FL else "append-only (chattr +a)"
-        return ("{} is {}: ddpfix will not change it; run `chattr -{} {}` on the node if it may change, "
-                "then rerun".format(path, what, "i" if flags & FS_IMMUTABLE_FL else "a", path))
-    return None
-
-
-def resolve(module, path):
-    """The real file to write for `path` (following a symlink), after the safety checks."""
-    if not os.path.isabs(path):
-        module.fail_json(msg=f"ddp_env_path must be an absolute path, got {path!r}")
-    bad = forbidden_dir(os.path.normpath(path))
-    if bad:
-        module.fail_json(msg=f"ddp_env_path {path} is under {bad}: choose a persistent, private place such as "
-                             "/etc/ddpfix/ddp.env")
-    target = os.path.realpath(path)
-    if os.path.islink(path):
-        if not os.path.exists(target):
-            module.fail_json(msg=f"ddp_env_path {path} is a symlink to {target}, which does not exist: create the "
-                                 "target or remove the link")
-        bad = forbidden_dir(target)
-        if bad:
-            module.fail_json(msg=f"ddp_env_path {path} is a symlink into {bad} ({target}): not followed")
-    if os.path.isdir(target):
-        module.fail_json(msg=f"ddp_env_path {path} is a directory")
-    if os.path.exists(target) and not os.path.isfile(target):
-        module.fail_json(msg=f"ddp_env_path {path} is not a regular file")
-    return target
-
-
-def missing_dirs(path):
-    """Directories above `path` that do not exist yet, outermost first."""
-    out = []
-    d = os.path.dirname(path)
-    while d and d != "/" and not os.path.lexists(d):
-        out.insert(0, d)
-        d = os.path.dirname(d)
-    if d and os.path.lexists(d) and not os.path.isdir(d):
-        raise OSError(errno.ENOTDIR, "not a directory", d)
-    return out
-
-
-def holds_secret(text):
-    """Whether an env file's `text` assigns a secret-looking value (commented lines too)."""
-    lines = text.splitlines()
-    for first, last, key, _commented in statements(lines):
-        if key:
-            value = "\n".join(lines[first:last + 1]).split("=", 1)[1]
-            if is_secret(key, value):
-                return True
-    return False
-
-
-#: The arguments that carry the env file's content.
-ENV_ARGS = ("values", "body")
-
-
-class EnvFileModule(AnsibleModule):
-    """AnsibleModule that keeps the env content out of every log, through AnsibleModule's public interface only.
-    I(values) and I(body) are declared C(no_log): the invocation entry in the node's journal shows
-    C(NOT_LOGGING_PARAMETER) for them. Their text is then taken out of C(no_log_values) again, so that it does not
-    blank every occurrence of that text in the result (the whole block in the diff, every short value such as C(1) of
-    I(values)); instead, the arguments returned to the controller (C(invocation)) show them redacted like the diff."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.no_log_values.clear()  # values and body are the only no_log arguments: shown redacted (_shown) instead
-
-    def _shown(self, kwargs):
-        if "invocation" not in kwargs:
-            shown = dict(self.params)
-            if shown.get("body") is not None:
-                shown["body"] = redact(str(shown["body"]))
-            if shown.get("values") is not None:
-                shown["values"] = redact_values({str(k): str(v) for k, v in shown["values"].items()})
-            kwargs["invocation"] = {"module_args": shown}
-        return kwargs
-
-    def exit_json(self, **kwargs):
-        super().exit_json(**self._shown(kwargs))
-
-    def fail_json(self, msg, **kwargs):
-        super().fail_json(msg, **self._shown(kwargs))
+#: The arguments that carry the env file's content (no_log in the journal, redacted in the returned invocation).
+ENV_ARGS = CONTENT_ARGS
+EnvFileModule = ContentModule
 
 
 def main():
@@ -199,8 +90,8 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             # env content: no_log in the journal, redacted in the returned invocation (EnvFileModule)
-            values=dict(type="dict", no_log=True),
-            body=dict(type="str", no_log=True),
+            values=dict(type="dict"),
+            body=dict(type="str"),
             comment=dict(type="str", default=""),
             key_comments=dict(type="dict", default={}),
             adopt=dict(type="bool", default=False),
@@ -213,103 +104,13 @@ def main():
         required_one_of=[("values", "body")],
     )
     p = module.params
-    path = p["path"]
-    block = None
-    if p["body"] is not None:
-        lines, values, bad = parse_body(p["body"])
-        block = body_block(lines)
-    else:
-        values = {str(k): str(v) for k, v in p["values"].items()}
-        bad = check_values(values)
-    if bad:
-        module.fail_json(msg=bad)
     if p["backup_keep"] < 1:
         module.fail_json(msg="backup_keep must be at least 1, got {}".format(p["backup_keep"]))
-    target = resolve(module, path)
-    exists = os.path.exists(target)
-    before = ""
-    if exists:
-        try:
-            with open(target) as f:
-                before = f.read()
-        except OSError as exc:
-            module.fail_json(msg=f"cannot read {target}: {exc}")
-    owner = ownership(before) if exists else "new"
-    try:
-        after, superseded = merge(before, values, p["comment"], adopt=may_adopt(path, target, p["adopt"]),
-                                   block=block)
-    except NotOurs:
-        module.fail_json(msg="ddp_env_path {} exists and was not written by ddpfix (no '{}'): ddpfix does not "
-                             "overwrite it; set ddp_env_adopt: true to add ddpfix's block to it (its other lines are "
-                             "kept), or choose another ddp_env_path".format(path if path == target else
-                                                                        f"{path} (-> {target})", BEGIN))
-    try:
-        new_dirs = [] if exists else missing_dirs(target)
-    except OSError as exc:
-        module.fail_json(msg=f"cannot create the directory of {path}: {exc.filename} is not a directory")
-    st = os.stat(target) if exists else None
-    mode = (st.st_mode & 0o7777) if st else int(p["mode"], 8)
-    tightened = None
-    if st and mode & 0o004 and holds_secret(after):
-        # others could read the secret: the file keeps its owner and group access, others lose theirs
-        tightened = f"{mode:04o} -> {mode & ~0o007:04o}"
-        mode &= ~0o007
-    changed = not exists or before != after or tightened is not None
-    result = dict(changed=changed, path=path, target=target, owner=owner, superseded=superseded,
-                  created_dirs=new_dirs,
-                  diff={"before": redact(before), "after": redact(after),
-                        "before_header": target if exists else "/dev/null", "after_header": target})
-    if tightened:
-        result["mode_tightened"] = tightened
-        result["ddpfix_note"] = (f"{target}: mode {tightened} (it holds a secret-looking value; others may no longer "
-                                 "read it)")
-        module.warn(f"{target} holds a secret-looking value and was readable by others: mode {tightened}")
-    if not changed:
-        module.exit_json(**result)
-    for where in ([target] if exists else []) + [os.path.dirname(target)]:
-        msg = immutable_msg(where) if os.path.exists(where) else None
-        if msg:
-            result.pop("diff")
-            module.fail_json(msg=msg, **result)
-    if module.check_mode:
-        module.exit_json(**result)
-    for d in new_dirs:
-        try:
-            os.mkdir(d, 0o755)
-            os.chmod(d, 0o755)  # the umask would narrow it
-        except OSError as exc:
-            if exc.errno != errno.EEXIST:
-                module.fail_json(msg=f"cannot create {d}: {exc}")
-    if exists and p["backup"]:
-        result["backup_file"], result["backups_removed"] = backup_file(module, target, p["backup_keep"], mode)
-    uid, gid = (st.st_uid, st.st_gid) if st else (0, 0)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".ddpfix-env.", dir=os.path.dirname(target))
-        with os.fdopen(fd, "w") as f:
-            f.write(after)
-        os.chmod(tmp, mode)
-        with contextlib.suppress(OSError):
-            os.chown(tmp, uid, gid)
-    except OSError as exc:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
-        module.fail_json(msg=f"cannot write {target}: {exc}")
-    if tightened:  # before the move, which gives the new file the old one's mode: no moment others may read it
-        try:
-            os.chmod(target, mode)
-        except OSError as exc:
-            os.unlink(tmp)
-            module.fail_json(msg=f"cannot change the mode of {target} ({tightened}): {exc}")
-    # atomic rename in the target's own directory (a symlink stays a symlink); on EBUSY (bind-mounted file)
-    # Ansible falls back to an in-place write
-    module.atomic_move(tmp, target, unsafe_writes=True)
-    if not exists:  # atomic_move gives a new file the umask's mode
-        os.chmod(target, mode)
-        with contextlib.suppress(OSError):
-            os.chown(target, uid, gid)
-    module.exit_json(**result)
-
+    change = env_change(module, p["path"], values=p["values"], body=p["body"], comment=p["comment"],
+                        adopt=p["adopt"], mode=p["mode"])
+    if change["changed"] and not module.check_mode:
+        env_write(module, change, p["backup"], p["backup_keep"])
+    module.exit_json(**change["result"])
 
 if __name__ == "__main__":
     main()

@@ -37,78 +37,20 @@ backup_file: {description: Path of the backup, returned: changed and backup, typ
 removed: {description: Lines changed or removed outside the block, returned: always, type: list}
 """
 
-import contextlib
-import ipaddress
-import os
-import re
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_backup import backup as backup_file
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import BEGIN, END
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_files import HOSTS_NOTE as NOTE
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_files import (
+    entry_problem,
+    hosts_change,
+    hosts_write,
+    is_reserved,
+    render,
+)
 
-NOTE = "# Managed by ddpfix: every cluster node's hostname -> its cluster address. Do not edit."
-
-
-RESERVED = ("localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4", "localhost6",
-            "localhost6.localdomain6")
-_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-
-
-def is_reserved(name):
-    n = name.lower()
-    return n in RESERVED or n.startswith("ip6-")
-
-
-def entry_problem(entry):
-    """Why an entry must not be written (None: it may)."""
-    try:
-        ipaddress.ip_address(str(entry["address"]))
-    except ValueError:
-        return "address {!r} is not an IP address".format(entry["address"])
-    if not entry["names"]:
-        return "entry for {} has no names".format(entry["address"])
-    for n in entry["names"]:
-        labels = n.split(".")
-        if len(n) > 253 or not all(_LABEL.match(lbl) for lbl in labels) or all(lbl.isdigit() for lbl in labels):
-            return f"name {n!r} is not an RFC 1123 host name"
-        if is_reserved(n):
-            return f"name {n!r} is reserved (loopback/IPv6 well-known names are never managed)"
-    return None
-
-
-def render(text, entries):
-    """Return (new_text, removed_lines)."""
-    managed = set()
-    for e in entries:
-        managed.update(e["names"])
-    out, removed, in_block = [], [], False
-    lines = text.splitlines()
-    for idx, line in enumerate(lines):
-        s = line.strip()
-        if s == BEGIN:
-            # a BEGIN without a later END (truncated block) must not swallow the rest of the file
-            in_block = any(x.strip() == END for x in lines[idx + 1:])
-            continue
-        if s == END:
-            in_block = False
-            continue
-        if in_block:
-            continue
-        body, sep, comment = line.partition("#")
-        parts = body.split()
-        if len(parts) >= 2 and any(n in managed for n in parts[1:]):
-            keep = [n for n in parts[1:] if n not in managed]
-            removed.append(line)
-            if keep:
-                out.append("\t".join([parts[0], *keep]) + ((" #" + comment) if sep else ""))
-            continue
-        out.append(line)
-    while out and not out[-1].strip():
-        out.pop()
-    block = [BEGIN, NOTE] + ["{}\t{}".format(e["address"], " ".join(e["names"])) for e in entries] + [END]
-    return "\n".join([*out, "", *block]) + "\n", removed
+# the block's pure functions live in module_utils ddpfix_files (shared with ddpfix_node_files); named here too
+__all__ = ["BEGIN", "END", "NOTE", "entry_problem", "is_reserved", "main", "render"]
 
 
 def main():
@@ -121,39 +63,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    link = module.params["path"]
-    # a symlinked hosts file (managed elsewhere, e.g. /etc/hosts -> /etc/hosts.d/cluster) is edited at its
-    # target, and the link stays a link; a dangling link is refused
-    path = os.path.realpath(link)
-    if os.path.islink(link) and not os.path.exists(path):
-        module.fail_json(msg=f"refused: {link} is a symlink to {path}, which does not exist; nothing changed")
-    try:
-        with open(path) as f:
-            before = f.read()
-    except OSError as exc:
-        module.fail_json(msg=f"cannot read {path}: {exc}")
-    entries = [{"address": str(e["address"]), "names": [str(n) for n in e["names"]]} for e in module.params["entries"]]
-    for e in entries:
-        problem = entry_problem(e)
-        if problem:
-            module.fail_json(msg=f"refused: {problem}; {path} not changed")
-    after, removed = render(before, entries)
-    result = dict(changed=before != after, removed=removed, target=path if path != link else None,
-                  diff={"before": before, "after": after, "before_header": path, "after_header": path})
-    if result["changed"] and not module.check_mode:
-        if module.params["backup"]:
-            result["backup_file"], result["backups_removed"] = backup_file(module, path,
-                                                                          max(1, module.params["backup_keep"]))
-        st = os.stat(path)
-        fd, tmp = tempfile.mkstemp(prefix=".ddpfix-hosts.", dir=os.path.dirname(path) or ".")
-        with os.fdopen(fd, "w") as f:
-            f.write(after)
-        os.chmod(tmp, st.st_mode & 0o7777)
-        with contextlib.suppress(OSError):
-            os.chown(tmp, st.st_uid, st.st_gid)
-        # atomic rename; on EBUSY (bind-mounted file) Ansible falls back to an in-place write
-        module.atomic_move(tmp, path, unsafe_writes=True)
-    module.exit_json(**result)
+    p = module.params
+    change = hosts_change(module, p["path"], p["entries"])
+    if change["changed"] and not module.check_mode:
+        hosts_write(module, change, p["backup"], p["backup_keep"])
+    module.exit_json(**change["result"])
 
 
 if __name__ == "__main__":

@@ -134,6 +134,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile impo
     new_salt,
     outside_keys,
     ownership,
+    redact,
     redact_values,
     secret_digests,
 )
@@ -170,6 +171,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import
     result_dir,
     wait_inline,
 )
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_writable import unwritable
 
 _T0 = time.monotonic()  # the module's start
 
@@ -337,7 +339,25 @@ def env_file_facts(path, text):
         # the redacted values' HMACs under a fresh random salt: the controller compares the planned value's
         # digest with them (the value itself never leaves the node; no precomputed table fits a fresh salt)
         "secrets": {"salt": salt, "values": secret_digests(values, salt), "managed": secret_digests(managed, salt)},
+        # for remediate's dry run, computed on the controller from these (no second round trip): the file redacted
+        # as the write's diff shows it (secret values ***), the cluster file next to it, and what of the two could
+        # not be written (the write pre-flight). Left out over PREVIEW_MAX characters: the dry run then asks the node.
+        "text": redact(text) if text is not None and len(text) <= PREVIEW_MAX else None,
+        "cluster_file": cluster_file_facts(os.path.join(os.path.dirname(path), "cluster.json")),
+        "unwritable": unwritable([path, os.path.join(os.path.dirname(path), "cluster.json")], []),
     }
+
+
+#: The largest env file or cluster file whose text the facts carry (for the dry run's diff).
+PREVIEW_MAX = 65536
+
+
+def cluster_file_facts(path):
+    """The cluster file ddpfix writes next to the env file: whether it exists and its text (not secret: the cluster's
+    view, names and addresses), None when unreadable or over PREVIEW_MAX."""
+    text, why = read_or_why(path)
+    return {"path": path, "exists": os.path.lexists(path),
+            "text": text if why is None and text is not None and len(text) <= PREVIEW_MAX else None}
 
 
 def main():
@@ -376,6 +396,10 @@ def main():
             p["run_id"] = ""
     try:
         out = {"probe": probe_only(p)} if p["probe_only"] else {"ansible_facts": {"ddpfix_node": collect(p)}}
+        ef = out.get("ansible_facts", {}).get("ddpfix_node", {}).get("env_file")
+        if lock is not None and lock.get("unlocked") and isinstance(ef, dict):  # remediate's pre-flight: refused
+            ef["unwritable"] = dict(ef.get("unwritable") or {}, **{
+                p["lock_path"]: "the node lock cannot be taken: {}".format(lock["unlocked"])})
     finally:
         if lock is not None and not detached:  # a detached prober's collect task releases it
             release_lock(p["lock_path"], holder)

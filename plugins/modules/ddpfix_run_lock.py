@@ -44,7 +44,20 @@ options:
     description: Fail (the node is refused) when the lock cannot be written; false - go on without it (read-only).
     type: bool
     default: true
-  paths: {description: Files to check (state=writable)., type: list, elements: path, default: []}
+  paths:
+    description: >-
+      Files to check (state=writable; with state=present, checked under the lock in the same call: the remediation
+      pre-flight).
+    type: list
+    elements: path
+    default: []
+  release:
+    description: >-
+      state=present: release the lock again at the end of the call (a node whose pre-flight is all this play does
+      under its lock: lock, pre-flight and unlock in one call). The result's C(held) says whether the run still holds
+      it.
+    type: bool
+    default: false
   if_present:
     description:
       - >-
@@ -73,6 +86,7 @@ taken_over:
   returned: state=present
   type: dict
 refreshed: {description: This run held the lock already (its lease was renewed)., returned: state=present, type: bool}
+held: {description: This run holds the lock after the call (state=present)., returned: state=present, type: bool}
 unwritable: {description: "path -> reason (state=writable)", returned: state=writable, type: dict}
 """
 
@@ -111,6 +125,7 @@ def main():
             required=dict(type="bool", default=True),
             paths=dict(type="list", elements="path", default=[]),
             if_present=dict(type="list", elements="raw", default=[]),
+            release=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -126,8 +141,16 @@ def main():
         module.fail_json(msg="holder.run_id is required")
     if p["state"] == "absent":
         module.exit_json(changed=False, released=absent(p["path"], holder))
-    module.exit_json(changed=False, **present(module, p["path"], holder, max(0, p["stale_minutes"]) * 60,
-                                              p["required"]))
+    result = present(module, p["path"], holder, max(0, p["stale_minutes"]) * 60, p["required"])
+    # the pre-flight under the lock, in the same call: paths/if_present checked as state=writable does
+    bad = unwritable(p["paths"], [groups(g) for g in p["if_present"]]) if p["paths"] or p["if_present"] else {}
+    if p["release"]:
+        result["released"] = absent(p["path"], holder)
+    result["held"] = not p["release"]
+    if bad:
+        module.fail_json(msg="cannot write: " + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items()))
+                         + "; nothing was changed on any node", unwritable=bad, **result)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

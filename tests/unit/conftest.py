@@ -92,7 +92,8 @@ class Sim:
         ef = self.node(name)["env_file"]
         lib, parse = envfile(), nodeinfo().parse_env_file
         values, managed, salt = parse(text), parse(lib.managed_text(text)), lib.new_salt()
-        ef.update(exists=True, readable=True, values=lib.redact_values(values), owner=lib.ownership(text),
+        ef.update(exists=True, readable=True, text=lib.redact(text), values=lib.redact_values(values),
+                  owner=lib.ownership(text),
                   managed=lib.redact_values(managed), outside_keys=lib.outside_keys(text),
                   secrets={"salt": salt, "values": lib.secret_digests(values, salt),
                            "managed": lib.secret_digests(managed, salt)})

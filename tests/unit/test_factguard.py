@@ -33,7 +33,9 @@ FREE_TEXT = ("errors", "unread", "firewall", "hosts_file", "time.chrony_tracking
              "fabric.efa.fi_info.path", "fabric.efa.fi_info.error", "fabric.memlock", "machine_id", "probe.error",
              "probe.resolve", "probe.routes", "probe.connects", "probe.result_path", "probe.start", "probe.mode",
              "cluster.source", "interfaces[].flags", "interfaces[].operstate", "env_file.owner", "hosts_file_scope",
-             "fabric.memlock_units", "limits.nofile.source", "limits.nofile_units")
+             "fabric.memlock_units", "limits.nofile.source", "limits.nofile_units",
+             # a file's text for the dry run's diff: shown only (never written, templated or run)
+             "env_file.text", "env_file.cluster_file.text")
 
 
 def _sim_with_fabric(tree: str) -> Sim:

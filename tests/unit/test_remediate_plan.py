@@ -5,9 +5,18 @@ from __future__ import annotations
 import pytest
 from conftest import Sim
 
+from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.checks import Context, HostFacts, run_checks
-from ddpfix.remediate import build_plan, preflight, remediate_extravars
+from ddpfix.remediate import (
+    PREFLIGHT_STEP,
+    build_plan,
+    facts_preflight,
+    preflight,
+    preview,
+    remediate_checked,
+    remediate_extravars,
+)
 
 
 def _ctx(sim: Sim, read: list[str], down: tuple[str, ...] = ()) -> Context:
@@ -81,3 +90,57 @@ def test_preflight_refuses_bad_facts_and_unacknowledged_broad_cidr(sim: Sim) -> 
     sim.set_var(None, ddp_cluster_cidr="")
     with pytest.raises(DdpfixError, match=r"the master node1 was not read \(set ddp_cluster_cidr"):
         preflight(_ctx(sim, ["node2"]), {}, apply=True)
+
+
+def test_dry_run_preview_computes_env_and_cluster_file_diffs_from_the_facts(sim: Sim) -> None:
+    """remediate's dry run without a second round trip: node1 has no env file, node2 one with a user line, a
+    superseded key and a secret; node3's facts come from an older ddpfix (no text): only node3 is left to the play."""
+    ef1 = sim.node("node1")["env_file"]
+    ef1.update(exists=False, readable=False, text=None, values={}, managed={}, owner=None, outside_keys=[],
+               cluster_file={"exists": False, "text": None}, unwritable={})
+    sim.set_env_file("node2", "USER_OPT=1\nNODE_RANK=5\nDB_PASSWORD=s3cret-value\n")
+    sim.node("node2")["env_file"].update(cluster_file={"exists": True, "text": "{}\n"}, unwritable={})
+    sim.set_env_file("node3", "NODE_RANK=7\n")
+    sim.node("node3")["env_file"].pop("text")
+    ctx = sim.context()
+    plans, refusals = build_plan(ctx, run_checks(ctx))
+    todo = {h: p for h, p in plans.items() if not p.empty}
+    assert refusals == [] and set(todo) == {"node1", "node2", "node3"} and all(p.env_only for p in todo.values())
+    changes, failed, rest = preview(ctx, todo)
+    assert failed == {} and set(rest) == {"node3"}
+    assert [c.host for c in changes] == ["node1", "node1", "node2", "node2"]
+    env1 = next(c.diff for c in changes if c.host == "node1" and "Managed block in" in c.task)
+    assert env1.startswith("--- /dev/null") and "+MASTER_ADDR=192.168.77.11" in env1, env1
+    cl1 = next(c.diff for c in changes if c.host == "node1" and "Cluster file" in c.task)
+    assert '+    "schema": "ddpfix.cluster/v1",' in cl1, cl1
+    env2 = next(c.diff for c in changes if c.host == "node2" and "Managed block in" in c.task)
+    assert "+# ddpfix: superseded: NODE_RANK=5" in env2 and " DB_PASSWORD=***" in env2 and "s3cret" not in env2, env2
+    assert " USER_OPT=1" in env2
+    # a file the facts say cannot be written: every node goes to the play, whose pre-flight words it on every node
+    ef1["unwritable"] = {"/etc/ddpfix": "read-only file system"}
+    ctx = sim.context()
+    assert facts_preflight(ctx, todo)[1]["node1"].startswith(
+        PREFLIGHT_STEP + ": cannot write: /etc/ddpfix (read-only file system)")
+    assert preview(ctx, todo) == ([], {}, todo) and remediate_checked(ctx, todo) == []
+
+
+def test_cluster_file_text_is_what_the_play_writes() -> None:
+    from ansible.plugins.filter.core import to_nice_json
+
+    content = {"schema": "ddpfix.cluster/v1", "nodes": [{"name": "n\u00e9", "rank": 0}], "cidr": None}
+    assert clusterfile.text(content) == to_nice_json(content, sort_keys=True) + "\n"
+
+
+def test_apply_preflight_from_the_facts_covers_env_only_nodes_with_new_facts(sim: Sim) -> None:
+    """The nodes whose only fix is the env file skip the play's lock-and-pre-flight call when their facts say
+    whether the env file and cluster.json can be written; a node whose facts say not fails there, by name."""
+    for n in ("node1", "node2", "node3"):
+        sim.set_env_file(n, "NODE_RANK=9\n")
+    sim.node("node1")["env_file"]["unwritable"] = {}
+    sim.node("node2")["env_file"]["unwritable"] = {"/etc/ddpfix/ddp.env": "immutable (chattr +i)"}
+    ctx = sim.context()
+    plans, _ = build_plan(ctx, run_checks(ctx))
+    checked, failed = facts_preflight(ctx, {h: p for h, p in plans.items() if not p.empty})
+    assert checked == {"node1", "node2"} and set(failed) == {"node2"}  # node3: facts of an older ddpfix
+    assert "cannot write: /etc/ddpfix/ddp.env (immutable (chattr +i))" in failed["node2"]
+    assert remediate_extravars(ctx, plans)["ddpfix_env_cluster"]["schema"] == clusterfile.SCHEMA

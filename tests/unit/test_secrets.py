@@ -118,14 +118,14 @@ def test_render_diff_redacts_any_module_diff() -> None:
 
 
 def _run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: dict[str, Any],
-                check: bool = False) -> dict[str, Any]:
-    """plugins/modules/ddpfix_env_file.py's main() in-process with `args`: its JSON result, and `_journal`: what it
-    handed AnsibleModule's invocation logging (the node's journal)."""
+                check: bool = False, name: str = "ddpfix_env_file") -> dict[str, Any]:
+    """plugins/modules/NAME.py's main() (ddpfix_env_file's) in-process with `args`: its JSON result, and `_journal`:
+    what it handed AnsibleModule's invocation logging (the node's journal)."""
     from ansible.module_utils import basic
 
     from ddpfix import collection
 
-    mod = collection.module("ddpfix_env_file")
+    mod = collection.module(name)
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_no_log": False}}
     monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
     monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)  # 2.19; older ansible-core has none
@@ -367,3 +367,61 @@ def test_node_returned_digests_are_validated_like_any_node_value() -> None:
     bad = {"salt": "0" * 32, "values": {"K": "$(id)", "BAD KEY": "a" * 64, "OK_KEY": "b" * 64}}
     problems, facts = guard_facts({"env_file": {"values": {}, "managed": {}, "outside_keys": [], "secrets": bad}})
     assert len(problems) == 2 and facts["env_file"]["secrets"]["values"] == {"OK_KEY": "b" * 64}
+
+
+# ---------------------------------------------------------------- ddpfix_node_files: a node's files in one call
+
+
+def _files_args(scratch: Path, body: str, **kw: Any) -> dict[str, Any]:
+    (scratch / "hosts").exists() or (scratch / "hosts").write_text("127.0.0.1 localhost\n127.0.1.1 node1\n")
+    return {"lock_path": str(scratch / "ddpfix.lock"), "lock_holder": {"run_id": "r1", "pid": 1},
+            "hosts": {"path": str(scratch / "hosts"), "entries": [{"address": "10.0.0.1", "names": ["node1"]}]},
+            "env_path": str(scratch / "etc" / "ddp.env"), "body": body,
+            "cluster_file": {"path": str(scratch / "etc" / "cluster.json"), "content": '{"a": 1}\n'}, **kw}
+
+
+def test_node_files_one_call_writes_all_backs_up_unlocks_and_keeps_secrets_out(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], scratch: Path) -> None:
+    args = _files_args(scratch, _body())
+    res = _run_module(monkeypatch, capsys, args, check=True, name="ddpfix_node_files")
+    journal = "\n".join(res["_journal"])  # (the first call's: _run_module's journal patches nest)
+    assert "body=NOT_LOGGING_PARAMETER" in journal and SECRET not in journal and SECRET not in json.dumps(res)
+    assert res["changed"] and [f["key"] for f in res["files"] if f["changed"]] == ["hosts", "env", "cluster_file"]
+    assert not (scratch / "etc").exists() and "node1" in (scratch / "hosts").read_text().splitlines()[1]  # check mode
+    assert not (scratch / "ddpfix.lock").exists() and res["held"] is False
+    res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")
+    assert res["changed"] and not res.get("failed"), res
+    assert (scratch / "etc" / "cluster.json").read_text() == '{"a": 1}\n'
+    assert SECRET in (scratch / "etc" / "ddp.env").read_text() and "10.0.0.1\tnode1" in (scratch / "hosts").read_text()
+    assert stat.S_IMODE((scratch / "etc" / "ddp.env").stat().st_mode) == 0o600
+    assert res["files"][0]["backup_file"] and not (scratch / "ddpfix.lock").exists()  # the hosts file had one
+    assert SECRET not in json.dumps(res)
+    assert [f["what"].split(" | ")[0] for f in res["files"]] == ["Fix hosts.peer-mismatch", "Fix env.inconsistent",
+                                                                  "Fix env.inconsistent"]
+    res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")  # idempotent
+    assert not res["changed"] and not any(f["changed"] for f in res["files"])
+
+
+def test_node_files_refuses_under_another_runs_lock_and_when_a_file_cannot_be_written(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], scratch: Path) -> None:
+    import socket
+
+    other = {"run_id": "other", "pid": os.getpid(), "controller": socket.gethostname()}
+    lock = collection_lock()
+    lock.write_lock(str(scratch / "ddpfix.lock"), dict(other, node_boot_id=lock.boot_id(), node_pid=os.getpid(),
+                                                        node_pid_start=lock.proc_start(os.getpid()),
+                                                        pidns=lock.pid_namespace(), boot_id=lock.boot_id()))
+    res = _run_module(monkeypatch, capsys, _files_args(scratch, "A=1\n"), name="ddpfix_node_files")
+    assert res.get("failed") and res.get("locked") and not (scratch / "etc").exists(), res
+    (scratch / "ddpfix.lock").unlink()
+    (scratch / "etc").write_text("a file where the directory should be\n")
+    hosts_before = (scratch / "hosts").read_text()
+    res = _run_module(monkeypatch, capsys, _files_args(scratch, "A=1\n", env_path=None), name="ddpfix_node_files")
+    assert res.get("failed") and "cannot write" in res["msg"], res
+    assert (scratch / "hosts").read_text() == hosts_before and not (scratch / "ddpfix.lock").exists()
+
+
+def collection_lock() -> Any:
+    from ddpfix import collection
+
+    return collection.module_utils("ddpfix_lock")

@@ -21,6 +21,7 @@ from ddpfix.remediate import (
     failures_of,
     not_effective,
     preflight,
+    preview,
     remaining_fixable,
     run_remediation,
 )
@@ -73,19 +74,25 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     changes: list[Change] = []
     failed: dict[str, str] = {}
     changed: dict[str, int] = dict.fromkeys(sorted(plans), 0)
+    interrupted = False
+    run = None
     if todo:  # nothing planned anywhere: no play to run (and nothing to re-audit)
-        with Progress(list(todo), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
-                      enabled=None if not quiet else False) as progress:
-            run, changes = run_remediation(ctx, todo, apply=apply, limit=app.limit, forks=app.forks,
-                                           verbosity=app.verbosity, progress=progress, interruptible=True)
-        failed = failures_of(run)
-        changed.update({h: run.changed(h) for h in todo})
-        interrupted = run.interrupted
+        preflight(ctx, todo, apply=apply)
+        # the dry run computes what it can from the audit's facts; the play (check mode) only for the rest
+        changes, failed, rest = ([], {}, todo) if apply else preview(ctx, todo)
+        if rest:
+            with Progress(list(rest), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
+                          enabled=None if not quiet else False) as progress:
+                run, played = run_remediation(ctx, rest, apply=apply, limit=app.limit, forks=app.forks,
+                                              verbosity=app.verbosity, progress=progress, interruptible=True)
+            changes = sorted(changes + played, key=lambda c: c.host)  # stable: each host's changes in task order
+            failed.update(failures_of(run))
+            interrupted = run.interrupted
+        # a change per file written (one task may write several: ddpfix_node_files)
+        changed.update({h: max(run.changed(h) if run else 0, sum(1 for c in changes if c.host == h)) for h in todo})
         refusal = cluster_files_refusal(todo, failed)
         if refusal:
             refusals.append(refusal)
-    else:
-        interrupted = False
     after = None
     if apply and not interrupted and (any(changed.values()) or failed):
         try:
@@ -135,7 +142,7 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
             for c in changes:
                 err.print(f"changed {c.host}: {c.task}", highlight=False, markup=False)
         err.print(f"[red]interrupted[/]: no new task was started after the signal; the changes above were made "
-                  f"(run dir: {run.run_dir}); run the same command again to finish", highlight=False)
+                  f"(run dir: {run.run_dir if run else '-'}); run the same command again to finish", highlight=False)
         raise SystemExit(int(ExitCode.INTERRUPTED))
     raise SystemExit(int(code))
 

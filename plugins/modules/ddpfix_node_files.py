@@ -1,0 +1,146 @@
+#!/usr/bin/python
+"""All the files remediation writes on one node in one call, under the node lock: hosts block, env file, cluster
+file."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ddpfix_node_files
+short_description: Write a node's planned files (hosts block, env file block, cluster file) in one call, under its lock
+description:
+  - >-
+    Takes (or, for the same run, refreshes) the ddpfix node lock (as C(ddpfix_run_lock state=present)), computes the
+    new content of every file given (I(hosts): the C(ddpfix_hosts_file) block; I(env): the C(ddpfix_env_file) block;
+    I(cluster_file): a whole file), fails before writing any of them when one is refused or cannot be written (the
+    pre-flight of C(ddpfix_run_lock state=writable)), then writes the changed ones, each backed up and atomically
+    (a temporary file and a rename; a bind-mounted file is rewritten in place), and releases the lock, also when it
+    fails.
+  - The env file's content (I(body)) is not logged in the node's journal and is returned redacted; its diff shows
+    secret-looking values as C(***), as C(ddpfix_env_file) does.
+  - Supports check mode (nothing is written; the lock is taken and released) and diff mode.
+options:
+  lock_path: {description: The node lock., type: path, default: /run/ddpfix.lock}
+  lock_holder: {description: "The run (run_id required, pid, controller, command, started).", type: dict,
+                required: true}
+  lock_stale_minutes: {description: The lease of a remote holder (minutes)., type: int, default: 20}
+  hosts:
+    description: "The hosts block: C({path, entries}) as C(ddpfix_hosts_file) takes them; null: not written."
+    type: dict
+  env_path: {description: "The env file (as C(ddpfix_env_file)'s I(path)); null: not written.", type: path}
+  body:
+    description: "The env file's block (as C(ddpfix_env_file)'s I(body)): not logged, returned redacted."
+    type: str
+  adopt: {description: Add the block to an existing env file that ddpfix did not write., type: bool, default: false}
+  env_mode: {description: Mode of a new env file., type: str, default: '0600'}
+  cluster_file:
+    description: >-
+      A whole file: C({path, content, mode}) (the cluster file for C(ddpfix check --local)); null: not written.
+    type: dict
+  backup: {description: Keep a timestamped backup of each file before changing it., type: bool, default: true}
+  backup_keep: {description: How many backups of each file to keep., type: int, default: 5}
+"""
+
+EXAMPLES = r"""
+- ddpfix_node_files:
+    lock_holder: {run_id: 3f2a9c}
+    env_path: /etc/ddpfix/ddp.env
+    body: "MASTER_ADDR=192.168.77.11\nNODE_RANK=0\n"
+    cluster_file: {path: /etc/ddpfix/cluster.json, content: "{}\n"}
+"""
+
+RETURN = r"""
+files:
+  description: "Per file (hosts, env, cluster_file), in that order: C(what), C(changed), C(diff) and the file's own
+    module result (target, backup_file, ...)."
+  returned: always
+  type: list
+held: {description: Whether this run still holds the node lock (always false after the call)., returned: always,
+       type: bool}
+"""
+
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_files import (
+    WHAT,
+    env_change,
+    env_write,
+    hosts_change,
+    hosts_write,
+    whole_change,
+    whole_write,
+)
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent, present
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nolog import ContentModule
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_writable import unwritable
+
+
+def changes(module, p):
+    """[(key, change)] of the files given, computed (nothing written)."""
+    out = []
+    if p["hosts"] is not None:
+        h = p["hosts"]
+        out.append(("hosts", hosts_change(module, str(h.get("path") or "/etc/hosts"), list(h.get("entries") or []))))
+    if p["env_path"] is not None:
+        out.append(("env", env_change(module, p["env_path"], body=p["body"] or "", adopt=p["adopt"],
+                                      mode=p["env_mode"])))
+    if p["cluster_file"] is not None:
+        c = p["cluster_file"]
+        out.append(("cluster_file", whole_change(module, str(c.get("path") or ""), str(c.get("content") or ""),
+                                                 str(c.get("mode") or "0644"))))
+    return out
+
+
+WRITE = {"hosts": hosts_write, "env": env_write, "cluster_file": whole_write}
+
+
+def main():
+    module = ContentModule(  # the env block (body): not in the journal, returned redacted
+        argument_spec=dict(
+            lock_path=dict(type="path", default="/run/ddpfix.lock"),
+            lock_holder=dict(type="dict", required=True),
+            lock_stale_minutes=dict(type="int", default=20),
+            hosts=dict(type="dict"),
+            env_path=dict(type="path"),
+            body=dict(type="str"),  # env content: no_log in the journal, redacted in the invocation (ContentModule)
+            adopt=dict(type="bool", default=False),
+            env_mode=dict(type="str", default="0600"),
+            cluster_file=dict(type="dict"),
+            backup=dict(type="bool", default=True),
+            backup_keep=dict(type="int", default=5),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    holder = p["lock_holder"] or {}
+    if not holder.get("run_id"):
+        module.fail_json(msg="lock_holder.run_id is required", held=False)
+    if p["backup_keep"] < 1:
+        module.fail_json(msg="backup_keep must be at least 1, got {}".format(p["backup_keep"]), held=False)
+    lock, failure = present(p["lock_path"], holder, max(0, p["lock_stale_minutes"]) * 60, True)
+    if failure:
+        module.fail_json(held=False, **failure)
+    try:  # the lock is released however this ends (fail_json and exit_json exit through here)
+        todo = changes(module, p)
+        bad = unwritable([c["target"] for _, c in todo if c["changed"]], [])
+        if bad:
+            module.fail_json(msg="cannot write: " + "; ".join(f"{k} ({v})" for k, v in sorted(bad.items()))
+                             + "; nothing was written on this node", unwritable=bad, held=False)
+        files = []
+        for key, c in todo:
+            if c["changed"] and not module.check_mode:
+                WRITE[key](module, c, p["backup"], p["backup_keep"])
+            path = c["result"].get("path") or c["target"]
+            files.append(dict(c["result"], what=WHAT[key].format(path=path), key=key))
+        result = dict(changed=any(f["changed"] for f in files), files=files, lock=lock, held=False,
+                      diff=[f["diff"] for f in files if f["changed"] and "diff" in f])
+        notes = [f["ddpfix_note"] for f in files if f.get("ddpfix_note")]
+        if notes:
+            result["ddpfix_note"] = "; ".join(notes)
+    finally:
+        absent(p["lock_path"], holder)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
