@@ -431,7 +431,7 @@ def changes_of(run: RunResult) -> list[Change]:
         for t in hr.tasks:
             if t.status != "changed":
                 continue
-            files = t.res.get("files") if isinstance(t.res, dict) else None
+            files = t.res.get("files") if isinstance(t.res, dict) and t.action.endswith("ddpfix_node_files") else None
             if isinstance(files, list) and files:
                 out += [Change(host, str(f.get("what") or t.task), render_diff(f.get("diff")))
                         for f in files if isinstance(f, dict) and f.get("changed")]

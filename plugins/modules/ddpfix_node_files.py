@@ -86,7 +86,10 @@ def changes(module, p):
                                       mode=p["env_mode"])))
     if p["cluster_file"] is not None:
         c = p["cluster_file"]
-        out.append(("cluster_file", whole_change(module, str(c.get("path") or ""), str(c.get("content") or ""),
+        content = str(c.get("content") or "")
+        if content and not content.endswith("\n"):
+            content += "\n"  # a text file ends with a newline (the play passes the JSON without one)
+        out.append(("cluster_file", whole_change(module, str(c.get("path") or ""), content,
                                                  str(c.get("mode") or "0644"))))
     return out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import Sim
 
@@ -144,3 +146,25 @@ def test_apply_preflight_from_the_facts_covers_env_only_nodes_with_new_facts(sim
     assert checked == {"node1", "node2"} and set(failed) == {"node2"}  # node3: facts of an older ddpfix
     assert "cannot write: /etc/ddpfix/ddp.env (immutable (chattr +i))" in failed["node2"]
     assert remediate_extravars(ctx, plans)["ddpfix_env_cluster"]["schema"] == clusterfile.SCHEMA
+
+
+def test_changes_of_one_change_per_file_only_for_node_files_other_tasks_one_each(tmp_path: Path) -> None:
+    """ddpfix_node_files reports one change per changed file; any other task with a `files` list (the firewall's
+    persistence, ddpfix_fw_persist: paths) is one change with its whole diff, not dropped."""
+    from ddpfix.remediate import changes_of
+    from ddpfix.runner import HostResult, RunResult, TaskResult
+
+    persist = TaskResult("Fix firewall.peer-ports-blocked | persisted", "changed",
+                         {"files": ["/etc/nftables.conf", "/etc/ddpfix/firewall.nft"],
+                          "diff": [{"before": "", "after": "x\n", "before_header": "/dev/null",
+                                    "after_header": "/etc/ddpfix/firewall.nft"}]},
+                         action="ddpfix.cluster.ddpfix_fw_persist")
+    files = TaskResult("Cluster | files", "changed",
+                       {"files": [{"what": "Fix env.inconsistent | env", "changed": True,
+                                   "diff": {"before": "", "after": "A=1\n", "after_header": "/etc/ddpfix/ddp.env"}},
+                                  {"what": "hosts", "changed": False, "diff": {}}]},
+                       action="ddpfix.cluster.ddpfix_node_files")
+    run = RunResult("successful", 0, {}, {"n1": HostResult("n1", tasks=[persist, files])}, tmp_path, 1.0)
+    got = changes_of(run)
+    assert [c.task for c in got] == ["Fix firewall.peer-ports-blocked | persisted", "Fix env.inconsistent | env"]
+    assert "+++ /etc/ddpfix/firewall.nft" in got[0].diff

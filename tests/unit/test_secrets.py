@@ -400,6 +400,11 @@ def test_node_files_one_call_writes_all_backs_up_unlocks_and_keeps_secrets_out(
                                                                   "Fix env.inconsistent"]
     res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")  # idempotent
     assert not res["changed"] and not any(f["changed"] for f in res["files"])
+    # the play passes the cluster file's JSON without a line break (to_nice_json): the file still ends with one,
+    # the same text the dry run previews (clusterfile.text), so nothing changes
+    args["cluster_file"]["content"] = '{"a": 1}'
+    res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")
+    assert not res["changed"] and (scratch / "etc" / "cluster.json").read_text() == '{"a": 1}\n'
 
 
 def test_node_files_refuses_under_another_runs_lock_and_when_a_file_cannot_be_written(
