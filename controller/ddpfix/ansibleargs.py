@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 
 #: Prefixes of ddpfix's own variables (the plan's, the roles' inputs it sets): refused in -e, never silently replaced.
 RESERVED_PREFIXES = ("ddpfix_", "__ddpfix")

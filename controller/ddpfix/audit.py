@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import (
     Context,
@@ -20,6 +19,7 @@ from ddpfix.checks import (
     run_checks,
     unread_of,
 )
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import Cluster, cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix

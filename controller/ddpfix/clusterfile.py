@@ -13,7 +13,7 @@ import posixpath
 import stat
 from typing import TYPE_CHECKING, Any
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import Cluster
 from ddpfix.plan import hosts_block
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.factguard import is_hostname, one_line
 
 GROUP = "ddp_nodes"

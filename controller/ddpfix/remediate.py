@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpfix import clusterfile
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.collection import module_utils
 from ddpfix.envtemplate import render_body, template_path, write_needed
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, cidr_needs_ack
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env

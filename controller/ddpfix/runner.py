@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpfix import ansibleargs, ansiblecfg, paths
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.lock import HELD_ENV, holder_info
 
 #: Default upper bound on forks when the user does not pass --forks.

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import GROUP
 
 #: A Slurm node name: RFC 1123 labels plus `_` (slurm.conf's NodeName accepts `gpu_01`; names reach the inventory,

@@ -122,7 +122,7 @@ def test_user_ssh_args_from_the_environment_are_kept(home: Path, tmp_path: Path,
 
 
 def test_unreadable_config_is_invalid_input(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddpfix.app import DdpfixError, ExitCode
+    from ddpfix.errors import DdpfixError, ExitCode
 
     cfg_file(tmp_path / "w", "no section header\n")
     monkeypatch.chdir(tmp_path / "w")
@@ -133,7 +133,7 @@ def test_unreadable_config_is_invalid_input(home: Path, tmp_path: Path, monkeypa
 
 def test_inventory_listing_reads_the_same_config(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`ansible-inventory` (ddpfix's inventory read) uses the ansible.cfg next to the inventory too."""
-    from ddpfix.app import DdpfixError
+    from ddpfix.errors import DdpfixError
 
     inv = tmp_path / "inv" / "hosts.yml"
     inv.parent.mkdir()
@@ -166,8 +166,8 @@ def test_cli_without_i_uses_ansible_cfg_inventory_or_stops(home: Path, tmp_path:
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from ddpfix.app import ExitCode
     from ddpfix.cli import cli
+    from ddpfix.errors import ExitCode
 
     monkeypatch.delenv("DDPFIX_INVENTORY", raising=False)
     cwd = tmp_path / "work"

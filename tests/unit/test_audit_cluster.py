@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import ddpfix.audit as audit
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import cluster_from_hostvars, cluster_from_inventory_data, inventory_data_from_hostvars
 from ddpfix.progress import Progress
 from ddpfix.runner import HostResult, RunResult, TaskResult

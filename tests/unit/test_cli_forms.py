@@ -14,8 +14,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ddpfix.app import Application, ExitCode
+from ddpfix.app import Application
 from ddpfix.cli import cli, load_commands
+from ddpfix.errors import ExitCode
 from ddpfix.inventory import host_list_data, load_cluster, resolve_inventories, split_inventory_env
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.cli import cli
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import cluster_from_inventory_data, load_cluster
 
 

@@ -19,8 +19,8 @@ from conftest import ROOT, load_role_module, nodeinfo, recorded
 
 from ddpfix import lock as ddlock
 from ddpfix import runner
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.cli import cli
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import pin_target
 
 ni = nodeinfo()

@@ -8,8 +8,8 @@ import pytest
 from conftest import Sim
 
 from ddpfix import clusterfile
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.checks import Context, HostFacts, run_checks
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import (
     PREFLIGHT_STEP,
     build_plan,

@@ -13,7 +13,7 @@ import click
 from click.core import ParameterSource
 
 from ddpfix import __version__
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
 from ddpfix.cli.common import (
     ASK_BECOME_PASS_HELP,
     BECOME_HELP,
@@ -26,6 +26,7 @@ from ddpfix.cli.common import (
     USER_HELP,
     VERBOSE_HELP,
 )
+from ddpfix.errors import DdpfixError, ExitCode
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 

@@ -13,7 +13,8 @@ import click
 from click.core import ParameterSource
 
 from ddpfix.ansibleargs import AnsibleArgs, merge_extra_vars
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import Cluster, load_cluster
 from ddpfix.render import FORMATS, RENDERERS, output_format, render_text
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
 from ddpfix.audit import collect
 from ddpfix.checks import not_read
 from ddpfix.cli.check import DEFAULT_CLUSTER_FILE
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import Cluster
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, redact_env
 from ddpfix.progress import Progress
