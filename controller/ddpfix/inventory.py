@@ -267,7 +267,10 @@ def _check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) -
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
     shown = "(env file content: not shown)" if name.startswith("ddpfix_env_") else repr(value)
-    result = ArgumentSpecValidator({name: dict(spec)}).validate({name: value})
+    try:
+        result = ArgumentSpecValidator({name: dict(spec)}).validate({name: value})
+    except (OverflowError, ValueError) as exc:  # ansible-core's int check raises on 'INFINITY', 'NaN'
+        raise _bad(f"{name} of {host} {shown}: not of type {spec.get('type', 'raw')} ({one_line(str(exc))})") from None
     if result.error_messages:
         raise _bad(f"{name} of {host} {shown}: {result.error_messages[0]} (roles/*/meta/argument_specs.yml)")
 
