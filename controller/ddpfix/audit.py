@@ -21,9 +21,10 @@ from ddpfix.checks import (
 )
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.findings import Finding, Severity
-from ddpfix.inventory import Cluster, cluster_from_inventory_data, load_cluster
+from ddpfix.inventory import cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
-from ddpfix.nodefacts import NodeFacts, ProbeResult
+from ddpfix.model.cluster import Cluster
+from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document

@@ -14,7 +14,7 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import Cluster
+from ddpfix.model.cluster import Cluster
 from ddpfix.plan import hosts_block
 
 if TYPE_CHECKING:

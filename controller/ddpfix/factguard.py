@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from ddpfix.nodefacts import NodeFacts
+from ddpfix.model.facts import NodeFacts
 
 Problem = tuple[str, str, str]  # (field, value, why)
 

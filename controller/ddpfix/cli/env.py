@@ -21,7 +21,7 @@ from ddpfix.cli.check import DEFAULT_CLUSTER_FILE
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import Cluster
+from ddpfix.model.cluster import Cluster
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, redact_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation
