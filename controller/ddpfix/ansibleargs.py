@@ -1,6 +1,6 @@
 """ansible-playbook's own options (`-e`, `-u`, `-b`, `--private-key`, `-K`) as the CLI took them, for every run.
 
-The CLI fills one `AnsibleArgs` (the Application's) and `use()`s it; `runner.run_playbook` reads `current()` when a
+The CLI fills one `AnsibleArgs` (the Application's) and `use()`s it; `ansible.run.run_playbook` reads `current()` when a
 run starts, and the in-process inventory read applies `extra_vars` over every host's variables, as ansible-playbook
 does (extra vars have the highest precedence). Like ansible-core's own `context.CLIARGS`: the command line of this
 process, set once.

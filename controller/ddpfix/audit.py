@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ddpfix.ansible.env import MAX_DEFAULT_FORKS
+from ddpfix.ansible.results import HostResult, RunResult, TaskResult, module_failure
+from ddpfix.ansible.run import run_playbook
+from ddpfix.ansible.rundirs import discard_run_dir, last_run_dir
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import (
     Context,
@@ -28,16 +32,6 @@ from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document
-from ddpfix.runner import (
-    MAX_DEFAULT_FORKS,
-    HostResult,
-    RunResult,
-    TaskResult,
-    discard_run_dir,
-    last_run_dir,
-    module_failure,
-    run_playbook,
-)
 
 #: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
 FACTS_MODULE = "ddpfix_node_facts"
@@ -94,7 +88,7 @@ def collect(
     by ansible-playbook, whose first task (ddpfix_cluster, on the controller) derives and validates the cluster
     before any node is contacted; the cluster is then taken from that task's result."""
     from ddpfix import ansiblecfg
-    from ddpfix.runner import default_forks
+    from ddpfix.ansible.env import default_forks
 
     sources = tuple(cluster.inventories) if cluster is not None else tuple(inventories)
     n_hosts = len(cluster.nodes) if cluster is not None else MAX_DEFAULT_FORKS  # Ansible caps forks at the hosts

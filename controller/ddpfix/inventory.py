@@ -580,7 +580,7 @@ def plain(value: Any) -> Any:
 
 
 def load_cluster(inventories: Sequence[str]) -> Cluster:
-    from ddpfix.runner import list_inventory
+    from ddpfix.ansible.listing import list_inventory
 
     return cluster_from_inventory_data(list_inventory(inventories), inventories)
 
@@ -640,7 +640,7 @@ def resolve_inventories(specs: Sequence[str]) -> tuple[str, ...]:
             continue
         import yaml
 
-        from ddpfix.runner import new_run_dir
+        from ddpfix.ansible.rundirs import new_run_dir
 
         data = host_list_data(spec)
         path = new_run_dir("adhoc-inventory") / "hosts.yml"

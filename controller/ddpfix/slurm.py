@@ -322,7 +322,7 @@ def write_allocation_inventory(env: Mapping[str, str] | None = None, *, as_findi
     `as_finding`: see inventory_from_allocation (the audit's; every other command refuses the disagreement)."""
     import os
 
-    from ddpfix.runner import new_run_dir
+    from ddpfix.ansible.rundirs import new_run_dir
 
     env = os.environ if env is None else env
     groups = str(env.get("DDPFIX_HET_GROUP") or "").strip()

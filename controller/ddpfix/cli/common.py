@@ -190,7 +190,7 @@ def inventory_of(app: Application) -> tuple[str, ...]:
     """The inventory's paths, checked to exist, without reading them (the audit's ansible-playbook reads the
     inventory, once, and the cluster comes from its first task; that process takes the cluster's controller lock
     then, before any node is contacted: action ddpfix_cluster)."""
-    from ddpfix.runner import check_inventory_paths
+    from ddpfix.ansible.listing import check_inventory_paths
 
     inventories = app.require_inventory()
     check_inventory_paths(inventories)
