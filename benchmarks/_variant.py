@@ -4,7 +4,7 @@
     BENCH_ENV='{"ANSIBLE_PIPELINING": "False"}' python _variant.py -i INV audit --format json
 
 Nothing in the repository is changed; this process patches, in memory only:
-  BENCH_ENV           JSON object merged over `ddpfix.runner.ansible_env()` (a null value removes the key)
+  BENCH_ENV           JSON object merged over `ddpfix.ansible.env.ansible_env()` (a null value removes the key)
   BENCH_RUNNER_KWARGS JSON object merged into the `ansible_runner.run(...)` keyword arguments
   BENCH_NO_EVENT_FILES=1  the event handler returns False: ansible-runner writes no job_events/*.json
   BENCH_ANSIBLE_ROOT  a copy of the content root (the collection: playbooks/, roles/, plugins/, meta/,
@@ -22,7 +22,10 @@ from pathlib import Path
 def main() -> None:
     import ansible_runner
 
-    from ddpfix import paths, runner
+    from ddpfix import paths
+    from ddpfix.ansible import env as ansible_envs
+    from ddpfix.ansible import listing as ansible_listing
+    from ddpfix.ansible import run as ansible_run
 
     env_over = json.loads(os.environ.get("BENCH_ENV") or "{}")
     kw_over = json.loads(os.environ.get("BENCH_RUNNER_KWARGS") or "{}")
@@ -30,7 +33,7 @@ def main() -> None:
     root = os.environ.get("BENCH_ANSIBLE_ROOT")
 
     if env_over:
-        orig_env = runner.ansible_env
+        orig_env = ansible_envs.ansible_env
 
         def ansible_env(*args, **kwargs):  # type: ignore[no-untyped-def]
             env = orig_env(*args, **kwargs)
@@ -41,7 +44,8 @@ def main() -> None:
                     env[k] = str(v)
             return env
 
-        runner.ansible_env = ansible_env  # type: ignore[assignment]
+        for mod in (ansible_run, ansible_listing):  # the modules that read it
+            mod.ansible_env = ansible_env  # type: ignore[assignment]
     if kw_over or no_files:
         orig_run = ansible_runner.run
 

@@ -8,7 +8,7 @@
 For each N: a clean lab of N nodes (unique name, a free /24), one warm-up of each command, then `--pairs`
 alternating pairs of A = `ddpfix -i INV audit --format json` and B = `ansible ddp_nodes -i INV -m setup -a
 gather_subset=network -f F` (F = ddpfix's default forks for N; B gets ddpfix's own Ansible settings from
-`ddpfix.runner.ansible_env()`: pipelining, ControlPersist, timeouts, no ~/.ansible). Every run gets a fresh
+`ddpfix.ansible.env.ansible_env()`: pipelining, ControlPersist, timeouts, no ~/.ansible). Every run gets a fresh
 DDPFIX_STATE_DIR (so a fresh ControlPersist directory: every run starts with cold SSH connections) and is
 measured by benchmarks/_measure.py (wall, CPU of the whole process tree, peak RSS). Probe connections and
 per-task timings come from the audit's ansible-runner job events. Then the env files ddpfix
@@ -178,7 +178,7 @@ class Runner:
 
     def baseline(self, kind: str = "baseline", module: tuple[str, ...] = ("setup", "gather_subset=network"),
                  ) -> dict[str, Any]:
-        from ddpfix import runner
+        from ddpfix.ansible.env import ansible_env
 
         state = Path(tempfile.mkdtemp(prefix="state-", dir=self.tmp))
         run_dir = state / "runs" / "baseline"
@@ -186,7 +186,7 @@ class Runner:
         saved = os.environ.get("DDPFIX_STATE_DIR")
         os.environ["DDPFIX_STATE_DIR"] = str(state)
         try:
-            aenv = runner.ansible_env(run_dir, self.forks)  # ddpfix's own Ansible settings
+            aenv = ansible_env(run_dir, self.forks)  # ddpfix's own Ansible settings
         finally:
             if saved is None:
                 os.environ.pop("DDPFIX_STATE_DIR", None)
@@ -418,7 +418,7 @@ def remediate_runs_for(args: argparse.Namespace, idx: int) -> int:
 
 
 def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
-    from ddpfix.runner import default_forks
+    from ddpfix.ansible.env import default_forks
 
     inv_dir = tmp / f"inv{n}"
     forks = default_forks(n, None)
@@ -485,7 +485,7 @@ def remove_env_files(name: str, info: Any) -> None:
 
 
 def remediate_cost_size(n: int, rounds: int, tmp: Path, name: str) -> dict[str, Any]:
-    from ddpfix.runner import default_forks
+    from ddpfix.ansible.env import default_forks
 
     forks = default_forks(n, None)
     info, notes = lab_up(name, n, tmp / f"rc-inv{n}", tmp)
@@ -585,7 +585,7 @@ def forks_check(r: Runner, n: int, forks: int, runs: int) -> dict[str, Any]:
 
 def experiments_size(n: int, args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
     from ddpfix import lab
-    from ddpfix.runner import default_forks
+    from ddpfix.ansible.env import default_forks
 
     info, notes = lab_up(name, n, tmp / f"inv{n}", tmp)
     log(f"experiments N={n}: lab {name} up on {notes['subnet']}")

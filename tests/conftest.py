@@ -42,7 +42,7 @@ class LabPool:
     def make(self, nodes: int = 3, scenario: str = "clean", ifnames: str | None = None, *,
              name: str | None = None, subnet: str | None = None, wait_sync: bool = True):
         from ddpfix import lab
-        from ddpfix.app import ExitCode
+        from ddpfix.errors import ExitCode
 
         name = name or self._name()
         candidates = [subnet] if subnet else [f"192.168.{o}.0/24" for o in random.sample(range(100, 250), 40)]

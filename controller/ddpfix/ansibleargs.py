@@ -1,6 +1,6 @@
 """ansible-playbook's own options (`-e`, `-u`, `-b`, `--private-key`, `-K`) as the CLI took them, for every run.
 
-The CLI fills one `AnsibleArgs` (the Application's) and `use()`s it; `runner.run_playbook` reads `current()` when a
+The CLI fills one `AnsibleArgs` (the Application's) and `use()`s it; `ansible.run.run_playbook` reads `current()` when a
 run starts, and the in-process inventory read applies `extra_vars` over every host's variables, as ansible-playbook
 does (extra vars have the highest precedence). Like ansible-core's own `context.CLIARGS`: the command line of this
 process, set once.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 
 #: Prefixes of ddpfix's own variables (the plan's, the roles' inputs it sets): refused in -e, never silently replaced.
 RESERVED_PREFIXES = ("ddpfix_", "__ddpfix")

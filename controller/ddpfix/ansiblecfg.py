@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 
 #: ddpfix's additions to the ssh arguments: connection reuse (one SSH handshake per node and run).
 CONTROL_PERSIST_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"

@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
-if TYPE_CHECKING:
-    from ddpfix.ansibleargs import AnsibleArgs
-
-
-class ExitCode(enum.IntEnum):
-    """Exit codes shared by every subcommand (documented in the README)."""
-
-    OK = 0
-    FINDINGS = 1  # findings at/above --fail-on, pending changes, or a refused partial write
-    INVALID_INPUT = 2  # bad inventory, bad options: nothing was run
-    RUN_FAILED = 3  # Ansible failed
-    PREREQUISITE = 4  # the controller machine lacks something (ansible-playbook, root, a package)
-    LOCKED = 5  # another ddpfix run holds the cluster's lock or a node's lock (the holder is named)
-    INTERRUPTED = 6  # Ctrl-C/SIGTERM: running tasks finished, no new one started, changes so far listed
-
-
-class DdpfixError(Exception):
-    """An error with a one-line message and the exit code it maps to."""
-
-    def __init__(self, message: str, code: ExitCode = ExitCode.INVALID_INPUT) -> None:
-        super().__init__(message)
-        self.code = code
+from ddpfix.ansibleargs import AnsibleArgs
+from ddpfix.ansiblecfg import user_inventory
+from ddpfix.errors import ExitCode
 
 
 @dataclass
@@ -42,7 +22,7 @@ class Application:
     #: the audit: a Slurm node count that disagrees with the node list is a finding, not a refusal
     slurm_count_as_finding: bool = False
     extra: dict[str, object] = field(default_factory=dict)
-    ansible: AnsibleArgs = field(default_factory=lambda: _ansible_args())  # -e/-u/-b/--private-key/-K
+    ansible: AnsibleArgs = field(default_factory=AnsibleArgs)  # -e/-u/-b/--private-key/-K
     started: float = field(default_factory=time.monotonic)  # the run's duration in reports (JUnit, Prometheus)
 
     def abort(self, text: str, code: ExitCode = ExitCode.INVALID_INPUT) -> NoReturn:
@@ -61,8 +41,6 @@ class Application:
         -i (nor DDPFIX_INVENTORY, nor --slurm): the inventory the user's Ansible would read (ANSIBLE_INVENTORY, or
         `inventory` in ansible.cfg's [defaults])."""
         if not self.inventories and not self.slurm:
-            from ddpfix.ansiblecfg import user_inventory
-
             origin, found = user_inventory()
             if not found:
                 self.abort("no inventory given: pass -i/--inventory PATH (or set DDPFIX_INVENTORY or "
@@ -78,8 +56,3 @@ class Application:
             paths = (write_allocation_inventory(as_finding=self.slurm_count_as_finding), *paths)
         return paths
 
-
-def _ansible_args() -> AnsibleArgs:
-    from ddpfix.ansibleargs import AnsibleArgs  # not at import: ansibleargs imports this module
-
-    return AnsibleArgs()

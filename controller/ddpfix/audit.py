@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.ansible.env import MAX_DEFAULT_FORKS
+from ddpfix.ansible.results import HostResult, RunResult, TaskResult, module_failure
+from ddpfix.ansible.run import run_playbook
+from ddpfix.ansible.rundirs import discard_run_dir, last_run_dir
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import (
     Context,
@@ -20,23 +23,15 @@ from ddpfix.checks import (
     run_checks,
     unread_of,
 )
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.findings import Finding, Severity
-from ddpfix.inventory import Cluster, cluster_from_inventory_data, load_cluster
+from ddpfix.inventory import cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
-from ddpfix.nodefacts import NodeFacts, ProbeResult
+from ddpfix.model.cluster import Cluster
+from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document
-from ddpfix.runner import (
-    MAX_DEFAULT_FORKS,
-    HostResult,
-    RunResult,
-    TaskResult,
-    discard_run_dir,
-    last_run_dir,
-    module_failure,
-    run_playbook,
-)
 
 #: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
 FACTS_MODULE = "ddpfix_node_facts"
@@ -93,7 +88,7 @@ def collect(
     by ansible-playbook, whose first task (ddpfix_cluster, on the controller) derives and validates the cluster
     before any node is contacted; the cluster is then taken from that task's result."""
     from ddpfix import ansiblecfg
-    from ddpfix.runner import default_forks
+    from ddpfix.ansible.env import default_forks
 
     sources = tuple(cluster.inventories) if cluster is not None else tuple(inventories)
     n_hosts = len(cluster.nodes) if cluster is not None else MAX_DEFAULT_FORKS  # Ansible caps forks at the hosts

@@ -18,8 +18,8 @@ from ddpfix import firewall, ifreach
 from ddpfix import rules as registry
 from ddpfix.factguard import guard_facts, guard_reach
 from ddpfix.findings import Finding, finding, sort_key
-from ddpfix.inventory import Cluster
-from ddpfix.nodefacts import NodeFacts, ProbeResult
+from ddpfix.model.cluster import Cluster
+from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.plan import (
     CLUSTER_KEYS,
     LAUNCH_KEYS,

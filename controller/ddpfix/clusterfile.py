@@ -13,8 +13,8 @@ import posixpath
 import stat
 from typing import TYPE_CHECKING, Any
 
-from ddpfix.app import DdpfixError, ExitCode
-from ddpfix.inventory import Cluster
+from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.model.cluster import Cluster
 from ddpfix.plan import hosts_block
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 
 from ddpfix import paths
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.plan import NodePlan, env_comment, env_write_needed, envfile_lib
 
 

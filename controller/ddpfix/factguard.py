@@ -15,7 +15,7 @@ returns the copy the checks and the plan read, with each such value removed. Onl
 Free text (error messages, tool output, /etc/hosts lines) is never written anywhere: it is kept as one printable
 line (`one_line`: control characters, line separators and undecodable bytes escaped, length cut), so a report,
 a terminal or a JUnit file never shows a forged line. Firewall rule text stays as read (it is parsed line by line).
-Everything ddpfix hands a play is data, never a template (`runner.as_data`). Pure functions, no hosts needed.
+Everything ddpfix hands a play is data, never a template (`ansible.rundirs.as_data`). Pure functions, no hosts needed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from ddpfix.nodefacts import NodeFacts
+from ddpfix.model.facts import NodeFacts
 
 Problem = tuple[str, str, str]  # (field, value, why)
 

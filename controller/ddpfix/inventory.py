@@ -11,89 +11,15 @@ import os
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.factguard import is_hostname, one_line
+from ddpfix.model.cluster import DEFAULT_ENV_PATH, DEFAULT_PORT, Cluster, Node
 
 GROUP = "ddp_nodes"
 FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "nftables", "none")
-DEFAULT_ENV_PATH = "/etc/ddpfix/ddp.env"
-DEFAULT_PORT = 29500
 ENV_SCOPES = ("cluster", "node")
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str  # inventory name
-    address: str  # ansible_host (or the name)
-    rank: int
-    socket_ifname: str | None = None
-    nccl_ib_hca: str | None = None  # ddp_nccl_ib_hca: overrides the derived NCCL_IB_HCA
-    nccl_ib_gid_index: int | None = None  # ddp_nccl_ib_gid_index: overrides the derived NCCL_IB_GID_INDEX
-    env_extra: tuple[tuple[str, str], ...] = ()  # ddp_env_extra: the user's own env file keys
-
-
-@dataclass(frozen=True)
-class Cluster:
-    nodes: tuple[Node, ...]
-    master: str
-    master_port: int = DEFAULT_PORT
-    cluster_cidr: str | None = None  # None: the subnet of the master's address (known after facts)
-    nproc_per_node: int = 1
-    env_path: str = DEFAULT_ENV_PATH
-    env_adopt: bool = False  # add ddpfix's block to an existing env file ddpfix did not write
-    env_process_vars: bool = False  # ddp_env_process_vars: also RANK/WORLD_SIZE/LOCAL_RANK (one process per node)
-    #: ddp_env_scope: "cluster" (the env file holds the launch keys) or "node" (per-node keys only: a Slurm site's
-    #: node-global file; each job step takes its launch keys from `ddpfix env --slurm --export`)
-    env_scope: str = "cluster"
-    job_port_range: str | None = None  # ddp_job_port_range "LO-HI": where a Slurm job's MASTER_PORT is taken from
-    #: ddp_slurm_count_mismatch: the --slurm audit's allocation declares another node count than its list
-    slurm_count_mismatch: str | None = None
-    env_template: str | None = None  # ddp_env_template: a jinja2 file on the controller replacing the role's
-    firewall: str = "auto"
-    ntp_servers: tuple[str, ...] = ()
-    ntp_local_master: bool = False
-    cidr_ack_broad: bool = False  # ddp_cluster_cidr_ack_broad: a public or broader-than-/16 CIDR is intended
-    inventories: tuple[str, ...] = field(default=())
-    skip_findings: tuple[str, ...] = ()  # ddp_skip_findings: accepted findings, `ID` or `ID@HOST`
-    memlock_kib: int | None = None  # ddp_memlock: the locked-memory limit RDMA nodes need (None: unlimited)
-
-    @property
-    def names(self) -> list[str]:
-        return [n.name for n in self.nodes]
-
-    def node(self, name: str) -> Node:
-        return self._index[name]
-
-    @property
-    def _index(self) -> dict[str, Node]:
-        idx = self.__dict__.get("_node_index")
-        if idx is None:
-            idx = {n.name: n for n in self.nodes}
-            object.__setattr__(self, "_node_index", idx)
-        return idx
-
-    @property
-    def master_node(self) -> Node:
-        return self.node(self.master)
-
-    @property
-    def world_size(self) -> int:
-        return len(self.nodes) * self.nproc_per_node
-
-    def play_view(self) -> dict[str, Any]:
-        """What the audit play needs of the cluster (the result of its first task, ddpfix_cluster, which the CLI
-        passes as `ddpfix_audit_cluster` when it has read the inventory itself)."""
-        return {
-            "master": self.master,
-            "master_port": self.master_port,
-            "cluster_cidr": self.cluster_cidr or "",
-            "env_path": self.env_path,
-            "order": self.names,
-            "addresses": {n.name: n.address for n in self.nodes},
-        }
 
 
 def _bad(msg: str) -> DdpfixError:
@@ -267,7 +193,10 @@ def _check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) -
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
     shown = "(env file content: not shown)" if name.startswith("ddpfix_env_") else repr(value)
-    result = ArgumentSpecValidator({name: dict(spec)}).validate({name: value})
+    try:
+        result = ArgumentSpecValidator({name: dict(spec)}).validate({name: value})
+    except (OverflowError, ValueError) as exc:  # ansible-core's int check raises on 'INFINITY', 'NaN'
+        raise _bad(f"{name} of {host} {shown}: not of type {spec.get('type', 'raw')} ({one_line(str(exc))})") from None
     if result.error_messages:
         raise _bad(f"{name} of {host} {shown}: {result.error_messages[0]} (roles/*/meta/argument_specs.yml)")
 
@@ -651,7 +580,7 @@ def plain(value: Any) -> Any:
 
 
 def load_cluster(inventories: Sequence[str]) -> Cluster:
-    from ddpfix.runner import list_inventory
+    from ddpfix.ansible.listing import list_inventory
 
     return cluster_from_inventory_data(list_inventory(inventories), inventories)
 
@@ -711,7 +640,7 @@ def resolve_inventories(specs: Sequence[str]) -> tuple[str, ...]:
             continue
         import yaml
 
-        from ddpfix.runner import new_run_dir
+        from ddpfix.ansible.rundirs import new_run_dir
 
         data = host_list_data(spec)
         path = new_run_dir("adhoc-inventory") / "hosts.yml"

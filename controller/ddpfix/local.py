@@ -32,8 +32,8 @@ from ddpfix.checks import (
     check_time,
 )
 from ddpfix.findings import Finding, Severity, sort_key
-from ddpfix.inventory import Cluster
-from ddpfix.nodefacts import NodeFacts
+from ddpfix.model.cluster import Cluster
+from ddpfix.model.facts import NodeFacts
 
 #: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).
 LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, check_time, check_interfaces,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpfix import paths
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 
 #: This process's run id: the node locks, the probe listeners and the controller lock carry it.
 RUN_ID = uuid.uuid4().hex[:12]

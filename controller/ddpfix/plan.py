@@ -15,7 +15,7 @@ from ddpfix import collection, ifreach
 from ddpfix import fabric as fab
 from ddpfix.factguard import is_hostname, is_reserved_name
 from ddpfix.factguard import valid_ip as _valid_ip
-from ddpfix.inventory import Cluster, Node
+from ddpfix.model.cluster import Cluster, Node
 
 #: The launch keys (node_env's, before the socket interfaces): per job. With ddp_env_scope: node the env file holds
 #: none of them (a Slurm job step gets them from `ddpfix env --slurm --export`).

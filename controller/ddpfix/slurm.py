@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import GROUP
 
 #: A Slurm node name: RFC 1123 labels plus `_` (slurm.conf's NodeName accepts `gpu_01`; names reach the inventory,
@@ -322,7 +322,7 @@ def write_allocation_inventory(env: Mapping[str, str] | None = None, *, as_findi
     `as_finding`: see inventory_from_allocation (the audit's; every other command refuses the disagreement)."""
     import os
 
-    from ddpfix.runner import new_run_dir
+    from ddpfix.ansible.rundirs import new_run_dir
 
     env = os.environ if env is None else env
     groups = str(env.get("DDPFIX_HET_GROUP") or "").strip()

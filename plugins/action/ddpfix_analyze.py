@@ -49,7 +49,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        app = ddpfix("ddpfix.app")
+        app = ddpfix("ddpfix.errors")
         try:
             result.update(self._analyze(args, task_vars))
         except app.DdpfixError as exc:  # bad input or a refused plan: one line, nothing changed anywhere
@@ -91,7 +91,7 @@ class ActionModule(ActionBase):
         only = {s.strip() for s in _csv(args["only"]).split(",") if s.strip()} or None
         unknown = sorted((only or set()) - set(rules))
         if unknown:
-            raise ddpfix("ddpfix.app").DdpfixError(f"ddpfix_only: unknown finding id(s): {', '.join(unknown)}")
+            raise ddpfix("ddpfix.errors").DdpfixError(f"ddpfix_only: unknown finding id(s): {', '.join(unknown)}")
         kept, _ = audit.split_skipped(findings, _csv(args["skip"]) or None, ctx.cluster)
         plans, refusals = remediate.build_plan(ctx, kept, only=only, allow_partial=bool(args["allow_partial"]),
                                                pin_ifnames=bool(args["pin_ifnames"]))

@@ -34,7 +34,7 @@ class ActionModule(ActionBase):
             data = inventory.inventory_data_from_hostvars(inventory_tree(hostvars, task_vars.get("groups") or {}),
                                                           hostvars)
             cluster = inventory.cluster_from_inventory_data(data)
-        except ddpfix("ddpfix.app").DdpfixError as exc:  # bad input: one line, its exit code, no node contacted
+        except ddpfix("ddpfix.errors").DdpfixError as exc:  # bad input: one line, its exit code, no node contacted
             result.update(failed=True, msg=str(exc), ddpfix_exit_code=int(exc.code))
             return result
         view = cluster.play_view()
@@ -42,7 +42,7 @@ class ActionModule(ActionBase):
         addresses = lock.cluster_addresses(view)
         try:
             warning = lock.hold_for_playbook(addresses) if addresses else None
-        except ddpfix("ddpfix.app").DdpfixError as exc:  # another run holds the cluster: no node is contacted
+        except ddpfix("ddpfix.errors").DdpfixError as exc:  # another run holds the cluster: no node is contacted
             result.update(failed=True, msg=f"ddpfix: {exc}", ddpfix_exit_code=int(exc.code))
             return result
         if warning:

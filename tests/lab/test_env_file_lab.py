@@ -209,7 +209,7 @@ def test_foreign_file_refused_file_unchanged(lab2: Any, state: Path) -> None:
 
 
 def paths_ansible_bin() -> str:
-    from ddpfix.runner import find_ansible_playbook
+    from ddpfix.ansible.env import find_ansible_playbook
 
     return str(Path(find_ansible_playbook()).parent)
 

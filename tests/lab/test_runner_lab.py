@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from ddpfix import lab
+from ddpfix.ansible.run import run_playbook
 from ddpfix.audit import FACTS_KEY, audit_extravars
 from ddpfix.inventory import load_cluster
-from ddpfix.runner import run_playbook
 
 pytestmark = pytest.mark.lab
 

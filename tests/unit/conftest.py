@@ -16,7 +16,8 @@ import pytest
 from ddpfix import collection
 from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
 from ddpfix.findings import Finding, Severity
-from ddpfix.inventory import Cluster, cluster_from_inventory_data
+from ddpfix.inventory import cluster_from_inventory_data
+from ddpfix.model.cluster import Cluster
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -128,8 +129,8 @@ class Sim:
                 hosts[n] = HostFacts(n, reachable=False, error=self.unreachable[n])
             elif n in self.module_failed:
                 # through the CLI's own conversion: the runner event, then the audit's HostFacts
+                from ddpfix.ansible.results import HostResult, record_event
                 from ddpfix.audit import host_facts_of
-                from ddpfix.runner import HostResult, record_event
 
                 results: dict[str, HostResult] = {}
                 record_event(results, {"event": "runner_on_failed", "event_data": {

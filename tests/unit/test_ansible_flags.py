@@ -199,7 +199,7 @@ def test_extra_vars_win_in_the_in_process_inventory_read(env: dict[str, Any]) ->
     ansibleargs.use(ansibleargs.AnsibleArgs(extra_vars=ansibleargs.merge_extra_vars(["ddp_master_port=29600"])))
     assert load_cluster([inv]).master_port == 29600
     ansibleargs.use(ansibleargs.AnsibleArgs(extra_vars=ansibleargs.merge_extra_vars(["ddp_master_port=0"])))
-    from ddpfix.app import DdpfixError
+    from ddpfix.errors import DdpfixError
 
     with pytest.raises(DdpfixError, match="ddp_master_port"):  # validated like an inventory value
         load_cluster([inv])

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpfix import ansiblecfg, runner
+from ddpfix import ansiblecfg
+from ddpfix.ansible.env import ansible_env, default_forks
+from ddpfix.ansible.listing import list_inventory
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def test_ddpfix_defaults_only_where_the_user_set_nothing(home: Path, tmp_path: P
     monkeypatch.chdir(cwd)
     monkeypatch.setenv("ANSIBLE_REMOTE_PORT", "2200")
     monkeypatch.setenv("ANSIBLE_GATHERING", "smart")
-    env = runner.ansible_env(tmp_path / "run", 5, [])
+    env = ansible_env(tmp_path / "run", 5, [])
     assert env["ANSIBLE_CONFIG"] == str(path.resolve())
     # the user's file sets these: ddpfix does not override them
     for k in ("ANSIBLE_TIMEOUT", "ANSIBLE_PYTHON_INTERPRETER", "ANSIBLE_PIPELINING", "ANSIBLE_FORKS"):
@@ -89,14 +91,14 @@ def test_ddpfix_defaults_only_where_the_user_set_nothing(home: Path, tmp_path: P
     assert env["ANSIBLE_COLLECTIONS_PATH"].endswith(":/srv/collections") and "ANSIBLE_ROLES_PATH" not in env
     # set by nobody: ddpfix's defaults
     assert env["ANSIBLE_INJECT_FACT_VARS"] == "False" and env["ANSIBLE_HOME"].startswith(str(tmp_path / "state"))
-    assert runner.default_forks(100, None, ansiblecfg.user_forks(ansiblecfg.load([]))) == 7
-    assert runner.default_forks(100, 3, 7) == 3  # --forks wins
+    assert default_forks(100, None, ansiblecfg.user_forks(ansiblecfg.load([]))) == 7
+    assert default_forks(100, 3, 7) == 3  # --forks wins
 
 
 def test_no_user_config_gives_ddpfix_defaults(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(ansiblecfg, "find_config", lambda *a, **k: None)
-    env = runner.ansible_env(tmp_path / "run", 5, [])
+    env = ansible_env(tmp_path / "run", 5, [])
     assert "ANSIBLE_CONFIG" not in env
     assert env["ANSIBLE_SSH_ARGS"] == "-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"
     assert env["ANSIBLE_TIMEOUT"] == "10" and env["ANSIBLE_PIPELINING"] == "True"
@@ -117,12 +119,12 @@ def test_user_ssh_args_from_the_environment_are_kept(home: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ProxyJump=bastion")
-    env = runner.ansible_env(tmp_path / "run", 5, [])
+    env = ansible_env(tmp_path / "run", 5, [])
     assert env["ANSIBLE_SSH_ARGS"].startswith("-o ProxyJump=bastion -o ControlMaster=auto")
 
 
 def test_unreadable_config_is_invalid_input(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddpfix.app import DdpfixError, ExitCode
+    from ddpfix.errors import DdpfixError, ExitCode
 
     cfg_file(tmp_path / "w", "no section header\n")
     monkeypatch.chdir(tmp_path / "w")
@@ -133,16 +135,16 @@ def test_unreadable_config_is_invalid_input(home: Path, tmp_path: Path, monkeypa
 
 def test_inventory_listing_reads_the_same_config(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`ansible-inventory` (ddpfix's inventory read) uses the ansible.cfg next to the inventory too."""
-    from ddpfix.app import DdpfixError
+    from ddpfix.errors import DdpfixError
 
     inv = tmp_path / "inv" / "hosts.yml"
     inv.parent.mkdir()
     inv.write_text("ddp_nodes:\n  hosts:\n    n1: {ansible_host: 10.0.0.1}\n")
     monkeypatch.chdir(tmp_path)
-    assert "n1" in runner.list_inventory([str(inv)])["_meta"]["hostvars"]
+    assert "n1" in list_inventory([str(inv)])["_meta"]["hostvars"]
     (inv.parent / "ansible.cfg").write_text("[inventory]\nenable_plugins = ini\n")  # no yaml plugin: unparsable
     with pytest.raises(DdpfixError):
-        runner.list_inventory([str(inv)])
+        list_inventory([str(inv)])
 
 
 def test_no_i_reads_the_inventory_ansible_would(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,8 +168,8 @@ def test_cli_without_i_uses_ansible_cfg_inventory_or_stops(home: Path, tmp_path:
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from ddpfix.app import ExitCode
     from ddpfix.cli import cli
+    from ddpfix.errors import ExitCode
 
     monkeypatch.delenv("DDPFIX_INVENTORY", raising=False)
     cwd = tmp_path / "work"

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 import ddpfix.audit as audit
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.ansible.results import HostResult, RunResult, TaskResult
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import cluster_from_hostvars, cluster_from_inventory_data, inventory_data_from_hostvars
 from ddpfix.progress import Progress
-from ddpfix.runner import HostResult, RunResult, TaskResult
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = {"ddp_nodes": {"hosts": ["n1", "n2", "n3"]}, "all": {"children": ["ddp_nodes"]}}
@@ -101,7 +101,7 @@ def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:
 def test_closing_the_pty_of_an_exited_child_does_not_sleep() -> None:
     import ptyprocess
 
-    from ddpfix.runner import _no_close_delay_after_exit
+    from ddpfix.ansible.run import _no_close_delay_after_exit
 
     _no_close_delay_after_exit()
     _no_close_delay_after_exit()  # once only

@@ -285,7 +285,7 @@ def test_node_scope_cluster_file_and_env_file_hold_per_node_values_only(sim: Sim
     ("ddp_job_port_range", "40000", "ddp_job_port_range must be a port range LO-HI"),
 ])
 def test_node_scope_inputs_are_validated(sim: Sim, var: str, value: str, needle: str) -> None:
-    from ddpfix.app import DdpfixError
+    from ddpfix.errors import DdpfixError
 
     sim.set_var(None, **{var: value})
     with pytest.raises(DdpfixError, match=needle):

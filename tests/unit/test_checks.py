@@ -929,7 +929,7 @@ def test_module_failure_is_not_unreachable(sim: Sim) -> None:
 
 
 def test_a_module_failure_shows_what_the_node_wrote_as_one_printable_line() -> None:
-    from ddpfix.runner import module_failure
+    from ddpfix.ansible.results import module_failure
 
     got = module_failure({"failed": True, "rc": 1, "module_stdout": "{{ lookup('pipe', 'id') }}\x1b[2J",
                           "module_stderr": "x" * 5000 + "line1\nERROR: ddpfix: forged\x00\u2028",
@@ -940,7 +940,7 @@ def test_a_module_failure_shows_what_the_node_wrote_as_one_printable_line() -> N
 
 
 def test_a_module_that_failed_by_itself_keeps_its_own_message() -> None:
-    from ddpfix.runner import HostResult, module_failure, record_event
+    from ddpfix.ansible.results import HostResult, module_failure, record_event
 
     assert module_failure({"failed": True, "msg": "nft -j list ruleset failed: Operation not permitted"}) is None
     hosts: dict[str, HostResult] = {}

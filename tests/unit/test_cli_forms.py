@@ -14,8 +14,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ddpfix.app import Application, ExitCode
+from ddpfix.app import Application
 from ddpfix.cli import cli, load_commands
+from ddpfix.errors import ExitCode
 from ddpfix.inventory import host_list_data, load_cluster, resolve_inventories, split_inventory_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,7 +301,7 @@ def test_internal_error_exits_3_with_one_line(tmp_path: Path, monkeypatch: pytes
     assert r.stdout == ""
     lines = r.stderr.splitlines()
     assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("ddpfix: error: ddpfix remediate failed in runner.run_playbook (OSError: ")
+    assert lines[0].startswith("ddpfix: error: ddpfix remediate failed in ansible.run.run_playbook (OSError: ")
     assert "Argument list too long" in lines[0]
     assert f"run log: {tmp_path / 'state' / 'runs'}/" in lines[0]
     assert "Traceback" not in r.stderr

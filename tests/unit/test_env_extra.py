@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from ddpfix import collection
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.cli import cli
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import RESERVED_ENV_KEYS, check_env_extra, cluster_from_inventory_data
 from ddpfix.plan import node_env, torchrun_env
 

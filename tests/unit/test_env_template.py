@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import Sim, envfile
 
-from ddpfix.app import DdpfixError
 from ddpfix.envtemplate import render_body, render_file, write_needed
+from ddpfix.errors import DdpfixError
 from ddpfix.plan import env_comment, plan_cluster, render_env
 
 

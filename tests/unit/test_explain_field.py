@@ -170,7 +170,7 @@ def test_verify_cause_comes_from_the_table() -> None:
 
 
 def _cluster() -> object:
-    from ddpfix.inventory import Cluster, Node
+    from ddpfix.model.cluster import Cluster, Node
 
     nodes = (Node("node1", "10.0.0.1", 0, socket_ifname="ens5"), Node("node2", "10.0.0.2", 1, socket_ifname="ens5"))
     return Cluster(nodes=nodes, master="node1", master_port=29500, nproc_per_node=2)

@@ -1,4 +1,4 @@
-"""The trust boundary (ddpfix.factguard, runner.as_data): what a node returns is hostile input.
+"""The trust boundary (ddpfix.factguard, ddpfix.ansible.rundirs.as_data): what a node returns is hostile input.
 
 Table-driven: a template expression, shell metacharacters and a line break are planted in every string field of the
 node facts (the recorded clean cluster, with the RDMA facts of the recorded InfiniBand and RoCE trees), one field at
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import Sim, fabric_facts
 
-from ddpfix import runner
+from ddpfix.ansible.rundirs import write_extravars
 from ddpfix.checks import run_checks
 from ddpfix.factguard import sanitize_facts, validate_facts
 from ddpfix.plan import hosts_block, render_env
@@ -171,7 +171,7 @@ def test_extravars_are_data_never_templates(tmp_path: Path) -> None:
     value it never templates (checked against ansible-playbook in the lab tests)."""
     nested = {"ddpfix_plan": {"node2": {"env": {"NCCL_IB_HCA": "={{ 7*191 }}:1"}, "ports": [29500, "x"]}},
               "ddpfix_master": "node1", "ok": True, "n": None}
-    path = runner.write_extravars(tmp_path, nested)
+    path = write_extravars(tmp_path, nested)
     doc = json.loads(path.read_text())
     assert doc["ddpfix_plan"]["node2"]["env"]["NCCL_IB_HCA"] == {"__ansible_unsafe": "={{ 7*191 }}:1"}
     assert doc["ddpfix_plan"]["node2"]["ports"] == [29500, {"__ansible_unsafe": "x"}]
@@ -188,7 +188,7 @@ def test_ansible_playbook_reads_the_extravars_as_literal_data(tmp_path: Path) ->
 
     marker = tmp_path / "pwned"
     hostile = f"{{{{ lookup('pipe', 'touch {marker}') }}}}={{{{ 7*191 }}}}"
-    runner.write_extravars(tmp_path, {"ddpfix_plan": {"localhost": {"env": {"X": hostile}}}, "ddpfix_x": hostile})
+    write_extravars(tmp_path, {"ddpfix_plan": {"localhost": {"env": {"X": hostile}}}, "ddpfix_x": hostile})
     out = tmp_path / "out.txt"
     (tmp_path / "pb.yml").write_text(f"""
 - hosts: localhost

@@ -92,7 +92,7 @@ def _one_line_naming(exc: Exception, *names: str) -> None:
 def test_hostile_inventory_values_are_refused_in_one_line_or_kept_literal(var: str, value: str) -> None:
     """Only the documented refusal may come out (DdpfixError, exit 2, one line naming the variable); a value that is
     accepted never breaks a line of an env file or the hosts block, and never carries template syntax into them."""
-    from ddpfix.app import DdpfixError, ExitCode
+    from ddpfix.errors import DdpfixError, ExitCode
     from ddpfix.plan import hosts_block, render_env
 
     sim = Sim()

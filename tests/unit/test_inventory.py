@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.cli import cli
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory import cluster_from_inventory_data, load_cluster
 
 
@@ -177,21 +177,21 @@ def test_cli_missing_inventory_and_bad_option(tmp_path: Path) -> None:
 def test_missing_ansible_playbook_is_a_prerequisite_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import sys
 
-    from ddpfix import runner
+    from ddpfix.ansible.env import find_ansible_playbook
 
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DdpfixError) as exc:
-        runner.find_ansible_playbook()
+        find_ansible_playbook()
     assert exc.value.code == ExitCode.PREREQUISITE and "ansible-playbook not found" in str(exc.value)
 
 
 def test_runner_keeps_host_key_checking_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from ddpfix import runner
+    from ddpfix.ansible.env import ansible_env
 
     monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
-    env = runner.ansible_env(tmp_path, 5)
+    env = ansible_env(tmp_path, 5)
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"  # ansible-runner alone would turn it off
     assert env["ANSIBLE_PIPELINING"] == "True" and "ControlPersist" in env["ANSIBLE_SSH_ARGS"]
     assert env["ANSIBLE_HOME"].startswith(str(tmp_path))

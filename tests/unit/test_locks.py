@@ -18,9 +18,10 @@ from click.testing import CliRunner
 from conftest import ROOT, load_role_module, nodeinfo, recorded
 
 from ddpfix import lock as ddlock
-from ddpfix import runner
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.ansible.results import HostResult, TaskResult, changed_before
+from ddpfix.ansible.rundirs import LIVE_LOCK, new_run_dir, prune_runs, release_run_dir
 from ddpfix.cli import cli
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import pin_target
 
 ni = nodeinfo()
@@ -317,30 +318,30 @@ def test_writable_preflight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_prune_never_removes_a_live_run_dir(_state: Path) -> None:
     base = _state / "runs"
-    mine = runner.new_run_dir("audit")  # held by this process
+    mine = new_run_dir("audit")  # held by this process
     other = base / "20000101T000000-other"
     other.mkdir(parents=True)
-    (other / runner.LIVE_LOCK).touch()
+    (other / LIVE_LOCK).touch()
     code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
             "print('held', flush=True); time.sleep(60)")
-    p = subprocess.Popen([sys.executable, "-c", code, str(other / runner.LIVE_LOCK)], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", code, str(other / LIVE_LOCK)], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "held"
         dead = base / "20000101T000001-dead"
         dead.mkdir()
-        (dead / runner.LIVE_LOCK).touch()
+        (dead / LIVE_LOCK).touch()
         old = time.time() - 3600
         for d in (mine, other, dead):
             os.utime(d, (old, old))
-        runner.prune_runs(base, keep=0)
+        prune_runs(base, keep=0)
         assert mine.is_dir() and other.is_dir() and not dead.exists()
     finally:
         p.kill()
         p.wait()
-    runner.prune_runs(base, keep=0)
+    prune_runs(base, keep=0)
     assert not other.exists()  # its process is gone
-    runner.release_run_dir(mine)
-    runner.prune_runs(base, keep=0)
+    release_run_dir(mine)
+    prune_runs(base, keep=0)
     assert not mine.exists()
 
 
@@ -399,13 +400,13 @@ def test_old_facts_without_the_physical_flag_are_not_pinned() -> None:
 
 
 def test_exit_5_from_a_node_lock_says_what_the_run_had_changed() -> None:
-    hosts = {"node1": runner.HostResult(name="node1"), "node2": runner.HostResult(name="node2")}
-    assert runner.changed_before(hosts) == "this run had changed nothing before it stopped"
-    hosts["node1"].tasks += [runner.TaskResult("Fix firewall.peer-ports-blocked | accept", "changed", {}),
-                             runner.TaskResult("Facts", "ok", {})]
-    assert runner.changed_before(hosts) == (
+    hosts = {"node1": HostResult(name="node1"), "node2": HostResult(name="node2")}
+    assert changed_before(hosts) == "this run had changed nothing before it stopped"
+    hosts["node1"].tasks += [TaskResult("Fix firewall.peer-ports-blocked | accept", "changed", {}),
+                             TaskResult("Facts", "ok", {})]
+    assert changed_before(hosts) == (
         "this run changed before it stopped: node1: Fix firewall.peer-ports-blocked | accept")
-    assert runner.changed_before(hosts, check=True).startswith("this run would have changed before it stopped")
+    assert changed_before(hosts, check=True).startswith("this run would have changed before it stopped")
 
 
 # ---------------------------------------------------------------- graceful stop (Ctrl-C of the CLI)

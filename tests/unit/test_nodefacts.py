@@ -1,4 +1,4 @@
-"""`ddpfix.nodefacts.NodeFacts` describes what `ddpfix_node_facts` really returns (recorded facts, and the module's
+"""`ddpfix.model.facts.NodeFacts` describes what `ddpfix_node_facts` really returns (recorded facts, and the module's
 own `facts = {...}` keys): a key added on the node without its type, or a typed key the node no longer returns, fails."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import get_type_hints
 
 from conftest import FACTS, ROOT
 
-from ddpfix.nodefacts import (
+from ddpfix.model.facts import (
     ChronyTracking,
     EnvFile,
     Interface,

@@ -42,7 +42,7 @@ def test_process_vars_only_when_asked(sim: Sim) -> None:
 
 
 def test_process_vars_need_one_process_per_node(sim: Sim) -> None:
-    from ddpfix.app import DdpfixError
+    from ddpfix.errors import DdpfixError
 
     sim.set_var(None, ddp_env_process_vars=True, ddp_nproc_per_node=2)
     with pytest.raises(DdpfixError, match=r"ddp_env_process_vars.*ddp_nproc_per_node: 1"):

@@ -8,8 +8,8 @@ import pytest
 from conftest import Sim
 
 from ddpfix import clusterfile
-from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.checks import Context, HostFacts, run_checks
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import (
     PREFLIGHT_STEP,
     build_plan,
@@ -151,8 +151,8 @@ def test_apply_preflight_from_the_facts_covers_env_only_nodes_with_new_facts(sim
 def test_changes_of_one_change_per_file_only_for_node_files_other_tasks_one_each(tmp_path: Path) -> None:
     """ddpfix_node_files reports one change per changed file; any other task with a `files` list (the firewall's
     persistence, ddpfix_fw_persist: paths) is one change with its whole diff, not dropped."""
+    from ddpfix.ansible.results import HostResult, RunResult, TaskResult
     from ddpfix.remediate import changes_of
-    from ddpfix.runner import HostResult, RunResult, TaskResult
 
     persist = TaskResult("Fix firewall.peer-ports-blocked | persisted", "changed",
                          {"files": ["/etc/nftables.conf", "/etc/ddpfix/firewall.nft"],

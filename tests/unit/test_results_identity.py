@@ -9,13 +9,7 @@ from typing import Any
 import pytest
 
 from ddpfix import audit, remediate
-from ddpfix.runner import (
-    HostResult,
-    RunResult,
-    TaskResult,
-    is_node_lock_task,
-    lock_held_elsewhere,
-)
+from ddpfix.ansible.results import HostResult, RunResult, TaskResult, is_node_lock_task, lock_held_elsewhere
 
 
 def _tasks(sim: Any, name: str, fqcn: bool) -> list[TaskResult]:

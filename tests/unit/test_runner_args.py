@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ddpfix.app import DdpfixError
 from ddpfix.checks import Context, HostFacts
+from ddpfix.errors import DdpfixError
 from ddpfix.inventory import cluster_from_inventory_data
 from ddpfix.remediate import HostPlan, run_remediation
 

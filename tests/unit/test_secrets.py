@@ -299,35 +299,43 @@ def test_audit_outputs_never_show_a_secret(sim: Sim, monkeypatch: pytest.MonkeyP
 
 def test_state_and_run_directories_are_private_and_keep_no_secret(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddpfix import runner
+    from ddpfix.ansible.rundirs import (
+        as_data,
+        new_run_dir,
+        owner_only,
+        private_umask,
+        redact_extravars,
+        release_run_dir,
+        write_extravars,
+    )
 
     state = tmp_path / "a" / "state"
     monkeypatch.setenv("DDPFIX_STATE_DIR", str(state))
     old = os.umask(0o022)
     try:
-        d = runner.new_run_dir("audit")
+        d = new_run_dir("audit")
         for p in (state, state / "runs", d):
             assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
         assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700  # created by ddpfix: private too
-        with runner.private_umask():
+        with private_umask():
             (d / "fact_cache").mkdir()
             (d / "fact_cache" / "node1").write_text("{}")
         assert stat.S_IMODE((d / "fact_cache").stat().st_mode) == 0o700
         assert stat.S_IMODE((d / "fact_cache" / "node1").stat().st_mode) == 0o600
         assert os.umask(0o022) == 0o022  # restored after the run
         os.chmod(d / "fact_cache" / "node1", 0o644)  # as Ansible's jsonfile cache leaves its files
-        runner.owner_only(d)
+        owner_only(d)
         assert stat.S_IMODE((d / "fact_cache" / "node1").stat().st_mode) == 0o600
     finally:
         os.umask(old)
-        runner.release_run_dir(d)
+        release_run_dir(d)
     extra = {"ddpfix_plan": {"node1": {"env": {"WANDB_API_KEY": SECRET, "MASTER_ADDR": "10.0.0.1",
                                                "HTTPS_PROXY": f"http://u:{SECRET}@h:3128"},
                                        "body": f"A=1\nDB_PASS={SECRET}\n"}},
              "ddpfix_target": "node1,node2"}
-    path = runner.write_extravars(d, extra)
+    path = write_extravars(d, extra)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    runner.redact_extravars(d)
+    redact_extravars(d)
     doc = json.loads(path.read_text())
     assert SECRET not in path.read_text()
 
@@ -336,7 +344,7 @@ def test_state_and_run_directories_are_private_and_keep_no_secret(tmp_path: Path
             return o["__ansible_unsafe"] if set(o) == {"__ansible_unsafe"} else {k: plain(v) for k, v in o.items()}
         return o
 
-    assert doc == runner.as_data(plain(doc))
+    assert doc == as_data(plain(doc))
     doc = plain(doc)
     assert doc["ddpfix_plan"]["node1"]["env"] == {"WANDB_API_KEY": "***", "MASTER_ADDR": "10.0.0.1",
                                                   "HTTPS_PROXY": "***"}

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from ddpfix.app import DdpfixError
 from ddpfix.cli import cli
+from ddpfix.errors import DdpfixError
 from ddpfix.inventory import cluster_from_inventory_data
 from ddpfix.slurm import expand_hostlist, inventory_from_allocation, inventory_yaml
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ddpfix import verify
-from ddpfix.runner import HostResult, RunResult, TaskResult
+from ddpfix.ansible.results import HostResult, RunResult, TaskResult
 
 # Recorded on a lab node: `ddp_python -m torch.distributed.run ...` with a venv without torch, and with no such file.
 NO_TORCH = ("/tmp/venv/bin/python: Error while finding module specification for 'torch.distributed.run' "

@@ -13,7 +13,7 @@ import click
 from click.core import ParameterSource
 
 from ddpfix import __version__
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
 from ddpfix.cli.common import (
     ASK_BECOME_PASS_HELP,
     BECOME_HELP,
@@ -26,6 +26,7 @@ from ddpfix.cli.common import (
     USER_HELP,
     VERBOSE_HELP,
 )
+from ddpfix.errors import DdpfixError, ExitCode
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -59,7 +60,7 @@ def _where(exc: BaseException) -> str:
 
 def _run_failed(ctx: click.Context, exc: BaseException) -> NoReturn:
     """An internal error of ddpfix or of the run: exit 3 with one line; the traceback only with -v."""
-    from ddpfix.runner import last_run_dir
+    from ddpfix.ansible.rundirs import last_run_dir
 
     app = ctx.find_object(Application)
     if app is not None and app.verbosity > 0:
@@ -147,7 +148,7 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
     -i, -l/--limit, -f/--forks, -v and ansible-playbook's -e, -u, -b, --private-key, -K go before or after the
     subcommand; after it, they override (-e adds, later wins).
     """
-    from ddpfix.runner import forget_run_dirs
+    from ddpfix.ansible.rundirs import forget_run_dirs
 
     forget_run_dirs()
     if ctx.get_parameter_source("inventories") is ParameterSource.ENVIRONMENT:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ddpfix.app import Application, ExitCode
+from ddpfix.app import Application
 from ddpfix.audit import audit_report, failing, run_audit
 from ddpfix.checks import Thresholds
 from ddpfix.cli.common import (
@@ -16,6 +16,7 @@ from ddpfix.cli.common import (
     output_target,
     probe_options,
 )
+from ddpfix.errors import ExitCode
 from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
 

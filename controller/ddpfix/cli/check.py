@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
+from ddpfix.errors import DdpfixError, ExitCode
 
 DEFAULT_CLUSTER_FILE = "/etc/ddpfix/cluster.json"
 

@@ -13,8 +13,10 @@ import click
 from click.core import ParameterSource
 
 from ddpfix.ansibleargs import AnsibleArgs, merge_extra_vars
-from ddpfix.app import Application, DdpfixError, ExitCode
-from ddpfix.inventory import Cluster, load_cluster
+from ddpfix.app import Application
+from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.inventory import load_cluster
+from ddpfix.model.cluster import Cluster
 from ddpfix.render import FORMATS, RENDERERS, output_format, render_text
 
 #: What `emit` needs, not imported with the CLI: a run imports it while ansible-playbook starts (runner `preload`).
@@ -188,7 +190,7 @@ def inventory_of(app: Application) -> tuple[str, ...]:
     """The inventory's paths, checked to exist, without reading them (the audit's ansible-playbook reads the
     inventory, once, and the cluster comes from its first task; that process takes the cluster's controller lock
     then, before any node is contacted: action ddpfix_cluster)."""
-    from ddpfix.runner import check_inventory_paths
+    from ddpfix.ansible.listing import check_inventory_paths
 
     inventories = app.require_inventory()
     check_inventory_paths(inventories)

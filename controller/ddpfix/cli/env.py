@@ -14,13 +14,14 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
 from ddpfix.audit import collect
 from ddpfix.checks import not_read
 from ddpfix.cli.check import DEFAULT_CLUSTER_FILE
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
-from ddpfix.inventory import Cluster
+from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.model.cluster import Cluster
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, redact_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation

@@ -11,8 +11,9 @@ from typing import IO
 
 import click
 
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
 from ddpfix.cli.common import global_options
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, LogFacts, against_inventory, diagnose, finding_ids, log_facts
 
 MAX_LOG_BYTES = 64 * 1024 * 1024

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ddpfix.app import DdpfixError, ExitCode
+from ddpfix.errors import DdpfixError, ExitCode
 
 
 @click.group("inventory")

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from ddpfix.app import Application, ExitCode
+from ddpfix.app import Application
+from ddpfix.errors import ExitCode
 from ddpfix.lab import scenarios as _scn
 from ddpfix.lab.model import DEFAULT_NAME, DEFAULT_NODES, DEFAULT_SUBNET, MAX_NODES
 

@@ -6,11 +6,12 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from ddpfix.app import Application, DdpfixError, ExitCode
+from ddpfix.app import Application
 from ddpfix.audit import host_summaries, run_audit, split_skipped
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
+from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.findings import RULES, Finding
 from ddpfix.progress import Progress
 from ddpfix.remediate import (

@@ -9,9 +9,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ddpfix.app import Application, ExitCode
+from ddpfix.app import Application
 from ddpfix.audit import run_audit
 from ddpfix.cli.common import cluster_of, global_options
+from ddpfix.errors import ExitCode
 from ddpfix.nccl import DEFAULT_SIZES, format_size, parse_sizes
 from ddpfix.progress import Progress
 from ddpfix.report import to_json

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpfix.app import ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.lab.model import (
     NODE_PATH,
     NODE_TMPDIR,

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ddpfix.app import ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.lab.daemons import (
     Runtime,
     _sshd_answers,

@@ -9,7 +9,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ddpfix.app import ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.lab.model import LabError, LabPlan, host_link, switch_netns
 from ddpfix.lab.system import _ip_batch, _run
 

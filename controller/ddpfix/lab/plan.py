@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ddpfix.app import ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.lab import scenarios as _scn
 from ddpfix.lab.model import (
     DEFAULT_NAME,

@@ -7,7 +7,7 @@ import os
 import shutil
 from collections.abc import Sequence
 
-from ddpfix.app import ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.lab.model import NODE_PATH, LabError
 
 # binary -> Debian package providing it

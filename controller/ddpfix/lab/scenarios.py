@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddpfix.app import ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.lab.model import ENV_PATH, NODE_PATH, ExtraNic, LabError, LabPlan, NodePlan
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpfix.app import ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.lab.model import STATE_ROOT, LabError, state_dir, validate_name
 
 #: The lab's state file (`lab.json`): plan, PIDs with their start times, what was written where.
