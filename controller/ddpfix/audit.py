@@ -20,9 +20,9 @@ from ddpfix.checks import (
     run_checks,
     unread_of,
 )
-from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import Cluster, cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
+from ddpfix.model.finding import Finding, Severity
 from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress

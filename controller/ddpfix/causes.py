@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ddpfix.findings import Finding
+from ddpfix.model.finding import Finding
 
 PROBE_IDS = ("probe.master-port-unreachable", "probe.peer-unreachable")
 

@@ -15,10 +15,9 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from ddpfix import firewall, ifreach
-from ddpfix import rules as registry
 from ddpfix.factguard import guard_facts, guard_reach
-from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
+from ddpfix.model.finding import Finding, sort_key
 from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import (
     CLUSTER_KEYS,
@@ -29,7 +28,8 @@ from ddpfix.plan import (
     env_differs,
     plan_cluster,
 )
-from ddpfix.rules import Remedy, Rule, Severity, rules
+from ddpfix.rules import registry
+from ddpfix.rules.registry import Remedy, Rule, Severity, finding, rules
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
 NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
@@ -40,7 +40,7 @@ FIREWALL_SOURCES = frozenset({"firewalld", "iptables", "ip6tables", "iptables-le
 _HOSTS, _IFACES, _ENV = frozenset({"hosts_file"}), frozenset({"interfaces"}), frozenset({"env_file"})
 _FABRIC = frozenset({"fabric"})
 
-#: How remediate fixes findings (see ddpfix.rules.Remedy); the roles' fix tasks carry the rule ids as tags.
+#: How remediate fixes findings (see ddpfix.model.finding.Remedy); the roles' fix tasks carry the rule ids as tags.
 FIREWALL = Remedy("ddpfix_firewall", "firewall")
 VIA_FIREWALL = Remedy("ddpfix_firewall", "firewall", how="firewall", on_target=True)
 HOSTS = Remedy("ddpfix_hosts", "hosts")

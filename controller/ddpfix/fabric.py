@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ddpfix.findings import Finding, finding
-from ddpfix.rules import Remedy, Rule, Severity, rules
+from ddpfix.model.finding import Finding
+from ddpfix.rules.registry import Remedy, Rule, Severity, finding, rules
 
 if TYPE_CHECKING:
     from ddpfix.checks import Context

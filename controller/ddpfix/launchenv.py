@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ddpfix.findings import Finding, finding
-from ddpfix.rules import Rule, Severity, rules
+from ddpfix.model.finding import Finding
+from ddpfix.rules.registry import Rule, Severity, finding, rules
 
 if TYPE_CHECKING:
     from ddpfix.checks import Context

@@ -31,8 +31,8 @@ from ddpfix.checks import (
     check_sysctls,
     check_time,
 )
-from ddpfix.findings import Finding, Severity, sort_key
 from ddpfix.inventory import Cluster
+from ddpfix.model.finding import Finding, Severity, sort_key
 from ddpfix.nodefacts import NodeFacts
 
 #: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).

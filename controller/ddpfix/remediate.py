@@ -13,11 +13,11 @@ from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.collection import module_utils
 from ddpfix.envtemplate import render_body, template_path, write_needed
-from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, cidr_needs_ack
+from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
 from ddpfix.progress import Progress
-from ddpfix.rules import fixed_by
+from ddpfix.rules.registry import fixed_by
 from ddpfix.runner import RunResult, is_node_lock_task, module_failure, run_playbook
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).

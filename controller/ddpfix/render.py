@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpfix.findings import RULES
+from ddpfix.rules.registry import RULES
 
 SEVERITIES = ("error", "warning", "info")
 #: --format values and the file extensions -o infers them from.

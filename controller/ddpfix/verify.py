@@ -16,8 +16,8 @@ from ddpfix import ansiblecfg, explain, nccl, paths
 from ddpfix.checks import Context, _is_loopback, chrony_unsynchronised
 from ddpfix.envtemplate import write_needed
 from ddpfix.fabric import has_rdma
-from ddpfix.findings import Finding
 from ddpfix.inventory import Cluster
+from ddpfix.model.finding import Finding
 from ddpfix.plan import managed_block
 from ddpfix.progress import Progress
 from ddpfix.runner import HostResult, run_playbook

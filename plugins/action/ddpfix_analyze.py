@@ -87,7 +87,7 @@ class ActionModule(ActionBase):
         where the CLI refuses (bad facts, unknown or unacknowledged CIDR: fail, nothing changed)."""
         audit = ddpfix("ddpfix.audit")
         remediate = ddpfix("ddpfix.remediate")
-        rules = ddpfix("ddpfix.findings").RULES
+        rules = ddpfix("ddpfix.rules.registry").RULES
         only = {s.strip() for s in _csv(args["only"]).split(",") if s.strip()} or None
         unknown = sorted((only or set()) - set(rules))
         if unknown:

@@ -15,8 +15,8 @@ import pytest
 
 from ddpfix import collection
 from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
-from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import Cluster, cluster_from_inventory_data
+from ddpfix.model.finding import Finding, Severity
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -17,7 +17,8 @@ import pytest
 from conftest import ROOT, Sim, at_least, fabric_facts, firewall_fixture, nodeinfo, recorded
 
 from ddpfix.checks import Context, HostFacts, Thresholds, nccl_select, not_evaluated, run_checks
-from ddpfix.findings import RULES, Severity
+from ddpfix.model.finding import Severity
+from ddpfix.rules.registry import RULES
 
 Expect = tuple[str | None, list[str]]  # (host or None for cluster-wide, substrings of the evidence)
 CASES: dict[str, Callable[[Sim], Expect]] = {}  # "<id>" or "<id>:<variant>" -> mutation
@@ -1039,7 +1040,7 @@ def test_hidden_processes_withdraw_time_no_daemon(sim: Sim) -> None:
 
 
 def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
-    from ddpfix import rules
+    from ddpfix.rules import registry as rules
 
     assert set(rules.depends_on()) | rules.master_only() | rules.sound_on_partial() <= set(RULES)
     doc = (ROOT / "plugins" / "modules" / "ddpfix_node_facts.py").read_text()

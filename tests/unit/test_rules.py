@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 from conftest import ROOT
 
-from ddpfix import rules
 from ddpfix.remediate import HostPlan
-from ddpfix.rules import RULES
+from ddpfix.rules import registry as rules
+from ddpfix.rules.registry import RULES
 
 ID_TAG = re.compile(r"^[a-z]+\.[a-z0-9-]+$")  # a dotted finding id (role tags like `env` or `always` are not)
 
@@ -135,7 +135,7 @@ def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
     from conftest import Sim
 
     from ddpfix import checks
-    from ddpfix.findings import finding
+    from ddpfix.rules.registry import finding
 
     reg = rules.Registered(lambda ctx: iter([finding("time.skew", None, "m", "e")]), (RULES["env.missing"],))
     rules._CHECKS.append(reg)

@@ -11,7 +11,7 @@ from ddpfix.audit import host_summaries, run_audit, split_skipped
 from ddpfix.causes import attribute_causes
 from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
-from ddpfix.findings import RULES, Finding
+from ddpfix.model.finding import Finding
 from ddpfix.progress import Progress
 from ddpfix.remediate import (
     Change,
@@ -26,7 +26,7 @@ from ddpfix.remediate import (
     run_remediation,
 )
 from ddpfix.report import document
-from ddpfix.rules import fixable_ids
+from ddpfix.rules.registry import RULES, fixable_ids
 
 
 @click.command("remediate")

@@ -1,0 +1,1 @@
+"""Plain data: the types every layer shares; imports nothing of ddpfix."""
