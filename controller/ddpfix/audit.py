@@ -10,16 +10,7 @@ from typing import Any, cast
 
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.causes import attribute_causes
-from ddpfix.checks import (
-    Context,
-    HostFacts,
-    Thresholds,
-    active_firewalls,
-    not_evaluated,
-    parse_event_time,
-    run_checks,
-    unread_of,
-)
+from ddpfix.clock import parse_event_time
 from ddpfix.inventory import Cluster, cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.model.finding import Finding, Severity
@@ -27,6 +18,9 @@ from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document
+from ddpfix.rules.context import Context, HostFacts, Thresholds, unread_of
+from ddpfix.rules.engine import not_evaluated, run_checks
+from ddpfix.rules.firewall import active_firewalls
 from ddpfix.runner import (
     MAX_DEFAULT_FORKS,
     HostResult,

@@ -17,23 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from ddpfix import collection
-from ddpfix.checks import (
-    Context,
-    HostFacts,
-    _from_placeholder,
-    check_env,
-    check_facts,
-    check_firewall,
-    check_hostnames,
-    check_interfaces,
-    check_master_addr,
-    check_resolution,
-    check_sysctls,
-    check_time,
-)
 from ddpfix.inventory import Cluster
 from ddpfix.model.finding import Finding, Severity, sort_key
 from ddpfix.nodefacts import NodeFacts
+from ddpfix.rules.context import Context, HostFacts
+from ddpfix.rules.engine import from_placeholder as _from_placeholder
+from ddpfix.rules.env import check_env
+from ddpfix.rules.firewall import check_firewall
+from ddpfix.rules.hosts import check_hostnames, check_resolution
+from ddpfix.rules.net import check_master_addr, check_sysctls
+from ddpfix.rules.netif import check_interfaces
+from ddpfix.rules.reachability import check_facts
+from ddpfix.rules.time import check_time
 
 #: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).
 LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, check_time, check_interfaces,

@@ -10,13 +10,14 @@ from typing import Any
 from ddpfix import clusterfile
 from ddpfix.app import DdpfixError, ExitCode
 from ddpfix.audit import AuditResult
-from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.collection import module_utils
 from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.inventory import ACK_BROAD, cidr_needs_ack
 from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
 from ddpfix.progress import Progress
+from ddpfix.rules.context import Context, not_read
+from ddpfix.rules.firewall import FIREWALL_SOURCES, active_firewalls
 from ddpfix.rules.registry import fixed_by
 from ddpfix.runner import RunResult, is_node_lock_task, module_failure, run_playbook
 

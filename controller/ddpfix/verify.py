@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from ddpfix import ansiblecfg, explain, nccl, paths
-from ddpfix.checks import Context, _is_loopback, chrony_unsynchronised
 from ddpfix.envtemplate import write_needed
 from ddpfix.fabric import has_rdma
 from ddpfix.inventory import Cluster
 from ddpfix.model.finding import Finding
 from ddpfix.plan import managed_block
 from ddpfix.progress import Progress
+from ddpfix.rules.context import Context
+from ddpfix.rules.context import is_loopback as _is_loopback
+from ddpfix.rules.time import chrony_unsynchronised
 from ddpfix.runner import HostResult, run_playbook
 
 #: The schema id of `ddpfix verify --format json` (controller/ddpfix/schemas/ddpfix.verify.v1.json).

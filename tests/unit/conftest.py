@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from ddpfix import collection
-from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
 from ddpfix.inventory import Cluster, cluster_from_inventory_data
 from ddpfix.model.finding import Finding, Severity
+from ddpfix.rules.context import Context, HostFacts, Thresholds
+from ddpfix.rules.engine import run_checks
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -134,7 +134,7 @@ def test_markdown_generator_runs_as_a_module() -> None:
 def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
     from conftest import Sim
 
-    from ddpfix import checks
+    from ddpfix.rules import engine as checks
     from ddpfix.rules.registry import finding
 
     reg = rules.Registered(lambda ctx: iter([finding("time.skew", None, "m", "e")]), (RULES["env.missing"],))

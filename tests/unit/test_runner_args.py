@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from ddpfix.app import DdpfixError
-from ddpfix.checks import Context, HostFacts
 from ddpfix.inventory import cluster_from_inventory_data
 from ddpfix.remediate import HostPlan, run_remediation
+from ddpfix.rules.context import Context, HostFacts
 
 N = 5000
 

@@ -9,7 +9,6 @@ from rich.markup import escape
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.audit import host_summaries, run_audit, split_skipped
 from ddpfix.causes import attribute_causes
-from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
 from ddpfix.model.finding import Finding
 from ddpfix.progress import Progress
@@ -26,6 +25,7 @@ from ddpfix.remediate import (
     run_remediation,
 )
 from ddpfix.report import document
+from ddpfix.rules.engine import not_evaluated
 from ddpfix.rules.registry import RULES, fixable_ids
 
 

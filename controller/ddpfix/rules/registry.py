@@ -1,12 +1,12 @@
 """The rule registry: every finding id, declared once, next to the check that reports it.
 
 A check is a pure function over the audit `Context` that yields findings. It declares the rules it reports with
-`@rules(Rule(...), ...)` right above it (see ``ddpfix.checks`` and ``ddpfix.fabric``); a finding is made with
-``finding()``, which attaches its rule. Everything else reads this
-registry: the report (severity, fixable, fix text), ``remediate --only`` (its allowed values), the remediate plan
-(which findings turn on which role), the role tags (tested: every fix task carries its rule id as a tag), the
-"not evaluated" bookkeeping (which fact sources a rule reads) and the README's findings table
-(``python -m ddpfix.rules --markdown``; tested against README.md). The plain types are ``ddpfix.model.finding``.
+`@rules(Rule(...), ...)` right above it, in its area's module (``ddpfix.rules.firewall``, ``ddpfix.rules.hosts``, ...:
+CHECK_MODULES); a finding is made with ``finding()``, which attaches its rule. Everything else reads this registry:
+the report (severity, fixable, fix text), ``remediate --only`` (its allowed values), the remediate plan (which
+findings turn on which role), the role tags (tested: every fix task carries its rule id as a tag), the "not
+evaluated" bookkeeping (which fact sources a rule reads) and the README's findings table (``python -m ddpfix.rules
+--markdown``; tested against README.md). The plain types are ``ddpfix.model.finding``.
 
 Adding a finding: see CONTRIBUTING.md.
 """
@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 from ddpfix.model.finding import Finding, Remedy, Rule, Severity
 
 if TYPE_CHECKING:
-    from ddpfix.checks import Context
+    from ddpfix.rules.context import Context
 
 __all__ = ["RULES", "Finding", "Remedy", "Rule", "Severity", "finding", "rules"]
 
 #: The modules whose checks register rules, in report/README order.
-CHECK_MODULES = ("ddpfix.checks", "ddpfix.fabric", "ddpfix.hostenv", "ddpfix.launchenv")
+CHECK_MODULES = tuple(f"ddpfix.rules.{area}" for area in (
+    "reachability", "firewall", "probes", "hosts", "time", "netif", "net", "env", "fabric", "host"))
 
 
 Check = Callable[["Context"], Iterable["Finding"]]
