@@ -20,6 +20,7 @@ from ddpfix import collection
 from ddpfix.inventory import Cluster
 from ddpfix.model.finding import Finding, Severity, sort_key
 from ddpfix.nodefacts import NodeFacts
+from ddpfix.rules import registry
 from ddpfix.rules.context import Context, HostFacts
 from ddpfix.rules.engine import from_placeholder as _from_placeholder
 from ddpfix.rules.env import check_env
@@ -35,8 +36,7 @@ LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, 
                 check_master_addr, check_sysctls, check_env)
 #: Findings that say nothing about this node's health in a prolog or health check: the master port is in use
 #: while the job runs; the others compare nodes, which one node cannot see.
-NOT_LOCAL = frozenset({"probe.port-in-use", "time.skew", "netif.mtu-mismatch", "netif.name-mismatch",
-                       "hosts.duplicate-hostname", "hosts.duplicate-machine-id", "addr.family-mismatch"})
+NOT_LOCAL = registry.scoped("cluster", "idle")  # the rules' scope (ddpfix.model.finding.SCOPES)
 #: A finding of at least this severity fails the check (NHC: the node is drained).
 FAIL_AT = Severity.WARNING
 #: The whole check's deadline by default (`--timeout`), seconds: reading this node, resolving every peer, the checks.

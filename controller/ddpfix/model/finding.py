@@ -37,6 +37,28 @@ class Remedy:
     on_target: bool = False
 
 
+#: Where a rule's finding explains another finding (``Explains.where``):
+#: "master": it is on the cluster's master (the consequence's `target` when there is no master);
+#: "target": it is on the node the consequence's probe dialled (the consequence's `target` fix value);
+#: "dialler": it is on the node whose probe dialled (the consequence's own node, when it names a `target`);
+#: "host": it is on the consequence's own node (a rule explaining its own id: an earlier finding on that node);
+#: "cluster": it is cluster-wide and the consequence is on a node;
+#: "any": anywhere (the first such finding in report order).
+WHERE = ("master", "target", "dialler", "host", "cluster", "any")
+#: A rule's scope (``Rule.scope``): "node": this node's own state (``check --local`` reports it); "cluster": a
+#: comparison between nodes, which one node cannot see; "idle": holds only while no job runs (the master port in use
+#: while the job runs): neither says anything about a node's health in a prolog or health check.
+SCOPES = ("node", "cluster", "idle")
+
+
+@dataclass(frozen=True)
+class Explains:
+    """A rule's finding is the cause of the findings of rule `id` found `where` (see WHERE) relative to it."""
+
+    id: str
+    where: str
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
@@ -52,6 +74,20 @@ class Rule:
     sound_on_partial: bool = False
     manual: str = ""  # README "auto-fixed" column of a detect-only rule, e.g. "ddpfix only adds CIDR rules"
     still_open: str = ""  # remediate --apply: what to look at when the finding is still open after its fix ran
+    scope: str = "node"  # see SCOPES
+    #: the findings this rule's finding explains (the report shows it as their cause; ``ddpfix.causes``), in
+    #: precedence order after the registry's: a consequence takes the first rule that explains it
+    explains: tuple[Explains, ...] = ()
+    #: a finding of this rule that no other finding explains means something the audit cannot see blocks the path
+    #: (a cloud security group, a switch ACL, a host-external firewall)
+    unseen_if_unexplained: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scope not in SCOPES:
+            raise ValueError(f"rule {self.id}: scope {self.scope!r} is not one of {', '.join(SCOPES)}")
+        for e in self.explains:
+            if e.where not in WHERE:
+                raise ValueError(f"rule {self.id}: explains {e.id} where {e.where!r} is not one of {', '.join(WHERE)}")
 
     @property
     def fixable(self) -> bool:

@@ -9,7 +9,8 @@ from ddpfix.model.finding import Finding, sort_key
 from ddpfix.rules import registry
 from ddpfix.rules.context import Context
 from ddpfix.rules.firewall import UNDECIDED
-from ddpfix.rules.probes import probe_not_evaluated
+from ddpfix.rules.netif import REACH_RULE
+from ddpfix.rules.probes import connect_rule, probe_not_evaluated
 
 
 def run_checks(ctx: Context) -> list[Finding]:
@@ -68,11 +69,11 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
                 items.append({"id": check, "reason": f"undecided ({f.id}): {f.var('rule')}"})
         why_not = ifreach.undecided(ctx.reach.get(name))
         if why_not:
-            items.append({"id": "netif.cannot-reach-peers", "reason": why_not})
+            items.append({"id": REACH_RULE, "reason": why_not})
         for c in (ctx.hosts[name].probe or {}).get("connects") or []:  # a peer that did not run: not a failure
             why = None if c.get("ok") else probe_not_evaluated(ctx, c)
             if why:
-                fid = "probe.master-port-unreachable" if c.get("kind") == "master" else "probe.peer-unreachable"
+                fid = connect_rule(c)
                 items.append(
                     {"id": fid, "reason": f"connect to {c.get('name')} {c.get('address')}:{c.get('port')}: {why}"}
                 )

@@ -11,7 +11,7 @@ from typing import Any
 from ddpfix.model.finding import Finding, Severity
 from ddpfix.plan import CLUSTER_KEYS, LAUNCH_KEYS, env_differs
 from ddpfix.rules.context import SRC_ENV, Context
-from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.registry import Explains, Rule, finding, rules
 from ddpfix.rules.remedies import ENV
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -36,6 +36,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
         "Rewrite them: ddpfix env -i INVENTORY --apply.",
         remedies=(ENV,),
         reads=SRC_ENV,
+        explains=(Explains("env.inconsistent", "cluster"),),
     ),
 )
 def check_env(ctx: Context) -> Iterable[Finding]:

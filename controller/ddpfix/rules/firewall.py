@@ -9,7 +9,7 @@ from ddpfix import firewall
 from ddpfix.model.finding import Finding, Severity
 from ddpfix.rules.context import SRC_IFACES, Context, past
 from ddpfix.rules.probes import probe_not_evaluated
-from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.registry import Explains, Rule, finding, rules
 from ddpfix.rules.remedies import FIREWALL
 
 E, W = Severity.ERROR, Severity.WARNING
@@ -86,6 +86,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         reads=FIREWALL_SOURCES | SRC_IFACES,
         master_only=True,
         sound_on_partial=True,
+        explains=(Explains("probe.master-port-unreachable", "master"),),
     ),
     Rule(
         "firewall.peer-ports-blocked",
@@ -95,6 +96,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         remedies=(FIREWALL,),
         reads=FIREWALL_SOURCES | SRC_IFACES,
         sound_on_partial=True,
+        explains=(Explains("probe.peer-unreachable", "target"),),
     ),
     Rule(
         "firewall.world-open",

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from ddpfix.model.finding import Finding, Severity
 from ddpfix.nodefacts import NodeFacts
 from ddpfix.rules.context import SRC_HOSTS, SRC_IFACES, Context, hosts_lines, is_loopback
-from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.registry import Explains, Rule, finding, rules
 from ddpfix.rules.remedies import HOSTS, HOSTS_BLOCK
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -44,12 +44,14 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
         "two nodes share a hostname (cloned VMs)",
         "Give {nodes} each a unique hostname (hostnamectl set-hostname <new-name> on each) and a fresh "
         "/etc/machine-id; not changed automatically.",
+        scope="cluster",
     ),
     Rule(
         "hosts.duplicate-machine-id",
         W,
         "two nodes share /etc/machine-id",
         "Regenerate it on the clone: rm /etc/machine-id && systemd-machine-id-setup; not changed automatically.",
+        scope="cluster",
     ),
 )
 def check_hostnames(ctx: Context) -> Iterable[Finding]:
@@ -98,6 +100,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         remedies=(HOSTS,),
         reads=SRC_HOSTS,
         sound_on_partial=True,
+        explains=(Explains("hosts.peer-unresolvable", "host"),),
     ),
     Rule(
         "hosts.peer-mismatch",
@@ -107,6 +110,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         remedies=(HOSTS,),
         reads=SRC_HOSTS,
         sound_on_partial=True,
+        explains=(Explains("hosts.peer-mismatch", "host"),),
     ),
     Rule(
         "hosts.peer-name-other-network",
@@ -129,6 +133,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         remedies=(HOSTS_BLOCK,),
         reads=SRC_HOSTS,
         sound_on_partial=True,
+        scope="cluster",
     ),
 )
 def check_resolution(ctx: Context) -> Iterable[Finding]:

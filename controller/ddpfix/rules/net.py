@@ -9,7 +9,7 @@ from typing import Any
 from ddpfix.ifselect import inet_of
 from ddpfix.model.finding import Finding, Remedy, Severity
 from ddpfix.rules.context import SRC_ENV, Context
-from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.registry import Explains, Rule, finding, rules
 from ddpfix.rules.remedies import ENV_FILE
 
 E, W = Severity.ERROR, Severity.WARNING
@@ -25,6 +25,7 @@ E, W = Severity.ERROR, Severity.WARNING
         "the route to a peer leaves through a gateway or another interface",
         "Make the peer on-link on the cluster interface (fix the netmask or remove the host route); not changed "
         "automatically.",
+        explains=(Explains("probe.master-port-unreachable", "host"), Explains("probe.peer-unreachable", "dialler")),
     ),
 )
 def check_routes(ctx: Context) -> Iterable[Finding]:

@@ -19,7 +19,7 @@ from ddpfix.ifselect import (
 from ddpfix.model.finding import Finding, Severity
 from ddpfix.plan import cluster_nic
 from ddpfix.rules.context import SRC_ENV, SRC_IFACES, Context, cluster_if, hosts_lines, iface_named, is_loopback
-from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.registry import Explains, Rule, finding, rules
 from ddpfix.rules.remedies import ENV_FILE, PIN_IFNAME
 
 E, W = Severity.ERROR, Severity.WARNING
@@ -78,6 +78,10 @@ def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[s
     return out
 
 
+#: the rule of the interface reach probe (the engine lists it as not evaluated where the probe could not decide)
+REACH_RULE = "netif.cannot-reach-peers"
+
+
 @rules(
     Rule(
         "netif.missing",
@@ -96,6 +100,7 @@ def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[s
         "(--pin-ifnames).",
         remedies=(ENV_FILE, PIN_IFNAME),
         reads=SRC_IFACES | SRC_ENV,
+        scope="cluster", explains=(Explains("netif.missing", "any"),),
     ),
     Rule(
         "netif.autoselect-wrong",
@@ -115,6 +120,7 @@ def _configured_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[s
         "cluster interface MTUs differ",
         "Set the same MTU on every node's cluster interface (and the switch); not changed automatically.",
         reads=SRC_IFACES,
+        scope="cluster",
     ),
     Rule(
         "netif.down",
@@ -291,7 +297,7 @@ def check_interface_reach(ctx: Context) -> Iterable[Finding]:
         said = "; ".join(f"{n} ({', '.join(ws)}) did not reach {', '.join(sorted(ifreach.failed(reach, n)))}"
                          for n, ws in bad.items())
         yield finding(
-            "netif.cannot-reach-peers",
+            REACH_RULE,
             name,
             f"{said}, while {', '.join(good)} reached every probed peer",
             ifreach.describe(reach),

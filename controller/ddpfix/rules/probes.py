@@ -23,6 +23,7 @@ E = Severity.ERROR
         "TCP connect from this node to MASTER_ADDR:MASTER_PORT fails (refused / timed out / no route)",
         "Fix the firewall/route on the path to the master {target}; re-run audit to confirm the connect succeeds.",
         remedies=(VIA_FIREWALL,),
+        unseen_if_unexplained=True,
     ),
     Rule(
         "probe.peer-unreachable",
@@ -30,6 +31,7 @@ E = Severity.ERROR
         "TCP from this node to a peer's probe port (in its ephemeral range) fails",
         "Open the peer's ephemeral range to {cidr} and check the route between the two nodes.",
         remedies=(VIA_FIREWALL,),
+        unseen_if_unexplained=True,
     ),
     Rule(
         "probe.port-in-use",
@@ -39,6 +41,7 @@ E = Severity.ERROR
         "range.",
         reads=frozenset({"listening"}),
         master_only=True,
+        scope="idle",
     ),
 )
 def check_probes(ctx: Context) -> Iterable[Finding]:
@@ -61,7 +64,7 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
             src = pr_src(f)
             to_master = c.get("kind") == "master"
             yield finding(
-                "probe.master-port-unreachable" if to_master else "probe.peer-unreachable",
+                connect_rule(c),
                 name,
                 f"TCP connect to the master {target} failed" if to_master
                 else f"TCP connect to peer {target} (probe port) failed",
@@ -78,6 +81,11 @@ def check_probes(ctx: Context) -> Iterable[Finding]:
                 str(f["probe"]["error"]),
                 cidr=ctx.cidr,
             )
+
+
+def connect_rule(c: Mapping[str, Any]) -> str:
+    """The rule a failed connect of the prober reports: to the master port or to a peer."""
+    return "probe.master-port-unreachable" if c.get("kind") == "master" else "probe.peer-unreachable"
 
 
 def probe_not_evaluated(ctx: Context, c: Mapping[str, Any]) -> str | None:

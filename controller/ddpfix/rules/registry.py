@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddpfix.model.finding import Finding, Remedy, Rule, Severity
+from ddpfix.model.finding import Explains, Finding, Remedy, Rule, Severity
 
 if TYPE_CHECKING:
     from ddpfix.rules.context import Context
 
-__all__ = ["RULES", "Finding", "Remedy", "Rule", "Severity", "finding", "rules"]
+__all__ = ["RULES", "Explains", "Finding", "Remedy", "Rule", "Severity", "finding", "rules"]
 
 #: The modules whose checks register rules, in report/README order.
 CHECK_MODULES = tuple(f"ddpfix.rules.{area}" for area in (
@@ -128,6 +128,28 @@ def master_only() -> frozenset[str]:
 
 def sound_on_partial() -> frozenset[str]:
     return frozenset(r.id for r in RULES.values() if r.sound_on_partial)
+
+
+def scoped(*scopes: str) -> frozenset[str]:
+    """The ids of the rules of these scopes (see ``ddpfix.model.finding.SCOPES``)."""
+    return frozenset(r.id for r in RULES.values() if r.scope in scopes)
+
+
+def unseen_if_unexplained() -> frozenset[str]:
+    """The ids whose unexplained finding means something the audit cannot see blocks the path (the probes)."""
+    return frozenset(r.id for r in RULES.values() if r.unseen_if_unexplained)
+
+
+def explained_by() -> dict[str, list[tuple[str, str]]]:
+    """consequence id -> [(cause id, where)]: the causes graph the rules declare (``Rule.explains``), each
+    consequence's causes in registry order (the first that matches is the cause)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for r in RULES.values():
+        for e in r.explains:
+            if e.id not in RULES:
+                raise KeyError(f"rule {r.id} explains unknown finding id {e.id}")
+            out.setdefault(e.id, []).append((r.id, e.where))
+    return out
 
 
 def _cell(text: str) -> str:

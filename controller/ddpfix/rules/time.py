@@ -7,7 +7,7 @@ from typing import Any
 
 from ddpfix.model.finding import Finding, Severity
 from ddpfix.rules.context import Context
-from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.registry import Explains, Rule, finding, rules
 from ddpfix.rules.remedies import CHRONY
 
 W = Severity.WARNING
@@ -46,6 +46,7 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
         remedies=(CHRONY,),
         reads=frozenset({"processes"}),
         still_open="chronyd was started but is not running: see its log on the node",
+        explains=(Explains("time.skew", "any"),),
     ),
     Rule(
         "time.unsynchronized",
@@ -58,12 +59,14 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
         still_open="chronyd runs with the ddpfix sources but has not synchronised to them: check that the sources "
         "answer NTP from this node and that chronyd reads the configuration ddpfix edited "
         "(ddpfix_chrony_conf_path)",
+        explains=(Explains("time.skew", "any"),),
     ),
     Rule(
         "time.skew",
         W,
         "clock readings differ between nodes by more than `--max-skew` (1 s)",
         "Synchronise every node to the same sources (chrony); elastic rendezvous heartbeats compare wall clocks.",
+        scope="cluster",
     ),
 )
 def check_time(ctx: Context) -> Iterable[Finding]:
