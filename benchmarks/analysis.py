@@ -73,9 +73,9 @@ def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
     """(Cluster, {name: HostFacts}) for a clean M-node cluster derived from the recorded clean3 facts."""
     full = ALIASES.get(variant, variant) == "full"
     from ddpfix import collection
-    from ddpfix.checks import HostFacts
     from ddpfix.inventory import cluster_from_inventory_data
     from ddpfix.plan import plan_cluster
+    from ddpfix.rules.context import HostFacts
 
     docs = {json.loads(p.read_text())["name"]: json.loads(p.read_text()) for p in sorted(CLEAN3.glob("node*.json"))}
     master_t, peer_t = docs["node1"], docs["node2"]
@@ -143,8 +143,9 @@ def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
 
 
 def _phases(cluster: Any, hosts: dict[str, Any]) -> dict[str, Any]:
-    from ddpfix.checks import Context, Thresholds, run_checks
     from ddpfix.plan import plan_cluster, render_env
+    from ddpfix.rules.context import Context, Thresholds
+    from ddpfix.rules.engine import run_checks
 
     out: dict[str, Any] = {}
     cpu = time.process_time()
@@ -211,7 +212,7 @@ def _profile(cluster: Any, hosts: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run_one(m: int, variant: str, budget_s: float, profile: bool) -> dict[str, Any]:
     """Build the inputs, then time (and trace) the analysis on them."""
-    import ddpfix.checks  # noqa: F401  (imports are a one-off, not analysis)
+    import ddpfix.rules.engine  # noqa: F401  (imports are a one-off, not analysis)
 
     gc.disable()  # building millions of small dicts: no point in collecting while building
     t = time.perf_counter()

@@ -13,25 +13,19 @@ from ddpfix.ansible.results import HostResult, RunResult, TaskResult, module_fai
 from ddpfix.ansible.run import run_playbook
 from ddpfix.ansible.rundirs import discard_run_dir, last_run_dir
 from ddpfix.causes import attribute_causes
-from ddpfix.checks import (
-    Context,
-    HostFacts,
-    Thresholds,
-    active_firewalls,
-    not_evaluated,
-    parse_event_time,
-    run_checks,
-    unread_of,
-)
+from ddpfix.clock import parse_event_time
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult
+from ddpfix.model.finding import Finding, Severity
 from ddpfix.plan import NodePlan
 from ddpfix.progress import Progress
 from ddpfix.report import document
+from ddpfix.rules.context import Context, HostFacts, Thresholds, unread_of
+from ddpfix.rules.engine import not_evaluated, run_checks
+from ddpfix.rules.firewall import active_firewalls
 
 #: The facts module: its task takes and releases the node lock, collects the facts and runs the probes (one per node).
 FACTS_MODULE = "ddpfix_node_facts"

@@ -1,19 +1,14 @@
 """Root causes: which findings follow from another finding, so reports can show the cause first.
 
 Pure function over the findings of one audit. Every finding is kept; a consequence only gains `caused_by` (the key
-`id@host` of its cause). The rules are the network's own logic:
+`id@host` of its cause). The graph is the rules' own (``Rule.explains`` in ``ddpfix.rules``): a blocked master port
+explains a failed probe to the master, a peer's firewall a failed probe to that peer, a route through a gateway on
+the dialling node either; one node's first unresolvable peer the others there; a cluster-wide env difference each
+node's; the cluster-wide interface-name mismatch a missing name; a node without synchronised time the skew.
 
-- a failed probe to the master follows from the master's firewall blocking the master port;
-- a failed probe to a peer follows from that peer's firewall blocking its ephemeral range, else from a route
-  through a gateway on the dialling node;
-- on one node, every peer that does not resolve (or resolves wrongly) follows from the first such row (one hosts
-  block missing or stale there);
-- a node's env file differing from the plan follows from a cluster-wide env difference; an interface name missing
-  on a node follows from the cluster-wide name mismatch;
-- clock skew between nodes follows from a node without a synchronised time daemon.
-
-A probe failure that nothing explains stays a cause of its own, and `unexplained()` says so: something the audit
-cannot see (a cloud security group, a switch ACL, a host-external firewall) blocks the path.
+A finding of a rule marked `unseen_if_unexplained` (the probes) that nothing explains stays a cause of its own, and
+`unexplained()` says so: something the audit cannot see (a cloud security group, a switch ACL, a host-external
+firewall) blocks the path.
 """
 
 from __future__ import annotations
@@ -21,48 +16,46 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ddpfix.findings import Finding
+from ddpfix.model.finding import Finding
+from ddpfix.rules import registry
 
-PROBE_IDS = ("probe.master-port-unreachable", "probe.peer-unreachable")
+
+def _at(where: str, cause: Finding, f: Finding, master: str | None) -> bool:
+    """Whether `cause` lies where its rule says it explains `f` (``ddpfix.model.finding.WHERE``)."""
+    if where == "master":
+        return cause.host == (master or f.var("target"))
+    if where == "target":
+        return f.var("target") is not None and cause.host == f.var("target")
+    if where == "dialler":
+        return cause.host == f.host and bool(f.var("target"))
+    if where == "host":
+        return cause.host == f.host
+    if where == "cluster":
+        return cause.host is None and f.host is not None
+    return True  # any
 
 
 def attribute_causes(findings: Iterable[Finding], master: str | None) -> list[Finding]:
-    """The same findings, in the same order, each consequence with `caused_by` set."""
+    """The same findings, in the same order, each consequence with `caused_by` set: the first rule (in registry
+    order) with a finding where it explains it; among rules that explain it from anywhere, the first such finding."""
     fl = list(findings)
-    index: dict[tuple[str, str | None], Finding] = {}
-    for f in fl:
-        index.setdefault((f.id, f.host), f)
-
-    def first(id_: str, host: str | None) -> str | None:
-        f = index.get((id_, host))
-        return f.key if f else None
-
-    first_of_kind_on_host: dict[tuple[str, str | None], str] = {}
-    env_cluster = next((f.key for f in fl if f.id == "env.inconsistent" and f.host is None), None)
-    name_mismatch = next((f.key for f in fl if f.id == "netif.name-mismatch"), None)
-    time_cause = next((f.key for f in fl if f.id in ("time.no-daemon", "time.unsynchronized")), None)
-
+    graph = registry.explained_by()
+    by_id: dict[str, list[tuple[int, Finding]]] = {}
+    for i, f in enumerate(fl):
+        by_id.setdefault(f.id, []).append((i, f))
     out: list[Finding] = []
-    for f in fl:
-        cause: str | None = None
-        if f.id == "probe.master-port-unreachable":
-            cause = (first("firewall.master-port-blocked", master or f.var("target"))
-                     or first("route.via-gateway", f.host))
-        elif f.id == "probe.peer-unreachable" and f.var("target"):
-            cause = first("firewall.peer-ports-blocked", f.var("target")) or first("route.via-gateway", f.host)
-        elif f.id in ("hosts.peer-unresolvable", "hosts.peer-mismatch"):
-            k = (f.id, f.host)
-            if k in first_of_kind_on_host:
-                cause = first_of_kind_on_host[k]
-            else:
-                first_of_kind_on_host[k] = f.key
-        elif f.id == "env.inconsistent" and f.host is not None:
-            cause = env_cluster
-        elif f.id == "netif.missing":
-            cause = name_mismatch
-        elif f.id == "time.skew":
-            cause = time_cause
-        out.append(replace(f, caused_by=cause) if cause else f)
+    for i, f in enumerate(fl):
+        best: tuple[tuple[int, int], Finding] | None = None
+        for rank, (cause_id, where) in enumerate(graph.get(f.id, ())):
+            for j, c in by_id.get(cause_id, ()):
+                if j == i or (cause_id == f.id and where == "host" and j > i):
+                    continue  # a rule explaining its own id: only an earlier finding on that node
+                if _at(where, c, f, master):
+                    key = (0 if where == "any" else rank, j)
+                    if best is None or key < best[0]:
+                        best = (key, c)
+                    break  # the first of this rule where it explains f
+        out.append(replace(f, caused_by=best[1].key) if best else f)
     return out
 
 
@@ -82,5 +75,5 @@ def explained_by(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
 
 
 def unexplained(f: Finding) -> bool:
-    """A probe failure with no finding on the hosts that explains it."""
-    return f.id in PROBE_IDS and not f.caused_by
+    """A probe failure (a rule marked `unseen_if_unexplained`) with no finding on the hosts that explains it."""
+    return f.rule.unseen_if_unexplained and not f.caused_by

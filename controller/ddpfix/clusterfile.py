@@ -18,7 +18,7 @@ from ddpfix.model.cluster import Cluster
 from ddpfix.plan import hosts_block
 
 if TYPE_CHECKING:
-    from ddpfix.checks import Context
+    from ddpfix.rules.context import Context
 
 SCHEMA = "ddpfix.cluster/v1"
 NAME = "cluster.json"

@@ -85,7 +85,7 @@ def parse_cidr(value: Any, what: str = "ddp_cluster_cidr") -> str:
 
 def parse_skip(value: Any, what: str) -> tuple[str, ...]:
     """Accepted findings: a list (or comma-separated text) of `ID` or `ID@HOST`; unknown ids are refused."""
-    from ddpfix.findings import RULES
+    from ddpfix.rules.registry import RULES
 
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):

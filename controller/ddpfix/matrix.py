@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpfix.checks import Context
+from ddpfix.rules.context import Context
 
 #: Cell states, worst first (a cell shows its worst).
 STATES = ("refused", "timeout", "unreachable", "unresolved", "mismatch", "ok", "not-probed", "self", "unknown")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def _rules() -> str:
-    from ddpfix import rules
+    from ddpfix.rules import registry as rules
 
     rules.load()  # every module that registers rules
     return rules.markdown()

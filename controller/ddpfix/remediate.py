@@ -11,15 +11,16 @@ from ddpfix import clusterfile
 from ddpfix.ansible.results import RunResult, is_node_lock_task, module_failure
 from ddpfix.ansible.run import run_playbook
 from ddpfix.audit import AuditResult
-from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
 from ddpfix.collection import module_utils
 from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.findings import Finding
 from ddpfix.inventory import ACK_BROAD, cidr_needs_ack
+from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
 from ddpfix.progress import Progress
-from ddpfix.rules import fixed_by
+from ddpfix.rules.context import Context, not_read
+from ddpfix.rules.firewall import FIREWALL_SOURCES, active_firewalls
+from ddpfix.rules.registry import fixed_by
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
 FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpfix.findings import RULES
+from ddpfix.rules import registry
+from ddpfix.rules.registry import RULES
 
 SEVERITIES = ("error", "warning", "info")
 #: --format values and the file extensions -o infers them from.
@@ -105,7 +106,7 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
             ind = "          "
             out.append(textwrap.fill(f"evidence: {f['evidence']}", width=width, initial_indent=ind,
                                      subsequent_indent=ind + "  ", break_long_words=False))
-            if f["id"] in ("probe.master-port-unreachable", "probe.peer-unreachable") and not f.get("caused_by"):
+            if f["id"] in registry.unseen_if_unexplained() and not f.get("caused_by"):
                 out.append(textwrap.fill("no rule on the hosts explains this: something the audit cannot see (a "
                                          "cloud security group, a switch ACL, a host-external firewall) blocks the "
                                          "path", width=width, initial_indent=ind, subsequent_indent=ind + "  "))
@@ -286,7 +287,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
     return env.get_template("report.html.j2").render(
         doc=doc, summary=summary_line(doc), causes=causes, hosts=_host_order(doc),
         explains={key_of(f): _explains_text([x for x in explained.get(key_of(f), []) if x != f]) for f in causes},
-        matrix=doc.get("matrix"), symbol=SYMBOL,
+        matrix=doc.get("matrix"), symbol=SYMBOL, unseen=registry.unseen_if_unexplained(),
         symptoms={f["id"]: [(p.key, p.example) for p in symptoms(f["id"])] for f in causes})
 
 

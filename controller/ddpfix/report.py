@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ddpfix import __version__
-from ddpfix.findings import Finding, Severity
+from ddpfix.model.finding import Finding, Severity
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -15,13 +15,15 @@ from typing import Any
 from ddpfix import ansiblecfg, explain, nccl, paths
 from ddpfix.ansible.results import HostResult
 from ddpfix.ansible.run import run_playbook
-from ddpfix.checks import Context, _is_loopback, chrony_unsynchronised
 from ddpfix.envtemplate import write_needed
 from ddpfix.fabric import has_rdma
-from ddpfix.findings import Finding
 from ddpfix.model.cluster import Cluster
+from ddpfix.model.finding import Finding
 from ddpfix.plan import managed_block
 from ddpfix.progress import Progress
+from ddpfix.rules.context import Context
+from ddpfix.rules.context import is_loopback as _is_loopback
+from ddpfix.rules.time import chrony_unsynchronised
 
 #: The schema id of `ddpfix verify --format json` (controller/ddpfix/schemas/ddpfix.verify.v1.json).
 SCHEMA = "ddpfix.verify/v1"

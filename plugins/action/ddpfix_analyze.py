@@ -58,15 +58,16 @@ class ActionModule(ActionBase):
 
     def _analyze(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         audit = ddpfix("ddpfix.audit")
-        checks = ddpfix("ddpfix.checks")
+        context = ddpfix("ddpfix.rules.context")
+        engine = ddpfix("ddpfix.rules.engine")
         inventory = ddpfix("ddpfix.inventory")
         hostvars = task_vars.get("hostvars") or {}
         cluster = inventory.cluster_from_hostvars(inventory_tree(hostvars, task_vars.get("groups") or {}), hostvars,
                                                   [str(s) for s in task_vars.get("ansible_inventory_sources") or []])
         limit = task_vars.get("ansible_limit") or None
         hosts = audit.hosts_from_vars(cluster, hostvars, from_run=args["facts_from"] == "run", limit=limit)
-        ctx = checks.Context(cluster, hosts, checks.Thresholds(max_skew_s=float(args["max_skew"])))
-        findings = checks.run_checks(ctx)
+        ctx = context.Context(cluster, hosts, context.Thresholds(max_skew_s=float(args["max_skew"])))
+        findings = engine.run_checks(ctx)
         if args["mode"] == "plan":
             return self._plan(ctx, findings, args)
         doc, kept = audit.audit_report(ctx, findings, probe=bool(args["probe"]), skip=_csv(args["skip"]) or None)
@@ -87,7 +88,7 @@ class ActionModule(ActionBase):
         where the CLI refuses (bad facts, unknown or unacknowledged CIDR: fail, nothing changed)."""
         audit = ddpfix("ddpfix.audit")
         remediate = ddpfix("ddpfix.remediate")
-        rules = ddpfix("ddpfix.findings").RULES
+        rules = ddpfix("ddpfix.rules.registry").RULES
         only = {s.strip() for s in _csv(args["only"]).split(",") if s.strip()} or None
         unknown = sorted((only or set()) - set(rules))
         if unknown:

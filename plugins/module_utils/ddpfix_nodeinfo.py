@@ -1,7 +1,7 @@
 """Stdlib-only readers for node facts (run on the node inside ddpfix modules; unit-tested on the controller).
 
 Each function turns one machine-readable source into plain data. No checks live here:
-the findings are computed by the controller (``ddpfix.checks``) from this data.
+the findings are computed by the controller (``ddpfix.rules``) from this data.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -1,6 +1,6 @@
 """Acceptance tests of `ddpfix audit` on lab hosts (real SSH, real firewalls, real resolvers).
 
-Every finding id of `ddpfix.findings.RULES` is produced by a lab scenario and asserted on the right
+Every finding id of `ddpfix.rules.registry.RULES` is produced by a lab scenario and asserted on the right
 host (or `host: null` for cluster-wide ids) with the concrete value in its evidence, through the
 real CLI (`ddpfix -i INV audit --format json`, a subprocess). To keep the run short the scenarios
 that do not interfere share a lab, so there are four 3-node labs per module run:
@@ -35,8 +35,8 @@ import pytest
 import yaml
 
 from ddpfix import lab, schemas
-from ddpfix.findings import RULES
 from ddpfix.lab.scenarios import SCENARIOS, WRONG_PEER_ADDR
+from ddpfix.rules.registry import RULES
 
 pytestmark = pytest.mark.lab
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from ddpfix import collection
-from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
-from ddpfix.findings import Finding, Severity
 from ddpfix.inventory import cluster_from_inventory_data
 from ddpfix.model.cluster import Cluster
+from ddpfix.model.finding import Finding, Severity
+from ddpfix.rules.context import Context, HostFacts, Thresholds
+from ddpfix.rules.engine import run_checks
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 from conftest import ROOT, Sim, at_least, fabric_facts, firewall_fixture, nodeinfo, recorded
 
-from ddpfix.checks import Context, HostFacts, Thresholds, nccl_select, not_evaluated, run_checks
-from ddpfix.findings import RULES, Severity
+from ddpfix.ifselect import nccl_select
+from ddpfix.model.finding import Severity
+from ddpfix.rules.context import Context, HostFacts, Thresholds
+from ddpfix.rules.engine import not_evaluated, run_checks
+from ddpfix.rules.registry import RULES
 
 Expect = tuple[str | None, list[str]]  # (host or None for cluster-wide, substrings of the evidence)
 CASES: dict[str, Callable[[Sim], Expect]] = {}  # "<id>" or "<id>:<variant>" -> mutation
@@ -921,7 +924,7 @@ def test_module_failure_is_not_unreachable(sim: Sim) -> None:
     assert doc["summary"]["unreachable"] == 0 and doc["summary"]["module_failed"] == 1
     assert doc["hosts"]["node2"]["module_failed"] is True and "rc=1" in doc["hosts"]["node2"]["error"]
     from ddpfix import schemas
-    from ddpfix.checks import not_read
+    from ddpfix.rules.context import not_read
 
     schemas.validate(doc)
     sim.set_unreachable("node3", "ssh: connect refused")
@@ -1039,7 +1042,7 @@ def test_hidden_processes_withdraw_time_no_daemon(sim: Sim) -> None:
 
 
 def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
-    from ddpfix import rules
+    from ddpfix.rules import registry as rules
 
     assert set(rules.depends_on()) | rules.master_only() | rules.sound_on_partial() <= set(RULES)
     doc = (ROOT / "plugins" / "modules" / "ddpfix_node_facts.py").read_text()
@@ -1127,7 +1130,7 @@ def test_nccl_select_orders_by_index_not_list_order() -> None:
 
 
 def test_clock_offset_counts_only_what_lies_outside_the_task_window() -> None:
-    from ddpfix.checks import clock_offset
+    from ddpfix.rules.time import clock_offset
 
     assert clock_offset(100.5, (100.0, 101.0), None) == 0.0  # inside: synchronised as far as we can tell
     assert clock_offset(106.0, (100.0, 101.0), None) == 5.0
@@ -1199,7 +1202,7 @@ def test_hosts_block_of_a_node_not_read_or_invalid_is_left_out(sim: Sim) -> None
 
 
 def _auto(ifaces: list[dict[str, Any]], version: str = "2.28.3+") -> list[tuple[str, str]]:
-    from ddpfix.checks import nccl_autoselect
+    from ddpfix.ifselect import nccl_autoselect
 
     return [(i["name"], a) for i, a in nccl_autoselect(ifaces, version)]
 
@@ -1253,7 +1256,7 @@ def _(sim: Sim) -> Expect:
 
 
 def test_gloo_autoselect_skips_what_does_not_bind(sim: Sim) -> None:
-    from ddpfix.checks import gloo_autoselect
+    from ddpfix.ifselect import gloo_autoselect
 
     f = sim.node("node3")
     f["resolve_self"] = {"node3": ["fe80::1", "198.51.100.7", "192.168.77.13"]}  # unscoped link-local, not local

@@ -327,7 +327,7 @@ def test_internal_error_traceback_only_with_verbose(monkeypatch: pytest.MonkeyPa
 
 
 def test_run_checks_failure_is_run_failed(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bug in a check (ddpfix.checks.run_checks raising) exits 3, not 1 (findings)."""
+    """A bug in a check (ddpfix.rules.engine.run_checks raising) exits 3, not 1 (findings)."""
     import ddpfix.audit
     import ddpfix.cli.audit as audit_cli
 

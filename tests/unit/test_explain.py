@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ddpfix.cli import cli
 from ddpfix.explain import PATTERNS, diagnose
-from ddpfix.findings import RULES
+from ddpfix.rules.registry import RULES
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 

@@ -147,7 +147,7 @@ def test_walk_gives_up_beyond_its_path_budget_and_stays_undecided():
 
 from conftest import Sim  # noqa: E402
 
-from ddpfix.checks import not_evaluated  # noqa: E402
+from ddpfix.rules.engine import not_evaluated  # noqa: E402
 
 RULE = "-A INPUT -p tcp -m tcp --dport 29500 -m set ! --match-set ok src -j DROP"
 IPT_MASTER = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" + RULE + "\nCOMMIT\n")

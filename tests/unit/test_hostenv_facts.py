@@ -10,7 +10,7 @@ from types import ModuleType
 
 from conftest import load_role_module
 
-from ddpfix.hostenv import nofile_fix, nofile_needed
+from ddpfix.rules.host import nofile_fix, nofile_needed
 
 
 def hostenv() -> ModuleType:
@@ -126,8 +126,8 @@ def test_remediate_plan_takes_the_values_the_checks_reported() -> None:
 
     from conftest import Sim
 
-    from ddpfix.checks import run_checks
     from ddpfix.remediate import build_plan
+    from ddpfix.rules.engine import run_checks
 
     sim = Sim()
     fixture = json.loads((Path(__file__).parent / "fixtures/rules/net.arp-flux.json").read_text())["fail"][0]

@@ -174,7 +174,7 @@ def test_any_reach_value_is_validated(ifname: str, address: str, peer: str, why:
 
 
 def test_unbound_reach_is_not_evaluated_never_a_pass(sim: Sim) -> None:
-    from ddpfix.checks import not_evaluated, run_checks
+    from ddpfix.rules.engine import not_evaluated, run_checks
 
     _iso_first(sim, {"iso0": {**ISO_FAILS["iso0"], "device": False}, "eth0": ISO_FAILS["eth0"]})
     ctx = sim.context()

@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 from conftest import Sim, load_role_module
 
-from ddpfix.launchenv import NCCL_SHM_SEGMENT, shm_needed
+from ddpfix.rules.host import NCCL_SHM_SEGMENT, shm_needed
 
 
 def launchenv() -> ModuleType:

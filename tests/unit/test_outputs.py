@@ -187,7 +187,7 @@ def test_emit_records_exit_code_and_duration_in_the_file(tmp_path: Path, capsys:
 
 def test_fail_on_none_is_a_choice(tmp_path: Path) -> None:
     from ddpfix.audit import failing
-    from ddpfix.findings import finding
+    from ddpfix.rules.registry import finding
 
     assert failing([finding("time.skew", None, "m", "e")], "none") == []
     r = CliRunner().invoke(cli, ["audit", "--fail-on", "none", "-i", str(tmp_path / "nonexistent.yml")])

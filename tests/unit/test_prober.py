@@ -14,7 +14,7 @@ from typing import Any
 from conftest import Sim, load_role_module
 
 from ddpfix.audit import host_facts
-from ddpfix.checks import probe_not_evaluated
+from ddpfix.rules.probes import probe_not_evaluated
 
 load_role_module("module_utils/ddpfix_nodeinfo.py", "ddpfix_nodeinfo")  # imported by ddpfix_probe
 pr = load_role_module("module_utils/ddpfix_probe.py", "ddpfix_probe")

@@ -8,7 +8,6 @@ import pytest
 from conftest import Sim
 
 from ddpfix import clusterfile
-from ddpfix.checks import Context, HostFacts, run_checks
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import (
     PREFLIGHT_STEP,
@@ -19,6 +18,8 @@ from ddpfix.remediate import (
     remediate_checked,
     remediate_extravars,
 )
+from ddpfix.rules.context import Context, HostFacts
+from ddpfix.rules.engine import run_checks
 
 
 def _ctx(sim: Sim, read: list[str], down: tuple[str, ...] = ()) -> Context:

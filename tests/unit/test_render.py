@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from ddpfix.causes import attribute_causes
-from ddpfix.findings import finding
 from ddpfix.render import render_html, render_junit, render_plain, render_prometheus, render_text
+from ddpfix.rules.registry import finding
 
 DOC: dict[str, Any] = json.loads(
     (Path(__file__).resolve().parent / "fixtures" / "reports" / "multi-fault.json").read_text())

@@ -7,12 +7,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from conftest import ROOT
 
-from ddpfix import rules
 from ddpfix.remediate import HostPlan
-from ddpfix.rules import RULES
+from ddpfix.rules import registry as rules
+from ddpfix.rules.registry import RULES
 
 ID_TAG = re.compile(r"^[a-z]+\.[a-z0-9-]+$")  # a dotted finding id (role tags like `env` or `always` are not)
 
@@ -134,8 +135,8 @@ def test_markdown_generator_runs_as_a_module() -> None:
 def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
     from conftest import Sim
 
-    from ddpfix import checks
-    from ddpfix.findings import finding
+    from ddpfix.rules import engine as checks
+    from ddpfix.rules.registry import finding
 
     reg = rules.Registered(lambda ctx: iter([finding("time.skew", None, "m", "e")]), (RULES["env.missing"],))
     rules._CHECKS.append(reg)
@@ -161,3 +162,31 @@ def test_only_accepts_fixable_ids(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "detect-only): net.somaxconn-low" in r.output, r.output
     r = CliRunner().invoke(cli, ["remediate", "--help"])
     assert "hosts.hostname-loopback" in r.output
+
+
+def test_causes_graph_is_declared_on_the_rules() -> None:
+    """Rule.explains is the causes graph (ddpfix.causes reads it): each consequence's causes in precedence order."""
+    assert rules.explained_by() == {
+        "probe.master-port-unreachable": [("firewall.master-port-blocked", "master"), ("route.via-gateway", "host")],
+        "probe.peer-unreachable": [("firewall.peer-ports-blocked", "target"), ("route.via-gateway", "dialler")],
+        "hosts.peer-unresolvable": [("hosts.peer-unresolvable", "host")],
+        "hosts.peer-mismatch": [("hosts.peer-mismatch", "host")],
+        "time.skew": [("time.no-daemon", "any"), ("time.unsynchronized", "any")],
+        "netif.missing": [("netif.name-mismatch", "any")],
+        "env.inconsistent": [("env.inconsistent", "cluster")],
+    }
+    assert rules.unseen_if_unexplained() == {"probe.master-port-unreachable", "probe.peer-unreachable"}
+
+
+def test_check_local_leaves_out_the_rules_one_node_cannot_judge() -> None:
+    """`check --local` reports node-scoped rules only: comparisons between nodes and the idle-only port check are out."""
+    assert rules.scoped("cluster", "idle") == {
+        "probe.port-in-use", "time.skew", "netif.mtu-mismatch", "netif.name-mismatch", "hosts.duplicate-hostname",
+        "hosts.duplicate-machine-id", "addr.family-mismatch"}
+
+
+def test_a_rule_with_an_unknown_scope_or_where_is_refused() -> None:
+    with pytest.raises(ValueError, match="scope"):
+        rules.Rule("x.y", rules.Severity.INFO, "t", "f", scope="everywhere")
+    with pytest.raises(ValueError, match="where"):
+        rules.Rule("x.y", rules.Severity.INFO, "t", "f", explains=(rules.Explains("time.skew", "nearby"),))

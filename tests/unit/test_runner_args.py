@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from ddpfix.checks import Context, HostFacts
 from ddpfix.errors import DdpfixError
 from ddpfix.inventory import cluster_from_inventory_data
 from ddpfix.remediate import HostPlan, run_remediation
+from ddpfix.rules.context import Context, HostFacts
 
 N = 5000
 

@@ -80,7 +80,7 @@ def test_audit_json_validates(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None
 def test_verify_json_validates(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import ddpfix.cli.verify as verify_cli
     from ddpfix.audit import AuditResult
-    from ddpfix.checks import run_checks
+    from ddpfix.rules.engine import run_checks
 
     ctx = sim.context()
     monkeypatch.setattr(verify_cli, "cluster_of", lambda app: sim.cluster())

@@ -14,9 +14,10 @@ import pytest
 from conftest import FACTS
 
 from ddpfix.audit import NOT_RUN, audit_report, failing, host_facts, hosts_from_vars
-from ddpfix.checks import Context, run_checks
 from ddpfix.errors import DdpfixError
 from ddpfix.inventory import cluster_from_hostvars, cluster_from_inventory_data
+from ddpfix.rules.context import Context
+from ddpfix.rules.engine import run_checks
 
 INV = {
     "all": {"children": ["ddp_nodes"]},
@@ -87,7 +88,8 @@ def test_hosts_from_vars_follows_the_cli_on_nodes_without_facts() -> None:
 def test_hosts_from_vars_names_a_module_failure_as_the_cli_does() -> None:
     """The standalone play's view of a node whose Python failed: failed (SSH worked), the module's own error; the
     analysis reports host.module-failed there, never host.unreachable."""
-    from ddpfix.checks import Context, run_checks
+    from ddpfix.rules.context import Context
+    from ddpfix.rules.engine import run_checks
 
     cluster, nodes = _recorded()
     n1, n2, n3 = cluster.names

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from ddpfix import verify
-from ddpfix.checks import Thresholds
-from ddpfix.lab import plan_lab
+from ddpfix.lab.plan import plan_lab
 from ddpfix.plan import cluster_nic, managed_block, node_env, plan_cluster
+from ddpfix.rules.context import Thresholds
 
 
 @pytest.mark.parametrize("case", ["synced", "leap", "no-ref-answer", "offset", "no-chronyd"])

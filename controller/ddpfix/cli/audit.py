@@ -6,7 +6,6 @@ import click
 
 from ddpfix.app import Application
 from ddpfix.audit import audit_report, failing, run_audit
-from ddpfix.checks import Thresholds
 from ddpfix.cli.common import (
     OUTPUT_MODULES,
     emit,
@@ -19,6 +18,7 @@ from ddpfix.cli.common import (
 from ddpfix.errors import ExitCode
 from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
+from ddpfix.rules.context import Thresholds
 
 
 @click.command("audit")

@@ -16,7 +16,6 @@ from click.core import ParameterSource
 
 from ddpfix.app import Application
 from ddpfix.audit import collect
-from ddpfix.checks import not_read
 from ddpfix.cli.check import DEFAULT_CLUSTER_FILE
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
@@ -25,6 +24,7 @@ from ddpfix.model.cluster import Cluster
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, redact_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation
+from ddpfix.rules.context import not_read
 
 
 @click.command("env")

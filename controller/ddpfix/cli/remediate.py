@@ -9,10 +9,9 @@ from rich.markup import escape
 from ddpfix.app import Application
 from ddpfix.audit import host_summaries, run_audit, split_skipped
 from ddpfix.causes import attribute_causes
-from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.findings import RULES, Finding
+from ddpfix.model.finding import Finding
 from ddpfix.progress import Progress
 from ddpfix.remediate import (
     Change,
@@ -27,7 +26,8 @@ from ddpfix.remediate import (
     run_remediation,
 )
 from ddpfix.report import document
-from ddpfix.rules import fixable_ids
+from ddpfix.rules.engine import not_evaluated
+from ddpfix.rules.registry import RULES, fixable_ids
 
 
 @click.command("remediate")

@@ -1,86 +1,33 @@
 """The rule registry: every finding id, declared once, next to the check that reports it.
 
 A check is a pure function over the audit `Context` that yields findings. It declares the rules it reports with
-`@rules(Rule(...), ...)` right above it (see ``ddpfix.checks`` and ``ddpfix.fabric``). Everything else reads this
-registry: the report (severity, fixable, fix text), ``remediate --only`` (its allowed values), the remediate plan
-(which findings turn on which role), the role tags (tested: every fix task carries its rule id as a tag), the
-"not evaluated" bookkeeping (which fact sources a rule reads) and the README's findings table
-(``python -m ddpfix.rules --markdown``; tested against README.md).
+`@rules(Rule(...), ...)` right above it, in its area's module (``ddpfix.rules.firewall``, ``ddpfix.rules.hosts``, ...:
+CHECK_MODULES); a finding is made with ``finding()``, which attaches its rule. Everything else reads this registry:
+the report (severity, fixable, fix text), ``remediate --only`` (its allowed values), the remediate plan (which
+findings turn on which role), the role tags (tested: every fix task carries its rule id as a tag), the "not
+evaluated" bookkeeping (which fact sources a rule reads) and the README's findings table (``python -m ddpfix.rules
+--markdown``; tested against README.md). The plain types are ``ddpfix.model.finding``.
 
 Adding a finding: see CONTRIBUTING.md.
 """
 
 from __future__ import annotations
 
-import enum
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ddpfix.model.finding import Explains, Finding, Remedy, Rule, Severity
+
 if TYPE_CHECKING:
-    from ddpfix.checks import Context
-    from ddpfix.findings import Finding
+    from ddpfix.rules.context import Context
+
+__all__ = ["RULES", "Explains", "Finding", "Remedy", "Rule", "Severity", "finding", "rules"]
 
 #: The modules whose checks register rules, in report/README order.
-CHECK_MODULES = ("ddpfix.checks", "ddpfix.fabric", "ddpfix.hostenv", "ddpfix.launchenv")
-
-
-class Severity(enum.IntEnum):
-    INFO = 1
-    WARNING = 2
-    ERROR = 3
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-    @classmethod
-    def parse(cls, text: str) -> Severity:
-        return cls[text.upper()]
-
-
-@dataclass(frozen=True)
-class Remedy:
-    """How `ddpfix remediate` fixes a finding: the role whose fix tasks carry the rule id as a tag, and the field
-    of the per-host remediate plan (``ddpfix.remediate.HostPlan``) that turns the role on."""
-
-    role: str  # roles/<role>
-    plan: str  # HostPlan field: firewall | hosts | time | env | limits | pin_ifname
-    how: str = ""  # README "auto-fixed" column, e.g. "env file"; empty: "yes"
-    #: True: the fix is made on the node the finding's probe could not reach (probe.*), not on the finding's host
-    on_target: bool = False
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    severity: Severity
-    title: str  # what the check detects (one line: the README table's "detects" column)
-    #: The fix, shown per finding. Every ``{name}`` is filled from the finding's fix values (``finding(..., name=...)``)
-    #: with the real host, interface, port or CIDR; a test fails on an unfilled field.
-    fix: str
-    remedies: tuple[Remedy, ...] = ()  # empty: detect-only
-    reads: frozenset[str] = frozenset()  # node fact sources (`unread[].source`) the check reads
-    master_only: bool = False  # the check only looks at the master's facts
-    #: still reported when a source it reads was not read (true on partial facts; otherwise withdrawn)
-    sound_on_partial: bool = False
-    manual: str = ""  # README "auto-fixed" column of a detect-only rule, e.g. "ddpfix only adds CIDR rules"
-    still_open: str = ""  # remediate --apply: what to look at when the finding is still open after its fix ran
-
-    @property
-    def fixable(self) -> bool:
-        return bool(self.remedies)
-
-    @property
-    def auto_fixed(self) -> str:
-        """The README table's "auto-fixed" cell."""
-        if not self.remedies:
-            return f"no ({self.manual})" if self.manual else "no"
-        how = self.remedies[0].how
-        if self.remedies[0].on_target:
-            return f"via {how}" if how else "yes"
-        return f"yes ({how})" if how else "yes"
+CHECK_MODULES = tuple(f"ddpfix.rules.{area}" for area in (
+    "reachability", "firewall", "probes", "hosts", "time", "netif", "net", "env", "fabric", "host"))
 
 
 Check = Callable[["Context"], Iterable["Finding"]]
@@ -183,6 +130,28 @@ def sound_on_partial() -> frozenset[str]:
     return frozenset(r.id for r in RULES.values() if r.sound_on_partial)
 
 
+def scoped(*scopes: str) -> frozenset[str]:
+    """The ids of the rules of these scopes (see ``ddpfix.model.finding.SCOPES``)."""
+    return frozenset(r.id for r in RULES.values() if r.scope in scopes)
+
+
+def unseen_if_unexplained() -> frozenset[str]:
+    """The ids whose unexplained finding means something the audit cannot see blocks the path (the probes)."""
+    return frozenset(r.id for r in RULES.values() if r.unseen_if_unexplained)
+
+
+def explained_by() -> dict[str, list[tuple[str, str]]]:
+    """consequence id -> [(cause id, where)]: the causes graph the rules declare (``Rule.explains``), each
+    consequence's causes in registry order (the first that matches is the cause)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for r in RULES.values():
+        for e in r.explains:
+            if e.id not in RULES:
+                raise KeyError(f"rule {r.id} explains unknown finding id {e.id}")
+            out.setdefault(e.id, []).append((r.id, e.where))
+    return out
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -197,6 +166,13 @@ def markdown() -> str:
 def to_json() -> list[dict[str, Any]]:
     return [{"id": r.id, "severity": r.severity.label, "title": r.title, "fixable": r.fixable,
              "remedies": [{"role": m.role, "plan": m.plan} for m in r.remedies]} for r in RULES.values()]
+
+
+def finding(id: str, host: str | None, message: str, evidence: str, **fix_vars: object) -> Finding:
+    if id not in RULES:
+        raise KeyError(f"unknown finding id {id}")
+    return Finding(id, host, message, evidence, tuple(sorted((k, str(v)) for k, v in fix_vars.items())),
+                   rule=RULES[id])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,8 +190,3 @@ def main(argv: list[str] | None = None) -> int:
         return readme.main([args.readme])
     sys.stdout.write(markdown() if args.markdown else json.dumps(to_json(), indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    # run the imported module (the one the checks register with), not this __main__ copy
-    raise SystemExit(importlib.import_module("ddpfix.rules").main())

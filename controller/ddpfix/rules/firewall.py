@@ -1,0 +1,297 @@
+"""Host firewalls: whether each node's rule sets (``ddpfix.firewall`` evaluates them) let the training ports in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ddpfix import firewall
+from ddpfix.model.finding import Explains, Finding, Severity
+from ddpfix.rules.context import SRC_IFACES, Context, past
+from ddpfix.rules.probes import probe_not_evaluated
+from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.remedies import FIREWALL
+
+E, W = Severity.ERROR, Severity.WARNING
+
+
+#: The firewall layers the node's collector reads (its `unread` sources, see the ddpfix_firewall module_utils).
+FIREWALL_SOURCES = frozenset({"firewalld", "iptables", "ip6tables", "iptables-legacy", "nft", "netfilter"})
+
+
+def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
+    """Firewall layers that hold rules (`nft -j` always answers, an empty ruleset is no firewall)."""
+    out = []
+    if fw.get("firewalld"):
+        out.append("firewalld")
+    if (fw.get("iptables") or "").strip() or (fw.get("iptables_legacy") or "").strip():
+        out.append("iptables")
+    if any("table" in x for x in (fw.get("nft") or {}).get("nftables") or []):
+        out.append("nft")
+    return out
+
+
+# ---------------------------------------------------------------- firewall
+
+
+class _FirewallMemo:
+    """The firewall evaluator: one parsed rule set per distinct content and each answer memoised (clusters usually
+    share one configuration: 2,000 nodes are then parsed and evaluated once)."""
+
+    def __init__(self) -> None:
+        self.rulesets = firewall.Rulesets()
+        self.evaluated: dict[tuple[int, str, int, str | None, str | None], firewall.Verdict] = {}
+        self.samples: dict[tuple[int, int, int, int], list[int]] = {}
+        self.open: dict[tuple[int, int | tuple[int, int], str, str | None, str | None], str | None] = {}
+
+    def ruleset(self, state: Mapping[str, Any]) -> tuple[int, firewall.Ruleset]:
+        return self.rulesets.get(state)
+
+    def evaluate(self, key: int, rs: firewall.Ruleset, src: str, port: int, iface: str | None,
+                 dst: str | None = None) -> firewall.Verdict:
+        k = (key, src, port, iface, dst)
+        v = self.evaluated.get(k)
+        if v is None:
+            v = self.evaluated[k] = firewall.evaluate(rs, src, port, iface=iface, dst=dst)
+        return v
+
+    def sample_ports(self, key: int, rs: firewall.Ruleset, lo: int, hi: int, n: int) -> list[int]:
+        k = (key, lo, hi, n)
+        if k not in self.samples:
+            self.samples[k] = firewall.sample_ports(rs, lo, hi, n)
+        return self.samples[k]
+
+    def world_open(
+        self, key: int, rs: firewall.Ruleset, port: int | tuple[int, int], cidr: str, iface: str | None,
+        dst: str | None = None,
+    ) -> str | None:
+        k = (key, port, cidr, iface, dst)
+        if k not in self.open:
+            self.open[k] = firewall.world_open(rs, port, cidr, iface=iface, dst=dst)
+        return self.open[k]
+
+
+#: A finding without its host: (id, summary, evidence, details).
+_Outcome = tuple[str, str, str, dict[str, Any]]
+
+
+@rules(
+    Rule(
+        "firewall.master-port-blocked",
+        E,
+        "firewalld/iptables/nftables on the master drops/rejects TCP to the master port from the cluster CIDR",
+        "Allow TCP from {cidr} to port {port} on the master (ddpfix remediate adds {cidr} as a trusted source / an "
+        "ACCEPT rule).",
+        remedies=(FIREWALL,),
+        reads=FIREWALL_SOURCES | SRC_IFACES,
+        master_only=True,
+        sound_on_partial=True,
+        explains=(Explains("probe.master-port-unreachable", "master"),),
+    ),
+    Rule(
+        "firewall.peer-ports-blocked",
+        E,
+        "a node's firewall blocks TCP from peers on the ephemeral range NCCL/Gloo use",
+        "Allow TCP from {cidr} to the ephemeral range {range} (ddpfix remediate trusts {cidr} on this node).",
+        remedies=(FIREWALL,),
+        reads=FIREWALL_SOURCES | SRC_IFACES,
+        sound_on_partial=True,
+        explains=(Explains("probe.peer-unreachable", "target"),),
+    ),
+    Rule(
+        "firewall.world-open",
+        W,
+        "the master port or ephemeral range is open to any source by an explicit rule",
+        "Replace the rule with one limited to source {cidr}; "
+        "ddpfix adds the CIDR-limited rule but never removes yours.",
+        reads=FIREWALL_SOURCES | SRC_IFACES,
+        manual="ddpfix only adds CIDR rules",
+    ),
+    Rule(
+        "firewall.undecided",
+        E,
+        "a rule ddpfix does not model (ipset, `recent`, `hashlimit`, `limit`, `string`, `u32`, `bpf`, `connlimit`, "
+        "marks, an nft set or expression it cannot resolve, a queue target) stands before the rule accepting TCP from "
+        "peers to the master port / ephemeral range and could drop it: not evaluated, never a pass (probes decide)",
+        "Check by hand whether the rule named in the evidence matches TCP from {cidr} to {ports} on {node}; accept "
+        "{cidr} explicitly before it if the cluster must pass; `ddpfix audit` with probes (the default) decides by "
+        "connecting.",
+        manual="ddpfix cannot tell what the rule does",
+    ),
+    Rule(
+        "firewall.undecided-accept",
+        W,
+        "TCP from peers to the master port / ephemeral range is refused unless a rule ddpfix does not model (e.g. "
+        "an ipset match) accepts it: not evaluated, never a pass (probes decide)",
+        "Make sure the rule named in the evidence matches TCP from every node of {cidr} to {ports} on {node} (e.g. "
+        "the ipset holds every node's address), or accept {cidr} explicitly; `ddpfix audit` with probes (the "
+        "default) decides by connecting.",
+        manual="ddpfix cannot tell what the rule does",
+    ),
+)
+def check_firewall(ctx: Context) -> Iterable[Finding]:
+    memo = _FirewallMemo()
+    # peer sources evaluated on each node: the first few cluster addresses (the node's own is skipped)
+    candidates = [a for name, _ in ctx.audited() if (a := ctx.plan[name].address)]
+    candidates = candidates[: ctx.thresholds.max_sources + 1]
+    # nodes with the same rule set, interface, sources, port range and role get the same answers: asked once
+    outcomes: dict[tuple[Any, ...], list[_Outcome]] = {}
+    for name, f in ctx.audited():
+        skey, rs = memo.ruleset(f.get("firewall") or {})
+        cl: Mapping[str, Any] = f.get("cluster") or {}
+        iface = cl.get("ifname")
+        own = ctx.plan[name].address
+        dst = own if rs.uses_dst else None  # the packet's destination matters only to rules that match on it
+        sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
+        lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
+        master = name == ctx.cluster.master
+        key = (skey, iface, tuple(sources), int(lo), int(hi), master, dst)
+        if key not in outcomes:
+            outcomes[key] = list(
+                _firewall_outcomes(ctx, memo, skey, rs, iface, sources, (int(lo), int(hi)), master, dst)
+            )
+        for out in outcomes[key]:
+            fid, summary, evidence, details = _probe_decides(ctx, memo, skey, rs, name, iface, dst, out)
+            if fid:
+                yield finding(fid, name, summary, evidence, **{k: v for k, v in details.items() if k != "_pairs"})
+
+
+#: The undecided findings and the check each stands for (listed per host as not evaluated, never as a pass).
+UNDECIDED = {"firewall.undecided", "firewall.undecided-accept"}
+_BLOCKED = {True: "firewall.master-port-blocked", False: "firewall.peer-ports-blocked"}
+
+
+def _undecided(v: firewall.Verdict, src: str, what: str, details: dict[str, Any],
+               pairs: list[tuple[str, int, firewall.Verdict]]) -> _Outcome:
+    """The finding of an undecided verdict: which way it goes if no undecided rule matches, and the rules."""
+    rules_ = "; ".join(v.undecided[:3]) + (f"; ... ({len(v.undecided)} rules)" if len(v.undecided) > 3 else "")
+    if v.allowed:
+        fid, how = "firewall.undecided", "could be dropped/rejected by a rule ddpfix does not model"
+        ev = f"not modelled, stands before the accepting rule: {rules_}; if it does not match: accepted by {v.evidence}"
+    else:
+        fid, how = "firewall.undecided-accept", f"is {past(v.verdict)} unless a rule ddpfix does not model accepts it"
+        ev = f"not modelled, the only rule that could accept it: {rules_}; if it does not match: {v.evidence}"
+    return fid, f"TCP {src} -> {what} {how} (not evaluated)", ev, {**details, "rule": v.undecided[0], "_pairs": pairs}
+
+
+def _firewall_outcomes(
+    ctx: Context,
+    memo: _FirewallMemo,
+    skey: int,
+    rs: firewall.Ruleset,
+    iface: str | None,
+    sources: list[str],
+    ephemeral: tuple[int, int],
+    master: bool,
+    dst: str | None = None,
+) -> Iterable[_Outcome]:
+    """The firewall findings of one node, without its host. A decided block is reported as blocked; else an
+    undecided verdict (for any source) is reported as undecided, naming every (source, port) it holds for so that a
+    probe can decide (see `_probe_decides`)."""
+    lo, hi = ephemeral
+    port = ctx.cluster.master_port
+    if master:
+        pairs: list[tuple[str, int, firewall.Verdict]] = []
+        blocked: tuple[str, int, firewall.Verdict] | None = None
+        for src in sources:
+            v = memo.evaluate(skey, rs, src, port, iface, dst)
+            if not v.decided:
+                pairs.append((src, port, v))
+            elif not v.allowed:
+                blocked = (src, port, v)
+                break
+        details = {"cidr": ctx.cidr, "port": port, "ports": f"port {port}", "check": _BLOCKED[True]}
+        if blocked:
+            src, _, v = blocked
+            yield (
+                "firewall.master-port-blocked",
+                f"TCP {src} -> {port} would be {past(v.verdict)} by {v.layer}",
+                v.evidence,
+                {"cidr": ctx.cidr, "port": port, "layer": v.layer},
+            )
+        elif pairs:
+            yield _undecided(pairs[0][2], pairs[0][0], f"{port}", {**details, "layer": pairs[0][2].layer}, pairs)
+        open_ev = memo.world_open(skey, rs, port, ctx.cidr, iface, dst) if ctx.cidr else None
+        if open_ev:
+            yield "firewall.world-open", f"master port {port} is open to any source", open_ev, {"cidr": ctx.cidr}
+    peer_blocked = None
+    upairs: list[tuple[str, int, firewall.Verdict]] = []
+    for src in sources:
+        first_undecided = None
+        for p in memo.sample_ports(skey, rs, lo, hi, ctx.thresholds.peer_port_samples):
+            v = memo.evaluate(skey, rs, src, p, iface, dst)
+            if not v.decided:
+                first_undecided = first_undecided or (src, p, v)
+            elif not v.allowed:
+                peer_blocked = (src, p, v)
+                break
+        if peer_blocked:
+            break
+        if first_undecided:
+            upairs.append(first_undecided)
+    if peer_blocked:
+        src, p, v = peer_blocked
+        yield (
+            "firewall.peer-ports-blocked",
+            f"TCP {src} -> ephemeral port {p} (range {lo}-{hi}) would be {past(v.verdict)} by {v.layer}",
+            v.evidence,
+            {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "layer": v.layer},
+        )
+    elif upairs:
+        src, p, v = upairs[0]
+        details = {"cidr": ctx.cidr, "range": f"{lo}-{hi}", "ports": f"the ephemeral range {lo}-{hi}",
+                   "layer": v.layer, "check": _BLOCKED[False]}
+        yield _undecided(v, src, f"ephemeral port {p} (range {lo}-{hi})", details, upairs)
+    open_ev = memo.world_open(skey, rs, (lo, hi), ctx.cidr, iface, dst) if ctx.cidr else None
+    if open_ev:
+        yield "firewall.world-open", f"ephemeral range {lo}-{hi} is open to any source", open_ev, {"cidr": ctx.cidr}
+
+
+def _probe_decides(
+    ctx: Context,
+    memo: _FirewallMemo,
+    skey: int,
+    rs: firewall.Ruleset,
+    name: str,
+    iface: str | None,
+    dst: str | None,
+    out: _Outcome,
+) -> _Outcome:
+    """An undecided outcome on node `name`, decided by the probes where they ran: every (source, port) it holds for
+    connected -> no finding (id ""); one failed -> the blocked finding, with the probe's error as evidence; none
+    probed -> the undecided finding as it is, with the host to fill its fix. A peer's probe port stands for the
+    sampled ephemeral port when the same undecided rules decide both."""
+    fid, summary, evidence, details = out
+    if fid not in UNDECIDED:
+        return out
+    details = {**details, "node": name}
+    master = details.get("check") == _BLOCKED[True]
+    connected: list[str] = []
+    for src, port, v in details.get("_pairs") or []:
+        dialer = ctx.by_address.get(src)
+        probe = (ctx.hosts[dialer].probe or {}) if dialer in ctx.hosts else {}
+        for c in probe.get("connects") or []:
+            if c.get("name") != name or c.get("kind") != ("master" if master else "peer"):
+                continue
+            try:
+                cport = int(str(c.get("port")))
+            except (TypeError, ValueError):
+                continue
+            if cport != port and memo.evaluate(skey, rs, src, cport, iface, dst).undecided != v.undecided:
+                continue  # the probe tested a port these rules do not decide alike
+            what = f"the probe from {dialer} ({src}) to {name}:{cport}"
+            if c.get("ok"):
+                connected.append(f"{what} connected")
+            elif not probe_not_evaluated(ctx, c):
+                ev = f"{what} failed: {c.get('error')} (the rules could not decide: {evidence})"
+                blocked_summary = f"TCP {src} -> {cport} failed although the rules could not decide (probe)"
+                keep = {"cidr": ctx.cidr, "layer": details.get("layer")}
+                keep.update({"port": cport} if master else {"range": details.get("range")})
+                return details["check"], blocked_summary, ev, keep
+            break
+        else:
+            return fid, summary, evidence, details  # not probed from this source: still undecided
+    if connected and len(connected) == len(details.get("_pairs") or []):
+        return "", "", "", {}  # the probes decided: accepted
+    return fid, summary, evidence, details

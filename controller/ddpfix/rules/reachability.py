@@ -1,0 +1,92 @@
+"""Reachability of the nodes themselves: SSH, the facts module, the facts it read and their grammar."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ddpfix.model.finding import Finding, Severity
+from ddpfix.rules.context import Context
+from ddpfix.rules.engine import blind_ids
+from ddpfix.rules.registry import Rule, finding, rules
+
+E, W = Severity.ERROR, Severity.WARNING
+
+
+# ---------------------------------------------------------------- reachability
+
+
+@rules(
+    Rule(
+        "host.unreachable",
+        E,
+        "node not reachable over SSH (the others are still fully audited)",
+        "Make the node reachable over SSH (sshd running, key, known_hosts, network) and re-run.",
+    ),
+    Rule(
+        "host.module-failed",
+        E,
+        "the node answered over SSH but ddpfix's module failed there (its Python interpreter exited non-zero or is "
+        "missing, a traceback): nothing was read; the evidence is the module's own error (the others are still "
+        "fully audited)",
+        "Fix what the module's error names on the node (a working python3, the host's ansible_python_interpreter, "
+        "a full /tmp) and re-run; `ddpfix -vvv audit` shows the module's whole output.",
+    ),
+)
+def check_unreachable(ctx: Context) -> Iterable[Finding]:
+    for n in ctx.cluster.nodes:
+        h = ctx.hosts.get(n.name)
+        if h is None:
+            continue  # outside --limit: not read, not a finding
+        if h.failed and not h.node:
+            yield finding("host.module-failed", n.name,
+                          f"{n.name} ({n.address}) could not be audited: a module failed on the node (SSH works)",
+                          h.error or "the module returned no result")
+        elif not h.reachable or not h.node:
+            why = (h.error if h else "") or "no facts returned"
+            yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
+
+
+@rules(
+    Rule(
+        "facts.incomplete",
+        W,
+        "a fact source could not be read on the node (no permission, e.g. `iptables-save`/`nft` as a non-root SSH "
+        "user; a missing tool; a timeout): names each source and the tool's error. The checks that read it are listed "
+        'per host as **not evaluated** (JSON `hosts.NODE.not_evaluated: [{id, reason}]`, a "NOT EVALUATED" table), '
+        "never as passed",
+        "Let the SSH user read them (root, or become: true with passwordless sudo) or install the missing tool, then "
+        "re-run; until then the checks listed as not evaluated say nothing about this node.",
+    ),
+)
+def check_incomplete(ctx: Context) -> Iterable[Finding]:
+    for name, _ in ctx.audited():
+        unread = ctx.unread(name)
+        if not unread:
+            continue
+        blind = sorted(fid for fid in blind_ids(ctx, name, unread))
+        yield finding(
+            "facts.incomplete",
+            name,
+            f"could not read {', '.join(sorted(unread))} on {name}; not evaluated: {', '.join(blind) or 'nothing'}",
+            "; ".join(f"{src}: {why}" for src, why in sorted(unread.items())),
+        )
+
+
+@rules(
+    Rule(
+        "facts.invalid",
+        E,
+        "the node returned a value that is not of its field's grammar (a hostname, address, interface name, MAC, "
+        "RDMA device, port, GID, P_Key, env-file key or value, ...): a node's text is never used as it came "
+        '(see "Refused inputs" and "Security model")',
+        "Fix {fact} on the node (a hostname: hostnamectl set-hostname with an RFC 1123 name; anything else: find what "
+        "wrote it, since the kernel and the tools do not print such values); ddpfix leaves it out of every peer's "
+        "files and refuses to remediate or write env files until it is fixed.",
+    ),
+)
+def check_facts(ctx: Context) -> Iterable[Finding]:
+    for name, problems in ctx.invalid.items():
+        for fact, value, why in problems:
+            yield finding(
+                "facts.invalid", name, f"{name} returned {fact} {value!r}: {why}", f"{fact} = {value!r}", fact=fact
+            )
