@@ -2,7 +2,8 @@
 
 A fixture is one audit's input (the inventory, each node's facts and probe result or the runner's result for a node
 that was not read) and what the audit must find: `expect.id` on `expect.host` (null: cluster-wide) with the evidence
-substrings (fail), or `expect.id` nowhere (pass, `absent`). The Context is built as the CLI builds it: the cluster from
+substrings (fail), or `expect.id` nowhere (pass, `absent`); a fixture recorded from a real audit (record_lab.py) also
+keeps every (id, host) that audit reported, and the replay must report exactly those. The Context is built as the CLI builds it: the cluster from
 the inventory data, each node through the audit's conversion of what the runner returned.
 tests/fixtures/rules/generate.py writes the fixtures derived from the recorded clean cluster; see its docstring.
 """
@@ -41,7 +42,9 @@ def load(path: Path) -> dict[str, Any]:
 def node_result(name: str, got: dict[str, Any]) -> HostFacts:
     """One node's HostFacts from its recorded result, through the CLI's conversion."""
     if "facts" in got:
-        return host_facts(name, got["facts"], probe=got.get("probe"), collected_at=got.get("collected_at"))
+        window = got.get("window")
+        return host_facts(name, got["facts"], probe=got.get("probe"), collected_at=got.get("collected_at"),
+                          window=(float(window[0]), float(window[1])) if window else None)
     kind = "runner_on_unreachable" if "unreachable" in got else "runner_on_failed"
     results: dict[str, HostResult] = {}
     record_event(results, {"event": kind, "event_data": {"host": name, **FACTS_TASK,
@@ -72,7 +75,10 @@ def test_rule_fixture(path: Path) -> None:
     doc = load(path)
     expect = doc["expect"]
     fid = expect["id"]
-    found = [f for f in run_checks(context(doc)) if f.id == fid]
+    findings = run_checks(context(doc))
+    if "recorded_findings" in doc:  # recorded from a real audit: the replay finds what the CLI found
+        assert sorted([f.id, f.host] for f in findings) == doc["recorded_findings"]
+    found = [f for f in findings if f.id == fid]
     if expect.get("absent"):
         assert found == [], f"{doc['about']}: {[(f.host, f.evidence) for f in found]}"
         return
