@@ -2,8 +2,9 @@
 
 The recorded clean 3-node cluster (fixtures/facts/clean3, see record.py) with one realistic change each: every
 `@case` below is such a mutation, returning the host the finding must name (None for cluster-wide findings) and
-substrings of its evidence (the line, rule, value or probe result). tests/fixtures/rules/generate.py writes each as a
-fixture file (tests/fixtures/rules/<id>/fail*.json, the audit's whole input plus that expectation), and
+substrings of its evidence (the line, rule, value or probe result); every `@passing` one a change after which its id
+must not be reported. tests/fixtures/rules/generate.py writes each as a fixture file
+(tests/fixtures/rules/<id>/{fail,pass}-*.json, the audit's whole input plus that expectation), and
 tests/unit/test_rule_fixtures.py runs them all (and fails when the written files are stale). The tests here cover
 what a single fixture cannot state: thresholds, ordering, not-evaluated, selection grammars.
 """
@@ -30,6 +31,19 @@ def case(fid: str, variant: str = "") -> Callable[[Callable[[Sim], Expect]], Cal
 
     def deco(fn: Callable[[Sim], Expect]) -> Callable[[Sim], Expect]:
         CASES[f"{fid}:{variant}" if variant else fid] = fn
+        return fn
+
+    return deco
+
+
+PASSES: dict[str, Callable[[Sim], None]] = {}  # "<id>:<variant>" -> a change after which the id must NOT be reported
+
+
+def passing(fid: str, variant: str) -> Callable[[Callable[[Sim], None]], Callable[[Sim], None]]:
+    assert fid in RULES, fid
+
+    def deco(fn: Callable[[Sim], None]) -> Callable[[Sim], None]:
+        PASSES[f"{fid}:{variant}"] = fn
         return fn
 
     return deco
@@ -368,12 +382,11 @@ def _(sim: Sim) -> Expect:
                      "/etc/hosts: 192.168.77.12\tnode1.lab.example"]
 
 
-def test_every_name_form_on_an_own_address_is_no_finding() -> None:
-    sim = Sim()
+@passing("hosts.name-form-differs", "every-name-form-on-an-own-address")
+def _(sim: Sim) -> None:
     n1 = sim.node("node1")
     n1["fqdn"] = "node1.lab.example"
     n1["resolve_self"] = {"node1": ["192.168.77.11"], "node1.lab.example": ["192.168.77.11"]}
-    assert not [f for f in sim.findings() if f.id == "hosts.name-form-differs"]
 
 
 @case("hosts.duplicate-hostname")
@@ -746,11 +759,11 @@ def test_clean_fabric_cluster_has_no_fabric_finding(sim: Sim, tree: str) -> None
     assert [(f.id, f.host, f.evidence) for f in sim.findings()] == []
 
 
-def test_port_down_everywhere_and_unused_is_not_reported(sim: Sim) -> None:
+@passing("fabric.port-down", "down-everywhere-and-unused")
+def _(sim: Sim) -> None:
     _fabric(sim)
     for n in sim.docs:
         _port(sim, n).update(state="DOWN", phys_state="Disabled")
-    assert [f for f in sim.findings() if f.id == "fabric.port-down"] == []
 
 
 def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
@@ -1174,8 +1187,9 @@ def test_gloo_autoselect_skips_what_does_not_bind(sim: Sim) -> None:
     assert [x for x in sim.findings() if x.id == "netif.autoselect-wrong"] == []
 
 
-def test_a_bridge_holding_the_cluster_address_is_no_wrong_pick(sim: Sim) -> None:
-    # br0 enslaving the physical NIC is a host's real LAN: NCCL picking it is right
+@passing("netif.autoselect-wrong", "bridge-holding-the-cluster-address")
+def _(sim: Sim) -> None:
+    """br0 enslaving the physical NIC is a host's real LAN: NCCL picking it is right."""
     for n in sim.docs:
         for i in sim.node(n)["interfaces"]:
             if i["name"] == "eth0":
@@ -1183,4 +1197,3 @@ def test_a_bridge_holding_the_cluster_address_is_no_wrong_pick(sim: Sim) -> None
         sim.node(n)["cluster"]["ifname"] = "br0"
     _add_iface(sim, "node2", "veth0a1b", 2, "10.244.0.1", 24, kind="veth")
     sim.node("node2")["interfaces"][-1]["index"] = 9
-    assert [x.host for x in sim.findings() if x.id == "netif.autoselect-wrong"] == []

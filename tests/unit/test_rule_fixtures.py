@@ -10,9 +10,9 @@ tests/fixtures/rules/generate.py writes the fixtures derived from the recorded c
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,9 +112,8 @@ def test_every_rule_has_a_failing_and_a_passing_fixture() -> None:
 def test_generated_fixtures_are_up_to_date() -> None:
     """The derived fixtures equal what tests/fixtures/rules/generate.py writes now (run it after changing a mutation,
     a declarative case or the recorded cluster)."""
-    sys.path.insert(0, str(FIXTURES))
-    try:
-        import generate
-    finally:
-        sys.path.remove(str(FIXTURES))
+    spec = importlib.util.spec_from_file_location("ddpfix_rule_fixtures_generate", FIXTURES / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
     assert generate.stale(generate.build()) == []
