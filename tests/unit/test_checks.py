@@ -1,15 +1,18 @@
-"""Every audit check on recorded facts, no host needed: a passing and a failing fixture per finding id.
+"""Every audit check on recorded facts, no host needed: the mutations behind the rule fixtures, and the checks' tests.
 
-The passing fixture is the recorded clean 3-node cluster (fixtures/facts/clean3, see record.py). Each failing
-fixture is that cluster with one realistic change, and the test asserts the finding's id, its host (None for
-cluster-wide findings) and that its evidence contains the concrete value (the line, rule, value or probe result).
+The recorded clean 3-node cluster (fixtures/facts/clean3, see record.py) with one realistic change each: every
+`@case` below is such a mutation, returning the host the finding must name (None for cluster-wide findings) and
+substrings of its evidence (the line, rule, value or probe result); every `@passing` one a change after which its id
+must not be reported. tests/fixtures/rules/generate.py writes each as a fixture file
+(tests/fixtures/rules/<id>/{fail,pass}-*.json, the audit's whole input plus that expectation), and
+tests/unit/test_rule_fixtures.py runs them all (and fails when the written files are stale). The tests here cover
+what a single fixture cannot state: thresholds, ordering, not-evaluated, selection grammars.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +34,19 @@ def case(fid: str, variant: str = "") -> Callable[[Callable[[Sim], Expect]], Cal
 
     def deco(fn: Callable[[Sim], Expect]) -> Callable[[Sim], Expect]:
         CASES[f"{fid}:{variant}" if variant else fid] = fn
+        return fn
+
+    return deco
+
+
+PASSES: dict[str, Callable[[Sim], None]] = {}  # "<id>:<variant>" -> a change after which the id must NOT be reported
+
+
+def passing(fid: str, variant: str) -> Callable[[Callable[[Sim], None]], Callable[[Sim], None]]:
+    assert fid in RULES, fid
+
+    def deco(fn: Callable[[Sim], None]) -> Callable[[Sim], None]:
+        PASSES[f"{fid}:{variant}"] = fn
         return fn
 
     return deco
@@ -369,12 +385,11 @@ def _(sim: Sim) -> Expect:
                      "/etc/hosts: 192.168.77.12\tnode1.lab.example"]
 
 
-def test_every_name_form_on_an_own_address_is_no_finding() -> None:
-    sim = Sim()
+@passing("hosts.name-form-differs", "every-name-form-on-an-own-address")
+def _(sim: Sim) -> None:
     n1 = sim.node("node1")
     n1["fqdn"] = "node1.lab.example"
     n1["resolve_self"] = {"node1": ["192.168.77.11"], "node1.lab.example": ["192.168.77.11"]}
-    assert not [f for f in sim.findings() if f.id == "hosts.name-form-differs"]
 
 
 @case("hosts.duplicate-hostname")
@@ -747,11 +762,11 @@ def test_clean_fabric_cluster_has_no_fabric_finding(sim: Sim, tree: str) -> None
     assert [(f.id, f.host, f.evidence) for f in sim.findings()] == []
 
 
-def test_port_down_everywhere_and_unused_is_not_reported(sim: Sim) -> None:
+@passing("fabric.port-down", "down-everywhere-and-unused")
+def _(sim: Sim) -> None:
     _fabric(sim)
     for n in sim.docs:
         _port(sim, n).update(state="DOWN", phys_state="Disabled")
-    assert [f for f in sim.findings() if f.id == "fabric.port-down"] == []
 
 
 def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
@@ -763,97 +778,6 @@ def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
 
 
 # ============================================================ the tests
-
-
-# ------------------------------------------------------------ declarative fixtures: fixtures/rules/<id>.json
-#
-# {"id": ..., "fail": [CASE...], "pass": [CASE...]}; a CASE is {"name", "merge": {node: {...}}, "append": {node: {...}},
-# "host" (fail only; null: cluster-wide), "evidence": [...], "fix": [...]}: `merge` is merged into the recorded clean
-# cluster's per-node documents (dicts recursively, anything else replaced), `append` extends their lists, `vars`
-# ({node: {var: value}}) sets inventory host variables.
-
-RULE_FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "rules"
-
-
-def _rule_fixtures() -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(RULE_FIXTURES.glob("*.json"))}
-
-
-def _merge(dst: dict[str, Any], src: dict[str, Any], append: bool = False) -> None:
-    for k, v in src.items():
-        if isinstance(v, dict) and isinstance(dst.get(k), dict):
-            _merge(dst[k], v, append)
-        elif append and isinstance(v, list):
-            dst.setdefault(k, []).extend(copy.deepcopy(v))
-        else:
-            dst[k] = copy.deepcopy(v)
-
-
-def _apply_case(sim: Sim, case: dict[str, Any]) -> None:
-    for node, doc in (case.get("merge") or {}).items():
-        _merge(sim.docs[node], doc)
-    for node, doc in (case.get("append") or {}).items():
-        _merge(sim.docs[node], doc, append=True)
-    for node, kv in (case.get("vars") or {}).items():
-        sim.set_var(node, **kv)
-
-
-_FILE_CASES = [(fid, kind, i) for fid, doc in _rule_fixtures().items() for kind in ("fail", "pass")
-               for i in range(len(doc.get(kind) or []))]
-
-
-def test_rule_fixture_files_name_a_rule_and_have_both_cases() -> None:
-    for stem, doc in _rule_fixtures().items():
-        assert doc["id"] == stem and stem in RULES, stem
-        assert doc.get("fail") and doc.get("pass"), f"{stem}: needs a failing and a passing case"
-
-
-@pytest.mark.parametrize(("fid", "kind", "i"), _FILE_CASES, ids=[f"{f}:{k}{i}" for f, k, i in _FILE_CASES])
-def test_rule_fixture_file(sim: Sim, fid: str, kind: str, i: int) -> None:
-    case = _rule_fixtures()[fid][kind][i]
-    _apply_case(sim, case)
-    found = [f for f in sim.findings() if f.id == fid]
-    if kind == "pass":
-        assert found == [], f"{case['name']}: {[(f.host, f.evidence) for f in found]}"
-        return
-    on_host = [f for f in found if f.host == case["host"]]
-    assert on_host, f"{case['name']}: {fid} reported on {[f.host for f in found]}, expected {case['host']}"
-    for f in on_host:
-        assert all(e in f.evidence for e in case.get("evidence") or []), (case["evidence"], f.evidence)
-        assert all(x in f.fix for x in case.get("fix") or []), (case.get("fix"), f.fix)
-        text = f"{f.message} {f.evidence} {f.fix}"
-        assert "{" not in f.fix and not re.search(r"\bNone\b|\b(IF|NAME)\b|=N\b", text), text
-
-
-def test_every_finding_id_has_a_failing_fixture() -> None:
-    covered = {k.split(":")[0] for k in CASES} | {d["id"] for d in _rule_fixtures().values() if d.get("fail")}
-    assert covered == set(RULES), f"missing: {sorted(set(RULES) - covered)}; unknown: {sorted(covered - set(RULES))}"
-
-
-@pytest.mark.parametrize("key", sorted(CASES))
-def test_failing_fixture_reports_the_finding(sim: Sim, key: str) -> None:
-    fid = key.split(":")[0]
-    host, evidence = CASES[key](sim)
-    found = [f for f in sim.findings() if f.id == fid]
-    assert found, f"{fid} not reported; got {[(f.id, f.host) for f in sim.findings()]}"
-    on_host = [f for f in found if f.host == host]
-    assert on_host, f"{fid} reported on {[f.host for f in found]}, expected {host}"
-    assert any(all(e in f.evidence for e in evidence) for f in on_host), \
-        f"evidence lacks {evidence}: {[f.evidence for f in on_host]}"
-    for f in on_host:
-        assert f.message and f.fix and "{" not in f.fix, f  # fix template fully rendered
-        json.dumps(f.to_json())
-    for f in found:  # rendered strings read as a person wrote them: real values, no placeholders or None
-        text = f"{f.message} {f.evidence} {f.fix}"
-        assert not re.search(r"\bNone\b|droped|\b(IF|NAME)\b|=N\b|<unset>\)", text.replace("-i INVENTORY", "")), text
-
-
-@pytest.mark.parametrize("fid", sorted(RULES))
-def test_passing_fixture_does_not_report(sim: Sim, fid: str) -> None:
-    """The recorded clean cluster (for env.*: with the env files ddpfix would write) does not report the id."""
-    if fid.startswith("env."):
-        sim.write_planned_env_files()
-    assert [f for f in sim.findings() if f.id == fid] == []
 
 
 def test_clean_cluster_has_no_finding_at_warning_or_above(sim: Sim) -> None:
@@ -1266,8 +1190,9 @@ def test_gloo_autoselect_skips_what_does_not_bind(sim: Sim) -> None:
     assert [x for x in sim.findings() if x.id == "netif.autoselect-wrong"] == []
 
 
-def test_a_bridge_holding_the_cluster_address_is_no_wrong_pick(sim: Sim) -> None:
-    # br0 enslaving the physical NIC is a host's real LAN: NCCL picking it is right
+@passing("netif.autoselect-wrong", "bridge-holding-the-cluster-address")
+def _(sim: Sim) -> None:
+    """br0 enslaving the physical NIC is a host's real LAN: NCCL picking it is right."""
     for n in sim.docs:
         for i in sim.node(n)["interfaces"]:
             if i["name"] == "eth0":
@@ -1275,4 +1200,3 @@ def test_a_bridge_holding_the_cluster_address_is_no_wrong_pick(sim: Sim) -> None
         sim.node(n)["cluster"]["ifname"] = "br0"
     _add_iface(sim, "node2", "veth0a1b", 2, "10.244.0.1", 24, kind="veth")
     sim.node("node2")["interfaces"][-1]["index"] = 9
-    assert [x.host for x in sim.findings() if x.id == "netif.autoselect-wrong"] == []
