@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
+from ddpfix.ansible.results import HostResult, record_event
 from ddpfix.audit import host_facts, host_facts_of
-from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
-from ddpfix.findings import Finding
 from ddpfix.inventory import cluster_from_inventory_data
-from ddpfix.rules import RULES
-from ddpfix.runner import HostResult, record_event
+from ddpfix.model.finding import Finding
+from ddpfix.rules.context import Context, HostFacts, Thresholds
+from ddpfix.rules.engine import run_checks
+from ddpfix.rules.registry import RULES
 
 FIXTURES = ROOT / "tests" / "fixtures" / "rules"
 PATHS = sorted(FIXTURES.glob("*/*.json"))
