@@ -74,7 +74,7 @@ def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
     full = ALIASES.get(variant, variant) == "full"
     from ddpfix import collection
     from ddpfix.checks import HostFacts
-    from ddpfix.inventory import cluster_from_inventory_data
+    from ddpfix.inventory.derive import cluster_from_inventory_data
     from ddpfix.plan import plan_cluster
 
     docs = {json.loads(p.read_text())["name"]: json.loads(p.read_text()) for p in sorted(CLEAN3.glob("node*.json"))}

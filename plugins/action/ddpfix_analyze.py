@@ -59,7 +59,7 @@ class ActionModule(ActionBase):
     def _analyze(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         audit = ddpfix("ddpfix.audit")
         checks = ddpfix("ddpfix.checks")
-        inventory = ddpfix("ddpfix.inventory")
+        inventory = ddpfix("ddpfix.inventory.derive")
         hostvars = task_vars.get("hostvars") or {}
         cluster = inventory.cluster_from_hostvars(inventory_tree(hostvars, task_vars.get("groups") or {}), hostvars,
                                                   [str(s) for s in task_vars.get("ansible_inventory_sources") or []])

@@ -16,7 +16,7 @@ import pytest
 from ddpfix import collection
 from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
 from ddpfix.findings import Finding, Severity
-from ddpfix.inventory import cluster_from_inventory_data
+from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.cluster import Cluster
 
 HERE = Path(__file__).resolve().parent

@@ -75,7 +75,7 @@ INVENTORY_VARS = ("ddp_master", "ddp_master_port", "ddp_cluster_cidr", "ddp_clus
 
 
 def _role_vars() -> list[str]:
-    from ddpfix.inventory import role_var_specs
+    from ddpfix.inventory.contract import role_var_specs
 
     return sorted(role_var_specs())
 

@@ -9,7 +9,7 @@ import pytest
 
 from ddpfix.checks import Context, HostFacts
 from ddpfix.errors import DdpfixError
-from ddpfix.inventory import cluster_from_inventory_data
+from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.remediate import HostPlan, run_remediation
 
 N = 5000

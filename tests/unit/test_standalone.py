@@ -16,7 +16,7 @@ from conftest import FACTS
 from ddpfix.audit import NOT_RUN, audit_report, failing, host_facts, hosts_from_vars
 from ddpfix.checks import Context, run_checks
 from ddpfix.errors import DdpfixError
-from ddpfix.inventory import cluster_from_hostvars, cluster_from_inventory_data
+from ddpfix.inventory.derive import cluster_from_hostvars, cluster_from_inventory_data
 
 INV = {
     "all": {"children": ["ddp_nodes"]},
