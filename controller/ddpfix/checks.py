@@ -16,7 +16,8 @@ from typing import Any, cast
 
 from ddpfix import firewall, ifreach
 from ddpfix import rules as registry
-from ddpfix.factguard import guard_facts, guard_reach
+from ddpfix.factguard.facts import guard_facts
+from ddpfix.factguard.reach import guard_reach
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult

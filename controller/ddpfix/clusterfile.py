@@ -14,7 +14,7 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.factguard import valid_ifname
+from ddpfix.factguard.grammar import valid_ifname
 from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.cluster import Cluster
 from ddpfix.plan import hosts_block

@@ -20,7 +20,7 @@ from test_factguard import CASES, _set, _sim_with_fabric, _written
 from ddpfix import render, report
 from ddpfix.audit import audit_report
 from ddpfix.checks import run_checks
-from ddpfix.factguard import validate_facts
+from ddpfix.factguard.facts import validate_facts
 
 ATOMS = ["{{ 7*191 }}", "{{", "}}", "{%", "%}", "{#", "$(id)", "`id`", ";", "|", "&&", "\n", "\r\n", "\x00", "\x1b[2J",
          "\x1b]0;x\x07", "'", '"', "\\", " ", "\t", "..", "/", "%s", "\udcff", "\u2028", "=", "#", "mlx5_0", "eth0",

@@ -16,7 +16,7 @@ import yaml
 
 from ddpfix import collection, paths
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.factguard import is_hostname, one_line
+from ddpfix.factguard.grammar import is_hostname, one_line
 from ddpfix.findings import RULES
 from ddpfix.model.cluster import DEFAULT_ENV_PATH
 

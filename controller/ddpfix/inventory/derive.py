@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpfix.ansible.listing import list_inventory
-from ddpfix.factguard import one_line
+from ddpfix.factguard.grammar import one_line
 from ddpfix.inventory.contract import (
     ACK_BROAD,
     BACKUP_KEEP_MAX,
