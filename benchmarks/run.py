@@ -393,7 +393,7 @@ def make_clean(name: str, info: Any) -> int:
     """Write on every node the env file ddpfix would write (so remediate has nothing to do), without Ansible:
     the plan from the inventory and the lab's known addresses/interfaces, `render_env` as remediate uses it."""
     from ddpfix import lab
-    from ddpfix.inventory import load_cluster
+    from ddpfix.inventory.derive import load_cluster
     from ddpfix.plan import plan_cluster, render_env
 
     cluster = load_cluster([str(info.inventory)])
@@ -476,7 +476,7 @@ REMEDIATE_COST_JSON = HERE / "remediate-cost.json"
 def remove_env_files(name: str, info: Any) -> None:
     """Back to 'env files missing' on every node: the env file and the cluster file (and their backups) removed."""
     from ddpfix import lab
-    from ddpfix.inventory import load_cluster
+    from ddpfix.inventory.derive import load_cluster
 
     path = load_cluster([str(info.inventory)]).env_path
     d = os.path.dirname(path)

@@ -7,9 +7,13 @@ import time
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+import click
+
 from ddpfix.ansibleargs import AnsibleArgs
 from ddpfix.ansiblecfg import user_inventory
 from ddpfix.errors import ExitCode
+from ddpfix.inventory.slurm import write_allocation_inventory
+from ddpfix.inventory.sources import resolve_inventories
 
 
 @dataclass
@@ -26,14 +30,10 @@ class Application:
     started: float = field(default_factory=time.monotonic)  # the run's duration in reports (JUnit, Prometheus)
 
     def abort(self, text: str, code: ExitCode = ExitCode.INVALID_INPUT) -> NoReturn:
-        import click  # not at import: the collection's controller plugins import this module inside ansible-playbook
-
         click.echo(f"ddpfix: error: {text}", err=True)
         sys.exit(int(code))
 
     def info(self, text: str) -> None:
-        import click
-
         click.echo(text, err=True)
 
     def require_inventory(self) -> tuple[str, ...]:
@@ -47,12 +47,8 @@ class Application:
                            "ANSIBLE_INVENTORY, or inventory in ansible.cfg's [defaults]), or --slurm")
             self.info(f"ddpfix: inventory {', '.join(found)} (from {origin})")
             self.inventories = found
-        from ddpfix.inventory import resolve_inventories
-
         paths = resolve_inventories(self.inventories)
         if self.slurm:
-            from ddpfix.slurm import write_allocation_inventory
-
             paths = (write_allocation_inventory(as_finding=self.slurm_count_as_finding), *paths)
         return paths
 

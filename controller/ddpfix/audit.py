@@ -15,7 +15,7 @@ from ddpfix.ansible.rundirs import discard_run_dir, last_run_dir
 from ddpfix.causes import attribute_causes
 from ddpfix.clock import parse_event_time
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import cluster_from_inventory_data, load_cluster
+from ddpfix.inventory.derive import cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult
@@ -321,7 +321,7 @@ def failing(findings: Iterable[Finding], fail_on: str) -> list[Finding]:
 
 def split_skipped(findings: list[Finding], skip: str | None, cluster: Cluster) -> tuple[list[Finding], list[Finding]]:
     """(kept, skipped): findings accepted by --skip or ddp_skip_findings (`ID` anywhere, `ID@HOST` on one host)."""
-    from ddpfix.inventory import parse_skip
+    from ddpfix.inventory.contract import parse_skip
 
     rules = set(cluster.skip_findings) | set(parse_skip(skip or "", "--skip"))
     if not rules:

@@ -14,6 +14,8 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.factguard.grammar import valid_ifname
+from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.cluster import Cluster
 from ddpfix.plan import hosts_block
 
@@ -117,8 +119,6 @@ def load(path: str, *, trusted: bool = True) -> tuple[Cluster, dict[str, Any]]:
     nodes_raw = doc.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
         raise _bad(path, "nodes must be a non-empty list")
-    from ddpfix.factguard import valid_ifname
-    from ddpfix.inventory import cluster_from_inventory_data
 
     hostvars: dict[str, dict[str, Any]] = {}
     for i, n in enumerate(nodes_raw):

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -173,7 +174,6 @@ def hold_for_playbook(addresses: Sequence[str]) -> str | None:
 
     The flock is taken here and handed, with the descriptor, to a keeper process that waits for ansible-playbook to
     exit: the worker's own descriptor dies with the worker, the keeper's with ansible-playbook's end, crash or kill."""
-    import subprocess
 
     key = cluster_key(addresses)
     if os.environ.get(HELD_ENV) == key:

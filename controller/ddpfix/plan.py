@@ -13,8 +13,8 @@ from typing import Any
 
 from ddpfix import collection, ifreach
 from ddpfix import fabric as fab
-from ddpfix.factguard import is_hostname, is_reserved_name
-from ddpfix.factguard import valid_ip as _valid_ip
+from ddpfix.factguard.grammar import is_hostname, is_reserved_name
+from ddpfix.factguard.grammar import valid_ip as _valid_ip
 from ddpfix.model.cluster import Cluster, Node
 
 #: The launch keys (node_env's, before the socket interfaces): per job. With ddp_env_scope: node the env file holds

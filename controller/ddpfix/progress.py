@@ -29,6 +29,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.enabled:  # rich only when there is a terminal to draw on
+            # rich loads slowly (CLI start): only when there is a terminal to draw on
             from rich.console import Console
             from rich.live import Live
 
@@ -65,7 +66,7 @@ class Progress:
             self._live.update(self._table())
 
     def _table(self) -> Table:
-        from rich.table import Table
+        from rich.table import Table  # rich: only when drawing (see __enter__)
 
         t = Table(title=self.title, title_justify="left", show_edge=False, pad_edge=False)
         t.add_column("host")

@@ -14,7 +14,7 @@ from ddpfix.audit import AuditResult
 from ddpfix.collection import module_utils
 from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import ACK_BROAD, cidr_needs_ack
+from ddpfix.inventory.contract import ACK_BROAD, cidr_needs_ack
 from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
 from ddpfix.progress import Progress

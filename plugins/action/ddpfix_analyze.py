@@ -60,7 +60,7 @@ class ActionModule(ActionBase):
         audit = ddpfix("ddpfix.audit")
         context = ddpfix("ddpfix.rules.context")
         engine = ddpfix("ddpfix.rules.engine")
-        inventory = ddpfix("ddpfix.inventory")
+        inventory = ddpfix("ddpfix.inventory.derive")
         hostvars = task_vars.get("hostvars") or {}
         cluster = inventory.cluster_from_hostvars(inventory_tree(hostvars, task_vars.get("groups") or {}), hostvars,
                                                   [str(s) for s in task_vars.get("ansible_inventory_sources") or []])

@@ -28,7 +28,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         self.validate_argument_spec(argument_spec={})
-        inventory = ddpfix("ddpfix.inventory")
+        inventory = ddpfix("ddpfix.inventory.derive")
         hostvars = task_vars.get("hostvars") or {}
         try:
             data = inventory.inventory_data_from_hostvars(inventory_tree(hostvars, task_vars.get("groups") or {}),

@@ -10,7 +10,7 @@ import pytest
 from ddpfix import lab
 from ddpfix.ansible.run import run_playbook
 from ddpfix.audit import FACTS_KEY, audit_extravars
-from ddpfix.inventory import load_cluster
+from ddpfix.inventory.derive import load_cluster
 
 pytestmark = pytest.mark.lab
 

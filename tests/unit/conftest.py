@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ddpfix import collection
-from ddpfix.inventory import cluster_from_inventory_data
+from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.finding import Finding, Severity
 from ddpfix.rules.context import Context, HostFacts, Thresholds

@@ -192,7 +192,7 @@ def test_bad_values_exit_2_one_line_nothing_run(env: dict[str, Any], args: list[
 def test_extra_vars_win_in_the_in_process_inventory_read(env: dict[str, Any]) -> None:
     """remediate/env/verify read the inventory in this process: -e ddp_* values win over the inventory's, as they do
     in ansible-playbook's hostvars (the audit's cluster comes from there)."""
-    from ddpfix.inventory import load_cluster
+    from ddpfix.inventory.derive import load_cluster
 
     inv = str(env["tmp"] / "hosts.yml")
     assert load_cluster([inv]).master_port == 29500

@@ -13,7 +13,7 @@ import yaml
 import ddpfix.audit as audit
 from ddpfix.ansible.results import HostResult, RunResult, TaskResult
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import cluster_from_hostvars, cluster_from_inventory_data, inventory_data_from_hostvars
+from ddpfix.inventory.derive import cluster_from_hostvars, cluster_from_inventory_data, inventory_data_from_hostvars
 from ddpfix.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -592,7 +592,7 @@ def _(sim: Sim) -> Expect:
 @case("slurm.node-count-mismatch")
 def _(sim: Sim) -> Expect:
     # what `audit --slurm` writes into the allocation's inventory when SLURM_NNODES disagrees with the list
-    from ddpfix.slurm import inventory_from_allocation
+    from ddpfix.inventory.slurm import inventory_from_allocation
 
     gvars = inventory_from_allocation({"SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NNODES": "4"},
                                       as_finding=True)["ddp_nodes"]["vars"]

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from ddpfix.app import Application
 from ddpfix.cli import cli, load_commands
 from ddpfix.errors import ExitCode
-from ddpfix.inventory import host_list_data, load_cluster, resolve_inventories, split_inventory_env
+from ddpfix.inventory.derive import load_cluster
+from ddpfix.inventory.sources import host_list_data, resolve_inventories, split_inventory_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "controller" / "ddpfix"

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from ddpfix import collection
 from ddpfix.cli import cli
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import RESERVED_ENV_KEYS, check_env_extra, cluster_from_inventory_data
+from ddpfix.inventory.contract import RESERVED_ENV_KEYS, check_env_extra
+from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.plan import node_env, torchrun_env
 
 
@@ -46,7 +47,7 @@ def test_reserved_keys_refused(key: str) -> None:
 def test_every_key_ddpfix_writes_is_reserved() -> None:
     """The plan's own keys (rendezvous, ranks, torchrun's PET_*, socket interfaces, process vars) can never be
     replaced by ddp_env_extra: a new key in plan.node_env must join the reserved set."""
-    from ddpfix.inventory import env_key_reserved
+    from ddpfix.inventory.contract import env_key_reserved
 
     written = {**node_env("10.0.0.1", 29500, 2, 1, 1, "eth0", process_vars=True),
                **torchrun_env("10.0.0.1", 29500, 2, 1, 1)}

@@ -19,7 +19,7 @@ import pytest
 from conftest import Sim, fabric_facts
 
 from ddpfix.ansible.rundirs import write_extravars
-from ddpfix.factguard import sanitize_facts, validate_facts
+from ddpfix.factguard.facts import sanitize_facts, validate_facts
 from ddpfix.plan import hosts_block, render_env
 from ddpfix.remediate import build_plan, remediate_extravars
 from ddpfix.rules.engine import run_checks

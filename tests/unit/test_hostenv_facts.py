@@ -104,7 +104,7 @@ def test_nofile_rule_and_fix_value() -> None:
 
 
 def test_hostile_launch_path_facts_are_reported_and_dropped() -> None:
-    from ddpfix.factguard import guard_facts
+    from ddpfix.factguard.facts import guard_facts
 
     problems, clean = guard_facts({
         "limits": {"nofile": {"soft": True, "hard": 1, "source": "x"},

@@ -19,7 +19,7 @@ from test_factguard import CASES, _set, _sim_with_fabric, _written
 
 from ddpfix import render, report
 from ddpfix.audit import audit_report
-from ddpfix.factguard import validate_facts
+from ddpfix.factguard.facts import validate_facts
 from ddpfix.rules.engine import run_checks
 
 ATOMS = ["{{ 7*191 }}", "{{", "}}", "{%", "%}", "{#", "$(id)", "`id`", ";", "|", "&&", "\n", "\r\n", "\x00", "\x1b[2J",
@@ -75,7 +75,7 @@ INVENTORY_VARS = ("ddp_master", "ddp_master_port", "ddp_cluster_cidr", "ddp_clus
 
 
 def _role_vars() -> list[str]:
-    from ddpfix.inventory import role_var_specs
+    from ddpfix.inventory.contract import role_var_specs
 
     return sorted(role_var_specs())
 

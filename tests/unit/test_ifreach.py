@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from test_hostile_properties import hostile
 
 from ddpfix import clusterfile, ifreach, local
-from ddpfix.factguard import guard_reach, valid_ifname, valid_ip
+from ddpfix.factguard.grammar import valid_ifname, valid_ip
+from ddpfix.factguard.reach import guard_reach
 from ddpfix.plan import env_write_needed, render_env
 
 ISO = {"name": "iso0", "index": 2, "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "operstate": "UP",

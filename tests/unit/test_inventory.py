@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ddpfix.cli import cli
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import cluster_from_inventory_data, load_cluster
+from ddpfix.inventory.derive import cluster_from_inventory_data, load_cluster
 
 
 def _data(hosts: dict[str, dict], **groupvars: object) -> dict:
@@ -100,7 +100,7 @@ def test_valid_ifnames_and_python(ifname: str) -> None:
 
 
 def test_cidr_ack_needed_for_public_or_broad_networks() -> None:
-    from ddpfix.inventory import cidr_needs_ack
+    from ddpfix.inventory.contract import cidr_needs_ack
 
     assert cidr_needs_ack("10.1.0.0/16") is None and cidr_needs_ack("100.64.0.0/16") is None
     assert "broader than /16" in (cidr_needs_ack("10.0.0.0/8") or "")

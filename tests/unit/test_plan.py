@@ -167,7 +167,7 @@ def test_unread_node_keeps_its_hosts_line_with_known_names(sim: Sim) -> None:
 
 
 def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
-    from ddpfix.factguard import sanitize_facts, validate_facts
+    from ddpfix.factguard.facts import sanitize_facts, validate_facts
 
     bad = dict(sim.node("node2"), hostname="a b\n{{ x }}")
     bad["cluster"] = dict(bad["cluster"], address="192.168.77.12\n10.0.0.1 evil")
@@ -187,7 +187,7 @@ def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
 def test_odd_interfaces_and_macs_are_reported_and_dropped(sim: Sim) -> None:
     """Every string a node returns is checked, the cluster interface's or not: an ill-formed interface name or MAC
     is facts.invalid (a node that says such things is refused), and the sanitized facts never carry it."""
-    from ddpfix.factguard import sanitize_facts, validate_facts
+    from ddpfix.factguard.facts import sanitize_facts, validate_facts
 
     f = dict(sim.node("node1"))
     f["interfaces"] = [dict(i) for i in f["interfaces"]] + [{"name": "bad if\n", "addrs": [], "mac": None}]

@@ -21,7 +21,7 @@ from conftest import ROOT
 
 from ddpfix.ansible.results import HostResult, record_event
 from ddpfix.audit import host_facts, host_facts_of
-from ddpfix.inventory import cluster_from_inventory_data
+from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.finding import Finding
 from ddpfix.rules.context import Context, HostFacts, Thresholds
 from ddpfix.rules.engine import run_checks

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ddpfix.errors import DdpfixError
-from ddpfix.inventory import cluster_from_inventory_data
+from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.remediate import HostPlan, run_remediation
 from ddpfix.rules.context import Context, HostFacts
 

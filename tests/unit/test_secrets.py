@@ -364,7 +364,7 @@ def test_existing_foreign_state_ancestors_are_not_changed(tmp_path: Path, monkey
 
 
 def test_node_returned_digests_are_validated_like_any_node_value() -> None:
-    from ddpfix.factguard import guard_facts
+    from ddpfix.factguard.facts import guard_facts
 
     good = {"salt": "0" * 32, "values": {"WANDB_API_KEY": "a" * 64}, "managed": {}}
     problems, facts = guard_facts({"env_file": {"values": {}, "managed": {}, "outside_keys": [], "secrets": good}})

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from ddpfix.cli import cli
 from ddpfix.errors import DdpfixError
-from ddpfix.inventory import cluster_from_inventory_data
-from ddpfix.slurm import expand_hostlist, inventory_from_allocation, inventory_yaml
+from ddpfix.inventory.derive import cluster_from_inventory_data
+from ddpfix.inventory.slurm import expand_hostlist, inventory_from_allocation, inventory_yaml
 
 
 @pytest.mark.parametrize("expr,want", [
@@ -91,7 +91,7 @@ def test_yaml_header_names_the_source() -> None:
 
 # --- Slurm's hostname grammar, heterogeneous jobs, a job step's per-job values (env --slurm --export) ---
 
-from ddpfix.slurm import (  # noqa: E402
+from ddpfix.inventory.slurm import (  # noqa: E402
     DEFAULT_PORT_RANGE,
     allocation_nodes,
     export_lines,
@@ -267,7 +267,7 @@ def test_cli_het_group(tmp_path, monkeypatch) -> None:
     assert r.exit_code == 0, r.output
     assert list(yaml.safe_load(r.stdout)["ddp_nodes"]["hosts"]) == ["gpu-03", "gpu-04", "gpu-01", "gpu-02"]
     monkeypatch.setenv("DDPFIX_HET_GROUP", "1")  # --slurm's inventory (audit, env, remediate) reads it
-    from ddpfix.slurm import write_allocation_inventory
+    from ddpfix.inventory.slurm import write_allocation_inventory
 
     monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
     written = yaml.safe_load(Path(write_allocation_inventory()).read_text())

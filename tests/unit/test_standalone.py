@@ -15,7 +15,7 @@ from conftest import FACTS
 
 from ddpfix.audit import NOT_RUN, audit_report, failing, host_facts, hosts_from_vars
 from ddpfix.errors import DdpfixError
-from ddpfix.inventory import cluster_from_hostvars, cluster_from_inventory_data
+from ddpfix.inventory.derive import cluster_from_hostvars, cluster_from_inventory_data
 from ddpfix.rules.context import Context
 from ddpfix.rules.engine import run_checks
 

@@ -4,8 +4,12 @@ variables, the user's -e applied over them."""
 from __future__ import annotations
 
 import contextlib
+import datetime
+import io
+import json
 import os
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,10 +47,6 @@ def list_inventory(inventories: Sequence[str]) -> dict[str, Any]:
 
 
 def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | None:
-    import io
-    import json
-    import warnings
-
     loaded = sys.modules.get("ansible.constants")
     if loaded is not None and str(getattr(loaded, "CONFIG_FILE", None) or "") != str(env.get("ANSIBLE_CONFIG") or ""):
         return None  # Ansible's settings were read already, from another file: ask a fresh process
@@ -56,6 +56,7 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
+        # ansible-core reads its settings (the env set above) when imported, and loads slowly: only here
         from ansible import constants as C
         from ansible.errors import AnsibleError
         from ansible.inventory.manager import InventoryManager
@@ -89,8 +90,6 @@ def _json_plain(value: Any) -> Any:
     (AnsibleUnsafeText, 2.19's tagged values) are written as what they are by json itself; here dates become ISO
     text, sets and tuples lists, bytes text, and anything else its text (a vaulted value: its plain text, as
     ansible-inventory prints it). Nothing is templated: a value is read as it is, "{{ ... }}" stays that text."""
-    import datetime
-
     if isinstance(value, Mapping):
         return dict(value)
     if isinstance(value, (datetime.date, datetime.time)):
@@ -135,9 +134,7 @@ def _inventory_list(inventory: Any, vm: Any, internal: Any) -> dict[str, Any]:
 
 
 def _inventory_subprocess(inventories: Sequence[str], env: Mapping[str, str], run_dir: Path) -> dict[str, Any]:
-    import json
-
-    import ansible_runner
+    import ansible_runner  # slow import (CLI start): only when Ansible lists the inventory
 
     with private_umask():
         out, err = ansible_runner.get_inventory(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpfix.factguard import one_line
+from ddpfix.factguard.grammar import one_line
 
 
 @dataclass

@@ -4,6 +4,7 @@ directory with the user's Ansible configuration and returns typed per-host resul
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -202,8 +203,6 @@ def _preloader(modules: Sequence[str]) -> Callable[..., None] | None:
         return None
 
     def load() -> None:
-        import importlib
-
         for name in modules:
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
@@ -220,7 +219,7 @@ def _no_close_delay_after_exit() -> None:
     close sleeps `delayafterclose` (0.1 s) first, "to give the kernel time to update the process status", which is
     known already when the child was reaped. Skip that sleep then (a child still alive keeps it, and is terminated as
     before): 0.1 s of every run, 5 % of a 4-node audit."""
-    import ptyprocess  # type: ignore[import-untyped]
+    import ptyprocess  # type: ignore[import-untyped]  # ansible-runner's dependency: loaded with it, at a run
 
     close = ptyprocess.PtyProcess.close
     if getattr(close, "_ddpfix", False):

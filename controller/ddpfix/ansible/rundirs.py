@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import stat
@@ -133,8 +134,6 @@ def as_data(value: Any) -> Any:
 def write_extravars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
     """The run's extra vars as JSON in `<run dir>/env/extravars`, which ansible-runner passes as `-e @path`;
     every string in them is data, never a template (`as_data`)."""
-    import json
-
     env = run_dir / "env"
     env.mkdir(mode=0o700, exist_ok=True)
     path = env / "extravars"
@@ -170,8 +169,6 @@ def owner_only(base: Path) -> None:
 def redact_extravars(run_dir: Path) -> None:
     """Rewrite `<run dir>/env/extravars` with secret-looking values (`plan.is_secret`) replaced by ***: the plan's env
     values were needed by the run, not by whoever reads the run directory later."""
-    import json
-
     path = run_dir / "env" / "extravars"
     try:
         with open(path) as f:

@@ -152,7 +152,7 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
 
     forget_run_dirs()
     if ctx.get_parameter_source("inventories") is ParameterSource.ENVIRONMENT:
-        from ddpfix.inventory import split_inventory_env
+        from ddpfix.inventory.sources import split_inventory_env
 
         inventories = split_inventory_env(os.environ.get("DDPFIX_INVENTORY", ""))  # click splits on whitespace
     from ddpfix import ansibleargs

@@ -15,7 +15,7 @@ from click.core import ParameterSource
 from ddpfix.ansibleargs import AnsibleArgs, merge_extra_vars
 from ddpfix.app import Application
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import load_cluster
+from ddpfix.inventory.derive import load_cluster
 from ddpfix.model.cluster import Cluster
 from ddpfix.render import FORMATS, RENDERERS, output_format, render_text
 

@@ -30,7 +30,7 @@ def slurm(nodelist: str | None, vars_file: str | None, output: str | None, het_g
     needs --het-group; a node count (SLURM_JOB_NUM_NODES, SLURM_NNODES) other than the list's is refused (exit 2)."""
     import yaml
 
-    from ddpfix.slurm import inventory_from_allocation, inventory_yaml, parse_het_groups
+    from ddpfix.inventory.slurm import inventory_from_allocation, inventory_yaml, parse_het_groups
 
     extra: dict[str, Any] = {}
     if vars_file:

@@ -3,8 +3,9 @@ by `ddpfix check --local`) and `ddpfix_probe` (its check run). Written from the 
 module_utils they use: `ddpfix_nodeinfo`, `ddpfix_envfile`, `ddpfix_firewall`, `ddpfix_fabric`), which stay
 stdlib-only Python for the nodes; the controller's checks, plan and verify read the facts through these types.
 
-Values from nodes are validated before anything is written from them (`factguard.validate_facts`): the types say what a
-well-behaved node returns, not what the controller may assume unchecked. Keys are only ever added (`schema: 1`).
+Values from nodes are validated before anything is written from them (`factguard.facts.validate_facts`): the types
+say what a well-behaved node returns, not what the controller may assume unchecked. Keys are only ever added
+(`schema: 1`).
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired[...] from evaluated annotations.
@@ -172,7 +173,7 @@ class NodeFacts(TypedDict, total=False):
     """`ansible_facts.ddpfix_node`: everything the audit reads on one node, in one task."""
 
     schema: int
-    hostname: str | None  # None: the node returned an invalid one (factguard.sanitize_facts)
+    hostname: str | None  # None: the node returned an invalid one (factguard.facts.sanitize_facts)
     fqdn: str | None
     machine_id: str
     interfaces: list[Interface]

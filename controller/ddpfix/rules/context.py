@@ -8,7 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ddpfix.factguard import guard_facts, guard_reach
+from ddpfix.factguard.facts import guard_facts
+from ddpfix.factguard.reach import guard_reach
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan, effective_cidr, plan_cluster

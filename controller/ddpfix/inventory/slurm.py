@@ -9,14 +9,22 @@ A heterogeneous job (SLURM_HET_SIZE) gives ranks only to the components named wi
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
+import shlex
 import shutil
+import socket
 import subprocess
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
+from ddpfix.ansible.rundirs import new_run_dir
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory import GROUP
+from ddpfix.inventory.contract import GROUP
+from ddpfix.plan import node_env
 
 #: A Slurm node name: RFC 1123 labels plus `_` (slurm.conf's NodeName accepts `gpu_01`; names reach the inventory,
 #: MASTER_ADDR and shell `export` lines, so nothing else: no whitespace, quote, `$`, `;`, bracket or comma).
@@ -45,7 +53,7 @@ def expand_hostlist(expr: str, *, use_scontrol: bool = True, var: str = "SLURM_J
             raise _bad(f"{var} {expr!r} is not a valid hostlist: {' '.join(r.stderr.split())}")
         names = r.stdout.split()
     else:
-        import hostlist  # python-hostlist
+        import hostlist  # python-hostlist: optional, and only for a hostlist expression
 
         try:
             names = hostlist.expand_hostlist(expr)
@@ -220,8 +228,6 @@ def job_port(job_id: str, port_range: tuple[int, int], ephemeral: tuple[int, int
 
 def this_node(env: Mapping[str, str]) -> str:
     """This node's Slurm name: SLURMD_NODENAME (slurmd sets it in every task), else the short host name."""
-    import socket
-
     return str(env.get("SLURMD_NODENAME") or "").strip() or socket.gethostname().split(".")[0]
 
 
@@ -256,8 +262,6 @@ def master_address(master: str, doc: Mapping[str, Any] | None) -> tuple[str, str
         full = (str(n.get("name") or ""), str(n.get("hostname") or ""))
         names = {*full, *(x.split(".")[0] for x in full)}
         if master in names and n.get("address"):
-            import ipaddress
-
             try:
                 return str(ipaddress.ip_address(str(n["address"]))), "cluster file"
             except ValueError:
@@ -272,8 +276,6 @@ def job_env(env: Mapping[str, str], *, het_groups: tuple[int, ...] = (), port_ra
     the step, this node's cluster file `doc` (its port range, the master's cluster address) and its ephemeral range.
     The keys are the env file's launch keys (plan.node_env): MASTER_ADDR/PORT, NNODES, NODE_RANK, NPROC_PER_NODE and
     torchrun's PET_* names; nothing per node (interfaces, fabric) and nothing written."""
-    from ddpfix.plan import node_env
-
     hosts = allocation_nodes(env, None, het_groups, step=True)
     rank = node_rank(env, hosts, bool(het_groups))
     notes: list[str] = []
@@ -304,13 +306,10 @@ def job_env(env: Mapping[str, str], *, het_groups: tuple[int, ...] = (), port_ra
 
 def export_lines(values: Mapping[str, str]) -> str:
     """`export KEY=VALUE` lines for `eval` or `source` (values quoted for the shell)."""
-    import shlex
-
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
 
 
 def inventory_yaml(data: Mapping[str, Any], source: str) -> str:
-    import yaml
 
     header = (f"# Written by `ddpfix inventory slurm` from {source}.\n"
               "# Master = the first node of the allocation; ranks = the allocation's node order.\n")
@@ -320,10 +319,6 @@ def inventory_yaml(data: Mapping[str, Any], source: str) -> str:
 def write_allocation_inventory(env: Mapping[str, str] | None = None, *, as_finding: bool = False) -> str:
     """`--slurm`: the allocation's inventory as a file in a run directory of its own (read like any -i file).
     `as_finding`: see inventory_from_allocation (the audit's; every other command refuses the disagreement)."""
-    import os
-
-    from ddpfix.ansible.rundirs import new_run_dir
-
     env = os.environ if env is None else env
     groups = str(env.get("DDPFIX_HET_GROUP") or "").strip()
     data = inventory_from_allocation(env, het_groups=parse_het_groups(groups) if groups else (), as_finding=as_finding)
