@@ -1,7 +1,8 @@
 """The README's generated sections, each between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers: the findings
 table (from the rule registry), the failures `ddpfix explain` recognises (from its pattern table) and the lab's
 scenario list (from the lab's scenario registry, as `ddpfix lab up --help` prints it). A unit test fails when
-README.md differs; regenerate with
+README.md differs; regenerate with (the same command regenerates the rule-id tags of the roles' fix tasks and of
+playbooks/remediate.yml from the registry: ``ddpfix.rules.tags``)
 
     PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md
 """
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"{path}: {exc}\n")
         return 2
+    from ddpfix.rules import tags  # the registry's checks load only for this command
+
+    tags.sync(path.resolve().parent)
     return 0
 
 

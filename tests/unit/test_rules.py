@@ -190,3 +190,12 @@ def test_a_rule_with_an_unknown_scope_or_where_is_refused() -> None:
         rules.Rule("x.y", rules.Severity.INFO, "t", "f", scope="everywhere")
     with pytest.raises(ValueError, match="where"):
         rules.Rule("x.y", rules.Severity.INFO, "t", "f", explains=(rules.Explains("time.skew", "nearby"),))
+
+
+def test_fix_task_tags_are_generated_from_the_registry() -> None:
+    """The rule-id tags of the roles' fix tasks and of remediate.yml are the registry's (Remedy.tags)."""
+    from ddpfix.rules import tags
+
+    assert not tags.stale(ROOT), (
+        "role or remediate.yml tags differ from the registry: `PYTHONPATH=controller .venv/bin/python -m ddpfix.readme "
+        "README.md` regenerates them")

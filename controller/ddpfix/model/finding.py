@@ -35,6 +35,10 @@ class Remedy:
     how: str = ""  # README "auto-fixed" column, e.g. "env file"; empty: "yes"
     #: True: the fix is made on the node the finding's probe could not reach (probe.*), not on the finding's host
     on_target: bool = False
+    #: The task groups that fix it, by the non-id tag they carry ("": the role's tasks that carry ids only): every
+    #: task of the role, and every task of playbooks/remediate.yml, of one of these groups carries the rule id as a
+    #: tag, generated (``ddpfix.rules.tags``, run by ``python -m ddpfix.readme README.md``).
+    tags: tuple[str, ...] = ()
 
 
 #: Where a rule's finding explains another finding (``Explains.where``):

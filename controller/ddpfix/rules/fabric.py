@@ -26,6 +26,7 @@ from ddpfix.fabric import (
 from ddpfix.model.finding import Finding, Remedy, Severity
 from ddpfix.rules.context import SRC_ENV, SRC_FABRIC, SRC_IFACES, Context
 from ddpfix.rules.registry import Rule, finding, rules
+from ddpfix.rules.remedies import ENV_FILE
 
 
 def _human(n: int) -> str:
@@ -90,13 +91,13 @@ E, W = Severity.ERROR, Severity.WARNING
          "data rails",
          "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} "
          "(ddp_nccl_ib_hca; ddpfix env --apply derives it).",
-         remedies=(Remedy("ddpfix_env", "env", how="env file"),), reads=SRC_FABRIC | SRC_ENV | SRC_IFACES),
+         remedies=(ENV_FILE,), reads=SRC_FABRIC | SRC_ENV | SRC_IFACES),
     Rule("fabric.memlock-low", E,
          "RDMA node whose SSH session's memlock limit is below unlimited (or `ddp_memlock`)",
          "Raise memlock to {value} for the launch path: ddpfix remediate --apply writes "
          "/etc/security/limits.d/90-ddpfix-memlock.conf (memlock {value} for * and root) for new PAM logins; for a "
          "systemd launcher list it in ddp_launcher_units (LimitMEMLOCK drop-in).",
-         remedies=(Remedy("ddpfix_limits", "limits", how="limits.d"),),
+         remedies=(Remedy("ddpfix_limits", "limits", how="limits.d", tags=("memlock",)),),
          reads=SRC_FABRIC | frozenset({"memlock_units"})),
     Rule("fabric.no-uverbs", E, "RDMA devices but no `/dev/infiniband/uverbs*`",
          "Load the user-verbs module: modprobe ib_uverbs (persist it in /etc/modules-load.d/ib_uverbs.conf; "

@@ -63,7 +63,8 @@ def _limit(v: int) -> str:
          "/etc/systemd/system/UNIT.d/90-ddpfix-nofile.conf (LimitNOFILE={value}:{unit_hard}; it applies at the "
          "unit's next start); by hand: ulimit -n {value} in the launch script, or docker run --ulimit "
          "nofile={value}:{unit_hard}.",
-         remedies=(Remedy("ddpfix_limits", "nofile", how="limits.d"),), reads=frozenset({"nofile_units"}),
+         remedies=(Remedy("ddpfix_limits", "nofile", how="limits.d", tags=("nofile",)),),
+         reads=frozenset({"nofile_units"}),
          # a low limit read is low whatever an unreadable unit has
          sound_on_partial=True,
          still_open="pam_limits applies limits.d only where sshd runs with UsePAM yes (and session pam_limits.so in "

@@ -199,7 +199,8 @@ def _cluster_ifaces(ctx: Context, f: Mapping[str, Any]) -> list[tuple[str, list[
          "leave by another NIC (NVIDIA/nccl#1269)",
          "Answer ARP only on the interface that holds the address and announce it from there: {commands}; persist "
          "it in " + ARP_PATH + " (ddpfix remediate --apply writes both, for {ifaces} only).",
-         remedies=(Remedy("ddpfix_sysctl", "arp", how="sysctl.d"),), reads=frozenset({"interfaces", "arp"})),
+         remedies=(Remedy("ddpfix_sysctl", "arp", how="sysctl.d", tags=("sysctl",)),),
+         reads=frozenset({"interfaces", "arp"})),
 )
 def check_arp_flux(ctx: Context) -> Iterable[Finding]:
     for name, f in ctx.audited():

@@ -8,7 +8,7 @@ from typing import Any
 from ddpfix.model.finding import Explains, Finding, Severity
 from ddpfix.rules.context import Context
 from ddpfix.rules.registry import Rule, finding, rules
-from ddpfix.rules.remedies import CHRONY
+from ddpfix.rules.remedies import CHRONY, CHRONY_INSTALL
 
 W = Severity.WARNING
 
@@ -43,7 +43,7 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
         "no chronyd/ntpd/timesyncd/ptp4l running",
         "Install and run chrony with common servers (ddp_ntp_servers) or the master as local source "
         "(ddp_ntp_local_master).",
-        remedies=(CHRONY,),
+        remedies=(CHRONY_INSTALL,),
         reads=frozenset({"processes"}),
         still_open="chronyd was started but is not running: see its log on the node",
         explains=(Explains("time.skew", "any"),),
