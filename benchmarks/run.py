@@ -133,8 +133,9 @@ def lab_up(name: str, n: int, inv_dir: Path, tmp: Path) -> tuple[Any, dict[str, 
 
 
 class Runner:
-    def __init__(self, tmp: Path, inv: Path, n: int, forks: int) -> None:
+    def __init__(self, tmp: Path, inv: Path, n: int, forks: int, profile: bool = False) -> None:
         self.tmp, self.inv, self.n, self.forks = tmp, inv, n, forks
+        self.audit_env = {"DDPFIX_FACTS_PROFILE": "1"} if profile else {}  # --profile-facts
         self.count = 0
         tmp.mkdir(parents=True, exist_ok=True)
 
@@ -163,7 +164,7 @@ class Runner:
         state = Path(tempfile.mkdtemp(prefix="state-", dir=self.tmp))
         head = [sys.executable, str(HERE / "_variant.py")] if variant is not None else [DDPFIX]
         argv = [*head, "-i", str(self.inv), *(["--forks", str(forks)] if forks else []), *args]
-        res = self._run(kind, argv, self._env(state, variant), state)
+        res = self._run(kind, argv, self._env(state, {**self.audit_env, **(variant or {})}), state)
         res["state_dir"] = str(state)
         return res
 
@@ -238,6 +239,10 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
             node = ((d.get("res") or {}).get("ansible_facts") or {}).get("ddpfix_node") or {}
             if node.get("now_elapsed") is not None:
                 t.setdefault("module", []).append(float(node["now_elapsed"]))  # the module's own time on the node
+            prof = (d.get("res") or {}).get("profile")
+            if isinstance(prof, dict):  # DDPFIX_FACTS_PROFILE=1 (--profile-facts): ms per reader on the node
+                for k, v in prof.items():
+                    t.setdefault("profile", {}).setdefault(k, []).append(float(v))
             if kind == "runner_on_ok" and "connects" in (node.get("probe") or {}):
                 probes[d.get("host")] = node["probe"]["connects"] or []  # the last result per host
     out["probe_hosts"] = len(probes)
@@ -251,6 +256,8 @@ def events_summary(run_dir: Path) -> dict[str, Any]:
             "host_median_s": round(statistics.median(durs), 3) if durs else None,
             "host_max_s": round(max(durs), 3) if durs else None,
             "module_median_s": round(statistics.median(t["module"]), 3) if t.get("module") else None,
+            **({"profile_median_ms": {k: round(statistics.median(v), 1) for k, v in t["profile"].items()}}
+               if t.get("profile") else {}),
         })
     return out
 
@@ -426,7 +433,7 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
     info, notes = lab_up(name, n, inv_dir, tmp)
     log(f"N={n}: lab {name} up on {notes['subnet']} in {notes['up_s']} s; forks {forks}")
     out: dict[str, Any] = {"n": n, "forks": forks, "lab": notes, "runs": []}
-    r = Runner(tmp / f"n{n}", info.inventory, n, forks)
+    r = Runner(tmp / f"n{n}", info.inventory, n, forks, args.profile_facts)
     try:
         for i in range(-1, args.pairs):
             warm = i < 0
@@ -719,6 +726,9 @@ def main() -> int:
                     help="instead: audit, remediate dry run and --apply side by side, env files missing, at these "
                          "sizes (e.g. 4,8,16,32); writes benchmarks/remediate-cost.{json,md}")
     ap.add_argument("--remediate-cost-rounds", type=int, default=3, help="rounds per size after the warm-up")
+    ap.add_argument("--profile-facts", action="store_true",
+                    help="the audits run with DDPFIX_FACTS_PROFILE=1: the facts module's ms per reader on each node "
+                         "(raw results: events.tasks.profile_median_ms)")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.pairs, args.remediate_runs, args.analysis_sizes = "4,8", 2, "1", "100,1000"

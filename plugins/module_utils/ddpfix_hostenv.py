@@ -5,7 +5,9 @@
 - `arp_sysctls(names)`: /proc/sys/net/ipv4/conf/{all,IFACE}/{arp_ignore,arp_announce} (per network namespace).
 - `torch_info(python)`: torch's version, CUDA/ROCm build and NCCL version from one start of `python` (ddp_python),
   cached in /run/ddpfix/torch by the interpreter's real path and mtime and by torch's version.py mtime, so later
-  audits start no interpreter until either changes (a pip install rewrites version.py). The interpreter reads
+  audits start no interpreter until either changes (a pip install rewrites version.py). An interpreter without torch
+  is cached too, with the mtime of every directory of its import path (and of the user site, existing or not): until
+  one of them changes (installing torch adds an entry to one), no interpreter is started. The interpreter reads
   torch/version.py as text (ast, nothing of torch runs) and imports torch.cuda.nccl only on a CUDA/ROCm build.
 """
 
@@ -39,6 +41,15 @@ TORCH_INFO_CODE = (
     "    out['error'] = 'torch: ' + str(e)[:200]\n"
     "if spec is None or not spec.origin:\n"
     "    out['error'] = out['error'] or 'torch is not installed for this interpreter'\n"
+    "    if spec is None and not out['error'].startswith('torch: '):\n"
+    "        import site, sys\n"
+    "        dirs = [os.path.abspath(p or '.') for p in sys.path] + [site.getusersitepackages()]\n"
+    "        def mt(d):\n"
+    "            try:\n"
+    "                return os.stat(d).st_mtime_ns\n"
+    "            except OSError:\n"
+    "                return None\n"
+    "        out['absent'] = [[d, mt(d)] for d in dirs]\n"
     "else:\n"
     "    vf = os.path.join(os.path.dirname(spec.origin), 'version.py')\n"
     "    vals = {}\n"
@@ -157,6 +168,8 @@ def _cache_read(path, key):
         return None
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("result"), dict):
         return None
+    if "absent" in doc["result"]:  # no torch: stale once any directory torch could be installed in changed
+        return doc["result"] if _unchanged(doc["result"]["absent"]) else None
     stamp = doc["result"].get("stamp")
     try:  # torch reinstalled (version.py rewritten): stale
         if not (isinstance(stamp, list) and len(stamp) == 2 and os.stat(stamp[0]).st_mtime_ns == stamp[1]):
@@ -164,6 +177,23 @@ def _cache_read(path, key):
     except (OSError, TypeError, ValueError):
         return None
     return doc["result"]
+
+
+def _unchanged(dirs):
+    """Whether every [directory, mtime_ns or None (absent)] of an absent torch's stamp is as it was: installing torch
+    (or a .pth, an egg link) adds an entry to one of the import path's directories, or creates the user site."""
+    if not isinstance(dirs, list) or not dirs:
+        return False
+    for entry in dirs:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)):
+            return False
+        try:
+            now = os.stat(entry[0]).st_mtime_ns
+        except OSError:
+            now = None
+        if now != entry[1]:
+            return False
+    return True
 
 
 def _cache_write(cdir, path, key, result):
@@ -185,8 +215,9 @@ def torch_info(python, cache_dir=TORCH_CACHE_DIR, timeout=TORCH_TIMEOUT):
     exe = _resolve_python(python)
     if not exe or not os.access(exe, os.X_OK):
         return info, f"{python}: no such interpreter on this node"
-    try:
-        key = [exe, os.path.realpath(exe), *_stat_key(exe)]
+    try:  # the environment that changes the interpreter's import path is part of the key
+        key = [exe, os.path.realpath(exe), *_stat_key(exe), os.getcwd(),
+               *(os.environ.get(v) for v in ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE"))]
     except OSError as exc:
         return info, "{}: {}".format(python, getattr(exc, "strerror", None) or exc)
     cdir = _cache_dir(cache_dir) if cache_dir else None
@@ -205,7 +236,7 @@ def torch_info(python, cache_dir=TORCH_CACHE_DIR, timeout=TORCH_TIMEOUT):
             result = None
         if not isinstance(result, dict):
             return info, f"{python}: printed no torch version ({out.strip()[:80]!r})"
-        if cpath and result.get("version") and not result.get("error"):
+        if cpath and ((result.get("version") and not result.get("error")) or _unchanged(result.get("absent"))):
             _cache_write(cdir, cpath, key, result)
     for k in ("version", "cuda", "hip", "nccl"):
         v = result.get(k)

@@ -78,6 +78,12 @@ options:
         addresses, known from their facts only (I(cluster_cidr) is not the network Ansible reaches the nodes on).
     type: bool
     default: false
+  profile:
+    description:
+      - Also return C(profile), the wall time of each fact reader (module_utils ddpfix_readers) and of the module
+        (ms), for profiling the audit on a node. Also on when the node's environment has C(DDPFIX_FACTS_PROFILE=1).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -88,6 +94,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+profile:
+  description: With I(profile), ms per reader (C(read_interfaces), ..., C(finish_probing)), C(total_ms) (from the
+      module's imports to its exit), C(since_process_start_ms) (also the interpreter's start and the payload's
+      imports) and C(cpu_ms) (the module's process and the commands it ran).
+  returned: with I(profile)
+  type: dict
 probe:
   description: With I(probe_only), the probe's facts (as C(ddpfix_node.probe) holds them otherwise).
   returned: with I(probe_only)
@@ -120,244 +132,24 @@ ansible_facts:
   type: dict
 """
 
-import errno
-import hashlib
-import json
 import os
-import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_envfile import (
-    managed_text,
-    new_salt,
-    outside_keys,
-    ownership,
-    redact,
-    redact_values,
-    secret_digests,
-)
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fabric import collect as collect_fabric
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_firewall import collect as collect_firewall
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_hostenv import (
-    arp_sysctls,
-    nofile_limit,
-    torch_info,
-    unit_nofile,
-)
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_launchenv import shm_facts, stray_env_facts
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import absent as release_lock
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take_lock
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
-    cluster_interface,
-    interface_facts,
-    listening_ports,
-    parse_chronyc_tracking,
-    parse_env_file,
-    parse_hosts_file,
-    relevant_hosts_entries,
-    resolve,
-    run_command,
-    running_time_daemons,
+
+# resolve, block_digest: the controller (`ddpfix check --local`, its tests) takes them from here, as the node runs them
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import resolve  # noqa: F401
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeprobe import probe_only
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_readers import (  # noqa: F401
+    READERS,
+    block_digest,
+    run_readers,
 )
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import (
-    bind_listeners,
-    deviations,
-    fork_prober,
-    proc_start,
-    reach_candidates,
-    reach_extras,
-    result_dir,
-    wait_inline,
-)
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_writable import unwritable
 
 _T0 = time.monotonic()  # the module's start
-
-
-def block_digest(text):
-    """SHA-256 (hex) of ddpfix's managed block in `text`, None when it has none."""
-    if ownership(text) != "block":
-        return None
-    return hashlib.sha256(managed_text(text).encode()).hexdigest()
-
-
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return default
-
-
-def read_or_why(path):
-    """(text, None) or (None, why): a missing file is (None, None), any other failure names its reason."""
-    try:
-        with open(path) as f:
-            return f.read(), None
-    except OSError as exc:
-        if getattr(exc, "errno", None) == errno.ENOENT:
-            return None, None
-        return None, "{}: {}".format(path, getattr(exc, "strerror", None) or exc)
-    except UnicodeDecodeError as exc:
-        return None, f"{path}: not text ({exc})"
-
-
-def sysctl(name):
-    v = read("/proc/sys/" + name.replace(".", "/"))
-    return v.split() if v is not None else None
-
-
-def _why(what, rc, err):
-    line = next((ln.strip() for ln in (err or "").splitlines() if ln.strip()), "") or f"rc={rc}"
-    if rc == 127:
-        line = f"not installed ({line})"
-    elif rc == 124 or "timed out" in line.lower():
-        line = f"timed out ({line})"
-    return f"{what}: {line[:200]}"
-
-
-def _user():
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except (ImportError, KeyError):
-        return f"uid {os.geteuid()}"
-
-
-def start_probe(spec, cluster, master_port, listening, lock_path, run_id, ifaces=None):
-    """Bind this node's listeners (the probe port the controller chose, on the cluster address and on the address
-    the controller dials, when that is another local address; the master port on the master unless a job holds it)
-    and fork the prober. With more than one candidate interface among `ifaces` (`reach_candidates`), the prober also
-    dials each peer target from each other candidate (the interface reach probe). Returns {facts, pid, fd,
-    result_path, start}."""
-    addr = cluster["address"]
-    port = int(spec.get("port") or 0)
-    specs = []
-    if port:
-        specs.append((addr, port, "peer", False))
-        dialled = spec.get("self_address") or ""
-        if dialled and dialled != addr and is_local_address(dialled):
-            specs.append((dialled, port, "peer", False))
-    if master_port and master_port not in listening:
-        specs.append((addr, master_port, "master", True))  # skipped if a job binds it meanwhile
-    socks, held, error = bind_listeners(specs)
-    listener = {
-        "port": port if any(k == "peer" for _, _, k in held) else None,
-        "master_port_listening": any(k == "master" for _, _, k in held),
-        "error": error,
-        "mode": "detached" if spec.get("detach") else "inline",
-    }
-    expect = {}
-    if listener["port"]:
-        expect["peer"] = int(spec.get("expect_peers") or 0)
-    if listener["master_port_listening"]:
-        expect["master"] = int(spec.get("expect_master") or 0)
-    now = time.time()
-    wait = float(spec.get("wait") or 10)
-    detach = bool(spec.get("detach"))
-    candidates = reach_candidates(ifaces, cluster.get("cidr"))
-    main_speed = next((c["speed"] for c in candidates if c["ifname"] == cluster.get("ifname")), None)
-    args = dict(
-        via=reach_extras(candidates, cluster.get("ifname") or ""),
-        main_speed=main_speed,
-        targets=list(spec.get("targets") or []),
-        expect=expect,
-        bind_address=addr,
-        bind_ifname=cluster.get("ifname") or "",
-        timeout=float(spec.get("timeout") or 2.0),
-        dial_until=now + (float(spec.get("hold") or 120) if detach else wait),
-        # a listener outlives the dials by one connect timeout and a margin: a peer that started a little
-        # later still finds it up during its last attempt
-        hold_until=now + (float(spec.get("hold") or 120) if detach else wait + float(spec.get("timeout") or 2.0) + 3),
-        lock_path=lock_path,
-        run_id=run_id,
-        # only connects from the planned dialers count toward `expect` (a plan without them: every source)
-        sources=spec.get("sources") if isinstance(spec.get("sources"), dict) else None,
-    )
-    result_path = None
-    if detach:  # a private directory (mkdtemp, 0700) in /run, else the system's temporary directory
-        result_path = result_dir(os.path.dirname(lock_path) or "/run")
-    pid, fd = fork_prober(socks, args, result_path)
-    start = proc_start(pid)
-    if detach:
-        listener.update(pid=pid, start=start, result_path=result_path)
-    return {"facts": listener, "pid": pid, "fd": fd, "detach": detach}
-
-
-def finish_probe(spec, started, cluster, me):
-    """Resolution and route deviations, then (inline) the prober's result."""
-    out = deviations(spec.get("expected") or {}, spec.get("me") or "", cluster.get("ifname") or "")
-    if not started["detach"]:
-        result, error = wait_inline(started["pid"], started["fd"])
-        if result is None:
-            out["error"] = error
-        else:
-            out.update(result)
-    return out
-
-
-def is_local_address(addr):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind((addr, 0))
-        return True
-    except (OSError, ValueError):
-        return False
-    finally:
-        s.close()
-
-
-def env_file_facts(path, text):
-    """The env file as the audit needs it, secret values redacted (its content never leaves the node)."""
-    target = os.path.realpath(path)
-    error = None
-    if text is None and os.path.lexists(path):
-        if os.path.islink(path) and not os.path.exists(target):
-            error = f"a symlink to {target}, which does not exist"
-        elif os.path.isdir(target):
-            error = "a directory"
-        else:
-            error = "not readable"
-    values = parse_env_file(text or "")
-    managed = parse_env_file(managed_text(text or ""))
-    salt = new_salt()
-    return {
-        "path": path,
-        "target": target if target != path else None,
-        "exists": text is not None or os.path.lexists(path),
-        "readable": text is not None,
-        "error": error,
-        # every key as bash `set -a; . FILE` leaves it (the last assignment wins)
-        "values": redact_values(values),
-        # ddpfix's part: block (or older whole-file format), foreign (a file ddpfix did not write)
-        "owner": ownership(text) if text is not None else None,
-        "managed": redact_values(managed),
-        "outside_keys": outside_keys(text or ""),
-        # the redacted values' HMACs under a fresh random salt: the controller compares the planned value's
-        # digest with them (the value itself never leaves the node; no precomputed table fits a fresh salt)
-        "secrets": {"salt": salt, "values": secret_digests(values, salt), "managed": secret_digests(managed, salt)},
-        # for remediate's dry run, computed on the controller from these (no second round trip): the file redacted
-        # as the write's diff shows it (secret values ***), the cluster file next to it, and what of the two could
-        # not be written (the write pre-flight). Left out over PREVIEW_MAX characters: the dry run then asks the node.
-        "text": redact(text) if text is not None and len(text) <= PREVIEW_MAX else None,
-        "cluster_file": cluster_file_facts(os.path.join(os.path.dirname(path), "cluster.json")),
-        "unwritable": unwritable([path, os.path.join(os.path.dirname(path), "cluster.json")], []),
-    }
-
-
-#: The largest env file or cluster file whose text the facts carry (for the dry run's diff).
-PREVIEW_MAX = 65536
-
-
-def cluster_file_facts(path):
-    """The cluster file ddpfix writes next to the env file: whether it exists and its text (not secret: the cluster's
-    view, names and addresses), None when unreadable or over PREVIEW_MAX."""
-    text, why = read_or_why(path)
-    return {"path": path, "exists": os.path.lexists(path),
-            "text": text if why is None and text is not None and len(text) <= PREVIEW_MAX else None}
 
 
 def main():
@@ -379,6 +171,7 @@ def main():
             launcher_units=dict(type="list", elements="str", default=[]),
             fi_info=dict(type="str", default=""),
             probe_only=dict(type="bool", default=False),
+            profile=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -394,8 +187,10 @@ def main():
             module.fail_json(**failure)
         if lock.get("unlocked"):  # no lock file to watch: the prober ends by its own deadlines only
             p["run_id"] = ""
+    profile = {} if p["profile"] or os.environ.get("DDPFIX_FACTS_PROFILE") == "1" else None
     try:
-        out = {"probe": probe_only(p)} if p["probe_only"] else {"ansible_facts": {"ddpfix_node": collect(p)}}
+        out = {"probe": probe_only(p)} if p["probe_only"] else {
+            "ansible_facts": {"ddpfix_node": collect(p, profile)}}
         ef = out.get("ansible_facts", {}).get("ddpfix_node", {}).get("env_file")
         if lock is not None and lock.get("unlocked") and isinstance(ef, dict):  # remediate's pre-flight: refused
             ef["unwritable"] = dict(ef.get("unwritable") or {}, **{
@@ -403,190 +198,42 @@ def main():
     finally:
         if lock is not None and not detached:  # a detached prober's collect task releases it
             release_lock(p["lock_path"], holder)
+    if profile is not None:
+        out["profile"] = dict(profile, **process_times())
     module.exit_json(changed=False, lock=lock, **out)
 
 
-def probe_only(p):
-    """The probe alone (option probe_only): the interfaces and listening ports it needs, then the probe, as
-    `collect` runs it (its result is what `collect` returns as the facts' `probe`)."""
-    rc, out, err = run_command(["ip", "-j", "-d", "addr", "show"])
+def process_times():
+    """The module's own times, ms: since its process started (the interpreter, the AnsiballZ payload, the imports;
+    /proc/self/stat, in clock ticks) and since this file's imports were done, and its CPU time."""
+    out = {"total_ms": round((time.monotonic() - _T0) * 1000, 1)}
     try:
-        interfaces = json.loads(out) if rc == 0 else []
-    except ValueError:
-        interfaces = []
-    ifaces = interface_facts(interfaces, lambda name: os.path.exists(f"/sys/class/net/{name}/device"))
-    cluster = cluster_interface(ifaces, p["cluster_cidr"], p["master_address"], p["socket_ifname"])
-    probe = {"address": cluster.get("address"), "port": None, "master_port_listening": False, "pid": None,
-             "error": None if rc == 0 else _why("ip -j -d addr show", rc, err)}
-    if not p.get("probe") or not cluster.get("address"):
-        return probe
-    tcp, _ = read_or_why("/proc/net/tcp")
-    tcp6, _ = read_or_why("/proc/net/tcp6")
-    started = start_probe(p["probe"], cluster, p["master_port"] if p["is_master"] else None,
-                          listening_ports(tcp or "", tcp6 or ""), p["lock_path"], p["run_id"], ifaces)
-    probe.update(started["facts"])
-    probe.update(finish_probe(p["probe"], started, cluster, p["run_id"]))
-    return probe
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        out["since_process_start_ms"] = round((uptime - start_ticks / os.sysconf("SC_CLK_TCK")) * 1000, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    t = os.times()
+    out["cpu_ms"] = round((t.user + t.system + t.children_user + t.children_system) * 1000, 1)
+    return out
 
 
-def collect(p):
-    """The node's facts for these parameters (the module's options); also run in-process by `ddpfix check --local`."""
-    errors = []
-    unread = []
-
-    def not_read(source, reason):
-        errors.append(reason)
-        unread.append({"source": source, "reason": reason})
-
-    # -d: linkinfo.info_kind (bridge, bond, vlan, veth...)
-    rc, out, err = run_command(["ip", "-j", "-d", "addr", "show"])
-    try:
-        interfaces = json.loads(out) if rc == 0 else []
-    except ValueError:
-        interfaces = []
-        not_read("interfaces", "ip -j addr show: unparsable JSON")
-    if rc != 0:
-        not_read("interfaces", _why("ip -j -d addr show", rc, err))
-    ifaces = interface_facts(interfaces, lambda name: os.path.exists(f"/sys/class/net/{name}/device"))
-    master_ips = resolve(p["master_address"]) or []
-    # None when the master's name does not resolve here (hosts.peer-unresolvable says so): never the name itself
-    master_ip = next((a for a in master_ips if ":" not in a), master_ips[0]) if master_ips else None
-    cluster = cluster_interface(ifaces, p["cluster_cidr"], master_ip, p["socket_ifname"])
-
-    hostname = socket.gethostname()
-    try:
-        fqdn = socket.getfqdn()
-    except OSError:
-        fqdn = hostname
-    port_range = sysctl("net.ipv4.ip_local_port_range")
-    somaxconn = sysctl("net.core.somaxconn")
-    if not port_range or not somaxconn:
-        not_read("sysctl", "/proc/sys/net: net.ipv4.ip_local_port_range or net.core.somaxconn unreadable")
-    port_range = port_range or ["32768", "60999"]
-    rp_filter = {}  # net.ipv4.conf.{all,default,IFACE}.rp_filter (per network namespace)
-    for conf in ["all", "default"] + [i["name"] for i in ifaces if i.get("name")]:
-        text, why = read_or_why(f"/proc/sys/net/ipv4/conf/{conf}/rp_filter")
-        if text is None and why is None and conf not in ("all", "default"):
-            continue  # an interface without IPv4 configuration (or gone meanwhile)
-        try:
-            rp_filter[conf] = int(text)
-        except (TypeError, ValueError):
-            not_read("rp_filter", why or f"/proc/sys/net/ipv4/conf/{conf}/rp_filter: {text!r} is not a number")
-            break
-    arp, why = arp_sysctls([i["name"] for i in ifaces if i.get("name")])
-    if why:
-        not_read("arp", why)
-    lo, hi = int(port_range[0]), int(port_range[1])
-    tcp, why4 = read_or_why("/proc/net/tcp")
-    tcp6, _ = read_or_why("/proc/net/tcp6")
-    if tcp is None:
-        not_read("listening", why4 or "/proc/net/tcp: missing")
-    listening = listening_ports(tcp or "", tcp6 or "")
-    # the prober starts first, so the dials and accepts overlap the rest of the collection
-    probe = {
-        "address": cluster.get("address"),
-        "port": None,
-        "master_port_listening": False,
-        "pid": None,
-        "error": None,
-    }
-    started = None
-    if p.get("probe") and cluster.get("address"):
-        started = start_probe(
-            p["probe"], cluster, p["master_port"] if p["is_master"] else None, listening, p["lock_path"], p["run_id"],
-            ifaces,
-        )
-        probe.update(started["facts"])
-
-    daemons = running_time_daemons("/proc")
-    if os.geteuid() != 0 and not os.path.exists("/proc/1/comm"):
-        not_read("processes", f"/proc hides other users' processes from {_user()} (mounted with hidepid)")
-    rc, out, err = run_command(["chronyc", "-c", "-n", "tracking"], timeout=3)
-    tracking = parse_chronyc_tracking(out) if rc == 0 else None
-    if "chronyd" in daemons and rc in (124, 127):  # other failures ("506 Cannot talk to daemon") are chrony's state
-        not_read("chronyc", _why("chronyc -c -n tracking", rc, err))
-
-    hosts_text, why = read_or_why("/etc/hosts")
-    if why:
-        not_read("hosts_file", why)
-    env_text, why = read_or_why(p["env_path"])
-    if why:
-        not_read("env_file", why)
-    firewall = collect_firewall()
-    torch, why = None, None  # no interpreter asked for (ddpfix check --local): torch not collected
-    if p["python"]:
-        torch, why = torch_info(p["python"], p.get("torch_cache_dir", "/run/ddpfix/torch"))
-    if why:
-        not_read("torch", why)
-    units_nofile, whys = unit_nofile(p["launcher_units"])
-    for w in whys:
-        not_read("nofile_units", w)
-    fabric, fabric_unread = collect_fabric(
-        p["sysfs_root"],
-        p["dev_root"],
-        python=p["python"] or None,
-        nccl=(torch or {}).get("nccl"),
-        units=p["launcher_units"],
-        fi_info=p["fi_info"] or None,
-    )
-    for u in fabric_unread:
-        not_read(u["source"], u["reason"])
-    shm, shm_unread = shm_facts()  # host.shm-small
-    shell_env, shell_unread = stray_env_facts()  # env.stray
-    for u in shm_unread + shell_unread:
-        not_read(u["source"], u["reason"])
-    if started is not None:
-        probe.update(finish_probe(p["probe"], started, cluster, p["run_id"]))
-    hosts_entries, hosts_scope = parse_hosts_file(hosts_text or ""), "whole"
-    if started is not None and "resolve" in probe:  # the deviations are known: only the lines the audit uses
-        spec = p["probe"]
-        hosts_entries = relevant_hosts_entries(
-            hosts_entries,
-            [hostname, fqdn, *probe["resolve"]],
-            [t.get("address") for t in spec.get("targets") or []]
-            + list(spec.get("hosts_addresses") or [])
-            + [cluster.get("address")],
-        )
-        hosts_scope = "relevant"
-    if probe["master_port_listening"] is False and p["is_master"] and probe.get("error") is None and started:
-        listening = sorted(set(listening) | {p["master_port"]})  # a job took it just now
-
-    facts = {
-        "schema": 1,
-        "hostname": hostname,
-        "fqdn": fqdn,
-        "machine_id": (read("/etc/machine-id") or read("/var/lib/dbus/machine-id") or "").strip(),
-        "interfaces": ifaces,
-        "cluster": cluster,
-        "master_ip": master_ip,
-        "resolve_self": {hostname: resolve(hostname), fqdn: resolve(fqdn)},
-        "hosts_file": hosts_entries,
-        "hosts_file_scope": hosts_scope,
-        "hosts_block_sha256": block_digest(hosts_text) if hosts_text is not None else None,
-        "hosts_file_is_mountpoint": os.path.ismount("/etc/hosts"),
-        "sysctl": {
-            "ip_local_port_range": [lo, hi],
-            "somaxconn": int((somaxconn or ["4096"])[0]),
-            "ipv6_disabled": (sysctl("net.ipv6.conf.all.disable_ipv6") or ["0"])[0] == "1",
-            "rp_filter": rp_filter,
-            "arp": arp,
-        },
-        "limits": {"nofile": nofile_limit(), "nofile_units": units_nofile},
-        "torch": torch,
-        "listening": listening,
-        "time": {"daemons": daemons, "chrony_tracking": tracking},
-        "firewall": firewall,
-        "env_file": env_file_facts(p["env_path"], env_text),
-        "fabric": fabric,
-        "shm": shm,
-        "shell_env": shell_env,
-        "probe": probe,
-        "now": time.time(),
+def collect(p, profile=None):
+    """The node's facts for these parameters (the module's options): every reader of `READERS` in turn (module_utils
+    ddpfix_readers), each returning its facts and what it could not read. Also run in-process by `ddpfix check
+    --local`. With a `profile` dict: each reader's wall time in ms, under its name."""
+    got, unread = run_readers(p, READERS, profile)
+    facts = {"schema": 1}
+    facts.update((k, v) for k, v in got.items() if not k.startswith("_"))
+    facts.update(
+        now=time.time(),
         # seconds from the module's start to the clock reading above (the controller narrows its task window by it)
-        "now_elapsed": round(time.monotonic() - _T0, 3),
-        "errors": errors,
-        "unread": unread + list(firewall.get("unread") or []),
-    }
+        now_elapsed=round(time.monotonic() - _T0, 3),
+        errors=[u["reason"] for u in unread],
+        unread=unread + list(facts["firewall"].get("unread") or []),
+    )
     return facts
 
 

@@ -80,10 +80,15 @@ def test_cluster_passed_by_the_cli_skips_the_play_task() -> None:
 def test_the_collect_round_runs_only_where_a_prober_was_detached() -> None:
     """The facts role's second round (collect a detached prober) is skipped on a node that left none (every node ran
     at once); the CLI leaves the round's tag alone."""
-    tasks = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "probe_more.yml").read_text())
     (collect,) = [t for t in tasks if "ddpfix_facts_collect" in (t.get("tags") or [])]
-    assert collect["when"] == "(ansible_facts.ddpfix_node.probe.result_path | default(none)) is not none"
+    when = "(ansible_facts.ddpfix_node.probe.result_path | default(none)) is not none"
+    assert collect["when"] == when
     assert "ddpfix_facts_collect" not in audit.CLI_SKIP_TAGS
+    # main.yml includes that file only where it is needed: a second probe round, or a detached prober to collect
+    main = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text())
+    (include,) = [t for t in main if "ansible.builtin.include_tasks" in t]
+    assert include["ansible.builtin.include_tasks"]["file"] == "probe_more.yml" and when in include["when"]
 
 
 def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:
@@ -128,7 +133,7 @@ def _collect_task(status: str, probe: dict[str, Any]) -> TaskResult:
 def test_cli_folds_the_collected_probe_as_the_roles_set_fact_does() -> None:
     """The CLI leaves the fold set_fact out (--skip-tags ddpfix_facts_fold) and folds the collect task's result into
     the facts itself: the same facts as with the set_fact, never folded twice, nothing from a failed collect."""
-    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text()
+    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "probe_more.yml").read_text()
     assert "ddpfix_facts_fold" in audit.CLI_SKIP_TAGS and "tags: [ddpfix_facts_fold]" in role
     detached = {"mode": "detached", "result_path": "/run/ddpfix-probe-x/result.json", "pid": 7}
     result = {"connects": [{"ok": True}], "inbound": {"peer": 2}}

@@ -47,6 +47,25 @@ def test_torch_read_once_then_cached_until_reinstalled(tmp_path: Path) -> None:
     assert not fresh["cached"] and fresh["version"] == "2.5.0+cu124"
 
 
+def test_torch_absent_cached_until_a_directory_of_the_import_path_changes(tmp_path: Path) -> None:
+    h = hostenv()
+    site, torch_dir = tmp_path / "site", tmp_path / "site" / "torch"
+    site.mkdir()
+    exe = tmp_path / "python"  # -S: none of this Python's site-packages (which may hold torch); the site on PYTHONPATH
+    exe.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} -S \"$@\"\n")
+    exe.chmod(0o755)
+    cache = tmp_path / "cache"
+    info, why = h.torch_info(str(exe), str(cache))
+    assert info["version"] is None and why and "torch is not installed" in why and not info["cached"]
+    again, why_again = h.torch_info(str(exe), str(cache))
+    assert again["cached"] and again["version"] is None and why_again == why  # no interpreter started
+    (torch_dir).mkdir()  # torch installed meanwhile: the site directory changed, read afresh
+    (torch_dir / "__init__.py").write_text("")
+    (torch_dir / "version.py").write_text("__version__ = '2.4.1+cu121'\ncuda = '12.1'\n")
+    fresh, why_fresh = h.torch_info(str(exe), str(cache))
+    assert not fresh["cached"] and fresh["version"] == "2.4.1+cu121" and why_fresh is None
+
+
 def test_a_tampered_or_foreign_cache_is_not_used(tmp_path: Path) -> None:
     h = hostenv()
     exe = fake_torch(tmp_path)

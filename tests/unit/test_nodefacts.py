@@ -3,11 +3,11 @@ own `facts = {...}` keys): a key added on the node without its type, or a typed 
 
 from __future__ import annotations
 
-import ast
 import json
-from typing import get_type_hints
+from pathlib import Path
+from typing import Any, get_type_hints
 
-from conftest import FACTS, ROOT
+from conftest import FACTS, load_role_module
 
 from ddpfix.model.facts import (
     ChronyTracking,
@@ -20,27 +20,34 @@ from ddpfix.model.facts import (
 )
 
 
-def _facts_literal() -> ast.Dict:
-    """The dict literal `facts = {...}` that the facts module's collect() returns."""
-    tree = ast.parse((ROOT / "plugins" / "modules" / "ddpfix_node_facts.py").read_text())
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id == "facts" for t in node.targets)):
-            return node.value
-    raise AssertionError("no `facts = {...}` in ddpfix_node_facts.py")
+def _collected(tmp_path: Path) -> tuple[dict[str, Any], dict[str, float]]:
+    """This machine's facts as the module's collector returns them (in-process, as `ddpfix check --local` runs it; no
+    probe, no torch), with its per-reader profile."""
+    mod = load_role_module("modules/ddpfix_node_facts.py", "ddpfix_node_facts")
+    params = {"cluster_cidr": "", "master_address": "127.0.0.1", "master_port": 29500, "is_master": False,
+              "socket_ifname": "", "env_path": str(tmp_path / "ddp.env"), "probe": None,
+              "lock_path": str(tmp_path / "lock"), "run_id": "", "sysfs_root": "/sys", "dev_root": "/dev",
+              "python": "", "launcher_units": [], "fi_info": ""}
+    profile: dict[str, float] = {}
+    return mod.collect(params, profile), profile
 
 
-def _keys(d: ast.Dict) -> dict[str, ast.expr]:
-    return {k.value: v for k, v in zip(d.keys, d.values, strict=True) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-
-
-def test_nodefacts_keys_are_the_modules_keys() -> None:
-    facts = _keys(_facts_literal())
+def test_nodefacts_keys_are_the_modules_keys(tmp_path: Path) -> None:
+    facts, _ = _collected(tmp_path)
     assert set(get_type_hints(NodeFacts)) == set(facts)
     for key, typed in (("sysctl", Sysctl), ("time", TimeFacts)):
-        literal = facts[key]
-        assert isinstance(literal, ast.Dict)
-        assert set(get_type_hints(typed)) == set(_keys(literal)), key
+        assert set(get_type_hints(typed)) == set(facts[key]), key
+    # `unread`: every reader's, then the firewall layers' (the firewall's own list); `errors`: the readers' reasons
+    n = len(facts["errors"])
+    assert [u["reason"] for u in facts["unread"][:n]] == facts["errors"]
+    assert facts["unread"][n:] == list(facts["firewall"].get("unread") or [])
+
+
+def test_every_reader_returns_facts_and_unread_and_is_profiled(tmp_path: Path) -> None:
+    readers = load_role_module("module_utils/ddpfix_readers.py", "ddpfix_readers")
+    _, profile = _collected(tmp_path)
+    assert list(profile) == [r.__name__ for r in readers.READERS]
+    assert all(isinstance(ms, float) and ms >= 0 for ms in profile.values())
 
 
 def test_recorded_facts_fit_the_types() -> None:
