@@ -96,7 +96,7 @@ class EnvSecrets(TypedDict):
 
 
 class EnvFile(TypedDict):
-    """The env file as the audit needs it, secret values redacted (`ddpfix_node_facts.env_file_facts`)."""
+    """The env file as the audit needs it, secret values redacted (`ddpfix_readers.env_file_facts`)."""
 
     path: str
     target: str | None  # the symlink's target, None when the path is not a symlink
