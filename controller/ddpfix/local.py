@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from ddpfix import collection
+from ddpfix.ansible import collection
 from ddpfix.checks import (
     Context,
     HostFacts,

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpfix import clusterfile
+from ddpfix.ansible.collection import module_utils
 from ddpfix.ansible.results import RunResult, is_node_lock_task, module_failure
 from ddpfix.ansible.run import run_playbook
 from ddpfix.audit import AuditResult
 from ddpfix.checks import FIREWALL_SOURCES, Context, active_firewalls, not_read
-from ddpfix.collection import module_utils
 from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.findings import Finding

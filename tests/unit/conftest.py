@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ddpfix import collection
+from ddpfix.ansible import collection
 from ddpfix.checks import Context, HostFacts, Thresholds, run_checks
 from ddpfix.findings import Finding, Severity
 from ddpfix.inventory.derive import cluster_from_inventory_data
