@@ -72,7 +72,7 @@ ALIASES = {"current": "deviations"}  # benchmarks/run.py's name for the code as 
 def build_cluster(m: int, variant: str = "full") -> tuple[Any, dict[str, Any]]:
     """(Cluster, {name: HostFacts}) for a clean M-node cluster derived from the recorded clean3 facts."""
     full = ALIASES.get(variant, variant) == "full"
-    from ddpfix import collection
+    from ddpfix.ansible import collection
     from ddpfix.inventory.derive import cluster_from_inventory_data
     from ddpfix.plan import plan_cluster
     from ddpfix.rules.context import HostFacts

@@ -9,8 +9,8 @@ from typing import NoReturn
 
 import click
 
-from ddpfix.ansibleargs import AnsibleArgs
-from ddpfix.ansiblecfg import user_inventory
+from ddpfix.ansible.args import AnsibleArgs
+from ddpfix.ansible.config import user_inventory
 from ddpfix.errors import ExitCode
 from ddpfix.inventory.slurm import write_allocation_inventory
 from ddpfix.inventory.sources import resolve_inventories

@@ -81,7 +81,7 @@ def collect(
     """Run the facts play and gather every node's facts. `cluster` None: the inventory `inventories` is read only
     by ansible-playbook, whose first task (ddpfix_cluster, on the controller) derives and validates the cluster
     before any node is contacted; the cluster is then taken from that task's result."""
-    from ddpfix import ansiblecfg
+    from ddpfix.ansible import config as ansiblecfg
     from ddpfix.ansible.env import default_forks
 
     sources = tuple(cluster.inventories) if cluster is not None else tuple(inventories)

@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from ddpfix import collection
+from ddpfix.ansible import collection
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts
 from ddpfix.model.finding import Finding, Severity, sort_key

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from ddpfix import collection, ifreach
 from ddpfix import fabric as fab
+from ddpfix import ifreach
+from ddpfix.ansible import collection
 from ddpfix.factguard.grammar import is_hostname, is_reserved_name
 from ddpfix.factguard.grammar import valid_ip as _valid_ip
 from ddpfix.model.cluster import Cluster, Node

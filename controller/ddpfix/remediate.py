@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpfix import clusterfile
+from ddpfix.ansible.collection import module_utils
 from ddpfix.ansible.results import RunResult, is_node_lock_task, module_failure
 from ddpfix.ansible.run import run_playbook
 from ddpfix.audit import AuditResult
-from ddpfix.collection import module_utils
 from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.contract import ACK_BROAD, cidr_needs_ack

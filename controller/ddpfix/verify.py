@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpfix import ansiblecfg, explain, nccl, paths
+from ddpfix import explain, nccl, paths
+from ddpfix.ansible import config as ansiblecfg
 from ddpfix.ansible.results import HostResult
 from ddpfix.ansible.run import run_playbook
 from ddpfix.envtemplate import write_needed
@@ -54,7 +55,7 @@ def _user_ansible_config(inventories: list[str]) -> Iterator[dict[str, Any]]:
     testinfra reads ANSIBLE_CONFIG (ssh_args, remote_user, remote_port, become, ssh_common_args) and the
     inventory's connection variables itself; `private_key_file` from the config is passed on explicitly
     (testinfra reads only the inventory variable). Yields the extra get_host() keyword arguments."""
-    from ddpfix import ansibleargs
+    from ddpfix.ansible import args as ansibleargs
 
     cfg = ansiblecfg.load(inventories)
     kwargs: dict[str, Any] = {}
@@ -99,7 +100,7 @@ def _cli_connection(hostvars: Mapping[str, Any]) -> Iterator[None]:
     """-u/-b for testinfra's host as ansible-playbook applies them: below the host's own ansible_user/ansible_become
     (testinfra reads ANSIBLE_REMOTE_USER/ANSIBLE_BECOME above the inventory, so they are set only where the host has
     none)."""
-    from ddpfix import ansibleargs
+    from ddpfix.ansible import args as ansibleargs
 
     args = ansibleargs.current()
     env: dict[str, str] = {}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ddpfix import collection
+from ddpfix.ansible import collection
 from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.finding import Finding, Severity

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ddpfix import ansibleargs
+from ddpfix.ansible import args as ansibleargs
 from ddpfix.cli import cli
 
 INV = """all:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpfix import ansiblecfg
+from ddpfix.ansible import config as ansiblecfg
 from ddpfix.ansible.env import ansible_env, default_forks
 from ddpfix.ansible.listing import list_inventory
 

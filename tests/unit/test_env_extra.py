@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ddpfix import collection
+from ddpfix.ansible import collection
 from ddpfix.cli import cli
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.contract import RESERVED_ENV_KEYS, check_env_extra

@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from ddpfix import collection
 from ddpfix import firewall as evaluator
+from ddpfix.ansible import collection
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "firewall")

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from ddpfix import collection
 from ddpfix import firewall as fw
+from ddpfix.ansible import collection
 from ddpfix.firewall import firewalld
 
 HERE = os.path.dirname(os.path.abspath(__file__))

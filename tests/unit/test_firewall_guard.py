@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from ddpfix import collection
+from ddpfix.ansible import collection
 
 fw = collection.module_utils("ddpfix_fw")
 change = collection.action_plugin("ddpfix_fw_change")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddpfix import collection
+from ddpfix.ansible import collection
 from ddpfix.remediate import firewall_backend
 
 HERE = os.path.dirname(__file__)

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "controller" / "ddpfix"  # the s
 
 #: The modules of the "leaves" part of issue 24 (module names below `ddpfix.`; a name ending in "." is a package).
 LEAVES = ("errors", "app", "model.cluster", "model.facts", "model.__init__", "ansible.", "inventory.", "factguard.",
-          "ansiblecfg", "ansibleargs", "collection", "paths", "lock", "progress", "clusterfile", "envtemplate")
+          "paths", "lock", "progress", "clusterfile", "envtemplate")
 
 
 def _modules() -> dict[str, Path]:

@@ -123,7 +123,7 @@ def _run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
     what it handed AnsibleModule's invocation logging (the node's journal)."""
     from ansible.module_utils import basic
 
-    from ddpfix import collection
+    from ddpfix.ansible import collection
 
     mod = collection.module(name)
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_no_log": False}}
@@ -224,7 +224,7 @@ def test_module_keeps_the_newest_backups_only(monkeypatch: pytest.MonkeyPatch, c
 
 
 def test_backup_prune_orders_by_date_and_ignores_links(tmp_path: Path) -> None:
-    from ddpfix import collection
+    from ddpfix.ansible import collection
 
     bk = collection.module_utils("ddpfix_backup")
     f = tmp_path / "hosts"
@@ -435,6 +435,6 @@ def test_node_files_refuses_under_another_runs_lock_and_when_a_file_cannot_be_wr
 
 
 def collection_lock() -> Any:
-    from ddpfix import collection
+    from ddpfix.ansible import collection
 
     return collection.module_utils("ddpfix_lock")

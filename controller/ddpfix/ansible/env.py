@@ -1,5 +1,5 @@
 """The Ansible environment of a run: where ansible-playbook is, how many forks, and the settings a run gets (the
-user's Ansible configuration (`ddpfix.ansible.cfg`) first, ddpfix's own defaults only where the user set none)."""
+user's Ansible configuration (`ddpfix.ansible.config`) first, ddpfix's own defaults only where the user set none)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ddpfix import ansiblecfg, paths
+from ddpfix import paths
+from ddpfix.ansible import config as ansiblecfg
 from ddpfix.errors import DdpfixError, ExitCode
 
 #: Default upper bound on forks when the user does not pass --forks.

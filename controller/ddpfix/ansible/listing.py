@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpfix import ansibleargs
+from ddpfix.ansible import args as ansibleargs
 from ddpfix.ansible.env import STRICT_INVENTORY, ansible_env
 from ddpfix.ansible.results import short_line
 from ddpfix.ansible.rundirs import discard_run_dir, new_run_dir, private_umask

@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpfix import ansibleargs, ansiblecfg, paths
+from ddpfix import paths
+from ddpfix.ansible import args as ansibleargs
+from ddpfix.ansible import config as ansiblecfg
 from ddpfix.ansible.env import STRICT_INVENTORY, ansible_env, default_forks, working_dir
 from ddpfix.ansible.results import HostResult, RunResult, changed_before, lock_held_elsewhere, record_event, short_line
 from ddpfix.ansible.rundirs import new_run_dir, owner_only, private_umask, redact_extravars, scrub, write_extravars

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpfix import collection, paths
+from ddpfix import paths
+from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
 
 #: Run directories kept under the state dir (older ones are removed when a new run starts).

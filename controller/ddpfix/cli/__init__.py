@@ -155,7 +155,7 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
         from ddpfix.inventory.sources import split_inventory_env
 
         inventories = split_inventory_env(os.environ.get("DDPFIX_INVENTORY", ""))  # click splits on whitespace
-    from ddpfix import ansibleargs
+    from ddpfix.ansible import args as ansibleargs
     from ddpfix.cli.common import ask_become_pass as ask
     from ddpfix.cli.common import check_private_key, check_user
 

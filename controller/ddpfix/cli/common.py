@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from ddpfix.ansibleargs import AnsibleArgs, merge_extra_vars
+from ddpfix.ansible.args import AnsibleArgs, merge_extra_vars
 from ddpfix.app import Application
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.derive import load_cluster

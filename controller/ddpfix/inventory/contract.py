@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from ddpfix import collection, paths
+from ddpfix import paths
+from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.factguard.grammar import is_hostname, one_line
 from ddpfix.model.cluster import DEFAULT_ENV_PATH
