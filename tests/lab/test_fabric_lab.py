@@ -17,19 +17,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import ddpfix_json
 
 from ddpfix.cli import cli
 from ddpfix.lab.scenarios import apply_fabric
 
 pytestmark = pytest.mark.lab
-
-
-def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
-    r = CliRunner().invoke(cli, ["-i", inv, *args, "--format", "json"], catch_exceptions=False)
-    try:
-        return r.exit_code, json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON (exit {r.exit_code}): {r.stdout[-2000:]} {r.stderr[-2000:]}") from None
 
 
 def fabric_findings(doc: dict[str, Any]) -> set[tuple[str, str | None]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import sh
 
 from ddpfix import lab
 from ddpfix.lab.scenarios import (
@@ -27,10 +28,6 @@ from ddpfix.lab.scenarios import (
 )
 
 LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); time.sleep(30)"
-
-
-def sh(info, node: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return lab.node_exec(info.name, node, ["sh", "-c", cmd], check=check)
 
 
 def resolve(info, node: str, name: str) -> list[str]:
