@@ -35,7 +35,8 @@ from helpers import ddpfix_proc, sh_out
 
 from ddpfix import lab, schemas
 from ddpfix.findings import RULES
-from ddpfix.lab.scenarios import SCENARIOS, WRONG_PEER_ADDR
+from ddpfix.lab.scenarios import SCENARIOS
+from ddpfix.lab.scenarios.hosts import WRONG_PEER_ADDR
 
 pytestmark = pytest.mark.lab
 

@@ -1,4 +1,4 @@
-"""GPU fabric checks on real lab hosts: synthetic RDMA sysfs trees per node (see scenarios.fabric_everywhere), the
+"""GPU fabric checks on real lab hosts: synthetic RDMA sysfs trees per node (see scenarios.fabric.fabric_everywhere), the
 facts module reading them over SSH, the findings through `ddpfix audit -i INV`, memlock fixed by `remediate --apply`.
 
 One 2-node lab serves every case: a fabric scenario differs from `clean` only in node files and inventory
@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from helpers import ddpfix_json
 
 from ddpfix.cli import cli
-from ddpfix.lab.scenarios import apply_fabric
+from ddpfix.lab.scenarios.inplace import apply_fabric
 
 pytestmark = pytest.mark.lab
 
@@ -105,7 +105,7 @@ def test_hostile_rdma_device_names_and_mac_are_refused_never_evaluated(fabric_la
     nothing is evaluated: no 1337 anywhere, no file created by the lookup in the user's directory (the working
     directory of ansible-playbook), no file written on the node."""
     from ddpfix import lab
-    from ddpfix.lab.scenarios import FABRIC_RUN
+    from ddpfix.lab.scenarios.fabric import FABRIC_RUN
 
     apply_fabric(fabric_lab, "fabric-memlock-low")
     base = f"/run/{FABRIC_RUN}/sys/class/infiniband"

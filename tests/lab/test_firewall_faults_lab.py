@@ -34,8 +34,7 @@ from helpers import NODE_DDPFIX, ddpfix_json, ids, put, set_host_vars, sh
 
 from ddpfix import lab
 from ddpfix.cli import cli
-from ddpfix.lab import scenarios
-from ddpfix.lab.scenarios import iptables_rules
+from ddpfix.lab.scenarios.firewall import iptables_rules, nftables_conf
 
 pytestmark = pytest.mark.lab
 
@@ -350,14 +349,14 @@ def block_every_node(info: Any) -> None:
     """Every node blocks: native nftables (policy drop; ssh, NTP and ICMP in) on odd nodes, iptables rejecting TCP to
     the ephemeral range on even ones, each persisted where Debian keeps it (the scenarios' own rule sets)."""
     ssh = "\t\ttcp dport 22 accept\n"
-    nft = scenarios.nftables_conf(0, 0).replace(ssh, ssh + "\t\tudp dport 123 accept\n")
+    nft = nftables_conf(0, 0).replace(ssh, ssh + "\t\tudp dport 123 accept\n")
     for i, node in enumerate(info.nodes, 1):
         if i % 2:
             lab.node_exec(info.name, node.name, ["sh", "-c", "cat > /etc/nftables.conf && nft -f /etc/nftables.conf"],
                           input=nft)
             continue
         lo, hi = sh(info, node.name, "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split()
-        rules = scenarios.iptables_rules(info.master_port, int(lo), int(hi))
+        rules = iptables_rules(info.master_port, int(lo), int(hi))
         lab.node_exec(info.name, node.name, ["sh", "-c", "mkdir -p /etc/iptables && cat > /etc/iptables/rules.v4 "
                                              "&& iptables-restore /etc/iptables/rules.v4"], input=rules)
 

@@ -19,7 +19,7 @@ from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, i
 from test_lab_scenarios import check_isolated_nic
 
 from ddpfix import lab
-from ddpfix.lab.scenarios import DATA_IFNAMES, ISO_IFNAME, data_address
+from ddpfix.lab.scenarios.sites import DATA_IFNAMES, ISO_IFNAME, data_address
 
 pytestmark = pytest.mark.lab
 

@@ -19,7 +19,7 @@ import yaml
 from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids, snapshot
 
 from ddpfix import lab
-from ddpfix.lab.scenarios import SSH_SETUPS
+from ddpfix.lab.scenarios.sites import SSH_SETUPS
 
 pytestmark = pytest.mark.lab
 
