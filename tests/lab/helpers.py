@@ -99,6 +99,28 @@ def run_cli(inv: Path | str, state: Path, *args: str, timeout: float = 600) -> t
     return p.returncode, doc, p.stderr
 
 
+# ------------------------------------------------------------------ ansible-playbook without the CLI
+
+
+def playbook_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """ansible-playbook's environment: its own state directory under `tmp`, the checkout's ddpfix package (as the
+    action plugin finds it in a checkout without an install), no DDPFIX_INVENTORY/LIMIT or fact cache settings."""
+    e = {**os.environ, "DDPFIX_STATE_DIR": str(tmp / "state"), "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1",
+         "PYTHONPATH": os.pathsep.join([str(ROOT / "controller"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    for k in ("DDPFIX_INVENTORY", "DDPFIX_LIMIT", "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION"):
+        e.pop(k, None)
+    e.update(extra)
+    return e
+
+
+def ansible_playbook(playbook: Path, inventory: Path, *args: str, tmp: Path,
+                     **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """`ansible-playbook -i INVENTORY PLAYBOOK ARGS` from `tmp`, in `playbook_env`."""
+    exe = Path(sys.executable).parent / "ansible-playbook"
+    return subprocess.run([str(exe), "-i", str(inventory), str(playbook), *args], capture_output=True,
+                          text=True, timeout=600, env=playbook_env(tmp, **extra_env), cwd=str(tmp), check=False)
+
+
 # ------------------------------------------------------------------ lab nodes
 
 
