@@ -22,10 +22,8 @@ a wall clock 5 s ahead, as a skewed node's would, while the kernel clock stays u
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +31,11 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import ddpfix_proc, sh_out
 
 from ddpfix import lab, schemas
-from ddpfix.lab.scenarios import SCENARIOS, WRONG_PEER_ADDR
+from ddpfix.lab.scenarios.hosts import WRONG_PEER_ADDR
+from ddpfix.lab.scenarios.registry import SCENARIOS
 from ddpfix.rules.registry import RULES
 
 pytestmark = pytest.mark.lab
@@ -77,17 +77,9 @@ class Audit:
         return "\n".join(lines)
 
 
-def ddpfix(*args: str, state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DDPFIX_STATE_DIR": str(state_dir), "NO_COLOR": "1"}
-    env.pop("DDPFIX_INVENTORY", None)
-    env.pop("DDPFIX_LIMIT", None)
-    return subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
 def run_audit(inventory: Path | str, *extra: str, state_dir: Path, global_args: tuple[str, ...] = ()) -> Audit:
     args = ("-i", str(inventory), *global_args, "audit", "--format", "json", *extra)
-    res = ddpfix(*args, state_dir=state_dir)
+    res = ddpfix_proc(*args, state_dir=state_dir)
     doc = None
     if res.stdout.strip():
         doc = json.loads(res.stdout)
@@ -95,11 +87,6 @@ def run_audit(inventory: Path | str, *extra: str, state_dir: Path, global_args: 
 
 
 # ------------------------------------------------------------------ node state (audit must not change it)
-
-
-def sh(info, node: str, cmd: str) -> str:
-    return lab.node_exec(info.name, node, ["sh", "-c", cmd], timeout=60).stdout
-
 
 SNAPSHOT = r"""
 find /etc -printf '%y %m %u %g %s %p -> %l\n' | LC_ALL=C sort
@@ -114,7 +101,7 @@ nft list ruleset 2>/dev/null | sed -E 's/counter packets [0-9]+ bytes [0-9]+/cou
 def listeners(info, node: str) -> set[str]:
     """TCP listeners of a node as 'address:port process' (pids left out: the set must not change)."""
     out = set()
-    for line in sh(info, node, "ss -Hltnp").splitlines():
+    for line in sh_out(info, node, "ss -Hltnp").splitlines():
         cols = line.split()
         procs = sorted(set(re.findall(r'\("([^"]+)"', line)))
         out.add(f"{cols[3]} {','.join(procs)}")
@@ -122,7 +109,7 @@ def listeners(info, node: str) -> set[str]:
 
 
 def snapshot(info) -> dict[str, dict[str, Any]]:
-    return {n.name: {"state": sh(info, n.name, SNAPSHOT), "listeners": listeners(info, n.name)} for n in info.nodes}
+    return {n.name: {"state": sh_out(info, n.name, SNAPSHOT), "listeners": listeners(info, n.name)} for n in info.nodes}
 
 
 # ------------------------------------------------------------------ labs (module scope: built and audited once)
@@ -192,11 +179,11 @@ def clean_ephemeral_port(clean_lab, state: Path, tmp_path_factory: pytest.TempPa
 
 
 def machine_id(a: Audited, node: str) -> str:
-    return sh(a.info, node, "cat /etc/machine-id").strip()
+    return sh_out(a.info, node, "cat /etc/machine-id").strip()
 
 
 def port_range(a: Audited, node: str) -> str:
-    return " ".join(sh(a.info, node, "cat /proc/sys/net/ipv4/ip_local_port_range").split())
+    return " ".join(sh_out(a.info, node, "cat /proc/sys/net/ipv4/ip_local_port_range").split())
 
 
 # (finding id, lab fixture, host (None: cluster-wide), evidence must contain each of these: fn(Audited) -> [str])
@@ -412,14 +399,14 @@ def test_node_whose_python_fails_is_not_unreachable(lab_c: Audited, state: Path,
     host.module-failed with the module's own error (never host.unreachable and its SSH fix), the others fully."""
     full = lab_c.audit
     broken = "/etc/ddpfix-lab/python3-broken"
-    sh(lab_c.info, "node2", f"mkdir -p /etc/ddpfix-lab && printf '#!/bin/sh\\necho ddpfix-lab: broken python >&2\\n"
+    sh_out(lab_c.info, "node2", f"mkdir -p /etc/ddpfix-lab && printf '#!/bin/sh\\necho ddpfix-lab: broken python >&2\\n"
                             f"exit 1\\n' > {broken} && chmod 755 {broken}")
     inv = edited_inventory(lab_c.info, tmp_path / "hosts.yml",
                            lambda g: g["hosts"]["node2"].update(ansible_python_interpreter=broken))
     try:
         a = run_audit(inv, "--no-probe", state_dir=state)  # the facts task is what fails; probes add nothing here
     finally:
-        sh(lab_c.info, "node2", f"rm -f {broken}")
+        sh_out(lab_c.info, "node2", f"rm -f {broken}")
     assert a.rc == 1, a.explain()
     assert not a.findings("host.unreachable"), a.explain()
     mf = a.findings("host.module-failed")
@@ -500,7 +487,7 @@ def test_bad_lab_inventory_is_exit_2_one_line(case: str, clean_lab, tmp_path: Pa
     """A real lab inventory with one variable changed (the unit tests cover the parsing on synthetic data)."""
     edit, message = BAD_INVENTORIES[case]
     inv = edited_inventory(clean_lab, tmp_path / "inv" / "hosts.yml", edit)
-    res = ddpfix("-i", str(inv), "audit", "--format", "json", state_dir=tmp_path / "state")
+    res = ddpfix_proc("-i", str(inv), "audit", "--format", "json", state_dir=tmp_path / "state")
     assert_one_line_exit_2(res, message, tmp_path / "state")
 
 
@@ -510,10 +497,10 @@ def test_bad_lab_inventory_is_exit_2_one_line(case: str, clean_lab, tmp_path: Pa
     (("audit", "--probe-timeout", "0"), "--probe-timeout"),
 ])
 def test_bad_option_is_exit_2_one_line(args: tuple[str, ...], message: str, clean_lab, tmp_path: Path) -> None:
-    res = ddpfix("-i", str(clean_lab.inventory), *args, state_dir=tmp_path / "state")
+    res = ddpfix_proc("-i", str(clean_lab.inventory), *args, state_dir=tmp_path / "state")
     assert_one_line_exit_2(res, message, tmp_path / "state")
 
 
 def test_missing_inventory_is_exit_2_one_line(tmp_path: Path) -> None:
-    res = ddpfix("-i", str(tmp_path / "nope" / "hosts.yml"), "audit", state_dir=tmp_path / "state")
+    res = ddpfix_proc("-i", str(tmp_path / "nope" / "hosts.yml"), "audit", state_dir=tmp_path / "state")
     assert_one_line_exit_2(res, "inventory not found", tmp_path / "state")

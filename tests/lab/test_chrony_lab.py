@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import ddpfix_json, sh_out
 
 from ddpfix import lab
 from ddpfix.cli import cli
@@ -19,18 +20,6 @@ from ddpfix.cli import cli
 pytestmark = pytest.mark.lab
 
 MARKER = "ddpfix managed block: read the ddpfix drop-in directory"
-
-
-def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
-    r = CliRunner().invoke(cli, ["-i", inv, *args, "--format", "json"], catch_exceptions=False)
-    try:
-        return r.exit_code, json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON (exit {r.exit_code}): {r.stdout[-2000:]} {r.stderr[-2000:]}") from None
-
-
-def sh(info: Any, node: str, cmd: str) -> str:
-    return lab.node_exec(info.name, node, ["sh", "-c", cmd]).stdout
 
 
 @pytest.mark.parametrize(("scenario", "conf", "dropin"), [
@@ -42,41 +31,41 @@ def test_chrony_fix_reaches_the_configuration_chronyd_reads(temp_lab: Any, scena
     inv = str(info.inventory)
     code, before = ddpfix_json(inv, "audit")
     assert code == 1 and ("time.unsynchronized", "node3") in {(f["id"], f["host"]) for f in before["findings"]}
-    original = sh(info, "node3", f"cat {conf}")
+    original = sh_out(info, "node3", f"cat {conf}")
 
     code, doc = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0, (doc["remaining_fixable"], doc["failed_hosts"], doc["refused"], doc.get("not_effective"))
     assert not [f for f in doc["findings"] if f["id"].startswith("time.")], doc["findings"]
     assert lab.chrony_tracking(info.name, "node3")["leap_status"] == "Normal"
 
-    text = sh(info, "node3", f"cat {conf}")
+    text = sh_out(info, "node3", f"cat {conf}")
     assert text.startswith(original), text  # the user's lines are kept, in place
     added = text[len(original):]
     assert added == f"# BEGIN {MARKER}\nconfdir {dropin}\n# END {MARKER}\n", added
-    backups = sh(info, "node3", f"ls {conf}.*~").split()
-    assert len(backups) == 1 and sh(info, "node3", f"cat {backups[0]}") == original
-    assert "server " in sh(info, "node3", f"cat {dropin}/ddpfix.conf")
+    backups = sh_out(info, "node3", f"ls {conf}.*~").split()
+    assert len(backups) == 1 and sh_out(info, "node3", f"cat {backups[0]}") == original
+    assert "server " in sh_out(info, "node3", f"cat {dropin}/ddpfix.conf")
     if scenario == "chrony-rhel-layout":
-        assert sh(info, "node3", "test -e /etc/chrony && echo yes || echo no").strip() == "no"
+        assert sh_out(info, "node3", "test -e /etc/chrony && echo yes || echo no").strip() == "no"
 
     code, again = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
-    assert sh(info, "node3", f"cat {conf}") == text
+    assert sh_out(info, "node3", f"cat {conf}") == text
 
 
 def test_invalid_chrony_configuration_is_not_written_and_chronyd_keeps_running(temp_lab: Any) -> None:
     info = temp_lab(nodes=3, scenario="chrony-no-confdir")
     inv = str(info.inventory)
     conf = "/etc/chrony/chrony.conf"
-    sh(info, "node3", f"echo 'bogusdirective 1' >> {conf}")  # the user's file no longer parses
-    original = sh(info, "node3", f"cat {conf}")
-    pid = sh(info, "node3", "pgrep -o -x chronyd").strip()
+    sh_out(info, "node3", f"echo 'bogusdirective 1' >> {conf}")  # the user's file no longer parses
+    original = sh_out(info, "node3", f"cat {conf}")
+    pid = sh_out(info, "node3", "pgrep -o -x chronyd").strip()
 
     code, doc = ddpfix_json(inv, "remediate", "--apply")
     assert code == 1 and "node3" in doc["failed_hosts"], doc["failed_hosts"]
     assert "chronyd" in doc["failed_hosts"]["node3"] or "validat" in doc["failed_hosts"]["node3"], doc["failed_hosts"]
-    assert sh(info, "node3", f"cat {conf}") == original  # not written
-    assert sh(info, "node3", "pgrep -o -x chronyd").strip() == pid  # not restarted, still running
+    assert sh_out(info, "node3", f"cat {conf}") == original  # not written
+    assert sh_out(info, "node3", "pgrep -o -x chronyd").strip() == pid  # not restarted, still running
 
 
 def test_fix_that_does_not_take_effect_is_reported(temp_lab: Any) -> None:
@@ -86,7 +75,7 @@ def test_fix_that_does_not_take_effect_is_reported(temp_lab: Any) -> None:
 
     info = temp_lab(nodes=3, scenario="chrony-rhel-layout")
     inv = str(info.inventory)
-    sh(info, "node3", "printf '# not what chronyd reads\\nmakestep 1 3\\n' > /etc/chrony-unused.conf")
+    sh_out(info, "node3", "printf '# not what chronyd reads\\nmakestep 1 3\\n' > /etc/chrony-unused.conf")
     doc = yaml.safe_load(info.inventory.read_text())
     doc["all"]["children"]["ddp_nodes"]["hosts"]["node3"]["ddpfix_chrony_conf_path"] = "/etc/chrony-unused.conf"
     info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -99,4 +88,4 @@ def test_fix_that_does_not_take_effect_is_reported(temp_lab: Any) -> None:
     assert [(x["id"], x["host"]) for x in stuck] == [("time.unsynchronized", "node3")], stuck
     assert "did not take effect" in stuck[0]["message"] and "ddpfix_chrony_conf_path" in stuck[0]["message"]
     assert "not fixed" in r.stderr and "time.unsynchronized on node3 is still open" in r.stderr
-    assert "confdir /etc/chrony.d" in sh(info, "node3", "cat /etc/chrony-unused.conf")
+    assert "confdir /etc/chrony.d" in sh_out(info, "node3", "cat /etc/chrony-unused.conf")

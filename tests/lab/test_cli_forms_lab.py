@@ -11,15 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ddpfix_proc
 
 pytestmark = pytest.mark.lab
-
-
-def ddpfix(*args: str, state_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("DDPFIX_")}
-    full.update({"DDPFIX_STATE_DIR": str(state_dir), "NO_COLOR": "1", **(env or {})})
-    return subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", *args], check=False,
-                          capture_output=True, text=True, timeout=300, env=full)
 
 
 def _hosts(res: subprocess.CompletedProcess[str]) -> list[str]:
@@ -30,10 +24,10 @@ def _hosts(res: subprocess.CompletedProcess[str]) -> list[str]:
 def test_options_before_and_after_the_subcommand(clean_lab, tmp_path: Path) -> None:
     inv = str(clean_lab.inventory)
     names = sorted(n.name for n in clean_lab.nodes)
-    assert _hosts(ddpfix("audit", "-i", inv, "--no-probe", "--format", "json", state_dir=tmp_path)) == names
-    assert _hosts(ddpfix("-i", inv, "audit", "--no-probe", "--format", "json", state_dir=tmp_path)) == names
+    assert _hosts(ddpfix_proc("audit", "-i", inv, "--no-probe", "--format", "json", state_dir=tmp_path)) == names
+    assert _hosts(ddpfix_proc("-i", inv, "audit", "--no-probe", "--format", "json", state_dir=tmp_path)) == names
     # given after the subcommand, -i replaces the one before it and the environment's
-    res = ddpfix("-i", str(tmp_path / "missing.yml"), "audit", "-i", inv, "--forks", "2", "--no-probe",
+    res = ddpfix_proc("-i", str(tmp_path / "missing.yml"), "audit", "-i", inv, "--forks", "2", "--no-probe",
                  "--format", "json", state_dir=tmp_path, env={"DDPFIX_INVENTORY": str(tmp_path / "nope.yml")})
     assert _hosts(res) == names
 
@@ -47,7 +41,7 @@ def test_ad_hoc_host_list_and_ddpfix_inventory(clean_lab, tmp_path: Path) -> Non
         "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={clean_lab.known_hosts} -o StrictHostKeyChecking=yes "
                                    "-o IdentitiesOnly=yes",
     }
-    res = ddpfix("audit", "-i", ",".join(addrs) + ",", "--format", "json", "--fail-on", "error",
+    res = ddpfix_proc("audit", "-i", ",".join(addrs) + ",", "--format", "json", "--fail-on", "error",
                  state_dir=tmp_path, env=ssh_env)
     assert _hosts(res) == sorted(addrs)
     doc = json.loads(res.stdout)
@@ -56,7 +50,7 @@ def test_ad_hoc_host_list_and_ddpfix_inventory(clean_lab, tmp_path: Path) -> Non
     written = list((tmp_path / "runs").glob("*-adhoc-inventory/hosts.yml"))
     assert len(written) == 1 and "ddp_nodes:" in written[0].read_text()
     # the same list from the environment, without the trailing comma (not every part is a path)
-    res = ddpfix("audit", "--no-probe", "--format", "json", "--fail-on", "error", state_dir=tmp_path,
+    res = ddpfix_proc("audit", "--no-probe", "--format", "json", "--fail-on", "error", state_dir=tmp_path,
                  env={**ssh_env, "DDPFIX_INVENTORY": ",".join(addrs)})
     assert _hosts(res) == sorted(addrs)
 

@@ -4,21 +4,18 @@ and never shown, foreign files refused, directories untouched, symlinks followed
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from helpers import ddpfix, inventory_vars, sh
 
-from ddpfix import lab, paths, schemas
-from ddpfix.cli import cli
+from ddpfix import paths, schemas
 
 pytestmark = pytest.mark.lab
 
@@ -42,37 +39,12 @@ def user_env(stale_master: str) -> str:
     )
 
 
-def ddpfix(inv: str, *args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, ["-i", inv, *args], catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
-
-
-def sh(info: Any, node: str, script: str, *, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    return lab.node_exec(info.name, node, ["sh", "-c", script], input=input, check=check)
-
-
 def cat(info: Any, node: str, path: str) -> str:
     return sh(info, node, f"cat {path}").stdout
 
 
 def sha(info: Any, node: str, path: str) -> str:
     return hashlib.sha256(cat(info, node, path).encode()).hexdigest()
-
-
-@contextlib.contextmanager
-def inventory_vars(info: Any, host_vars: dict[str, Any] | None = None, **extra: Any) -> Iterator[None]:
-    """Set cluster vars (and `host_vars` on every host) in the lab inventory for the block; the inventory is
-    restored afterwards."""
-    original = info.inventory.read_text()
-    doc = yaml.safe_load(original)
-    doc["all"]["children"]["ddp_nodes"]["vars"].update(extra)
-    for hv in doc["all"]["children"]["ddp_nodes"]["hosts"].values():
-        hv.update(host_vars or {})
-    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
-    try:
-        yield
-    finally:
-        info.inventory.write_text(original)
 
 
 def tree_text(base: Path) -> str:

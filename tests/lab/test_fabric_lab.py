@@ -1,4 +1,4 @@
-"""GPU fabric checks on real lab hosts: synthetic RDMA sysfs trees per node (see scenarios.fabric_everywhere), the
+"""GPU fabric checks on real lab hosts: synthetic RDMA sysfs trees per node (see scenarios.fabric.fabric_everywhere), the
 facts module reading them over SSH, the findings through `ddpfix audit -i INV`, memlock fixed by `remediate --apply`.
 
 One 2-node lab serves every case: a fabric scenario differs from `clean` only in node files and inventory
@@ -17,19 +17,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import ddpfix_json
 
 from ddpfix.cli import cli
-from ddpfix.lab.scenarios import apply_fabric
+from ddpfix.lab.scenarios.inplace import apply_fabric
 
 pytestmark = pytest.mark.lab
-
-
-def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
-    r = CliRunner().invoke(cli, ["-i", inv, *args, "--format", "json"], catch_exceptions=False)
-    try:
-        return r.exit_code, json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON (exit {r.exit_code}): {r.stdout[-2000:]} {r.stderr[-2000:]}") from None
 
 
 def fabric_findings(doc: dict[str, Any]) -> set[tuple[str, str | None]]:
@@ -112,7 +105,7 @@ def test_hostile_rdma_device_names_and_mac_are_refused_never_evaluated(fabric_la
     nothing is evaluated: no 1337 anywhere, no file created by the lookup in the user's directory (the working
     directory of ansible-playbook), no file written on the node."""
     from ddpfix import lab
-    from ddpfix.lab.scenarios import FABRIC_RUN
+    from ddpfix.lab.scenarios.fabric import FABRIC_RUN
 
     apply_fabric(fabric_lab, "fabric-memlock-low")
     base = f"/run/{FABRIC_RUN}/sys/class/infiniband"

@@ -13,8 +13,8 @@ import subprocess
 from typing import Any
 
 import pytest
-import yaml
 from click.testing import CliRunner
+from helpers import set_host_vars
 
 from ddpfix import lab
 from ddpfix.cli import cli
@@ -47,12 +47,6 @@ def add_ssh_user(info: Any, node: str) -> None:
     assert out.returncode == 0 and out.stdout.strip() == str(UID), out.stderr
 
 
-def set_host_var(info: Any, node: str, **kv: Any) -> None:
-    doc = yaml.safe_load(info.inventory.read_text())
-    doc["all"]["children"]["ddp_nodes"]["hosts"][node].update(kv)
-    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
 def test_unreadable_firewall_is_reported_as_incomplete_not_clean(temp_lab: Any) -> None:
     info = temp_lab(nodes=3, scenario="iptables-worker")  # node3 rejects TCP to its ephemeral range
     inv = str(info.inventory)
@@ -62,7 +56,7 @@ def test_unreadable_firewall_is_reported_as_incomplete_not_clean(temp_lab: Any) 
     assert root["hosts"]["node3"]["not_evaluated"] == [] and root["hosts"]["node3"]["facts"]["unread"] == []
 
     add_ssh_user(info, "node3")
-    set_host_var(info, "node3", ansible_user=USER)
+    set_host_vars(info, "node3", {"ansible_user": USER})
     code, out = audit(inv, "--format", "json")
     doc = json.loads(out)
     assert code == 1, doc["findings"]

@@ -8,7 +8,6 @@ left behind, and that the same command run again converges.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -18,37 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ddpfix import lab
+from helpers import DDPFIX, cli_env, ids, run_cli, sh_out
 
 pytestmark = pytest.mark.lab
 
-ROOT = Path(__file__).resolve().parents[2]
+
 #: The installed console script, run on this checkout's code (as a user runs it, in its own process).
-DDPFIX = str(Path(sys.executable).parent / "ddpfix")
+
 CLUSTER_FILES = "/etc/hosts /etc/ddpfix/ddp.env"
 
 
-def cli_env(state: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "controller"), "DDPFIX_STATE_DIR": str(state)}
-
-
-def run_cli(inv: Path | str, state: Path, *args: str, timeout: float = 600) -> tuple[int, dict[str, Any], str]:
-    p = subprocess.run([DDPFIX, "-i", str(inv), *args, "--format", "json"], env=cli_env(state), capture_output=True,
-                       text=True, timeout=timeout)
-    try:
-        doc = json.loads(p.stdout) if p.stdout.strip() else {}
-    except ValueError:
-        doc = {}
-    return p.returncode, doc, p.stderr
-
-
-def node_sh(info: Any, node: str, script: str, check: bool = True) -> str:
-    return lab.node_exec(info.name, node, ["sh", "-c", script], check=check).stdout
-
-
 def checksums(info: Any, files: str = CLUSTER_FILES) -> dict[str, str]:
-    return {n.name: node_sh(info, n.name, f"sha256sum {files} 2>&1", check=False) for n in info.nodes}
+    return {n.name: sh_out(info, n.name, f"sha256sum {files} 2>&1", check=False) for n in info.nodes}
 
 
 def leftovers(info: Any, port: int = 29500) -> dict[str, str]:
@@ -56,15 +36,11 @@ def leftovers(info: Any, port: int = 29500) -> dict[str, str]:
     be left after a run)."""
     out = {}
     for n in info.nodes:
-        s = node_sh(info, n.name, f"ls -d /run/ddpfix.lock /run/ddpfix-probe* /tmp/ddpfix-probe* 2>/dev/null; "
+        s = sh_out(info, n.name, f"ls -d /run/ddpfix.lock /run/ddpfix-probe* /tmp/ddpfix-probe* 2>/dev/null; "
                                   f"ss -Hltn 'sport = :{port}'", check=False).strip()
         if s:
             out[n.name] = s
     return out
-
-
-def ids(doc: dict[str, Any]) -> set[str]:
-    return {f["id"] for f in doc.get("findings", [])}
 
 
 # ---------------------------------------------------------------- item 5: one run at a time
@@ -89,7 +65,7 @@ def test_two_audits_at_once_one_waits_no_false_findings(clean_lab: Any, tmp_path
                 assert "holds the lock for this cluster" in err and "no node was contacted" in err, err
                 assert "pid " in err and "started " in err and "audit" in err, err
             else:
-                assert code == 0 and "probe.port-in-use" not in ids(json.loads(out)), (code, out[-2000:], err)
+                assert code == 0 and "probe.port-in-use" not in ids(json.loads(out), "info"), (code, out[-2000:], err)
         assert leftovers(clean_lab) == {}
 
 
@@ -141,29 +117,29 @@ def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_pa
     node = clean_lab.nodes[1].name
     holder = json.dumps({"run_id": "otherrun", "pid": 999999, "controller": "elsewhere",
                          "command": "ddpfix remediate --apply", "started": "2026-01-01T00:00:00+0000"})
-    node_sh(clean_lab, node, f"echo '{holder}' > /run/ddpfix.lock")
+    sh_out(clean_lab, node, f"echo '{holder}' > /run/ddpfix.lock")
     before = checksums(clean_lab)
     code, _, err = run_cli(clean_lab.inventory, tmp_path / "state", "remediate", "--apply")
     assert code == 5 and "run otherrun (pid 999999 on elsewhere" in err and node in err, err
     assert checksums(clean_lab) == before
-    assert json.loads(node_sh(clean_lab, node, "cat /run/ddpfix.lock"))["run_id"] == "otherrun"  # not removed
+    assert json.loads(sh_out(clean_lab, node, "cat /run/ddpfix.lock"))["run_id"] == "otherrun"  # not removed
     assert list(leftovers(clean_lab)) == [node]  # the others released theirs
-    node_sh(clean_lab, node, "touch -d '-21 minutes' /run/ddpfix.lock")  # its run died 21 minutes ago
+    sh_out(clean_lab, node, "touch -d '-21 minutes' /run/ddpfix.lock")  # its run died 21 minutes ago
     code, doc, err = run_cli(clean_lab.inventory, tmp_path / "state", "audit")
-    assert code == 0 and "probe.port-in-use" not in ids(doc), (doc.get("findings"), err)
+    assert code == 0 and "probe.port-in-use" not in ids(doc, "info"), (doc.get("findings"), err)
     assert leftovers(clean_lab) == {}
 
 
 def test_master_port_taken_by_a_job_is_never_bound(temp_lab: Any, tmp_path: Path) -> None:
     info = temp_lab(nodes=2, scenario="port-in-use", wait_sync=False)
     _code, doc, err = run_cli(info.inventory, tmp_path / "state", "audit")
-    assert "probe.port-in-use" in ids(doc), err
+    assert "probe.port-in-use" in ids(doc, "info"), err
     master = info.nodes[0].name
     # only the job's listener holds the port (ddpfix never bound it), and ddpfix left nothing when the audit returned
-    job = node_sh(info, master, "cat /run/ddpfix-port-in-use.pid").strip()
-    holders = node_sh(info, master, "ss -Hltnp 'sport = :29500'").strip().splitlines()
+    job = sh_out(info, master, "cat /run/ddpfix-port-in-use.pid").strip()
+    holders = sh_out(info, master, "ss -Hltnp 'sport = :29500'").strip().splitlines()
     assert len(holders) == 1 and f"pid={job}," in holders[0], holders
-    assert node_sh(info, master, "ls /run/ddpfix.lock 2>/dev/null || true").strip() == ""
+    assert sh_out(info, master, "ls /run/ddpfix.lock 2>/dev/null || true").strip() == ""
 
 
 # ---------------------------------------------------------------- item 4: all nodes or none
@@ -180,7 +156,7 @@ def test_node_lock_that_cannot_be_taken_refuses_the_run_before_any_change(broken
     `env --apply` stops on every node at the lock task: no env file written anywhere (all were due)."""
     ro = broken.nodes[2].name
     before = checksums(broken)
-    node_sh(broken, ro, "mount --bind /run /run && mount -o remount,ro,bind /run")
+    sh_out(broken, ro, "mount --bind /run /run && mount -o remount,ro,bind /run")
     try:
         p = subprocess.run([DDPFIX, "-i", str(broken.inventory), "env", "--apply"], env=cli_env(tmp_path / "state"),
                            capture_output=True, text=True, timeout=600)
@@ -191,13 +167,13 @@ def test_node_lock_that_cannot_be_taken_refuses_the_run_before_any_change(broken
         assert "this node is refused" in lines[ro], p.stderr
         assert all(f"cannot be taken on {ro}" in lines[n.name] for n in broken.nodes if n.name != ro), p.stderr
     finally:
-        node_sh(broken, ro, "umount /run")
+        sh_out(broken, ro, "umount /run")
     assert leftovers(broken) == {}
 
 
 def firewall_state(info: Any) -> dict[str, str]:
     """Per node: the iptables rule set (no counters, no comments): a firewall fix changes it."""
-    return {n.name: node_sh(info, n.name, "iptables-save 2>&1 | grep -v '^#' | sed 's/\\[[0-9:]*\\]//'", check=False)
+    return {n.name: sh_out(info, n.name, "iptables-save 2>&1 | grep -v '^#' | sed 's/\\[[0-9:]*\\]//'", check=False)
             for n in info.nodes}
 
 
@@ -211,11 +187,11 @@ def test_read_only_etc_and_append_only_env_file_no_node_gets_cluster_files(broke
     stays flat)."""
     ro, ao = broken.nodes[2].name, broken.nodes[1].name
     before, fw_before = checksums(broken, ALL_WRITTEN), firewall_state(broken)
-    node_sh(broken, ro, "mount -o remount,ro,bind /etc")
-    node_sh(broken, ao, "chattr +a /etc/ddpfix/ddp.env")
+    sh_out(broken, ro, "mount -o remount,ro,bind /etc")
+    sh_out(broken, ao, "chattr +a /etc/ddpfix/ddp.env")
     try:
-        assert "Read-only" in node_sh(broken, ro, "touch /etc/x 2>&1 || true")
-        assert "a" in node_sh(broken, ao, "lsattr /etc/ddpfix/ddp.env").split()[0]
+        assert "Read-only" in sh_out(broken, ro, "touch /etc/x 2>&1 || true")
+        assert "a" in sh_out(broken, ao, "lsattr /etc/ddpfix/ddp.env").split()[0]
         code, doc, err = run_cli(broken.inventory, tmp_path / "state", "remediate", "--apply")
         assert code == 1, err
         assert checksums(broken, ALL_WRITTEN) == before  # no node got a new env file, cluster.json or hosts block
@@ -227,8 +203,8 @@ def test_read_only_etc_and_append_only_env_file_no_node_gets_cluster_files(broke
         assert any("written on no node" in r and ro in r and "preflight" in r.lower() for r in doc["refused"]), doc["refused"]
         assert leftovers(broken) == {}
     finally:
-        node_sh(broken, ao, "chattr -a /etc/ddpfix/ddp.env")
-        node_sh(broken, ro, "mount -o remount,rw,bind /etc")
+        sh_out(broken, ao, "chattr -a /etc/ddpfix/ddp.env")
+        sh_out(broken, ro, "mount -o remount,rw,bind /etc")
 
 
 def test_step_failing_on_one_node_keeps_cluster_files_everywhere(broken: Any, tmp_path: Path) -> None:
@@ -318,4 +294,4 @@ def test_pin_ifnames_skips_bridges_and_veths(temp_lab: Any, tmp_path: Path) -> N
     for node in info.nodes:
         notes = doc["notes"].get(node.name, [])
         assert any("not pinned" in n and "veth interface, not a physical NIC" in n for n in notes), (notes, err)
-        assert node_sh(info, node.name, "ls /etc/systemd/network/10-ddpfix-cluster.link 2>&1 || true").startswith("ls:")
+        assert sh_out(info, node.name, "ls /etc/systemd/network/10-ddpfix-cluster.link 2>&1 || true").startswith("ls:")

@@ -21,10 +21,8 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,43 +30,15 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from helpers import NODE_DDPFIX, ddpfix_json, ids, put, set_host_vars, sh
 
 from ddpfix import lab
 from ddpfix.cli import cli
-from ddpfix.lab import scenarios
-from ddpfix.lab.scenarios import iptables_rules
+from ddpfix.lab.scenarios.firewall import iptables_rules, nftables_conf
 
 pytestmark = pytest.mark.lab
 
 NFT_FILES = "/etc/nftables.conf /etc/ddpfix/firewall.nft"
-
-
-def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
-    r = CliRunner().invoke(cli, ["-i", inv, *args, "--format", "json"], catch_exceptions=False)
-    try:
-        return r.exit_code, json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON (exit {r.exit_code}): {r.stdout[-2000:]} {r.stderr[-2000:]}") from None
-
-
-def ids(doc: dict[str, Any]) -> set[str]:
-    return {f["id"] for f in doc["findings"] if f["severity"] in ("warning", "error")}
-
-
-def sh(info: Any, node: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return lab.node_exec(info.name, node, ["sh", "-c", cmd], check=check)
-
-
-def put(info: Any, node: str, path: str, text: str) -> None:
-    """Write a file on a node (its directory made)."""
-    lab.node_exec(info.name, node, ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "put", path], input=text)
-
-
-def host_vars(info: Any, node: str, extra: dict[str, Any]) -> None:
-    doc = yaml.safe_load(info.inventory.read_text())
-    hosts = doc["all"]["children"]["ddp_nodes"]["hosts"]
-    hosts[node] = {**(hosts.get(node) or {}), **extra}
-    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def live(info: Any, node: str) -> str:
@@ -139,11 +109,6 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
     assert code == 0, after["findings"]
     code, again = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0 and sum(again["changed"].values()) == 0, again["changes"]
-
-
-#: ddpfix inside a node: the checkout's package on PYTHONPATH, the controller's interpreter (the node sees /work).
-NODE_DDPFIX = ["env", f"PYTHONPATH={Path(__file__).resolve().parents[2] / 'controller'}", sys.executable, "-c",
-               "from ddpfix.cli import main; main()"]
 
 
 def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_lab: Any) -> None:
@@ -340,7 +305,7 @@ def test_ssh_cut_after_firewall_change_reverts_by_itself(temp_lab: Any, monkeypa
     monkeypatch.setenv("ANSIBLE_CALLBACK_PLUGINS", str(BREAK_SSH_PLUGINS))
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ddpfix_test_break_ssh")
     monkeypatch.setenv("DDPFIX_TEST_BREAK_SSH", f"{info.name}:node2")
-    host_vars(info, "node2", {"ddpfix_firewall_revert_timeout": timeout})
+    set_host_vars(info, "node2", {"ddpfix_firewall_revert_timeout": timeout})
     # a rule an earlier run confirmed (for a network this cluster no longer uses): this run's revert leaves it alone
     earlier = 'ip saddr 10.99.0.0/16 accept comment "ddpfix-cluster:earlier1"'
     lab.node_exec(info.name, "node2", ["nft", "insert", "rule", "inet", "filter", "input", *earlier.split()])
@@ -384,14 +349,14 @@ def block_every_node(info: Any) -> None:
     """Every node blocks: native nftables (policy drop; ssh, NTP and ICMP in) on odd nodes, iptables rejecting TCP to
     the ephemeral range on even ones, each persisted where Debian keeps it (the scenarios' own rule sets)."""
     ssh = "\t\ttcp dport 22 accept\n"
-    nft = scenarios.nftables_conf(0, 0).replace(ssh, ssh + "\t\tudp dport 123 accept\n")
+    nft = nftables_conf(0, 0).replace(ssh, ssh + "\t\tudp dport 123 accept\n")
     for i, node in enumerate(info.nodes, 1):
         if i % 2:
             lab.node_exec(info.name, node.name, ["sh", "-c", "cat > /etc/nftables.conf && nft -f /etc/nftables.conf"],
                           input=nft)
             continue
         lo, hi = sh(info, node.name, "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split()
-        rules = scenarios.iptables_rules(info.master_port, int(lo), int(hi))
+        rules = iptables_rules(info.master_port, int(lo), int(hi))
         lab.node_exec(info.name, node.name, ["sh", "-c", "mkdir -p /etc/iptables && cat > /etc/iptables/rules.v4 "
                                              "&& iptables-restore /etc/iptables/rules.v4"], input=rules)
 

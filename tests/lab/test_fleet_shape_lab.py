@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids
 from test_lab_scenarios import check_isolated_nic
-from test_remediate_lab import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids
 
 from ddpfix import lab
-from ddpfix.lab.scenarios import DATA_IFNAMES, ISO_IFNAME, data_address
+from ddpfix.lab.scenarios.sites import DATA_IFNAMES, ISO_IFNAME, data_address
 
 pytestmark = pytest.mark.lab
 

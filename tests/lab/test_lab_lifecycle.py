@@ -11,26 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import invoke
 
 from ddpfix import lab
-from ddpfix.cli import cli
 from ddpfix.lab import lifecycle, prerequisites
-from ddpfix.lab.scenarios import SCENARIOS
+from ddpfix.lab.scenarios.registry import SCENARIOS
 
 CAP_SYS_TIME = 25
-
-
-def run_cli(*args: str, cwd: Path | None = None):
-    runner = CliRunner()
-    if cwd is None:
-        return runner.invoke(cli, list(args), catch_exceptions=False)
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return runner.invoke(cli, list(args), catch_exceptions=False)
-    finally:
-        os.chdir(old)
 
 
 def leftovers(name: str, pids: list[dict]) -> list[str]:
@@ -63,7 +50,7 @@ def test_up_ssh_status_down(tmp_path: Path, free_subnet) -> None:
     subnet = free_subnet()
     ifnames = ["eth0", "ens5", "enp7s0"]
     t0 = time.monotonic()
-    res = run_cli("lab", "up", "--nodes", "4", "--ifnames", ",".join(ifnames), "--name", name, "--subnet", subnet,
+    res = invoke("lab", "up", "--nodes", "4", "--ifnames", ",".join(ifnames), "--name", name, "--subnet", subnet,
                   "--format", "json", "--no-wait-sync", cwd=tmp_path)
     elapsed = time.monotonic() - t0
     try:
@@ -104,28 +91,28 @@ def test_up_ssh_status_down(tmp_path: Path, free_subnet) -> None:
                              capture_output=True, text=True, timeout=30)
         assert out.returncode != 0 and "HOST IDENTIFICATION HAS CHANGED" in out.stderr
 
-        res = run_cli("lab", "status", "--name", name, "--format", "json")
+        res = invoke("lab", "status", "--name", name, "--format", "json")
         assert res.exit_code == 0, res.output
         st = json.loads(res.stdout)
         assert st["healthy"] and [n["sshd"] for n in st["nodes"]] == [True] * 4
-        res = run_cli("lab", "status", "--name", name)
+        res = invoke("lab", "status", "--name", name)
         assert res.exit_code == 0 and all(n.address in res.stdout for n in info.nodes)
 
         pids = recorded_pids(name)
         assert len(pids) >= 1 + 4 * 3 and all(lab.pid_alive(r) for r in pids)
     finally:
-        res = run_cli("lab", "down", "--name", name)
+        res = invoke("lab", "down", "--name", name)
     assert res.exit_code == 0, res.output
     assert leftovers(name, pids) == []
     assert not inv.exists()
-    res = run_cli("lab", "down", "--name", name)
+    res = invoke("lab", "down", "--name", name)
     assert res.exit_code == 0 and "nothing to remove" in res.output
     assert lab.down(name) is False
 
 
 @pytest.mark.lab
 def test_up_when_up_is_exit_2(clean_lab, free_subnet) -> None:
-    res = run_cli("lab", "up", "--name", clean_lab.name, "--subnet", free_subnet())
+    res = invoke("lab", "up", "--name", clean_lab.name, "--subnet", free_subnet())
     assert res.exit_code == 2
     assert f"lab down --name {clean_lab.name}" in res.output
     assert lab.status(clean_lab.name).nodes[0].alive  # untouched
@@ -172,7 +159,7 @@ def test_stop_and_start_sshd(clean_lab) -> None:
     try:
         st = {n.name: n for n in lab.status(name).nodes}
         assert not st[node.name].sshd and st[node.name].alive and st["node1"].sshd
-        res = run_cli("lab", "status", "--name", name)
+        res = invoke("lab", "status", "--name", name)
         assert res.exit_code == 1
     finally:
         lab.start_sshd(name, node.name)
@@ -193,7 +180,7 @@ def test_failed_up_leaves_nothing(temp_lab, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_up_help_lists_scenarios() -> None:
-    res = run_cli("lab", "up", "--help")
+    res = invoke("lab", "up", "--help")
     assert res.exit_code == 0
     text = " ".join(res.output.split())
     for s in SCENARIOS.values():
@@ -204,7 +191,7 @@ def test_up_help_lists_scenarios() -> None:
 @pytest.mark.parametrize("subnet", ["nonsense", "192.168.77.0/33", "192.168.77.5/24", "8.8.8.0/24", "127.0.0.0/24",
                                     "fd00::/64", "192.168.77.0/30"])
 def test_bad_subnet_is_exit_2(subnet: str) -> None:
-    res = run_cli("lab", "up", "--subnet", subnet, "--name", "never")
+    res = invoke("lab", "up", "--subnet", subnet, "--name", "never")
     assert res.exit_code == 2, res.output
     assert "--subnet" in res.output and len(res.output.strip().splitlines()) == 1
 
@@ -212,15 +199,15 @@ def test_bad_subnet_is_exit_2(subnet: str) -> None:
 @pytest.mark.parametrize("args", [["--scenario", "no-such"], ["--scenario", "iptables-worker", "--nodes", "1"],
                                   ["--name", "Bad_Name"], ["--ifnames", "eth0,this-name-is-too-long"]])
 def test_bad_options_are_exit_2(args: list[str]) -> None:
-    res = run_cli("lab", "up", *args)
+    res = invoke("lab", "up", *args)
     assert res.exit_code == 2, res.output
 
 
 def test_not_root_is_exit_4(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    res = run_cli("lab", "up", "--name", "never", "--subnet", "192.168.77.0/24")
+    res = invoke("lab", "up", "--name", "never", "--subnet", "192.168.77.0/24")
     assert res.exit_code == 4 and "root" in res.output
-    res = run_cli("lab", "down", "--name", "never")
+    res = invoke("lab", "down", "--name", "never")
     assert res.exit_code == 4
 
 

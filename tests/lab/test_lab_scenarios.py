@@ -12,25 +12,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import sh
 
 from ddpfix import lab
-from ddpfix.lab.scenarios import (
-    DATA_IFNAMES,
-    ISO_IFNAME,
-    PUBLIC_MASTER_ADDR,
-    SCENARIOS,
-    SSH_SETUPS,
-    WRONG_PEER_ADDR,
-    apply_fabric,
-    data_address,
-    data_network,
-)
+from ddpfix.lab.scenarios.hosts import WRONG_PEER_ADDR
+from ddpfix.lab.scenarios.inplace import apply_fabric
+from ddpfix.lab.scenarios.netif import PUBLIC_MASTER_ADDR
+from ddpfix.lab.scenarios.registry import SCENARIOS
+from ddpfix.lab.scenarios.sites import DATA_IFNAMES, ISO_IFNAME, SSH_SETUPS, data_address, data_network
 
 LISTEN = "import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); time.sleep(30)"
-
-
-def sh(info, node: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return lab.node_exec(info.name, node, ["sh", "-c", cmd], check=check)
 
 
 def resolve(info, node: str, name: str) -> list[str]:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import NODE_DDPFIX, ddpfix_proc
 
 from ddpfix import lab
 
@@ -18,13 +19,6 @@ pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = os.path.dirname(sys.executable)
-#: ddpfix inside a node: the checkout's package on PYTHONPATH, the controller's interpreter (the node sees /work).
-NODE_DDPFIX = ["env", f"PYTHONPATH={ROOT / 'controller'}", sys.executable, "-c", "from ddpfix.cli import main; main()"]
-
-
-def ddpfix(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", *args], capture_output=True,
-                          text=True, timeout=900, env={**os.environ, **(env or {})})
 
 
 def check_local(info, node: str, *extra: str) -> tuple[int, str, float]:
@@ -34,7 +28,7 @@ def check_local(info, node: str, *extra: str) -> tuple[int, str, float]:
 
 
 def apply_env(info) -> None:
-    r = ddpfix("-i", str(info.inventory), "env", "--apply")
+    r = ddpfix_proc("-i", str(info.inventory), "env", "--apply", timeout=900)
     assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-1500:])
 
 
@@ -50,7 +44,7 @@ def test_healthy_nodes_pass_silently(clean_lab) -> None:
     code, out, _ = check_local(clean_lab, "node3", "-v")
     assert code == 0 and out.startswith("OK: ddpfix: node3: rank 2 of 3") and out.count("\n") == 1
     # the file as a launch script gets it without /etc: the same as the block written on the node
-    r = ddpfix("-i", str(clean_lab.inventory), "env", "--stdout", "--node", "node3")
+    r = ddpfix_proc("-i", str(clean_lab.inventory), "env", "--stdout", "--node", "node3", timeout=900)
     assert r.returncode == 0, r.stderr[-1500:]
     assert r.stdout == lab.node_exec(clean_lab.name, "node3", ["cat", "/etc/ddpfix/ddp.env"]).stdout
 
@@ -174,8 +168,8 @@ def test_slurm_batch_script_exports_per_job_values_as_a_user_and_torch_allreduce
     --slurm --export` from the step's SLURM_* variables and a real torch all-reduce over 6 processes from those
     values; the job writes nothing in /etc."""
     info = clean_lab
-    r = ddpfix("-i", str(info.inventory), "-e", "ddp_env_scope=node", "-e", "ddp_job_port_range=21000-21999",
-               "env", "--apply")
+    r = ddpfix_proc("-i", str(info.inventory), "-e", "ddp_env_scope=node", "-e", "ddp_job_port_range=21000-21999",
+                    "env", "--apply", timeout=900)
     assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-1500:])
     etc = ["sh", "-c", "cat /etc/ddpfix/ddp.env /etc/ddpfix/cluster.json"]
     before = lab.node_exec(info.name, "node2", etc).stdout

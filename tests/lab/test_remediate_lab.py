@@ -18,62 +18,13 @@ import re
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix, ddpfix_json, handmade_env, ids, snapshot
 
 from ddpfix import lab
-from ddpfix.cli import cli
 
 pytestmark = pytest.mark.lab
 
 # Short torch timeouts for the lab (role defaults are overridable inventory variables).
-FAST_TORCH = {"ddpfix_verify_pg_timeout": 10, "ddpfix_verify_rdzv_timeout": 15, "ddpfix_verify_deadline": 45}
-
-
-def ddpfix(inv: str, *args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(cli, ["-i", inv, *args], catch_exceptions=False)
-    return r.exit_code, r.stdout, r.stderr
-
-
-def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
-    code, out, err = ddpfix(inv, *args, "--format", "json")
-    try:
-        return code, json.loads(out)
-    except ValueError:
-        raise AssertionError(f"no JSON (exit {code}): {out[-2000:]} {err[-2000:]}") from None
-
-
-def add_inventory_vars(info: Any, extra: dict[str, Any]) -> None:
-    import yaml
-
-    doc = yaml.safe_load(info.inventory.read_text())
-    doc["all"]["children"]["ddp_nodes"]["vars"].update(extra)
-    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
-def handmade_env(info: Any) -> None:
-    """Env files as people write them by hand: right master and ranks, no socket interface names."""
-    master = info.nodes[0].address
-    n = len(info.nodes)
-    for rank, node in enumerate(info.nodes):
-        text = (f"MASTER_ADDR={master}\nMASTER_PORT=29500\nNNODES={n}\nNODE_RANK={rank}\n"
-                f"NPROC_PER_NODE=1\nWORLD_SIZE={n}\n")
-        lab.node_exec(info.name, node.name, ["sh", "-c", "mkdir -p /etc/ddpfix && cat > /etc/ddpfix/ddp.env"], input=text)
-
-
-def snapshot(info: Any) -> dict[str, str]:
-    """Checksums of every node's /etc and its live firewall ruleset."""
-    out = {}
-    script = ("find /etc -xdev -type f -print0 | sort -z | xargs -0 sha256sum; "
-              "iptables-save 2>/dev/null | grep -v '^#' | sed 's/\\[[0-9:]*\\]//'; "
-              "nft list ruleset 2>/dev/null | sed 's/counter packets [0-9]* bytes [0-9]*/counter/'")
-    for node in info.nodes:
-        out[node.name] = lab.node_exec(info.name, node.name, ["sh", "-c", script]).stdout
-    return out
-
-
-def ids(doc: dict[str, Any], min_severity: str = "warning") -> set[str]:
-    order = {"info": 1, "warning": 2, "error": 3}
-    return {f["id"] for f in doc["findings"] if order[f["severity"]] >= order[min_severity]}
 
 
 def audit_finds(inv: str, scenarios: str) -> dict[str, Any]:

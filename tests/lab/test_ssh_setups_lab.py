@@ -9,7 +9,6 @@ settings), a clean re-audit, and `verify --torch` (testinfra and torchrun over t
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,30 +16,14 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids, snapshot
 
 from ddpfix import lab
-from ddpfix.cli import cli
-from ddpfix.lab.scenarios import SSH_SETUPS
+from ddpfix.lab.scenarios.sites import SSH_SETUPS
 
 pytestmark = pytest.mark.lab
 
 # Short torch timeouts (as tests/lab/test_remediate_lab.py).
-FAST_TORCH = {"ddpfix_verify_pg_timeout": 10, "ddpfix_verify_rdzv_timeout": 15, "ddpfix_verify_deadline": 45}
-
-
-def ddpfix_json(inv: str, *args: str) -> tuple[int, dict[str, Any]]:
-    r = CliRunner().invoke(cli, ["-i", inv, *args, "--format", "json"], catch_exceptions=False)
-    try:
-        return r.exit_code, json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON (exit {r.exit_code}): {r.stdout[-2000:]} {r.stderr[-2000:]}") from None
-
-
-def add_inventory_vars(info: Any, extra: dict[str, Any]) -> None:
-    doc = yaml.safe_load(info.inventory.read_text())
-    doc["all"]["children"]["ddp_nodes"]["vars"].update(extra)
-    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def names_only(info: Any) -> None:
@@ -49,28 +32,6 @@ def names_only(info: Any) -> None:
     hosts = doc["all"]["children"]["ddp_nodes"]["hosts"]
     doc["all"]["children"]["ddp_nodes"]["hosts"] = dict.fromkeys(hosts)
     info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
-def handmade_env(info: Any) -> None:
-    """Env files as people write them by hand: right master and ranks, no socket interface names."""
-    master, n = info.nodes[0].address, len(info.nodes)
-    for rank, node in enumerate(info.nodes):
-        text = (f"MASTER_ADDR={master}\nMASTER_PORT=29500\nNNODES={n}\nNODE_RANK={rank}\n"
-                f"NPROC_PER_NODE=1\nWORLD_SIZE={n}\n")
-        lab.node_exec(info.name, node.name, ["sh", "-c", "mkdir -p /etc/ddpfix && cat > /etc/ddpfix/ddp.env"], input=text)
-
-
-def snapshot(info: Any) -> dict[str, str]:
-    """Checksums of every node's /etc and its live firewall ruleset."""
-    script = ("find /etc -xdev -type f -print0 | sort -z | xargs -0 sha256sum; "
-              "iptables-save 2>/dev/null | grep -v '^#' | sed 's/\\[[0-9:]*\\]//'; "
-              "nft list ruleset 2>/dev/null | sed 's/counter packets [0-9]* bytes [0-9]*/counter/'")
-    return {n.name: lab.node_exec(info.name, n.name, ["sh", "-c", script]).stdout for n in info.nodes}
-
-
-def ids(doc: dict[str, Any], min_severity: str = "warning") -> set[str]:
-    order = {"info": 1, "warning": 2, "error": 3}
-    return {f["id"] for f in doc["findings"] if order[f["severity"]] >= order[min_severity]}
 
 CASES = [
     # (scenarios, the fault's finding ids). ssh-port shares the nonroot-become lab (it was a case of its own,

@@ -18,13 +18,13 @@ probe.peer-unreachable on the nodes that dial it). In order:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ansible_playbook, playbook_env
 
 pytestmark = pytest.mark.lab
 
@@ -33,21 +33,6 @@ PLAYBOOKS = ROOT / "playbooks"
 SCENARIO = "hostname-loopback,iptables-worker"
 ONLY = "hosts.hostname-loopback"
 
-
-def env(tmp: Path, **extra: str) -> dict[str, str]:
-    e = {**os.environ, "DDPFIX_STATE_DIR": str(tmp / "state"), "NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1",
-         # the checkout's ddpfix package, as the action plugin finds it in a checkout without an install
-         "PYTHONPATH": os.pathsep.join([str(ROOT / "controller"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    for k in ("DDPFIX_INVENTORY", "DDPFIX_LIMIT", "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION"):
-        e.pop(k, None)
-    e.update(extra)
-    return e
-
-
-def playbook(name: str, inventory: Path, *args: str, tmp: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "ansible-playbook"
-    return subprocess.run([str(exe), "-i", str(inventory), str(PLAYBOOKS / name), *args], capture_output=True,
-                          text=True, timeout=600, env=env(tmp, **extra_env), cwd=str(tmp), check=False)
 
 
 def keys(doc: dict[str, Any]) -> set[tuple[str, str | None, str]]:
@@ -71,7 +56,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def cli_doc(lab_info, work: Path) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", "-i", str(lab_info.inventory),
-                        "audit", "--format", "json"], capture_output=True, text=True, timeout=300, env=env(work),
+                        "audit", "--format", "json"], capture_output=True, text=True, timeout=300, env=playbook_env(work),
                        check=False)
     assert r.returncode == 1, r.stderr[-3000:]
     return json.loads(r.stdout)
@@ -79,7 +64,7 @@ def cli_doc(lab_info, work: Path) -> dict[str, Any]:
 
 def test_audit_playbook_reports_what_the_cli_reports(lab_info, work: Path, cli_doc: dict[str, Any]) -> None:
     report = work / "audit.json"
-    r = playbook("audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", tmp=work)
+    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", tmp=work)
     assert r.returncode == 2, r.stdout[-4000:]  # the play fails: errors reach the default threshold (warning)
     assert "findings at or above warning" in r.stdout
     doc = json.loads(report.read_text())
@@ -91,7 +76,7 @@ def test_audit_playbook_reports_what_the_cli_reports(lab_info, work: Path, cli_d
     assert doc["hosts"] == cli_doc["hosts"]
     assert doc["summary"] == cli_doc["summary"]
     # the threshold: nothing fails at ddpfix_fail_on=none, and the report is still written
-    r = playbook("audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
+    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
                  "-e", "ddpfix_facts_probe=false", tmp=work)
     assert r.returncode == 0, r.stdout[-4000:]
     assert probe_ids(keys(json.loads(report.read_text()))) == set()
@@ -101,12 +86,12 @@ def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, c
     cache = work / "fact_cache"
     cached = {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache)}
     for limit in ("node1,node2", "node3"):
-        r = playbook("audit.yml", lab_info.inventory, "--limit", limit, "-e", "ddpfix_analyze=false", tmp=work,
+        r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "--limit", limit, "-e", "ddpfix_analyze=false", tmp=work,
                      **cached)
         assert r.returncode == 0, r.stdout[-4000:]
         assert "Audit, analysis on the controller (ddpfix)" in r.stdout and "skipping: no hosts matched" in r.stdout
     report = work / "sliced.json"
-    r = playbook("audit.yml", lab_info.inventory, "-e", "ddpfix_collect=false", "-e", f"ddpfix_report={report}",
+    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", "ddpfix_collect=false", "-e", f"ddpfix_report={report}",
                  tmp=work, **cached)
     assert r.returncode == 2, r.stdout[-4000:]
     doc = json.loads(report.read_text())
@@ -119,7 +104,7 @@ def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, c
     assert doc["summary"]["reachable"] == 3
     # a node without facts in the cache is not read (never a pass): an empty cache reads nothing
     empty = {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(work / "empty_cache")}
-    r = playbook("audit.yml", lab_info.inventory, "-e", "ddpfix_collect=false", "-e", f"ddpfix_report={report}",
+    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", "ddpfix_collect=false", "-e", f"ddpfix_report={report}",
                  "-e", "ddpfix_fail_on=none", tmp=work, **empty)
     assert r.returncode == 0, r.stdout[-4000:]
     doc = json.loads(report.read_text())
@@ -128,15 +113,15 @@ def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, c
 
 
 def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path) -> None:
-    r = playbook("remediate.yml", lab_info.inventory, "--check", "--diff", "-e", f"ddpfix_only={ONLY}", tmp=work)
+    r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--check", "--diff", "-e", f"ddpfix_only={ONLY}", tmp=work)
     assert r.returncode == 0, r.stdout[-4000:]
     assert "changed=0" not in r.stdout.split("PLAY RECAP")[-1].split("node3")[1].splitlines()[0], r.stdout[-2000:]
     assert "127.0.1.1" in r.stdout  # the diff of /etc/hosts
     # the fix tasks carry their finding ids as tags: the audit and plan plays run whatever --tags select
-    r = playbook("remediate.yml", lab_info.inventory, "--tags", ONLY, tmp=work)
+    r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--tags", ONLY, tmp=work)
     assert r.returncode == 0, r.stdout[-4000:]
     report = work / "after.json"
-    r = playbook("audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
+    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
                  "-e", "ddpfix_facts_probe=false", tmp=work)
     assert r.returncode == 0, r.stdout[-4000:]
     after = keys(json.loads(report.read_text()))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_remediate_lab import ddpfix, ddpfix_json, snapshot
+from helpers import ddpfix, ddpfix_json, snapshot
 
 from ddpfix import lab
 

@@ -13,7 +13,7 @@ import os
 
 import ansible.release
 import pytest
-from test_remediate_lab import FAST_TORCH, add_inventory_vars, ddpfix_json, ids
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, ids
 
 pytestmark = pytest.mark.lab
 

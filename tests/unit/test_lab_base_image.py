@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpfix.lab.lifecycle import drop_ddpfix_state
+from ddpfix.lab.nodefiles import drop_ddpfix_state
 
 
 def test_host_ddpfix_files_are_dropped_from_the_node_copy_and_nothing_else(tmp_path: Path) -> None:

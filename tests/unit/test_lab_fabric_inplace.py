@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ddpfix.lab.model import LabError
-from ddpfix.lab.scenarios import SCENARIOS, fabric_plan
+from ddpfix.lab.scenarios.inplace import fabric_plan
+from ddpfix.lab.scenarios.registry import SCENARIOS
 
 FABRIC = [s for s in SCENARIOS if s.startswith("fabric-")]
 

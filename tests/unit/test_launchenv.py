@@ -1,4 +1,4 @@
-"""The launch path's host facts (module_utils ddpfix_launchenv) and their checks (ddpfix.launchenv), no host needed.
+"""The launch path's host facts (module_utils ddpfix_launchenv) and their checks (ddpfix.rules.host), no host needed.
 
 Shell start files are read as text: the parser is shown what bash would do with each line (exported or not, set
 for one command only, quoted, expanded), and the collector real files in a temporary tree, one unreadable.

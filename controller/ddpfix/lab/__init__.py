@@ -26,8 +26,9 @@ subnets coexist):
 namespaces and the uplink, unmounts and removes the state dir and the inventory file `up` wrote.
 
 Modules, by concern (each imports only those listed before it): `model` (typed data), `scenarios` (failure modes
-applied to a plan), `system` (processes, files, namespaces, the state file), `prerequisites`, `plan`, `network`,
-`daemons` (node PID 1, sshd, chronyd, running commands in a node), `lifecycle` (up, info, status, down).
+applied to a plan, one module per area), `system` (processes, files, namespaces, the state file), `prerequisites`,
+`plan`, `network`, `daemons` (node PID 1, sshd, chronyd, running commands in a node), `nodefiles` (node file trees,
+keys, client files, the inventory), `lifecycle` (up, info, status, down).
 """
 
 from ddpfix.lab.daemons import (
@@ -56,7 +57,7 @@ from ddpfix.lab.model import (
 from ddpfix.lab.network import free_subnet
 from ddpfix.lab.plan import plan_lab
 from ddpfix.lab.prerequisites import check_prerequisites
-from ddpfix.lab.scenarios import SCENARIOS
+from ddpfix.lab.scenarios.registry import SCENARIOS
 from ddpfix.lab.system import lab_mounts, pid_alive, ssh_banner
 
 __all__ = [
