@@ -12,8 +12,6 @@ import click
 from ddpfix.ansible.args import AnsibleArgs
 from ddpfix.ansible.config import user_inventory
 from ddpfix.errors import ExitCode
-from ddpfix.inventory.slurm import write_allocation_inventory
-from ddpfix.inventory.sources import resolve_inventories
 
 
 @dataclass
@@ -47,8 +45,13 @@ class Application:
                            "ANSIBLE_INVENTORY, or inventory in ansible.cfg's [defaults]), or --slurm")
             self.info(f"ddpfix: inventory {', '.join(found)} (from {origin})")
             self.inventories = found
+        # CLI start: the inventory code (and the plan it needs) loads only when a command reads an inventory
+        from ddpfix.inventory.sources import resolve_inventories
+
         paths = resolve_inventories(self.inventories)
         if self.slurm:
+            from ddpfix.inventory.slurm import write_allocation_inventory  # CLI start (see above)
+
             paths = (write_allocation_inventory(as_finding=self.slurm_count_as_finding), *paths)
         return paths
 

@@ -91,6 +91,7 @@ def test_yaml_header_names_the_source() -> None:
 
 # --- Slurm's hostname grammar, heterogeneous jobs, a job step's per-job values (env --slurm --export) ---
 
+from ddpfix.inventory.contract import parse_port_range  # noqa: E402
 from ddpfix.inventory.slurm import (  # noqa: E402
     DEFAULT_PORT_RANGE,
     allocation_nodes,
@@ -98,7 +99,6 @@ from ddpfix.inventory.slurm import (  # noqa: E402
     job_env,
     job_port,
     parse_het_groups,
-    parse_port_range,
 )
 
 

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ddpfix.errors import DdpfixError, ExitCode
 
 #: Prefixes of ddpfix's own variables (the plan's, the roles' inputs it sets): refused in -e, never silently replaced.
@@ -74,6 +72,7 @@ def _bad(value: str, why: str) -> DdpfixError:
 def parse_extra_vars(value: str) -> dict[str, Any]:
     """One `-e` value the way ansible-playbook reads it: `@file` (YAML or JSON), inline YAML/JSON (`{...}`), or
     `key=value ...` (strings). A mapping, else exit 2; ddpfix's own names (ddpfix_*) are refused."""
+    import yaml  # CLI start: PyYAML only for a -e value
     from ansible.parsing.splitter import parse_kv  # ansible-core loads slowly (CLI start): only for a -e value
 
     value = value.strip()

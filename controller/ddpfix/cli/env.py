@@ -185,7 +185,8 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
 def _export(het_group: str | None, port_range: str | None, nproc: int | None, cluster_file: str) -> None:
     """`env --slurm --export`: this node's per-job values as `export` lines on stdout, notes on stderr."""
     from ddpfix import clusterfile
-    from ddpfix.inventory.slurm import export_lines, job_env, parse_het_groups, parse_port_range
+    from ddpfix.inventory.contract import parse_port_range
+    from ddpfix.inventory.slurm import export_lines, job_env, parse_het_groups
 
     doc = clusterfile.load(cluster_file)[1] if os.path.lexists(cluster_file) else None
     values, notes = job_env(os.environ, het_groups=parse_het_groups(het_group) if het_group else (),

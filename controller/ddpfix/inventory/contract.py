@@ -12,8 +12,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
 from ddpfix import paths
 from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
@@ -89,6 +87,8 @@ def parse_cidr(value: Any, what: str = "ddp_cluster_cidr") -> str:
 
 def parse_skip(value: Any, what: str) -> tuple[str, ...]:
     """Accepted findings: a list (or comma-separated text) of `ID` or `ID@HOST`; unknown ids are refused."""
+    from ddpfix.findings import RULES  # CLI start: the rule registry loads only when ddp_skip_findings is read
+
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
         raise refused(f"{what} must be a list of finding ids, got {value!r}")
@@ -102,6 +102,15 @@ def parse_skip(value: Any, what: str) -> tuple[str, ...]:
             raise refused(f"{what}: unknown finding id {rid!r} (in {text!r})")
         out.append(text)
     return tuple(out)
+
+
+def parse_port_range(value: Any, where: str) -> tuple[int, int]:
+    """`LO-HI` (1024 <= LO <= HI <= 65535) -> (LO, HI); anything else: exit 2 naming `where` and the value."""
+    m = re.fullmatch(r"\s*(\d{1,5})\s*-\s*(\d{1,5})\s*", str(value))
+    if not m or not 1024 <= int(m.group(1)) <= int(m.group(2)) <= 65535:
+        raise DdpfixError(f"{where} must be a port range LO-HI with 1024 <= LO <= HI <= 65535, got {value!r}",
+                          ExitCode.INVALID_INPUT)
+    return int(m.group(1)), int(m.group(2))
 
 
 def cidr_needs_ack(cidr: str) -> str | None:
@@ -173,6 +182,7 @@ def role_var_specs() -> dict[str, dict[str, Any]]:
     """Every role input (`ddpfix_<role>_*`) of the roles' meta/argument_specs.yml: name -> its type, elements and
     choices. An inventory that sets one is checked against it here, before any node is contacted, rather than by
     the role's argument validation when the role starts (after other roles changed the node)."""
+    import yaml  # CLI start: PyYAML only when an inventory is checked
 
     out: dict[str, dict[str, Any]] = {}
     for f in sorted(paths.roles_dir().glob("*/meta/argument_specs.yml")):

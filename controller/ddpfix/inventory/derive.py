@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpfix.ansible.listing import list_inventory
 from ddpfix.factguard.grammar import one_line
 from ddpfix.inventory.contract import (
     ACK_BROAD,
@@ -25,11 +24,11 @@ from ddpfix.inventory.contract import (
     fabric_vars,
     int_var,
     parse_cidr,
+    parse_port_range,
     parse_skip,
     refused,
     role_var_specs,
 )
-from ddpfix.inventory.slurm import parse_port_range
 from ddpfix.model.cluster import DEFAULT_ENV_PATH, DEFAULT_PORT, Cluster, Node
 
 
@@ -243,4 +242,6 @@ def plain(value: Any) -> Any:
 
 
 def load_cluster(inventories: Sequence[str]) -> Cluster:
+    from ddpfix.ansible.listing import list_inventory  # CLI start: Ansible's listing only when a command reads one
+
     return cluster_from_inventory_data(list_inventory(inventories), inventories)

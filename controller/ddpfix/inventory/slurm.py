@@ -23,7 +23,7 @@ import yaml
 
 from ddpfix.ansible.rundirs import new_run_dir
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.inventory.contract import GROUP
+from ddpfix.inventory.contract import GROUP, parse_port_range
 from ddpfix.plan import node_env
 
 #: A Slurm node name: RFC 1123 labels plus `_` (slurm.conf's NodeName accepts `gpu_01`; names reach the inventory,
@@ -191,14 +191,6 @@ def inventory_from_allocation(env: Mapping[str, str], nodelist: str | None = Non
 #: --port-range): torch's default port and the 499 above it, below Linux's default ephemeral range (32768-60999).
 DEFAULT_PORT_RANGE = (29500, 29999)
 EPHEMERAL_SYSCTL = "/proc/sys/net/ipv4/ip_local_port_range"
-
-
-def parse_port_range(value: Any, where: str) -> tuple[int, int]:
-    """`LO-HI` (1024 <= LO <= HI <= 65535) -> (LO, HI); anything else: exit 2 naming `where` and the value."""
-    m = re.fullmatch(r"\s*(\d{1,5})\s*-\s*(\d{1,5})\s*", str(value))
-    if not m or not 1024 <= int(m.group(1)) <= int(m.group(2)) <= 65535:
-        raise _bad(f"{where} must be a port range LO-HI with 1024 <= LO <= HI <= 65535, got {value!r}")
-    return int(m.group(1)), int(m.group(2))
 
 
 def ephemeral_range(path: str = EPHEMERAL_SYSCTL) -> tuple[int, int]:
