@@ -17,7 +17,6 @@ from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.factguard.grammar import is_hostname, one_line
 from ddpfix.model.cluster import DEFAULT_ENV_PATH
-from ddpfix.rules.registry import RULES
 
 GROUP = "ddp_nodes"
 FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "nftables", "none")
@@ -87,7 +86,7 @@ def parse_cidr(value: Any, what: str = "ddp_cluster_cidr") -> str:
 
 def parse_skip(value: Any, what: str) -> tuple[str, ...]:
     """Accepted findings: a list (or comma-separated text) of `ID` or `ID@HOST`; unknown ids are refused."""
-    from ddpfix.findings import RULES  # CLI start: the rule registry loads only when ddp_skip_findings is read
+    from ddpfix.rules.registry import RULES  # CLI start: the rule registry loads only when ddp_skip_findings is read
 
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
