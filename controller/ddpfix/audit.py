@@ -21,7 +21,7 @@ from ddpfix.checks import (
     unread_of,
 )
 from ddpfix.findings import Finding, Severity
-from ddpfix.inventory import Cluster, cluster_from_inventory_data, load_cluster
+from ddpfix.inventory import Cluster, Node, cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.nodefacts import NodeFacts, ProbeResult
 from ddpfix.plan import NodePlan
@@ -198,10 +198,25 @@ def cluster_of_run(run: RunResult, inventories: Sequence[str]) -> Cluster:
         if task.status == "failed":
             raise DdpfixError(str(task.res.get("msg") or "invalid inventory"),
                               ExitCode(int(task.res.get("ddpfix_exit_code") or ExitCode.INVALID_INPUT)))
+        derived = task.res.get("cluster")
+        if isinstance(derived, Mapping):
+            return cluster_from_data(derived, inventories)
         data = task.res.get("inventory")
         if isinstance(data, Mapping):
             return cluster_from_inventory_data(data, inventories)
     return load_cluster(inventories)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
+def cluster_from_data(data: Mapping[str, Any], inventories: Sequence[str] = ()) -> Cluster:
+    """The cluster the audit play's first task derived (`dataclasses.asdict` of it, in its result `cluster`), handed
+    along as it is: derived and validated once per run, by that task, not again here."""
+    fields = {k: _frozen(v) for k, v in data.items() if k != "nodes"}
+    nodes = tuple(Node(**{k: _frozen(v) for k, v in n.items()}) for n in data.get("nodes") or ())
+    return Cluster(**{**fields, "nodes": nodes, "inventories": tuple(inventories) or fields.get("inventories", ())})
 
 
 #: What the facts module returns a node's facts as: `ansible_facts[FACTS_KEY]`.
