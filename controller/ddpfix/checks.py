@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from ddpfix import firewall, ifreach
 from ddpfix import rules as registry
+from ddpfix.envtemplate import judge as env_judge
 from ddpfix.factguard import guard_facts, guard_reach
 from ddpfix.findings import Finding, finding, sort_key
 from ddpfix.inventory import Cluster
@@ -26,7 +27,6 @@ from ddpfix.plan import (
     NodePlan,
     cluster_nic,
     effective_cidr,
-    env_differs,
     plan_cluster,
 )
 from ddpfix.rules import Remedy, Rule, Severity, rules
@@ -1696,9 +1696,9 @@ def check_env(ctx: Context) -> Iterable[Finding]:
             )
     for n in sorted(existing):
         ef_n: Mapping[str, Any] = (ctx.facts[n] or {}).get("env_file") or {}
-        want = {k: v for k, v in ctx.plan[n].env.items() if v}
         # secret-looking values are compared by digest and shown as *** (env_differs): never the wanted value
-        diff = [f"{k}={got} (want {shown})" for k, got, shown in env_differs(ef_n, want)]
+        judged = env_judge(ef_n, ctx.plan[n], ctx.cluster.env_template)  # the template's keys when it has one
+        diff = [f"{k}={got} (want {shown})" for k, got, shown in judged.differs]
         if ctx.cluster.env_scope == "node":  # a node-global file must not pin a job's launch values
             diff += [f"{k}={v} (per job: not in the file with ddp_env_scope: node)"
                      for k, v in sorted((ef_n.get("managed") or {}).items()) if k in LAUNCH_KEYS]
