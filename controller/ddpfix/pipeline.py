@@ -9,7 +9,7 @@ along to every later step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,10 @@ from ddpfix.remediate import (
 )
 from ddpfix.rules import fixable_ids
 from ddpfix.runner import RunResult
+from ddpfix.verify.endstate import Check, testinfra_checks
+from ddpfix.verify.endstate import document as verify_document
+from ddpfix.verify.nccl import run_nccl
+from ddpfix.verify.torch import run_torch
 
 # ------------------------------------------------------------------------------------------------------------- audit
 
@@ -249,3 +253,52 @@ def remediate(cluster: Cluster, *, apply: bool, only: set[str] | None = None, sk
         after.findings, fixes.skipped = split_skipped(after.findings, skip, cluster)
     return Remediation(before, fixes, applied, after, apply)
 
+
+
+# ------------------------------------------------------------------------------------------------------------ verify
+
+
+@dataclass
+class Verification:
+    """`ddpfix verify`: the end-state checks (the audit's judgements, plus what only a live look can see), and the
+    real collective (a Gloo all-reduce, or the NCCL sweep) when asked for."""
+
+    cluster: Cluster
+    checks: list[Check]
+    torch: list[dict[str, Any]] | None = None
+    nccl: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        ok = all(c.ok for c in self.checks) and (self.torch is None or all(r["ok"] for r in self.torch))
+        if self.nccl is not None:
+            ok = ok and all(e["ok"] for e in self.nccl["gang"]) and all(p["ok"] for p in self.nccl["pairs"] or [])
+        return ok
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        return verify_document(self.cluster, self.ok, self.checks, self.torch, self.nccl)
+
+
+def verify(cluster: Cluster, *, checks: bool = True, backend: str = "gloo", torch: bool = False,
+           sizes: Sequence[int] = (), iters: int = 20, min_busbw: float | None = None, pairs: bool = False,
+           limit: str | None = None, forks: int | None = None, verbosity: int = 0,
+           progress: bool | None = None) -> Verification:
+    """audit (facts, live probes) -> the end-state checks from its findings -> the collective (`backend` nccl: the
+    NCCL sweep; `torch`: a Gloo all-reduce)."""
+    run_opts: dict[str, Any] = {"limit": limit, "forks": forks, "verbosity": verbosity}
+    with Progress(cluster.names, "ddpfix verify: probes", enabled=progress) as prog:
+        result = audit(cluster, progress=prog, **run_opts)
+    out = Verification(cluster, testinfra_checks(result.context, result.findings) if checks else [])
+    for f in result.findings:
+        if f.id in ("host.unreachable", "host.module-failed"):
+            what = "reachable over SSH" if f.id == "host.unreachable" else "ddpfix's module runs on the node"
+            out.checks.append(Check(f.host or "", what, False, f.evidence))
+    if backend == "nccl":
+        with Progress(cluster.names, "ddpfix verify: NCCL all-reduce sweep", enabled=progress) as prog:
+            out.nccl = run_nccl(result.context, sizes=tuple(sizes), iters=iters, min_busbw=min_busbw, pairs=pairs,
+                                progress=prog, findings=result.findings, **run_opts)
+    elif torch:
+        with Progress(cluster.names, "ddpfix verify: torch all-reduce", enabled=progress) as prog:
+            out.torch = run_torch(cluster, progress=prog, findings=result.findings, **run_opts)
+    return out

@@ -153,7 +153,7 @@ def test_readme_states_the_share() -> None:
 
 def test_verify_cause_comes_from_the_table() -> None:
     from ddpfix.explain import cause_line
-    from ddpfix.verify import likely_cause
+    from ddpfix.verify.torch import likely_cause
 
     # verify's own launch output is distributed by construction: a bare refusal is named without context
     assert "firewall.master-port-blocked" in likely_cause("RuntimeError: Connection refused", [])
