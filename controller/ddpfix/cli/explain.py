@@ -13,7 +13,8 @@ import click
 
 from ddpfix.app import Application, DdpfixError, ExitCode
 from ddpfix.cli.common import global_options
-from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, LogFacts, against_inventory, diagnose, finding_ids, log_facts
+from ddpfix.diagnose.match import FALLBACK_ADVICE, against_inventory, diagnose, finding_ids, log_facts
+from ddpfix.diagnose.model import Diagnosis, LogFacts
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpfix import explain
 from ddpfix.checks import Context
+from ddpfix.diagnose.match import cause_line
 from ddpfix.fabric import has_rdma
 from ddpfix.findings import Finding
 from ddpfix.progress import Progress
@@ -177,7 +177,7 @@ NO_GPU = re.compile(r"Cuda is not available|torch\.cuda\.is_available\(\) is Fal
 
 
 def _nccl_cause(text: str, finding_ids: Iterable[str]) -> str:
-    return explain.cause_line(text, finding_ids)
+    return cause_line(text, finding_ids)
 
 
 def nccl_entry(

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ddpfix import explain
+from ddpfix.diagnose.match import cause_line
 from ddpfix.findings import Finding
 from ddpfix.inventory import Cluster
 from ddpfix.progress import Progress
@@ -17,7 +17,7 @@ from ddpfix.runner import HostResult, run_playbook
 
 def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
     """The first known failure in a launch's output, from explain's one pattern table."""
-    return explain.cause_line(text, finding_ids)
+    return cause_line(text, finding_ids)
 
 
 #: The role that launches torchrun, and the module its launch task runs (one launch task runs per play: the backend's).
