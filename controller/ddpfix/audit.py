@@ -276,9 +276,7 @@ def hosts_from_vars(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]],
         facts = hv.get("ansible_facts") or {}
         node = facts.get(FACTS_KEY)
         win = facts.get("ddpfix_facts_window")
-        window = (float(win[0]), float(win[1])) if isinstance(win, (list, tuple)) and len(win) == 2 else None
-        if window is not None and window[0] > window[1]:
-            window = None
+        window = clock_window(*win) if isinstance(win, (list, tuple)) and len(win) == 2 else None
         if from_run:
             if not hv.get("ddpfix_audit_in_run"):
                 if limit:
@@ -400,10 +398,18 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
 
 
 def _window(task: TaskResult | None) -> tuple[float, float] | None:
-    if task is None:
+    return clock_window(parse_event_time(task.start), parse_event_time(task.end)) if task is not None else None
+
+
+def clock_window(lo: object, hi: object) -> tuple[float, float] | None:
+    """The controller's clock window around a node's facts task (its start .. its result), read one way from either
+    source: the CLI's runner events (`_window`) and the play's `ddpfix_facts_window` fact (the action plugin). None
+    when an end is missing or not a number, or the two are out of order (never a window that could pass a check)."""
+    try:
+        start, end = float(lo), float(hi)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return None
-    lo, hi = parse_event_time(task.start), parse_event_time(task.end)
-    return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
+    return (start, end) if start <= end else None
 
 
 def run_audit(cluster: Cluster | None, **kwargs: object) -> AuditResult:

@@ -147,3 +147,20 @@ def test_cluster_is_derived_once_and_handed_along(sim: Any) -> None:
     assert cluster_of_run(_cluster_task({"cluster": data}), ["inv.yml"]).inventories == ("inv.yml",)
     play = {"ddpfix_audit_cluster": {"cluster": data}, "ansible_inventory_sources": ["inv.yml"]}
     assert pipeline.cluster_of_play(play, {}) == cluster_from_data(data, ["inv.yml"])
+
+
+def test_clock_window_is_read_one_way_from_either_source() -> None:
+    """The CLI's runner event times and the play's ddpfix_facts_window fact give the same window, or none."""
+    from ddpfix.audit import _window, clock_window, hosts_from_vars
+
+    task = TaskResult("Facts", "ok", {}, start="2026-01-01T00:00:00+00:00", end="2026-01-01T00:00:02.5+00:00",
+                      action="ddpfix.cluster.ddpfix_node_facts")
+    lo, hi = _window(task) or (0.0, 0.0)
+    assert hi - lo == 2.5
+    assert clock_window(str(lo), str(hi)) == clock_window(lo, hi) == (lo, hi)
+    for bad in ((hi, lo), (None, hi), ("x", hi), ([], hi)):
+        assert clock_window(*bad) is None
+    assert _window(TaskResult("Facts", "ok", {}, start="garbage", end="2026-01-01T00:00:02+00:00")) is None
+    play = {"n1": {"ansible_facts": {"ddpfix_node": {"hostname": "n1"}, "ddpfix_facts_window": ["nan?", hi]}}}
+    cluster = cluster_from_data({"nodes": [{"name": "n1", "address": "10.0.0.1", "rank": 0}], "master": "n1"})
+    assert hosts_from_vars(cluster, play, from_run=False)["n1"].window is None
