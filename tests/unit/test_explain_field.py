@@ -211,11 +211,11 @@ def test_cli_with_inventory_prints_the_contradictions(monkeypatch: pytest.Monkey
     import json
     from types import SimpleNamespace
 
-    import ddpfix.audit
     import ddpfix.cli.common
+    import ddpfix.pipeline
 
     monkeypatch.setattr(ddpfix.cli.common, "cluster_of", lambda app: _cluster())
-    monkeypatch.setattr(ddpfix.audit, "run_audit", lambda *a, **k: SimpleNamespace(findings=[]))
+    monkeypatch.setattr(ddpfix.pipeline, "audit", lambda *a, **k: SimpleNamespace(findings=[]))
     inv = tmp_path / "hosts.yml"
     inv.write_text("all: {}\n")
     log = "[rank3]: The client socket has failed to connect to any network address of (10.9.9.9, 29500). x\n"
