@@ -19,11 +19,13 @@ from ddpfix.audit import (
     audit_report,
     cluster_from_data,
     failing,
+    host_summaries,
     hosts_from_vars,
     run_audit,
     split_skipped,
 )
-from ddpfix.checks import Context, Thresholds, run_checks
+from ddpfix.causes import attribute_causes
+from ddpfix.checks import Context, Thresholds, not_evaluated, run_checks
 from ddpfix.findings import RULES, Finding
 from ddpfix.inventory import Cluster, cluster_from_hostvars
 from ddpfix.progress import Progress
@@ -39,6 +41,7 @@ from ddpfix.remediate import (
     remaining_fixable,
     run_remediation,
 )
+from ddpfix.report import document
 from ddpfix.rules import fixable_ids
 from ddpfix.runner import RunResult
 from ddpfix.verify.endstate import Check, testinfra_checks
@@ -221,6 +224,31 @@ class Remediation:
                              self.applied.failed)
 
     @property
+    def doc(self) -> dict[str, Any]:
+        """The `ddpfix.report/v1` document of the remediation (its findings and hosts: the re-audit's, else the
+        audit's)."""
+        final, fixes, a, cluster = self.final, self.fixes, self.applied, self.before.cluster
+        ctx = final.context
+        return document(
+            "remediate", cluster.inventories,
+            host_summaries(ctx.hosts, ctx.plan, cluster, not_evaluated(ctx, final.findings)),
+            attribute_causes(final.findings, cluster.master),
+            {
+                "apply": self.apply,
+                "interrupted": a.interrupted,
+                "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in a.changes],
+                "changed": a.changed,
+                "failed_hosts": a.failed,
+                "refused": fixes.refusals,
+                "notes": {h: p.notes for h, p in fixes.plans.items() if p.notes},
+                "remaining_fixable": [f.to_json() for f in self.remaining] if self.apply else None,
+                "not_effective": [{"id": f.id, "host": f.host, "message": not_effective_text(f)}
+                                  for f in self.not_effective] if self.apply else None,
+            },
+            skipped=fixes.skipped,
+        )
+
+    @property
     def code(self) -> ExitCode:
         a = self.applied
         if a.interrupted:
@@ -228,6 +256,12 @@ class Remediation:
         if self.apply:
             return ExitCode.OK if not self.remaining and not a.failed and not self.fixes.refusals else ExitCode.FINDINGS
         return ExitCode.FINDINGS if a.changes or a.failed or self.fixes.refusals else ExitCode.OK
+
+
+def not_effective_text(f: Finding) -> str:
+    why = RULES[f.id].still_open
+    return (f"{f.id} on {f.host or 'the cluster'} is still open after the fix was applied (the fix did not take "
+            f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 
 
 def remediate(cluster: Cluster, *, apply: bool, only: set[str] | None = None, skip: str | None = None,

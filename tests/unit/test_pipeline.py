@@ -164,3 +164,34 @@ def test_clock_window_is_read_one_way_from_either_source() -> None:
     play = {"n1": {"ansible_facts": {"ddpfix_node": {"hostname": "n1"}, "ddpfix_facts_window": ["nan?", hi]}}}
     cluster = cluster_from_data({"nodes": [{"name": "n1", "address": "10.0.0.1", "rank": 0}], "master": "n1"})
     assert hosts_from_vars(cluster, play, from_run=False)["n1"].window is None
+
+
+def test_cli_dry_run_reports_the_pipelines_plan(sim: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`ddpfix remediate --only ID --format json` (dry run) on recorded facts: the play (check mode) stands in with
+    one change per planned host; the report is the pipeline's (`Remediation.doc`), its hosts the plan's todo, the
+    same the playbook's plan task returns."""
+    import ddpfix.cli.remediate as remediate_cli
+    from ddpfix import schemas
+    from ddpfix.remediate import Change
+
+    sim = _faulty(sim)
+    audited = _cli_audit(sim)
+    played: list[list[str]] = []
+
+    def play(ctx: Any, plans: dict[str, Any], **_: Any) -> tuple[RunResult, list[Change]]:
+        played.append(sorted(plans))
+        run = RunResult(status="successful", rc=0, stats={"changed": dict.fromkeys(plans, 1)}, hosts={},
+                        run_dir=tmp_path, seconds=0.0)
+        return run, [Change(h, "Fix hosts.hostname-loopback | /etc/hosts", "") for h in sorted(plans)]
+
+    monkeypatch.setattr(remediate_cli, "cluster_of", lambda app: sim.cluster())
+    monkeypatch.setattr(pipeline, "run_audit", lambda cluster, **_: audited)
+    monkeypatch.setattr(pipeline, "run_remediation", play)
+    r = CliRunner().invoke(cli, ["remediate", "-i", "x.yml", "--only", FIXABLE, "--format", "json"])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    schemas.validate(doc)
+    want = pipeline.plan(audited, only={FIXABLE}).todo
+    assert played == [sorted(want)] and sorted(h for h, n in doc["changed"].items() if n) == sorted(want)
+    assert doc["apply"] is False and doc["remaining_fixable"] is None and doc["exit_code"] == 1
+    assert FIXABLE in {f["id"] for f in doc["findings"]}

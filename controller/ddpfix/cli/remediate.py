@@ -8,13 +8,9 @@ from rich.markup import escape
 
 from ddpfix import pipeline
 from ddpfix.app import Application, ExitCode
-from ddpfix.audit import host_summaries
-from ddpfix.causes import attribute_causes
-from ddpfix.checks import not_evaluated
 from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
-from ddpfix.findings import RULES, Finding
+from ddpfix.findings import Finding
 from ddpfix.remediate import Change, HostPlan
-from ddpfix.report import document
 from ddpfix.rules import fixable_ids
 
 
@@ -45,31 +41,14 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     r = pipeline.remediate(cluster, apply=apply, only=only_ids, skip=skip, allow_partial=allow_partial,
                            pin_ifnames=pin_ifnames, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
                            progress=None if not quiet else False)
-    final, fixes, applied = r.final, r.fixes, r.applied
+    fixes, applied = r.fixes, r.applied
     changes, failed, refusals, plans = applied.changes, applied.failed, fixes.refusals, fixes.plans
     remaining, stuck = r.remaining, r.not_effective
-    doc = document(
-        "remediate", cluster.inventories,
-        host_summaries(final.context.hosts, final.context.plan, cluster, not_evaluated(final.context, final.findings)),
-        attribute_causes(final.findings, cluster.master),
-        {
-            "apply": apply,
-            "interrupted": applied.interrupted,
-            "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
-            "changed": applied.changed,
-            "failed_hosts": failed,
-            "refused": refusals,
-            "notes": {h: p.notes for h, p in plans.items() if p.notes},
-            "remaining_fixable": [f.to_json() for f in remaining] if apply else None,
-            "not_effective": [{"id": f.id, "host": f.host, "message": _not_effective_text(f)} for f in stuck]
-            if apply else None,
-        },
-        skipped=fixes.skipped,
-    )
+    doc = r.doc
     if not quiet:
         _print_changes(err, changes, apply, failed, refusals, plans)
         for f in stuck:
-            err.print(f"[red]not fixed[/] {escape(_not_effective_text(f))}", highlight=False)
+            err.print(f"[red]not fixed[/] {escape(pipeline.not_effective_text(f))}", highlight=False)
     code = r.code
     emit(doc, fmt, output, _exit_line(code, apply, remaining, failed, refusals, changes), code)
     if applied.interrupted:
@@ -96,12 +75,6 @@ def _exit_line(code: ExitCode, apply: bool, remaining: list[Finding], failed: di
     parts += [f"{len(failed)} host{'s' if len(failed) != 1 else ''} failed"] if failed else []
     parts += ["a write was refused"] if refusals else []
     return f"exit 1: {', '.join(parts) or 'see above'}"
-
-
-def _not_effective_text(f: Finding) -> str:
-    why = RULES[f.id].still_open
-    return (f"{f.id} on {f.host or 'the cluster'} is still open after the fix was applied (the fix did not take "
-            f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 
 
 def _print_changes(con: Console, changes: list[Change], apply: bool, failed: dict[str, str], refusals: list[str],
