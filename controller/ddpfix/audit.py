@@ -17,7 +17,7 @@ from ddpfix.clock import parse_event_time
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.derive import cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
-from ddpfix.model.cluster import Cluster
+from ddpfix.model.cluster import Cluster, Node
 from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.model.finding import Finding, Severity
 from ddpfix.plan import NodePlan
@@ -187,10 +187,25 @@ def cluster_of_run(run: RunResult, inventories: Sequence[str]) -> Cluster:
         if task.status == "failed":
             raise DdpfixError(str(task.res.get("msg") or "invalid inventory"),
                               ExitCode(int(task.res.get("ddpfix_exit_code") or ExitCode.INVALID_INPUT)))
+        derived = task.res.get("cluster")
+        if isinstance(derived, Mapping):
+            return cluster_from_data(derived, inventories)
         data = task.res.get("inventory")
         if isinstance(data, Mapping):
             return cluster_from_inventory_data(data, inventories)
     return load_cluster(inventories)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
+def cluster_from_data(data: Mapping[str, Any], inventories: Sequence[str] = ()) -> Cluster:
+    """The cluster the audit play's first task derived (`dataclasses.asdict` of it, in its result `cluster`), handed
+    along as it is: derived and validated once per run, by that task, not again here."""
+    fields = {k: _frozen(v) for k, v in data.items() if k != "nodes"}
+    nodes = tuple(Node(**{k: _frozen(v) for k, v in n.items()}) for n in data.get("nodes") or ())
+    return Cluster(**{**fields, "nodes": nodes, "inventories": tuple(inventories) or fields.get("inventories", ())})
 
 
 #: What the facts module returns a node's facts as: `ansible_facts[FACTS_KEY]`.
@@ -250,9 +265,7 @@ def hosts_from_vars(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]],
         facts = hv.get("ansible_facts") or {}
         node = facts.get(FACTS_KEY)
         win = facts.get("ddpfix_facts_window")
-        window = (float(win[0]), float(win[1])) if isinstance(win, (list, tuple)) and len(win) == 2 else None
-        if window is not None and window[0] > window[1]:
-            window = None
+        window = clock_window(*win) if isinstance(win, (list, tuple)) and len(win) == 2 else None
         if from_run:
             if not hv.get("ddpfix_audit_in_run"):
                 if limit:
@@ -374,10 +387,18 @@ def host_summaries(hosts: dict[str, HostFacts], plans: dict[str, NodePlan], clus
 
 
 def _window(task: TaskResult | None) -> tuple[float, float] | None:
-    if task is None:
+    return clock_window(parse_event_time(task.start), parse_event_time(task.end)) if task is not None else None
+
+
+def clock_window(lo: object, hi: object) -> tuple[float, float] | None:
+    """The controller's clock window around a node's facts task (its start .. its result), read one way from either
+    source: the CLI's runner events (`_window`) and the play's `ddpfix_facts_window` fact (the action plugin). None
+    when an end is missing or not a number, or the two are out of order (never a window that could pass a check)."""
+    try:
+        start, end = float(lo), float(hi)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return None
-    lo, hi = parse_event_time(task.start), parse_event_time(task.end)
-    return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
+    return (start, end) if start <= end else None
 
 
 def run_audit(cluster: Cluster | None, **kwargs: object) -> AuditResult:

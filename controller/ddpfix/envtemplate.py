@@ -16,7 +16,7 @@ import jinja2
 
 from ddpfix import paths
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.plan import NodePlan, env_comment, env_write_needed, envfile_lib
+from ddpfix.plan import EnvJudgement, NodePlan, env_comment, envfile_lib, judge_env
 
 
 def default_template() -> Path:
@@ -52,8 +52,13 @@ def render_file(template: str | None, plan: NodePlan) -> str:
     return "\n".join(envfile_lib().body_block(lines)) + "\n"
 
 
-def write_needed(env_file: Mapping[str, Any], plan: NodePlan, template: str | None) -> bool:
-    """`env_write_needed` against the keys the template writes (the plan's, for the role's template)."""
+def judge(env_file: Mapping[str, Any], plan: NodePlan, template: str | None) -> EnvJudgement:
+    """`judge_env` against the keys the template writes (the plan's, for the role's template): the one judgement of
+    "the env file differs from the plan", honouring ddp_env_template, for the audit, remediate and verify."""
     if template:
         plan = dataclasses.replace(plan, env=render_body(template, plan)[1])
-    return env_write_needed(env_file, plan)
+    return judge_env(env_file, plan)
+
+
+def write_needed(env_file: Mapping[str, Any], plan: NodePlan, template: str | None) -> bool:
+    return judge(env_file, plan, template).write

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 #: NCCL picks the RoCE v2 GID by itself from this version on (NCCL_IB_GID_INDEX defaults to -1, "auto").
 NCCL_AUTO_GID = (2, 21)

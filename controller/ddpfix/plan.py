@@ -304,15 +304,34 @@ def render_env(plan: NodePlan) -> str:
     return "\n".join(envfile_lib().render_block(plan.env, env_comment(plan), plan.comments)) + "\n"
 
 
-def env_write_needed(env_file: Mapping[str, Any], plan: NodePlan) -> bool:
-    """Whether the node's env file (its facts) differs from the plan in ddpfix's part: the block's values, or a
-    managed key also assigned outside the block (it would shadow or be shadowed by the block)."""
+@dataclass(frozen=True)
+class EnvJudgement:
+    """A node's env file against the block ddpfix would write (`judge_env`, the one judge of both questions)."""
+
+    #: (key, the node's value as shown, the wanted value as shown) for each key the block sets to a non-empty value
+    #: whose value, as the whole file leaves it, is another (env.inconsistent: what a process reading it gets)
+    differs: tuple[tuple[str, str, str], ...]
+    #: ddpfix's part must be (re)written: no file or no block of ours, the block's keys or values are not the plan's,
+    #: or a managed key is also assigned outside the block (it would shadow or be shadowed by the block)
+    write: bool
+
+
+def judge_env(env_file: Mapping[str, Any], plan: NodePlan) -> EnvJudgement:
+    """Whether the node's env file (its facts) differs from `plan` (whose `env` is the block's KEY=VALUE lines: the
+    template's, `envtemplate.judge`, when ddp_env_template is set): the audit's env.inconsistent, the remediation's
+    env write and verify's env file check all read this judgement."""
+    differs = tuple(env_differs(env_file, {k: v for k, v in plan.env.items() if v}))
     if not env_file.get("exists") or env_file.get("owner") != "block":
-        return True
+        return EnvJudgement(differs, True)
     managed = dict(env_file.get("managed") or {})
-    if set(managed) != set(plan.env) or list(env_differs(env_file, plan.env, scope="managed")):
-        return True
-    return bool(set(env_file.get("outside_keys") or ()) & set(plan.env))
+    write = (set(managed) != set(plan.env) or bool(list(env_differs(env_file, plan.env, scope="managed")))
+             or bool(set(env_file.get("outside_keys") or ()) & set(plan.env)))
+    return EnvJudgement(differs, write)
+
+
+def env_write_needed(env_file: Mapping[str, Any], plan: NodePlan) -> bool:
+    """`judge_env(...).write`: ddpfix's part of the node's env file differs from the plan."""
+    return judge_env(env_file, plan).write
 
 
 def is_secret(key: str, value: str | None = None) -> bool:

@@ -23,7 +23,7 @@ def _rules() -> str:
 
 
 def _explain_patterns() -> str:
-    from ddpfix import explain
+    from ddpfix.diagnose import match as explain
 
     return explain.markdown()
 

@@ -277,7 +277,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
     shows in a job's log: explain's pattern table), per-host findings, the connectivity matrix."""
     import jinja2
 
-    from ddpfix.explain import symptoms
+    from ddpfix.diagnose.match import symptoms
     from ddpfix.matrix import SYMBOL
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("ddpfix", "templates"),

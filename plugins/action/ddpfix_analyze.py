@@ -57,58 +57,46 @@ class ActionModule(ActionBase):
         return result
 
     def _analyze(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
-        audit = ddpfix("ddpfix.audit")
-        context = ddpfix("ddpfix.rules.context")
-        engine = ddpfix("ddpfix.rules.engine")
-        inventory = ddpfix("ddpfix.inventory.derive")
+        pipeline = ddpfix("ddpfix.pipeline")
+        skip = _csv(args["skip"]) or None
+        # --only first, as the CLI checks it: before anything is read (an unknown or detect-only id fails the task)
+        only = pipeline.parse_only(_csv(args["only"]), "ddpfix_only") if args["mode"] == "plan" else None
         hostvars = task_vars.get("hostvars") or {}
-        cluster = inventory.cluster_from_hostvars(inventory_tree(hostvars, task_vars.get("groups") or {}), hostvars,
-                                                  [str(s) for s in task_vars.get("ansible_inventory_sources") or []])
-        limit = task_vars.get("ansible_limit") or None
-        hosts = audit.hosts_from_vars(cluster, hostvars, from_run=args["facts_from"] == "run", limit=limit)
-        ctx = context.Context(cluster, hosts, context.Thresholds(max_skew_s=float(args["max_skew"])))
-        findings = engine.run_checks(ctx)
+        cluster = pipeline.cluster_of_play(task_vars, inventory_tree(hostvars, task_vars.get("groups") or {}))
+        result = pipeline.analyze(cluster, hostvars, from_run=args["facts_from"] == "run",
+                                  limit=task_vars.get("ansible_limit") or None,
+                                  thresholds=ddpfix("ddpfix.rules.context").Thresholds(max_skew_s=float(args["max_skew"])))
         if args["mode"] == "plan":
-            return self._plan(ctx, findings, args)
-        doc, kept = audit.audit_report(ctx, findings, probe=bool(args["probe"]), skip=_csv(args["skip"]) or None)
-        out: dict[str, Any] = {"changed": False, "summary": doc["summary"], "findings": doc["findings"]}
+            return self._plan(pipeline, result, only, skip, args)
+        v = pipeline.verdict(result, probe=bool(args["probe"]), skip=skip, fail_on=args["fail_on"])
+        out: dict[str, Any] = {"changed": False, "summary": v.doc["summary"], "findings": v.doc["findings"]}
         if args["report"]:
-            out["report"] = self._write(args["report"], ddpfix("ddpfix.report").to_json(doc))
-        failing = audit.failing(kept, args["fail_on"])
-        if failing:
+            out["report"] = self._write(args["report"], ddpfix("ddpfix.report").to_json(v.doc))
+        if v.failing:
             out["failed"] = True
-            out["msg"] = (f"{len(failing)} finding{'s' if len(failing) != 1 else ''} at or above {args['fail_on']}: "
-                          + ", ".join(f"{f.id}@{f.host or 'cluster'}" for f in failing))
+            out["msg"] = f"{v.line}: " + ", ".join(f"{f.id}@{f.host or 'cluster'}" for f in v.failing)
         else:
             out["msg"] = f"nothing at or above {args['fail_on']}"
         return out
 
-    def _plan(self, ctx: Any, findings: list[Any], args: dict[str, Any]) -> dict[str, Any]:
-        """The fixes of every node (what `ddpfix remediate` passes remediate.yml as extra vars), refused exactly
-        where the CLI refuses (bad facts, unknown or unacknowledged CIDR: fail, nothing changed)."""
-        audit = ddpfix("ddpfix.audit")
-        remediate = ddpfix("ddpfix.remediate")
-        rules = ddpfix("ddpfix.rules.registry").RULES
-        only = {s.strip() for s in _csv(args["only"]).split(",") if s.strip()} or None
-        unknown = sorted((only or set()) - set(rules))
-        if unknown:
-            raise ddpfix("ddpfix.errors").DdpfixError(f"ddpfix_only: unknown finding id(s): {', '.join(unknown)}")
-        kept, _ = audit.split_skipped(findings, _csv(args["skip"]) or None, ctx.cluster)
-        plans, refusals = remediate.build_plan(ctx, kept, only=only, allow_partial=bool(args["allow_partial"]),
-                                               pin_ifnames=bool(args["pin_ifnames"]))
-        todo = {h: p for h, p in plans.items() if not p.empty}
-        if ctx.invalid or todo:
-            remediate.preflight(ctx, todo, apply=bool(args["apply"]))
-        plan_vars = remediate.remediate_extravars(ctx, plans)
+    @staticmethod
+    def _plan(pipeline: Any, result: Any, only: set[str] | None, skip: str | None,
+              args: dict[str, Any]) -> dict[str, Any]:
+        """The fixes of every node (what `ddpfix remediate` passes remediate.yml as extra vars), planned and refused
+        by the pipeline `ddpfix remediate` runs (bad facts, unknown or unacknowledged CIDR: fail, nothing changed)."""
+        fixes = pipeline.plan(result, only=only, skip=skip, allow_partial=bool(args["allow_partial"]),
+                              pin_ifnames=bool(args["pin_ifnames"]), apply=bool(args["apply"]))
+        todo = fixes.todo
+        plan_vars = ddpfix("ddpfix.remediate").remediate_extravars(result.context, fixes.plans)
         plan_vars.pop("ddpfix_target", None)
         return {
             "changed": False,
             "vars": plan_vars,
             "todo": sorted(todo),
-            "refused": refusals,
-            "notes": {h: p.notes for h, p in plans.items() if p.notes},
-            "findings": [f.to_json() for f in kept],
-            "warnings": [f"refused: {r}" for r in refusals],
+            "refused": fixes.refusals,
+            "notes": {h: p.notes for h, p in fixes.plans.items() if p.notes},
+            "findings": [f.to_json() for f in fixes.findings],
+            "warnings": [f"refused: {r}" for r in fixes.refusals],
             "msg": (f"fixes planned on {', '.join(sorted(todo))}" if todo else "nothing to fix"),
         }
 

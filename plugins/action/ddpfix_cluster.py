@@ -7,6 +7,7 @@ it holds the lock already. Documentation: plugins/modules/ddpfix_cluster.py.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -50,5 +51,5 @@ class ActionModule(ActionBase):
         # decided once for the play (the facts role's ddpfix_facts_probe_from_facts), not templated per node from the
         # addresses of every node (O(N) each)
         view["probe_from_facts"] = ddpfix_probe_needs_facts(view["addresses"], view["cluster_cidr"])
-        result.update(changed=False, inventory=data, **view)
+        result.update(changed=False, inventory=data, cluster=dataclasses.asdict(cluster), **view)
         return result

@@ -13,8 +13,12 @@ description:
   - "Runs on the controller (an action plugin; run it once, e.g. C(run_once: true)). It imports the C(ddpfix) Python
     package, which must be installed in the Python that runs Ansible (in AWX/AAP: in the execution environment); in a
     checkout of the repository the package is taken from C(controller/) next to the collection."
-  - The cluster (master, ranks, cluster network, env file path) is derived from the inventory exactly as C(ddpfix)
-    derives it (group C(ddp_nodes), C(ddp_*) variables; extra vars such as a survey's C(ddp_cluster_cidr) count).
+  - The cluster (master, ranks, cluster network, env file path) is the one the audit play's first task
+    (C(ddpfix_cluster), registered as C(ddpfix_audit_cluster)) derived this run; without it (the analysis of a fact
+    cache) it is derived from the inventory exactly as C(ddpfix) derives it (group C(ddp_nodes), C(ddp_*) variables;
+    extra vars such as a survey's C(ddp_cluster_cidr) count).
+  - The run is sequenced by C(ddpfix.pipeline), the module C(ddpfix audit) and C(ddpfix remediate) run, so both give
+    the same findings, plan and refusals.
   - Each node's facts are C(hostvars[node].ansible_facts.ddpfix_node), returned by the C(ddpfix_facts) role.
     The probe result is inside those facts (C(ddpfix_node.probe)), in the facts task's result or, when the
     probers ran detached (forks below the number of nodes), folded there by the role's second task.
@@ -71,7 +75,10 @@ options:
     type: bool
     default: false
   only:
-    description: (plan) Finding ids to fix (a list or comma-separated); empty, every fixable finding.
+    description:
+      - (plan) Finding ids to fix (a list or comma-separated); empty, every fixable finding.
+      - An unknown id or a detect-only one (nothing to fix) fails the task before anything is read, as
+        C(ddpfix remediate --only) exits 2 (the same check, C(ddpfix.pipeline.parse_only)).
     type: raw
     default: ''
   allow_partial:

@@ -10,8 +10,9 @@ probe.peer-unreachable on the nodes that dial it). In order:
   cache, then the analysis alone (`-e ddpfix_collect=false`) reads it. Every finding from facts is the single
   run's. Probes need both ends at once: a slice dials only the nodes of that slice (never a listener of another
   slice, which is gone), so the probe findings over the cache are a subset of the single run's, never a false one;
+- `--only` with a detect-only id: the playbook refuses it as the CLI does (exit 2, the same words);
 - `ansible-playbook playbooks/remediate.yml --check` plans and reports changes without the CLI
-  (`-e ddpfix_only=hosts.hostname-loopback`), and without --check (`--tags hosts.hostname-loopback`) fixes the
+  (`-e ddpfix_only=hosts.hostname-loopback`), on the hosts `ddpfix remediate --only` (dry run) changes, and without --check (`--tags hosts.hostname-loopback`) fixes the
   hostname fault and nothing else (the re-audit no longer reports it); last, as it changes the lab.
 """
 
@@ -55,9 +56,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cli_doc(lab_info, work: Path) -> dict[str, Any]:
-    r = subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", "-i", str(lab_info.inventory),
-                        "audit", "--format", "json"], capture_output=True, text=True, timeout=300, env=playbook_env(work),
-                       check=False)
+    r = cli(lab_info.inventory, "audit", "--format", "json", tmp=work)
     assert r.returncode == 1, r.stderr[-3000:]
     return json.loads(r.stdout)
 
@@ -75,11 +74,7 @@ def test_audit_playbook_reports_what_the_cli_reports(lab_info, work: Path, cli_d
             ("probe.peer-unreachable", "node2", "error")} <= keys(doc)
     assert doc["hosts"] == cli_doc["hosts"]
     assert doc["summary"] == cli_doc["summary"]
-    # the threshold: nothing fails at ddpfix_fail_on=none, and the report is still written
-    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
-                 "-e", "ddpfix_facts_probe=false", tmp=work)
-    assert r.returncode == 0, r.stdout[-4000:]
-    assert probe_ids(keys(json.loads(report.read_text()))) == set()
+    # the threshold (nothing fails at ddpfix_fail_on=none, the report is still written): the last test's re-audit
 
 
 def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, cli_doc: dict[str, Any]) -> None:
@@ -112,10 +107,32 @@ def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, c
     assert all(h["error"] == "no facts in the fact cache" for h in doc["hosts"].values())
 
 
+def cli(inventory: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from ddpfix.cli import main; main()", "-i", str(inventory), *args],
+                          capture_output=True, text=True, timeout=300, env=playbook_env(tmp), check=False)
+
+
+def recap_changed(stdout: str) -> set[str]:
+    """The hosts the play changed (or, in check mode, would change), from its PLAY RECAP."""
+    lines = stdout.split("PLAY RECAP")[-1].splitlines()
+    return {ln.split()[0] for ln in lines if " changed=" in ln and " changed=0 " not in ln}
+
+
 def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path) -> None:
+    # --only with an id remediate does not fix (detect-only): refused as `ddpfix remediate --only` refuses it, exit 2,
+    # before any node is contacted (the playbook's plan task fails; -e ddpfix_collect=false: no facts play). The CLI's
+    # side, and an unknown id on both, never reach a node: tests/unit/test_pipeline.py
+    r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--check", "-e", "ddpfix_only=time.skew",
+                 "-e", "ddpfix_collect=false", tmp=work)
+    assert r.returncode == 2 and "ddpfix_only: not fixed by remediate (detect-only): time.skew" in r.stdout, \
+        r.stdout[-4000:]
+    # a fixable id: the CLI's dry run and the playbook's check mode change the same hosts
+    r = cli(lab_info.inventory, "remediate", "--only", ONLY, "--format", "json", tmp=work)
+    assert r.returncode == 1, r.stderr[-3000:]
+    cli_changed = {h for h, n in json.loads(r.stdout)["changed"].items() if n}
     r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--check", "--diff", "-e", f"ddpfix_only={ONLY}", tmp=work)
     assert r.returncode == 0, r.stdout[-4000:]
-    assert "changed=0" not in r.stdout.split("PLAY RECAP")[-1].split("node3")[1].splitlines()[0], r.stdout[-2000:]
+    assert "node3" in recap_changed(r.stdout) and recap_changed(r.stdout) == cli_changed, r.stdout[-2000:]
     assert "127.0.1.1" in r.stdout  # the diff of /etc/hosts
     # the fix tasks carry their finding ids as tags: the audit and plan plays run whatever --tags select
     r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--tags", ONLY, tmp=work)
@@ -123,7 +140,8 @@ def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path
     report = work / "after.json"
     r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", "-e", "ddpfix_fail_on=none",
                  "-e", "ddpfix_facts_probe=false", tmp=work)
-    assert r.returncode == 0, r.stdout[-4000:]
-    after = keys(json.loads(report.read_text()))
+    assert r.returncode == 0, r.stdout[-4000:]  # the threshold: nothing fails at ddpfix_fail_on=none
+    after = keys(json.loads(report.read_text()))  # and the report is still written
+    assert probe_ids(after) == set()
     assert not {k for k in after if k[0] == ONLY}, sorted(after)
     assert ("firewall.peer-ports-blocked", "node3", "error") in after  # not in --tags: left as it was

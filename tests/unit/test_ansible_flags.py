@@ -217,7 +217,7 @@ def test_testinfra_gets_user_and_become_below_the_inventory(monkeypatch: pytest.
     """verify's testinfra checks: -u/-b apply where the host sets no ansible_user/ansible_become (Ansible's order)."""
     import os
 
-    from ddpfix.verify import _cli_connection
+    from ddpfix.verify.endstate import _cli_connection
 
     monkeypatch.delenv("ANSIBLE_REMOTE_USER", raising=False)
     monkeypatch.delenv("ANSIBLE_BECOME", raising=False)

@@ -315,7 +315,7 @@ def test_internal_error_traceback_only_with_verbose(monkeypatch: pytest.MonkeyPa
         raise KeyError("hostvars")
 
     monkeypatch.setattr(audit_cli, "inventory_of", lambda app: ("x.yml",))
-    monkeypatch.setattr(audit_cli, "run_audit", broken)
+    monkeypatch.setattr(audit_cli.pipeline, "audit", broken)
     r = CliRunner().invoke(cli, ["audit", "-i", "x.yml"])
     assert r.exit_code == 3 and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr == ("ddpfix: error: ddpfix audit failed in cli.audit.command (KeyError: 'hostvars') "

@@ -36,6 +36,33 @@ def test_custom_template_adds_keys_and_changes_what_is_needed(sim: Sim, tmp_path
     assert not write_needed({**ef, "managed": {**p.env, "OMP_NUM_THREADS": "4"}}, p, str(t))
 
 
+def test_audit_and_remediate_judge_the_env_file_against_the_template(sim: Sim, tmp_path: Path) -> None:
+    """"The env file differs from the plan" is judged once (envtemplate.judge), honouring ddp_env_template: a file
+    as the template writes it is neither env.inconsistent nor rewritten; one that lacks a key the template writes
+    is both (before, the audit compared it with the role's keys and reported a key the template leaves out)."""
+    from ddpfix.audit import AuditResult
+    from ddpfix.pipeline import plan
+    from ddpfix.rules.engine import run_checks
+
+    t = tmp_path / "no-tp.env.j2"
+    t.write_text("{% for k, v in ddpfix_env_values.items() if k != 'TP_SOCKET_IFNAME' %}{{ k }}={{ v }}\n{% endfor %}"
+                 "OMP_NUM_THREADS=4\n")
+    sim.set_var(None, ddp_env_template=str(t))
+    plans = _plans(sim)
+    for n, p in plans.items():
+        sim.set_env_file(n, render_file(str(t), p))
+
+    def judged() -> tuple[set[str], set[str]]:
+        ctx = sim.context()
+        findings = run_checks(ctx)
+        fixes = plan(AuditResult(ctx.cluster, ctx, findings, None), only={"env.inconsistent"})  # type: ignore[arg-type]
+        return {f.host or "" for f in findings if f.id == "env.inconsistent"}, {h for h, p in fixes.todo.items() if p.env}
+
+    assert judged() == (set(), set())
+    sim.set_env_file("node2", render_file(str(t), plans["node2"]).replace("OMP_NUM_THREADS=4\n", ""))
+    assert judged() == ({"node2"}, {"node2"})
+
+
 @pytest.mark.parametrize("body, why", [
     ("A=1\nB\n", "line 2 is not KEY=VALUE"),
     ("export B=2\n", "'export B' is not a valid variable name"),  # docker --env-file would refuse the key

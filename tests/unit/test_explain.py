@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from ddpfix.cli import cli
-from ddpfix.explain import PATTERNS, diagnose
+from ddpfix.diagnose.match import diagnose
+from ddpfix.diagnose.patterns import PATTERNS
 from ddpfix.rules.registry import RULES
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"

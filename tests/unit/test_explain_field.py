@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from ddpfix.cli import cli
-from ddpfix.explain import PATTERNS, diagnose, finding_ids
+from ddpfix.diagnose.match import diagnose, finding_ids
+from ddpfix.diagnose.patterns import PATTERNS
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 FIELD = LOGS / "field"
@@ -152,8 +153,8 @@ def test_readme_states_the_share() -> None:
 
 
 def test_verify_cause_comes_from_the_table() -> None:
-    from ddpfix.explain import cause_line
-    from ddpfix.verify import likely_cause
+    from ddpfix.diagnose.match import cause_line
+    from ddpfix.verify.torch import likely_cause
 
     # verify's own launch output is distributed by construction: a bare refusal is named without context
     assert "firewall.master-port-blocked" in likely_cause("RuntimeError: Connection refused", [])
@@ -177,7 +178,7 @@ def _cluster() -> object:
 
 
 def test_against_inventory_names_what_the_log_contradicts() -> None:
-    from ddpfix.explain import against_inventory, log_facts
+    from ddpfix.diagnose.match import against_inventory, log_facts
 
     lines = ["[rank5]: torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
              "address of (172.17.0.1, 29500). x",
@@ -198,7 +199,7 @@ def test_against_inventory_names_what_the_log_contradicts() -> None:
 
 
 def test_against_inventory_is_quiet_when_the_log_agrees() -> None:
-    from ddpfix.explain import against_inventory, log_facts
+    from ddpfix.diagnose.match import against_inventory, log_facts
 
     lines = ["[rank3]: The client socket has failed to connect to any network address of (node1, 29500). x",
              "Timed out after 901 seconds waiting for clients. 2/4 clients joined."]
@@ -210,11 +211,11 @@ def test_cli_with_inventory_prints_the_contradictions(monkeypatch: pytest.Monkey
     import json
     from types import SimpleNamespace
 
-    import ddpfix.audit
     import ddpfix.cli.common
+    import ddpfix.pipeline
 
     monkeypatch.setattr(ddpfix.cli.common, "cluster_of", lambda app: _cluster())
-    monkeypatch.setattr(ddpfix.audit, "run_audit", lambda *a, **k: SimpleNamespace(findings=[]))
+    monkeypatch.setattr(ddpfix.pipeline, "audit", lambda *a, **k: SimpleNamespace(findings=[]))
     inv = tmp_path / "hosts.yml"
     inv.write_text("all: {}\n")
     log = "[rank3]: The client socket has failed to connect to any network address of (10.9.9.9, 29500). x\n"
@@ -228,7 +229,7 @@ def test_cli_with_inventory_prints_the_contradictions(monkeypatch: pytest.Monkey
 
 def test_each_regex_match_holds_one_of_its_anchors() -> None:
     # the prefilter skips a regex on a line without its anchors: every line any regex matches must hold one
-    from ddpfix.explain import ANCHORS, regex_anchors
+    from ddpfix.diagnose.match import ANCHORS, regex_anchors
 
     lines = [ln for p in [*CORPUS, *LOGS.glob("*.log")] for ln in _read(p)[1]] + [p.example for p in PATTERNS]
     for pat in PATTERNS:
@@ -252,7 +253,7 @@ def test_store_based_barrier_counts_name_missing_ranks_or_a_shared_store() -> No
     assert [d.pattern.key for d in diagnose([line.format(w=8, j=3)])] == ["store-clients-missing"]
     assert [d.pattern.key for d in diagnose([line.format(w=4, j=31)])] == ["store-shared"]
     assert diagnose([line.format(w=4, j=4)]) == []  # neither: a count that agrees names nothing
-    from ddpfix.explain import against_inventory, log_facts
+    from ddpfix.diagnose.match import against_inventory, log_facts
 
     lines = [line.format(w=8, j=3)]
     ds = diagnose(lines)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ddpfix import nccl
 from ddpfix.cli import cli
-from ddpfix.verify import nccl_entry, nccl_skip_line
+from ddpfix.verify import nccl
+from ddpfix.verify.nccl import nccl_entry, nccl_skip_line
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "nccl"
 

@@ -117,7 +117,7 @@ def test_html_is_self_contained() -> None:
 
 def test_html_shows_how_each_cause_reads_in_a_job_log() -> None:
     # from explain's one pattern table: a peer firewall shows as Gloo/NCCL peer connect failures
-    from ddpfix.explain import symptoms
+    from ddpfix.diagnose.match import symptoms
 
     html = render_html(DOC)
     ids = {f["id"] for f in DOC["findings"] if not f.get("caused_by")}

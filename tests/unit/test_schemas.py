@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ddpfix import clusterfile, report, schemas, verify
+from ddpfix import clusterfile, report, schemas
 from ddpfix.cli import cli
+from ddpfix.verify import endstate, nccl
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -41,7 +42,7 @@ def test_every_schema_id_in_the_code_has_a_file() -> None:
         emitted |= set(re.findall(r'"(ddpfix\.[a-z]+/v\d+)"', p.read_text()))
     emitted.discard("ddpfix.firewall/v1")  # none: node facts inside ddpfix_node, not a document the CLI writes
     assert emitted <= set(schemas.ids()), emitted - set(schemas.ids())
-    assert {report.SCHEMA, verify.SCHEMA, clusterfile.SCHEMA} <= set(schemas.ids())
+    assert {report.SCHEMA, endstate.SCHEMA, clusterfile.SCHEMA} <= set(schemas.ids())
 
 
 def test_recorded_lab_report_validates() -> None:
@@ -84,17 +85,17 @@ def test_verify_json_validates(sim: Any, monkeypatch: pytest.MonkeyPatch) -> Non
 
     ctx = sim.context()
     monkeypatch.setattr(verify_cli, "cluster_of", lambda app: sim.cluster())
-    monkeypatch.setattr(verify_cli, "run_audit", lambda cluster, **_: AuditResult(cluster, ctx, run_checks(ctx), None))
-    monkeypatch.setattr(verify_cli, "testinfra_checks", lambda c, f: [
-        verify.chrony_check(n, facts, c.thresholds.max_offset_s) for n, facts in c.audited()])
+    monkeypatch.setattr(verify_cli.pipeline, "run_audit", lambda cluster, **_: AuditResult(cluster, ctx, run_checks(ctx), None))
+    monkeypatch.setattr(verify_cli.pipeline, "testinfra_checks", lambda c, f: [
+        endstate.chrony_check(n, facts, c.thresholds.max_offset_s) for n, facts in c.audited()])
     r = CliRunner().invoke(cli, ["verify", "-i", "x.yml", "--format", "json"])
     doc = json.loads(r.stdout)
     assert doc["schema"] == "ddpfix.verify/v1" and doc["checks"], r.output
     validate(doc)
-    nccl_doc = {"gang": [verify.nccl_entry("node1", {"rc": 1, "stdout": "", "stderr": "Cuda is not available"},
+    nccl_doc = {"gang": [nccl.nccl_entry("node1", {"rc": 1, "stdout": "", "stderr": "Cuda is not available"},
                                            False, None)], "pairs": None}
     torch = [{"host": "node1", "ok": False, "error": "x", "cause": "y"}]
-    validate(verify.document(sim.cluster(), False, [], torch, nccl_doc))
+    validate(endstate.document(sim.cluster(), False, [], torch, nccl_doc))
 
 
 def test_explain_json_validates() -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from ddpfix import verify
 from ddpfix.lab.plan import plan_lab
 from ddpfix.plan import cluster_nic, managed_block, node_env, plan_cluster
 from ddpfix.rules.context import Thresholds
+from ddpfix.verify import endstate as verify
 
 
 @pytest.mark.parametrize("case", ["synced", "leap", "no-ref-answer", "offset", "no-chronyd"])
@@ -62,3 +62,17 @@ def test_lab_env_files_are_the_plans() -> None:
     env = plan.env_for(n, MASTER_PORT="1")
     assert env == {**node_env(str(plan.master.address), plan.master_port, 3, 1, 1, n.ifname), "MASTER_PORT": "1"}
     assert env["TP_SOCKET_IFNAME"] == n.ifname and env["NCCL_SOCKET_IFNAME"] == f"={n.ifname}"
+
+
+@pytest.mark.parametrize("fault", [False, True])
+def test_verify_hostname_check_is_the_audits(sim: Any, fault: bool) -> None:
+    """verify's "hostname not on loopback" reads the audit's hosts.hostname-loopback (no second look through
+    testinfra), shown with what the node resolved its hostname to."""
+    if fault:
+        sim.set_hosts_file("node2", "127.0.0.1\tlocalhost\n127.0.1.1\tnode2\n")
+        sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
+    ids = {f.id for f in sim.findings() if f.host == "node2"}
+    check = verify.hostname_check("node2", sim.node("node2"), ids)
+    assert check.ok is not fault and check.ok is ("hosts.hostname-loopback" not in ids)
+    assert check.detail == ("node2 -> 127.0.1.1" if fault else "node2 -> 192.168.77.12")
+    assert not verify.hostname_check("node2", {**sim.node("node2"), "resolve_self": {}}, set()).ok  # not resolved

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ddpfix import verify
 from ddpfix.ansible.results import HostResult, RunResult, TaskResult
+from ddpfix.verify import torch as verify
 
 # Recorded on a lab node: `ddp_python -m torch.distributed.run ...` with a venv without torch, and with no such file.
 NO_TORCH = ("/tmp/venv/bin/python: Error while finding module specification for 'torch.distributed.run' "
@@ -62,8 +62,8 @@ def test_cli_prints_one_line(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
     results = _results(sim, monkeypatch, dict.fromkeys(sim.docs, NO_TORCH))
     monkeypatch.setattr(verify_cli, "cluster_of", lambda app: sim.cluster())
-    monkeypatch.setattr(verify_cli, "run_audit", lambda *a, **k: SimpleNamespace(context=sim.context(), findings=[]))
-    monkeypatch.setattr(verify_cli, "run_torch", lambda *a, **k: results)
+    monkeypatch.setattr(verify_cli.pipeline, "run_audit", lambda *a, **k: SimpleNamespace(context=sim.context(), findings=[]))
+    monkeypatch.setattr(verify_cli.pipeline, "run_torch", lambda *a, **k: results)
     r = CliRunner().invoke(cli, ["verify", "-i", "x.yml", "--torch", "--no-checks"])
     assert r.exit_code == 1
     assert r.output.splitlines() == [verify.torch_missing_line(results)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ddpfix import pipeline
 from ddpfix.app import Application
-from ddpfix.audit import audit_report, failing, run_audit
 from ddpfix.cli.common import (
     OUTPUT_MODULES,
     emit,
@@ -15,7 +15,6 @@ from ddpfix.cli.common import (
     output_target,
     probe_options,
 )
-from ddpfix.errors import ExitCode
 from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
 from ddpfix.rules.context import Thresholds
@@ -43,16 +42,13 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     app.slurm_count_as_finding = True  # the user asked for a check: slurm.node-count-mismatch, not a refusal
     inventories = inventory_of(app)  # read once, by the audit's ansible-playbook (its first task derives the cluster)
     with Progress(None, "ddpfix audit", enabled=None if fmt in ("text", "table") else False) as progress:
-        result = run_audit(None, inventories=inventories, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
-                           probe=probe, probe_peers=probe_peers, probe_timeout=probe_timeout, progress=progress,
-                           thresholds=Thresholds(max_skew_s=max_skew), preload=OUTPUT_MODULES)
-    ctx = result.context
-    doc, findings = audit_report(ctx, result.findings, probe=probe, skip=skip)
-    failing_ = failing(findings, fail_on)
-    code = ExitCode.FINDINGS if failing_ else ExitCode.OK
-    exit_line = (f"exit {int(code)}: {len(failing_)} finding{'s' if len(failing_) != 1 else ''} at or above {fail_on}"
-                 if failing_ else "exit 0: --fail-on none (report only)" if fail_on == "none"
-                 else f"exit 0: nothing at or above {fail_on}")
+        result = pipeline.audit(None, inventories=inventories, limit=app.limit, forks=app.forks,
+                                verbosity=app.verbosity, probe=probe, probe_peers=probe_peers,
+                                probe_timeout=probe_timeout, progress=progress,
+                                thresholds=Thresholds(max_skew_s=max_skew), preload=OUTPUT_MODULES)
+    v = pipeline.verdict(result, probe=probe, skip=skip, fail_on=fail_on)
+    doc, code = v.doc, v.code
+    exit_line = f"exit {int(code)}: {v.line}"
     if matrix and fmt in ("text", "table"):
         click.echo(render_matrix_text(doc["matrix"]) + "\n")
     emit(doc, fmt, output, exit_line, code)

@@ -13,8 +13,9 @@ import click
 
 from ddpfix.app import Application
 from ddpfix.cli.common import global_options
+from ddpfix.diagnose.match import FALLBACK_ADVICE, against_inventory, diagnose, finding_ids, log_facts
+from ddpfix.diagnose.model import Diagnosis, LogFacts
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.explain import FALLBACK_ADVICE, Diagnosis, LogFacts, against_inventory, diagnose, finding_ids, log_facts
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
 
@@ -65,12 +66,12 @@ def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
 
 
 def _confirm(app: Application, diagnoses: list[Diagnosis], facts: LogFacts) -> tuple[bool, list[str]]:
-    from ddpfix.audit import run_audit
+    from ddpfix import pipeline  # only with -i: the CLI's start without it stays fast
     from ddpfix.cli.common import cluster_of
 
     cluster = cluster_of(app)
     notes = against_inventory(diagnoses, facts, cluster)
-    result = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity)
+    result = pipeline.audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity)
     any_found = False
     for d in diagnoses:
         ids = set(d.pattern.finding_ids)

@@ -6,28 +6,16 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from ddpfix import pipeline
 from ddpfix.app import Application
-from ddpfix.audit import host_summaries, run_audit, split_skipped
-from ddpfix.causes import attribute_causes
 from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
-from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.errors import ExitCode
 from ddpfix.model.finding import Finding
-from ddpfix.progress import Progress
 from ddpfix.remediate import (
     Change,
     HostPlan,
-    build_plan,
-    cluster_files_refusal,
-    failures_of,
-    not_effective,
-    preflight,
-    preview,
-    remaining_fixable,
-    run_remediation,
 )
-from ddpfix.report import document
-from ddpfix.rules.engine import not_evaluated
-from ddpfix.rules.registry import RULES, fixable_ids
+from ddpfix.rules.registry import fixable_ids
 
 
 @click.command("remediate")
@@ -50,95 +38,25 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     no fixable finding remains, else 1.
     """
     output_target(fmt, output)  # a contradicting -o is refused before anything runs
-    only_ids = None
-    if only:
-        only_ids = {s.strip() for s in only.split(",") if s.strip()}
-        unknown = sorted(only_ids - set(RULES))
-        if unknown:
-            raise DdpfixError(f"--only: unknown finding id(s): {', '.join(unknown)}", ExitCode.INVALID_INPUT)
-        detect_only = [i for i in RULES if i in only_ids and not RULES[i].fixable]
-        if detect_only:
-            raise DdpfixError(f"--only: not fixed by remediate (detect-only): {', '.join(detect_only)}; fixable ids: "
-                              f"{', '.join(fixable_ids())}", ExitCode.INVALID_INPUT)
+    only_ids = pipeline.parse_only(only, "--only")
     cluster = cluster_of(app)
     quiet = fmt not in ("text", "table")
     err = Console(stderr=True, soft_wrap=True)
-    with Progress(cluster.names, "ddpfix remediate: audit", enabled=None if not quiet else False) as progress:
-        before = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
-    ctx = before.context
-    before.findings, skipped = split_skipped(before.findings, skip, cluster)  # accepted: not fixed, not counted
-    plans, refusals = build_plan(ctx, before.findings, only=only_ids, allow_partial=allow_partial,
-                                 pin_ifnames=pin_ifnames)
-    todo = {h: p for h, p in plans.items() if not p.empty}
-    if ctx.invalid:  # a node returned values ddpfix will not write: refused even when nothing else is planned
-        preflight(ctx, todo, apply=apply)
-    changes: list[Change] = []
-    failed: dict[str, str] = {}
-    changed: dict[str, int] = dict.fromkeys(sorted(plans), 0)
-    interrupted = False
-    run = None
-    if todo:  # nothing planned anywhere: no play to run (and nothing to re-audit)
-        preflight(ctx, todo, apply=apply)
-        # the dry run computes what it can from the audit's facts; the play (check mode) only for the rest
-        changes, failed, rest = ([], {}, todo) if apply else preview(ctx, todo)
-        if rest:
-            with Progress(list(rest), f"ddpfix remediate: {'apply' if apply else 'dry run'}",
-                          enabled=None if not quiet else False) as progress:
-                run, played = run_remediation(ctx, rest, apply=apply, limit=app.limit, forks=app.forks,
-                                              verbosity=app.verbosity, progress=progress, interruptible=True)
-            changes = sorted(changes + played, key=lambda c: c.host)  # stable: each host's changes in task order
-            failed.update(failures_of(run))
-            interrupted = run.interrupted
-        # a change per file written (one task may write several: ddpfix_node_files)
-        changed.update({h: max(run.changed(h) if run else 0, sum(1 for c in changes if c.host == h)) for h in todo})
-        refusal = cluster_files_refusal(todo, failed)
-        if refusal:
-            refusals.append(refusal)
-    after = None
-    if apply and not interrupted and (any(changed.values()) or failed):
-        try:
-            with Progress(cluster.names, "ddpfix remediate: re-audit",
-                          enabled=None if not quiet else False) as progress:
-                after = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
-        except DdpfixError as exc:
-            if exc.code != ExitCode.INTERRUPTED:
-                raise
-            interrupted = True  # during the re-audit: still report what the apply changed
-    final = after or before
-    if after is not None:
-        after.findings, skipped = split_skipped(after.findings, skip, cluster)
-    remaining = remaining_fixable(final)
-    stuck = not_effective(before.findings, final.findings, plans, only_ids, failed) if apply and todo else []
-    doc = document(
-        "remediate", cluster.inventories,
-        host_summaries(final.context.hosts, final.context.plan, cluster, not_evaluated(final.context, final.findings)),
-        attribute_causes(final.findings, cluster.master),
-        {
-            "apply": apply,
-            "interrupted": interrupted,
-            "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in changes],
-            "changed": changed,
-            "failed_hosts": failed,
-            "refused": refusals,
-            "notes": {h: p.notes for h, p in plans.items() if p.notes},
-            "remaining_fixable": [f.to_json() for f in remaining] if apply else None,
-            "not_effective": [{"id": f.id, "host": f.host, "message": _not_effective_text(f)} for f in stuck]
-            if apply else None,
-        },
-        skipped=skipped,
-    )
+    r = pipeline.remediate(cluster, apply=apply, only=only_ids, skip=skip, allow_partial=allow_partial,
+                           pin_ifnames=pin_ifnames, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
+                           progress=None if not quiet else False)
+    fixes, applied = r.fixes, r.applied
+    changes, failed, refusals, plans = applied.changes, applied.failed, fixes.refusals, fixes.plans
+    remaining, stuck = r.remaining, r.not_effective
+    doc = r.doc
     if not quiet:
         _print_changes(err, changes, apply, failed, refusals, plans)
         for f in stuck:
-            err.print(f"[red]not fixed[/] {escape(_not_effective_text(f))}", highlight=False)
-    if interrupted:
-        code = ExitCode.INTERRUPTED
-    elif apply:
-        code = ExitCode.OK if not remaining and not failed and not refusals else ExitCode.FINDINGS
-    else:
-        code = ExitCode.FINDINGS if changes or failed or refusals else ExitCode.OK
+            err.print(f"[red]not fixed[/] {escape(pipeline.not_effective_text(f))}", highlight=False)
+    code = r.code
     emit(doc, fmt, output, _exit_line(code, apply, remaining, failed, refusals, changes), code)
-    if interrupted:
+    if applied.interrupted:
+        run = applied.run
         if quiet:  # the JSON report on stdout has the diffs; stderr still says what changed where
             for c in changes:
                 err.print(f"changed {c.host}: {c.task}", highlight=False, markup=False)
@@ -161,12 +79,6 @@ def _exit_line(code: ExitCode, apply: bool, remaining: list[Finding], failed: di
     parts += [f"{len(failed)} host{'s' if len(failed) != 1 else ''} failed"] if failed else []
     parts += ["a write was refused"] if refusals else []
     return f"exit 1: {', '.join(parts) or 'see above'}"
-
-
-def _not_effective_text(f: Finding) -> str:
-    why = RULES[f.id].still_open
-    return (f"{f.id} on {f.host or 'the cluster'} is still open after the fix was applied (the fix did not take "
-            f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 
 
 def _print_changes(con: Console, changes: list[Change], apply: bool, failed: dict[str, str], refusals: list[str],

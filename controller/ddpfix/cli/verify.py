@@ -9,14 +9,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ddpfix import pipeline
 from ddpfix.app import Application
-from ddpfix.audit import run_audit
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.errors import ExitCode
-from ddpfix.nccl import DEFAULT_SIZES, format_size, parse_sizes
-from ddpfix.progress import Progress
 from ddpfix.report import to_json
-from ddpfix.verify import document, nccl_skip_line, run_nccl, run_torch, testinfra_checks, torch_missing_line
+from ddpfix.verify.nccl import DEFAULT_SIZES, format_size, nccl_skip_line, parse_sizes
+from ddpfix.verify.torch import torch_missing_line
 
 
 @click.command("verify")
@@ -48,34 +47,13 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
         app.abort(f"--sizes: {exc}")
     cluster = cluster_of(app)
     quiet = fmt == "json"
-    with Progress(cluster.names, "ddpfix verify: probes", enabled=None if not quiet else False) as progress:
-        audit = run_audit(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
-    checks = [] if no_checks else testinfra_checks(audit.context, audit.findings)
-    for f in audit.findings:
-        if f.id in ("host.unreachable", "host.module-failed"):
-            from ddpfix.verify import Check
-
-            what = "reachable over SSH" if f.id == "host.unreachable" else "ddpfix's module runs on the node"
-            checks.append(Check(f.host or "", what, False, f.evidence))
-    torch_results = None
-    nccl_doc = None
-    if backend == "nccl":
-        with Progress(cluster.names, "ddpfix verify: NCCL all-reduce sweep",
-                      enabled=None if not quiet else False) as progress:
-            nccl_doc = run_nccl(audit.context, sizes=size_list, iters=iters, min_busbw=min_busbw, pairs=pairs,
-                                limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress,
-                                findings=audit.findings)
-    elif torch_:
-        with Progress(cluster.names, "ddpfix verify: torch all-reduce",
-                      enabled=None if not quiet else False) as progress:
-            torch_results = run_torch(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
-                                      progress=progress, findings=audit.findings)
-    ok = all(c.ok for c in checks) and (torch_results is None or all(r["ok"] for r in torch_results))
-    if nccl_doc is not None:
-        ok = ok and all(e["ok"] for e in nccl_doc["gang"]) and all(p["ok"] for p in nccl_doc["pairs"] or [])
+    v = pipeline.verify(cluster, checks=not no_checks, backend=backend, torch=torch_, sizes=size_list, iters=iters,
+                        min_busbw=min_busbw, pairs=pairs, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
+                        progress=None if not quiet else False)
+    checks, torch_results, nccl_doc, ok = v.checks, v.torch, v.nccl, v.ok
     nccl_skipped = nccl_skip_line(nccl_doc) if nccl_doc else None
     torch_missing = torch_missing_line(torch_results or [])
-    doc = document(cluster, ok, checks, torch_results, nccl_doc)
+    doc = v.doc
     if quiet:
         sys.stdout.write(to_json(doc))
     else:

@@ -8,8 +8,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ddpfix.envtemplate import judge as env_judge
 from ddpfix.model.finding import Explains, Finding, Severity
-from ddpfix.plan import CLUSTER_KEYS, LAUNCH_KEYS, env_differs
+from ddpfix.plan import CLUSTER_KEYS, LAUNCH_KEYS
 from ddpfix.rules.context import SRC_ENV, Context
 from ddpfix.rules.registry import Rule, finding, rules
 from ddpfix.rules.remedies import ENV
@@ -92,9 +93,9 @@ def check_env(ctx: Context) -> Iterable[Finding]:
             )
     for n in sorted(existing):
         ef_n: Mapping[str, Any] = (ctx.facts[n] or {}).get("env_file") or {}
-        want = {k: v for k, v in ctx.plan[n].env.items() if v}
         # secret-looking values are compared by digest and shown as *** (env_differs): never the wanted value
-        diff = [f"{k}={got} (want {shown})" for k, got, shown in env_differs(ef_n, want)]
+        judged = env_judge(ef_n, ctx.plan[n], ctx.cluster.env_template)  # the template's keys when it has one
+        diff = [f"{k}={got} (want {shown})" for k, got, shown in judged.differs]
         if ctx.cluster.env_scope == "node":  # a node-global file must not pin a job's launch values
             diff += [f"{k}={v} (per job: not in the file with ddp_env_scope: node)"
                      for k, v in sorted((ef_n.get("managed") or {}).items()) if k in LAUNCH_KEYS]

@@ -2,7 +2,7 @@
 
 Each rank times `iters` all-reduces per message size after a warm-up; the slowest rank's time counts (as nccl-tests
 reports it). Local rank 0 of each node prints one `DDPFIX_NCCL_RESULT {json}` line with the times; the controller
-computes algbw and busbw (ddpfix.nccl), so the formula lives in one place.
+computes algbw and busbw (ddpfix.verify.nccl), so the formula lives in one place.
 """
 
 import json

@@ -1,4 +1,5 @@
-"""`verify --backend nccl`: bus bandwidth as nccl-tests defines it, and what NCCL_DEBUG=INFO says it chose.
+"""`verify --backend nccl`: bus bandwidth as nccl-tests defines it, and what NCCL_DEBUG=INFO says it chose; the
+sweep on the nodes (`run_nccl`) and each node's verdict (`nccl_entry`).
 
 Pure functions over the benchmark's result lines and NCCL's log text (unit-tested on recorded lines in NCCL's
 format, tests/unit/test_nccl.py).
@@ -11,6 +12,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from ddpfix.ansible.run import run_playbook
+from ddpfix.diagnose.match import cause_line
+from ddpfix.fabric import has_rdma
+from ddpfix.model.finding import Finding
+from ddpfix.progress import Progress
+from ddpfix.rules.context import Context
+from ddpfix.verify.torch import error_line, torchrun_result
 
 #: The all-reduce sweep's default message sizes in bytes: 8 MiB .. 1 GiB, doubling.
 DEFAULT_SIZES = tuple(8 * 2**20 * 2**i for i in range(8))
@@ -160,3 +169,156 @@ def format_size(n: int) -> str:
         if n >= size and n % size == 0:
             return f"{n // size}{unit}"
     return str(n)
+
+
+# ---------------------------------------------------------------- the sweep on the nodes
+
+NO_GPU = re.compile(r"Cuda is not available|torch\.cuda\.is_available\(\) is False|no GPU for NCCL", re.I)
+
+
+def _nccl_cause(text: str, finding_ids: Iterable[str]) -> str:
+    return cause_line(text, finding_ids)
+
+
+def nccl_entry(
+    host: str, res: dict[str, Any], rdma_present: bool, min_busbw: float | None, finding_ids: Iterable[str] = ()
+) -> dict[str, Any]:
+    """One node's (or pair's) verdict from the torchrun task result: sweep with algbw/busbw, transport, failures."""
+    stdout, stderr = res.get("stdout", "") or "", res.get("stderr", "") or ""
+    text = stdout + "\n" + stderr
+    transport = parse_transport(text)
+    results = parse_results(stdout)
+    entry: dict[str, Any] = {"host": host, "rc": res.get("rc"), "transport": transport.to_json(), "sweep": []}
+    if NO_GPU.search(text):
+        entry.update(
+            ok=False,
+            skipped=True,
+            error=f"no GPU on {host}: torch.cuda.is_available() is False",
+            cause="verify --backend nccl needs a CUDA GPU and torch with CUDA on every node",
+        )
+        return entry
+    r = results[0] if results else None
+    if r:
+        world = int(r.get("world_size") or 0)
+        entry["world_size"] = world
+        entry["gpus"] = r.get("gpus")
+        entry["nccl"] = r.get("nccl")
+        for pt in r.get("sweep") or []:
+            alg = algbw(int(pt["size"]), float(pt["seconds"]))
+            entry["sweep"].append(
+                {
+                    "size": int(pt["size"]),
+                    "time_us": round(float(pt["seconds"]) * 1e6, 1),
+                    "algbw": round(alg, 3),
+                    "busbw": round(busbw(alg, world), 3),
+                }
+            )
+    problems = []
+    if res.get("rc") != 0 or not r or not r.get("ok"):
+        problems.append(error_line(text, res.get("rc")) if res.get("rc") != 0 or not r else "all-reduce result wrong")
+    fb = fallback_error(transport, rdma_present)
+    if fb:
+        problems.append(fb)
+    slow = below_threshold(entry["sweep"], min_busbw)
+    if slow:
+        problems.append(
+            f"busbw {slow[0]['busbw']:g} GB/s at {format_size(slow[0]['size'])} is below --min-busbw {min_busbw:g}"
+        )
+    entry["ok"] = not problems
+    if problems:
+        entry["error"] = "; ".join(problems)
+        entry["cause"] = (
+            _nccl_cause(text, finding_ids)
+            if (res.get("rc") != 0 or not r)
+            else ("the transport or the links are slower than required: see transport and the fabric.* findings")
+        )
+    return entry
+
+
+def run_nccl(
+    ctx: Context,
+    *,
+    sizes: tuple[int, ...],
+    iters: int,
+    min_busbw: float | None,
+    pairs: bool,
+    limit: str | None,
+    forks: int | None,
+    verbosity: int,
+    progress: Progress | None,
+    findings: Iterable[Finding],
+) -> dict[str, Any]:
+    """The whole-gang sweep (and with `pairs`, one two-node sweep per ring neighbour pair)."""
+    cluster = ctx.cluster
+    ids: dict[str, set[str]] = {}
+    for f in findings:
+        ids.setdefault(f.host or "", set()).add(f.id)
+    base = {
+        "ddpfix_verify_backend": "nccl",
+        "ddpfix_verify_sizes": list(sizes),
+        "ddpfix_verify_iters": iters,
+    }
+
+    def one(extravars: dict[str, Any], hosts: list[str], name: str) -> dict[str, dict[str, Any]]:
+        lim = ",".join(hosts)
+        run = run_playbook(
+            "verify_torch.yml",
+            cluster.inventories,
+            extravars={**base, **extravars},
+            limit=lim if not limit else f"{limit}:&{lim}",
+            forks=max(forks or 0, len(hosts)),
+            n_hosts=len(hosts),
+            verbosity=verbosity,
+            on_event=progress.on_event if progress else None,
+            name=name,
+        )
+        out = {}
+        for h in hosts:
+            hr = run.hosts.get(h)
+            res = torchrun_result(hr)
+            if hr is None or hr.unreachable or not res:
+                out[h] = {
+                    "host": h,
+                    "ok": False,
+                    "error": hr.message if hr else "did not run",
+                    "cause": "node unreachable or the run failed before torchrun",
+                    "sweep": [],
+                }
+                continue
+            out[h] = nccl_entry(h, res, has_rdma(ctx.facts.get(h)), min_busbw, ids.get(h, set()) | ids.get("", set()))
+        return out
+
+    gang = one({}, cluster.names, "verify-nccl")
+    doc: dict[str, Any] = {"gang": [gang[n] for n in cluster.names], "pairs": None}
+    if pairs and not all(e.get("skipped") for e in gang.values()):
+        doc["pairs"] = []
+        for a, b in ring_pairs(cluster.names):
+            master = ctx.plan[a].address or cluster.node(a).address
+            over = {
+                a: {"NNODES": 2, "NODE_RANK": 0, "MASTER_ADDR": master},
+                b: {"NNODES": 2, "NODE_RANK": 1, "MASTER_ADDR": master},
+            }
+            r = one({"ddpfix_verify_overrides": over}, [a, b], f"verify-nccl-{a}-{b}")
+            ea = r[a]
+            top = max(ea.get("sweep") or [{}], key=lambda p: p.get("size", 0))
+            doc["pairs"].append(
+                {
+                    "pair": [a, b],
+                    "ok": r[a]["ok"] and r[b]["ok"],
+                    "busbw": top.get("busbw"),
+                    "size": top.get("size"),
+                    "transport": ea.get("transport", {}).get("kind"),
+                    "error": "; ".join(f"{h}: {r[h]['error']}" for h in (a, b) if r[h].get("error")) or None,
+                }
+            )
+    return doc
+
+
+def nccl_skip_line(doc: dict[str, Any]) -> str | None:
+    gang = doc.get("gang") or []
+    if gang and all(e.get("skipped") for e in gang):
+        return (
+            f"verify --backend nccl: skipped, no GPU on {', '.join(e['host'] for e in gang)} "
+            "(torch.cuda.is_available() is False); run it on GPU nodes with CUDA torch (ddp_python)"
+        )
+    return None
