@@ -1,5 +1,5 @@
 """The node side of the audit's active probes: one forked prober per node (listener + dialer), name resolution and
-routes. Collection only: what a result means is decided on the controller (checks.py)."""
+routes. Collection only: what a result means is decided on the controller (ddpfix.rules)."""
 
 from __future__ import absolute_import, division, print_function
 
