@@ -4,6 +4,7 @@ no_log and backups, and the controller's run directory modes. No host."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, Sim, envfile, nodeinfo
 
+from ddpfix.ansible.rundirs import scrub
+from ddpfix.model.cluster import Node
 from ddpfix.plan import env_differs, env_write_needed, plan_cluster, render_env
 from ddpfix.remediate import render_diff
 
@@ -438,3 +441,16 @@ def collection_lock() -> Any:
     from ddpfix.ansible import collection
 
     return collection.module_utils("ddpfix_lock")
+
+
+def test_scrub_redacts_env_extra_pairs_of_a_handed_along_cluster() -> None:
+    """The audit play's first task hands the derived cluster along (`dataclasses.asdict`: each node's env_extra is a
+    list of [key, value] pairs): what ansible-runner writes to job_events/ must not hold the secret values (found by
+    test_env_file_lab's secret trail after the pipeline merge)."""
+    node = Node(name="n1", address="10.0.0.1", rank=0,
+                env_extra=(("WANDB_API_KEY", "wandb-5c0ffee"), ("OMP_NUM_THREADS", "4"),
+                           ("HTTPS_PROXY", "http://u:pw@10.0.0.9:3128")))
+    res = {"cluster": {"nodes": [dataclasses.asdict(node)]}, "addresses": [["n1", "10.0.0.1"]]}
+    out = json.dumps(scrub(json.loads(json.dumps(res))))
+    assert "wandb-5c0ffee" not in out and "pw@" not in out, out
+    assert '["OMP_NUM_THREADS", "4"]' in out and '["n1", "10.0.0.1"]' in out, out

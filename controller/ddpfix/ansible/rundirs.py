@@ -196,6 +196,8 @@ def scrub(obj: Any) -> Any:
                 return {"__ansible_unsafe": walk(o["__ansible_unsafe"], key)}
             return {k: walk(v, str(k)) for k, v in o.items()}
         if isinstance(o, list):  # a list under a secret-looking name holds names (outside_keys), not values
+            if o and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in o):
+                return [[p[0], walk(p[1], p[0])] for p in o]  # (key, value) pairs: a Node's env_extra, asdict'ed
             return [walk(v) for v in o]
         if isinstance(o, str):
             if key and lib.is_secret(key, o):
