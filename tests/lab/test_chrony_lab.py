@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import ddpfix_json, put, sh_out
+from helpers import ddpfix_json, sh_out
 
 from ddpfix import lab
 from ddpfix.cli import cli
@@ -20,41 +20,6 @@ from ddpfix.cli import cli
 pytestmark = pytest.mark.lab
 
 MARKER = "ddpfix managed block: read the ddpfix drop-in directory"
-
-
-def invalid_chrony_configuration_is_not_written_and_chronyd_keeps_running(info: Any, inv: str, conf: str) -> None:
-    """(Was a test with a chrony-no-confdir lab of its own; now a step of that case's lab, before its fix.)"""
-    sh_out(info, "node3", f"echo 'bogusdirective 1' >> {conf}")  # the user's file no longer parses
-    original = sh_out(info, "node3", f"cat {conf}")
-    pid = sh_out(info, "node3", "pgrep -o -x chronyd").strip()
-
-    code, doc = ddpfix_json(inv, "remediate", "--apply")
-    assert code == 1 and "node3" in doc["failed_hosts"], doc["failed_hosts"]
-    assert "chronyd" in doc["failed_hosts"]["node3"] or "validat" in doc["failed_hosts"]["node3"], doc["failed_hosts"]
-    assert sh_out(info, "node3", f"cat {conf}") == original  # not written
-    assert sh_out(info, "node3", "pgrep -o -x chronyd").strip() == pid  # not restarted, still running
-
-
-def fix_that_does_not_take_effect_is_reported(info: Any, inv: str) -> None:
-    """The user points ddpfix_chrony_conf_path at a file chronyd does not read: the re-audit still finds node3
-    unsynchronised and remediate says the fix did not take effect (exit 1), instead of a silent 'remaining'.
-    (Was a test with a chrony-rhel-layout lab of its own; now a step of that case's lab, before its fix.)"""
-    import yaml
-
-    sh_out(info, "node3", "printf '# not what chronyd reads\\nmakestep 1 3\\n' > /etc/chrony-unused.conf")
-    doc = yaml.safe_load(info.inventory.read_text())
-    doc["all"]["children"]["ddp_nodes"]["hosts"]["node3"]["ddpfix_chrony_conf_path"] = "/etc/chrony-unused.conf"
-    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-    r = CliRunner().invoke(cli, ["-i", inv, "remediate", "--apply", "-o", str(info.state_dir / "report.json")],
-                           catch_exceptions=False)
-    assert r.exit_code == 1, r.output
-    report = json.loads((info.state_dir / "report.json").read_text())
-    stuck = report["not_effective"]
-    assert [(x["id"], x["host"]) for x in stuck] == [("time.unsynchronized", "node3")], stuck
-    assert "did not take effect" in stuck[0]["message"] and "ddpfix_chrony_conf_path" in stuck[0]["message"]
-    assert "not fixed" in r.stderr and "time.unsynchronized on node3 is still open" in r.stderr
-    assert "confdir /etc/chrony.d" in sh_out(info, "node3", "cat /etc/chrony-unused.conf")
 
 
 @pytest.mark.parametrize(("scenario", "conf", "dropin"), [
@@ -67,14 +32,6 @@ def test_chrony_fix_reaches_the_configuration_chronyd_reads(temp_lab: Any, scena
     code, before = ddpfix_json(inv, "audit")
     assert code == 1 and ("time.unsynchronized", "node3") in {(f["id"], f["host"]) for f in before["findings"]}
     original = sh_out(info, "node3", f"cat {conf}")
-    if scenario == "chrony-no-confdir":  # this lab first serves the invalid-configuration case, then is restored
-        invalid_chrony_configuration_is_not_written_and_chronyd_keeps_running(info, inv, conf)
-        put(info, "node3", conf, original)
-        sh_out(info, "node3", f"rm -f {conf}.*~")  # the refused run's backup (the file itself was not written)
-    else:  # and this one the fix that does not take effect (a wrong ddpfix_chrony_conf_path), then is restored
-        inventory = info.inventory.read_text()
-        fix_that_does_not_take_effect_is_reported(info, inv)
-        info.inventory.write_text(inventory)
 
     code, doc = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0, (doc["remaining_fixable"], doc["failed_hosts"], doc["refused"], doc.get("not_effective"))
@@ -94,3 +51,41 @@ def test_chrony_fix_reaches_the_configuration_chronyd_reads(temp_lab: Any, scena
     code, again = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0 and again["changed"] == {n.name: 0 for n in info.nodes}, again["changes"]
     assert sh_out(info, "node3", f"cat {conf}") == text
+
+
+def test_invalid_chrony_configuration_is_not_written_and_chronyd_keeps_running(temp_lab: Any) -> None:
+    info = temp_lab(nodes=3, scenario="chrony-no-confdir")
+    inv = str(info.inventory)
+    conf = "/etc/chrony/chrony.conf"
+    sh_out(info, "node3", f"echo 'bogusdirective 1' >> {conf}")  # the user's file no longer parses
+    original = sh_out(info, "node3", f"cat {conf}")
+    pid = sh_out(info, "node3", "pgrep -o -x chronyd").strip()
+
+    code, doc = ddpfix_json(inv, "remediate", "--apply")
+    assert code == 1 and "node3" in doc["failed_hosts"], doc["failed_hosts"]
+    assert "chronyd" in doc["failed_hosts"]["node3"] or "validat" in doc["failed_hosts"]["node3"], doc["failed_hosts"]
+    assert sh_out(info, "node3", f"cat {conf}") == original  # not written
+    assert sh_out(info, "node3", "pgrep -o -x chronyd").strip() == pid  # not restarted, still running
+
+
+def test_fix_that_does_not_take_effect_is_reported(temp_lab: Any) -> None:
+    """The user points ddpfix_chrony_conf_path at a file chronyd does not read: the re-audit still finds node3
+    unsynchronised and remediate says the fix did not take effect (exit 1), instead of a silent 'remaining'."""
+    import yaml
+
+    info = temp_lab(nodes=3, scenario="chrony-rhel-layout")
+    inv = str(info.inventory)
+    sh_out(info, "node3", "printf '# not what chronyd reads\\nmakestep 1 3\\n' > /etc/chrony-unused.conf")
+    doc = yaml.safe_load(info.inventory.read_text())
+    doc["all"]["children"]["ddp_nodes"]["hosts"]["node3"]["ddpfix_chrony_conf_path"] = "/etc/chrony-unused.conf"
+    info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    r = CliRunner().invoke(cli, ["-i", inv, "remediate", "--apply", "-o", str(info.state_dir / "report.json")],
+                           catch_exceptions=False)
+    assert r.exit_code == 1, r.output
+    report = json.loads((info.state_dir / "report.json").read_text())
+    stuck = report["not_effective"]
+    assert [(x["id"], x["host"]) for x in stuck] == [("time.unsynchronized", "node3")], stuck
+    assert "did not take effect" in stuck[0]["message"] and "ddpfix_chrony_conf_path" in stuck[0]["message"]
+    assert "not fixed" in r.stderr and "time.unsynchronized on node3 is still open" in r.stderr
+    assert "confdir /etc/chrony.d" in sh_out(info, "node3", "cat /etc/chrony-unused.conf")
