@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Sim, envfile, nodeinfo
+from unit_helpers import ROOT, Sim, envfile, nodeinfo
 
 from ddpfix.plan import env_differs, env_write_needed, plan_cluster, render_env
 from ddpfix.remediate import render_diff
