@@ -7,7 +7,7 @@
 Each (size, variant, repeat) runs in a fresh child process (so its memory figures are its own) that:
 
 1. builds a clean cluster of M nodes with the shapes of the recorded clean 3-node cluster
-   (tests/unit/fixtures/facts/clean3, read the same way as tests/unit/conftest.py's `Sim`): every node's
+   (tests/unit/fixtures/facts/clean3, read the same way as tests/unit/unit_helpers.py's `Sim`): every node's
    `ddpfix_node` facts (interfaces, /etc/hosts, chrony tracking, the firewall state recorded on a real machine, an
    env file with the values ddpfix would write, a host firewall admitting the cluster: `HOST_FIREWALL`) and its
    `ddpfix_probe` result (master + 2 ring-peer connects). Each

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Sim, envfile
+from unit_helpers import Sim, envfile
 
 from ddpfix.envtemplate import render_body, render_file, write_needed
 from ddpfix.errors import DdpfixError

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Sim
 from hypothesis import HealthCheck, given, settings
-from test_hostile_properties import hostile
+from unit_helpers import Sim, hostile
 
 from ddpfix import clusterfile, ifreach, local
 from ddpfix.factguard.grammar import valid_ifname, valid_ip

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, load_role_module, nodeinfo, recorded
+from unit_helpers import ROOT, load_role_module, nodeinfo, recorded
 
 from ddpfix import lock as ddlock
 from ddpfix.ansible.results import HostResult, TaskResult, changed_before

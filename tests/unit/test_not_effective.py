@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import Sim, nodeinfo, recorded
+from unit_helpers import Sim, nodeinfo, recorded
 
 from ddpfix.remediate import HostPlan, build_plan, not_effective
 
@@ -24,7 +24,7 @@ def test_a_finding_still_open_after_its_fix_is_not_effective(sim: Sim) -> None:
 def test_blocked_node_whose_firewall_was_not_read_gets_a_note_not_a_change(sim: Sim) -> None:
     import json
 
-    from conftest import firewall_fixture
+    from unit_helpers import firewall_fixture
 
     st = json.loads(firewall_fixture("nonroot_collect.json"))
     sim.node("node3")["firewall"] = st
@@ -37,7 +37,7 @@ def test_blocked_node_whose_firewall_was_not_read_gets_a_note_not_a_change(sim: 
 
 
 def test_memlock_low_plans_the_limits_role_on_that_node_only(sim: Sim) -> None:
-    from test_checks import _fabric
+    from unit_helpers import _fabric
 
     _fabric(sim)
     sim.node("node2")["fabric"]["memlock"] = {"soft": 65536, "hard": 65536, "source": "ssh session"}

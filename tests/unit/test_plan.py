@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from conftest import Sim, nodeinfo
+from unit_helpers import Sim, nodeinfo
 
 from ddpfix.plan import CLUSTER_KEYS, effective_cidr, hosts_block, plan_cluster, render_env
 
@@ -200,7 +200,7 @@ def test_odd_interfaces_and_macs_are_reported_and_dropped(sim: Sim) -> None:
 
 # ---------------------------------------------------------------- derived NCCL / libfabric keys (GPU fabric)
 
-from test_checks import _add_mgmt_hca, _fabric, _port  # noqa: E402
+from unit_helpers import _add_mgmt_hca, _fabric, _port  # noqa: E402
 
 
 def test_no_fabric_no_fabric_keys(sim: Sim) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Sim
+from unit_helpers import Sim
 
 from ddpfix import clusterfile
 from ddpfix.errors import DdpfixError, ExitCode

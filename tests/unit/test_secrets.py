@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Sim, envfile, nodeinfo
+from unit_helpers import ROOT, Sim, envfile, nodeinfo
 
 from ddpfix.ansible.rundirs import scrub
 from ddpfix.model.cluster import Node

@@ -2,7 +2,7 @@
 sweep on the nodes (`run_nccl`) and each node's verdict (`nccl_entry`).
 
 Pure functions over the benchmark's result lines and NCCL's log text (unit-tested on recorded lines in NCCL's
-format, tests/unit/test_nccl.py).
+format, tests/unit/verify/test_nccl.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""The probe plan filter (plugins/filter/ddpfix_probe_plan.py): from the inventory alone, k*N connects, not N^2,
+and each node's input O(k) targets plus the expected name->address map."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from unit_helpers import Sim, probe_plan_module
+
+pp = probe_plan_module()
+
+
+def _plan(n: int, me: str, peers: int = 2, play: list[str] | None = None, master: str = "node1") -> dict[str, Any]:
+    order = [f"node{i}" for i in range(1, n + 1)]
+    addrs = {h: f"192.168.77.{10 + i}" for i, h in enumerate(order, 1)}
+    return pp.ddpfix_probe_plan(play or order, me, order, addrs, master, 29500, peers, 45678)
+
+
+def test_filter_is_registered() -> None:
+    assert pp.FilterModule().filters()["ddpfix_probe_plan"] is pp.ddpfix_probe_plan
+
+
+def test_each_node_dials_master_and_ring_successors() -> None:
+    p = _plan(4, "node3")
+    assert [(t["name"], t["address"], t["port"], t["kind"]) for t in p["targets"]] == [
+        ("node1", "192.168.77.11", 29500, "master"), ("node4", "192.168.77.14", 45678, "peer"),
+        ("node1", "192.168.77.11", 45678, "peer")]
+    assert p["expect_peers"] == 2 and p["expect_master"] == 0 and p["self_address"] == "192.168.77.13"
+    assert p["expected"] == {"node1": "192.168.77.11", "node2": "192.168.77.12", "node4": "192.168.77.14"}
+    assert _plan(4, "node1")["expect_master"] == 4
+
+
+@pytest.mark.parametrize("n,k", [(2, 2), (3, 2), (8, 2), (16, 3), (50, 2)])
+def test_total_connects_is_k_plus_one_times_n(n: int, k: int) -> None:
+    plans = {f"node{i}": _plan(n, f"node{i}", peers=k) for i in range(1, n + 1)}
+    kk = min(k, n - 1)
+    assert sum(len(p["targets"]) for p in plans.values()) == (1 + kk) * n
+    dialled = Counter(t["name"] for p in plans.values() for t in p["targets"] if t["kind"] == "peer")
+    assert set(dialled.values()) == {kk}
+    # what each listener waits for is what the others dial
+    assert all(plans[h]["expect_peers"] == c for h, c in dialled.items())
+    assert plans["node1"]["expect_master"] == sum(1 for p in plans.values() for t in p["targets"] if t["kind"] == "master")
+
+
+def test_zero_peers_only_dials_the_master() -> None:
+    assert [t["kind"] for t in _plan(3, "node2", peers=0)["targets"]] == ["master"]
+
+
+def test_limit_rings_over_the_play_hosts_only() -> None:
+    """--limit: hosts outside the play are neither dialled nor awaited; without the master, no master connect."""
+    p = _plan(5, "node3", play=["node2", "node3", "node5"])
+    assert [t["name"] for t in p["targets"]] == ["node5", "node2"]
+    assert p["expect_peers"] == 2 and set(p["expected"]) == {"node2", "node5"}
+
+
+def test_hostile_names_are_not_resolved_and_names_without_an_ip_expect_nothing() -> None:
+    order = ["node1", "evil\nroute flush", "node3"]
+    p = pp.ddpfix_probe_plan(order, "node1", order, {"node3": "node3.example"}, "node1", 29500, 2, 45678)
+    assert p["expected"] == {"node3": ""}
+    assert [t["address"] for t in p["targets"] if t["name"] == "node3"] == ["node3.example"]
+
+
+def test_recorded_clean_cluster_probes_match_the_plan(sim: Sim) -> None:
+    """The clean fixtures' probe results dial the same peers and kinds as the plan (the audit default: 2 peers)."""
+    order = list(sim.docs)
+    for n, d in sim.docs.items():
+        p = pp.ddpfix_probe_plan(order, n, order, {}, order[0], 29500, 2, 45678)
+        assert [(c["name"], c["kind"]) for c in d["probe"]["connects"]] == [(t["name"], t["kind"]) for t in p["targets"]]
+
+
+def test_hosts_outside_the_play_are_reported_by_two_play_hosts_each() -> None:
+    """Under --limit nobody dials a node outside the play; its /etc/hosts lines (the names remediate keeps for it in
+    the hosts block) are asked of two of the play's hosts each, round-robin: O(N) lines in all."""
+    play = ["node2", "node5", "node7"]
+    plans = {me: _plan(8, me, play=play) for me in play}
+    outside = [f"192.168.77.{10 + i}" for i in (1, 3, 4, 6, 8)]
+    counts = Counter(a for p in plans.values() for a in p["hosts_addresses"])
+    assert counts == dict.fromkeys(outside, 2)
+    assert all(not _plan(8, me)["hosts_addresses"] for me in ("node1", "node4"))  # no --limit: nothing extra
+    assert _plan(8, "node3", play=play)["hosts_addresses"] == []  # not in the play
+
+
+def test_probe_port_is_moved_off_the_master_port() -> None:
+    order = ["node1", "node2", "node3"]
+    plans = [pp.ddpfix_probe_plan(order, h, order, {}, "node1", 45678, 2, 45678) for h in order]
+    assert {p["port"] for p in plans} == {45679}
+    assert [t["port"] for t in plans[1]["targets"]] == [45678, 45679, 45679]
+
+
+# ------------------------------------------------------------------ management + data network (cluster addresses)
+
+
+@pytest.mark.parametrize(("addresses", "cidr", "later"), [
+    ({"node1": "192.168.77.11", "node2": "192.168.77.12"}, "192.168.77.0/24", False),  # one network
+    ({"node1": "192.168.77.11", "node2": "192.168.77.12"}, "", False),  # the CIDR comes from the master's NIC
+    ({"node1": "192.168.77.11", "node2": "192.168.77.12"}, "10.77.0.0/24", True),  # SSH on a management network
+    ({"node1": "10.77.0.11", "node2": "192.168.77.12"}, "10.77.0.0/24", True),  # one node outside
+    ({"node1": "", "node2": "10.77.0.12"}, "10.77.0.0/24", True),  # dialled by name: resolved where?
+    ({"n1.example.com": None}, "10.77.0.0/24", True),
+    ({"node1": "fd00::11"}, "10.77.0.0/24", True),  # another family
+])
+def test_probes_wait_for_the_facts_when_the_inventory_addresses_are_not_in_the_cluster_network(
+        addresses: dict[str, Any], cidr: str, later: bool) -> None:
+    assert pp.ddpfix_probe_needs_facts(addresses, cidr) is later
+
+
+def test_cluster_addresses_come_from_each_nodes_facts_and_nodes_without_one_are_left_out() -> None:
+    def node(address: Any) -> dict[str, Any]:
+        return {"ansible_facts": {"ddpfix_node": {"cluster": {"address": address, "ifname": "data0"}}}}
+
+    hostvars = {"node1": node("10.77.0.11"), "node2": node(None), "node3": node("{{ 7*7 }}"), "node4": {},
+                "node5": node("10.77.0.15")}
+    got = pp.ddpfix_cluster_addresses(["node1", "node2", "node3", "node4", "node5", "gone"], hostvars)
+    assert got == {"node1": "10.77.0.11", "node5": "10.77.0.15"}
+    # the plan over them: peers dial cluster addresses; a node without one is not in the ring
+    p = pp.ddpfix_probe_plan([h for h in ["node1", "node2", "node5"] if h in got], "node5",
+                             ["node1", "node2", "node5"], got, "node1", 29500, 2, 45678)
+    assert [(t["name"], t["address"]) for t in p["targets"]] == [
+        ("node1", "10.77.0.11"), ("node1", "10.77.0.11")]
+    assert p["sources"]["peer"] == [{"name": "node1", "address": "10.77.0.11"}]
+    assert pp.FilterModule().filters()["ddpfix_cluster_addresses"] is pp.ddpfix_cluster_addresses

@@ -1,0 +1,201 @@
+"""The rule registry (ddpfix.rules) is the one source: role tags, the remediate playbook, the plan and the README agree."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from unit_helpers import ROOT
+
+from ddpfix.remediate import HostPlan
+from ddpfix.rules import registry as rules
+from ddpfix.rules.registry import RULES
+
+ID_TAG = re.compile(r"^[a-z]+\.[a-z0-9-]+$")  # a dotted finding id (role tags like `env` or `always` are not)
+
+
+def _tasks(items: list[dict[str, Any]] | None, inherited: frozenset[str] = frozenset()) -> list[tuple[str, set[str]]]:
+    """(task name, its tags with those of enclosing blocks) for every task, blocks' own entries included."""
+    out: list[tuple[str, set[str]]] = []
+    for t in items or []:
+        tags = set(t.get("tags") or []) if isinstance(t.get("tags"), list) else {t["tags"]} if t.get("tags") else set()
+        tags |= inherited
+        out.append((str(t.get("name", "")), tags))
+        for key in ("block", "rescue", "always"):
+            out += _tasks(t.get(key), frozenset(tags))
+    return out
+
+
+def role_tasks(role: str) -> list[tuple[str, set[str]]]:
+    out: list[tuple[str, set[str]]] = []
+    for p in sorted((ROOT / "roles" / role / "tasks").glob("*.yml")):
+        out += _tasks(yaml.safe_load(p.read_text()))
+    return out
+
+
+def all_roles() -> list[str]:
+    return sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
+
+
+def test_every_fixable_rule_tags_a_task_of_its_remedy_role() -> None:
+    missing = [f"{r.id} -> {m.role}" for r in RULES.values() for m in r.remedies
+               if not any(r.id in tags for _, tags in role_tasks(m.role))]
+    assert not missing, f"no task of the remedy role is tagged with the rule id: {missing}"
+
+
+def test_no_task_carries_an_id_tag_that_is_not_a_fixable_rule_of_its_role() -> None:
+    bad = []
+    for role in all_roles():
+        for name, tags in role_tasks(role):
+            for tag in sorted(t for t in tags if ID_TAG.match(t)):
+                if tag not in RULES or role not in {m.role for m in RULES[tag].remedies}:
+                    bad.append(f"{role}: {name!r} tagged {tag}")
+    assert not bad, bad
+
+
+def test_remediate_playbook_reaches_each_role_with_every_id_it_fixes() -> None:
+    """`ansible-playbook playbooks/remediate.yml --tags ID` runs the include of ID's role (include_role passes the
+    tag filter on to the role's tasks, which carry the id too), or, for the hosts and env roles, the one task that
+    writes their files (ddpfix_node_files, tagged with both roles' ids)."""
+    plays = yaml.safe_load((ROOT / "playbooks" / "remediate.yml").read_text())
+    included: dict[str, set[str]] = {}
+    for play in plays:
+        stack = list(play.get("tasks") or [])
+        while stack:
+            t = stack.pop()
+            for key in ("block", "rescue", "always"):
+                stack += t.get(key) or []
+            inc = t.get("ansible.builtin.include_role") or t.get("include_role")
+            role = str((inc or {}).get("name", "")).split(".")[-1]  # ddpfix.cluster.ddpfix_hosts -> ddpfix_hosts
+            if inc and role != "ddpfix_run":
+                included.setdefault(role, set()).update(t.get("tags") or [])
+            if "ddpfix.cluster.ddpfix_node_files" in t:  # the hosts and env roles' files, written in one task
+                for role in ("ddpfix_hosts", "ddpfix_env"):
+                    included.setdefault(role, set()).update(set(t.get("tags") or []) & (rules.role_ids(role)
+                                                                                          | {role[7:]}))
+    for role in {m.role for r in RULES.values() for m in r.remedies}:
+        assert role in included, f"{role} is not included by playbooks/remediate.yml"
+        assert rules.role_ids(role) <= included[role], (role, sorted(rules.role_ids(role) - included[role]))
+    for role, tags in included.items():
+        assert {t for t in tags if ID_TAG.match(t)} <= rules.role_ids(role), role
+
+
+def test_every_remedy_names_a_role_and_a_plan_field() -> None:
+    fields = {f.name for f in dataclasses.fields(HostPlan)}
+    for r in RULES.values():
+        for m in r.remedies:
+            assert (ROOT / "roles" / m.role / "tasks" / "main.yml").is_file(), (r.id, m.role)
+            assert m.plan in fields, (r.id, m.plan)
+
+
+def test_registry_is_well_formed() -> None:
+    assert len(set(RULES)) == len(list(RULES))
+    for r in RULES.values():
+        assert ID_TAG.match(r.id), r.id
+        assert r.title and "\n" not in r.title and r.fix, r.id
+        assert not re.search(r"\b(IF|NAME)\b|=N\b", r.fix), r.id  # placeholders are {fields}, filled per finding
+    assert rules.fixable_ids() == [r.id for r in RULES.values() if r.fixable]
+    assert set(rules.fixed_by("firewall")) == set(rules.role_ids("ddpfix_firewall"))
+
+
+def test_readme_findings_table_is_the_registry() -> None:
+    from ddpfix import readme
+
+    text = (ROOT / "README.md").read_text()
+    assert readme.current(text, "rules") is not None, "README.md has no <!-- rules:begin --> ... <!-- rules:end -->"
+    assert readme.current(text, "rules") == rules.markdown(), (
+        "README.md's findings table differs from the registry: regenerate it with "
+        "`PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md`")
+
+
+def test_readme_generated_sections_are_current() -> None:
+    """Every generated README section (the findings table, the lab's scenario list as `lab up --help` prints it)."""
+    from ddpfix import readme
+
+    text = (ROOT / "README.md").read_text()
+    assert readme.sync(text) == text, (
+        "a generated README section is stale: `PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md`")
+    assert "fabric-memlock-low" in (readme.current(text, "lab-scenarios") or "")
+
+
+def test_markdown_generator_runs_as_a_module() -> None:
+    import subprocess
+    import sys
+
+    env = {"PYTHONPATH": str(ROOT / "controller"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "ddpfix.rules", "--markdown"], capture_output=True, text=True,
+                         env=env, check=True, cwd=str(ROOT)).stdout
+    assert out == rules.markdown()
+
+
+def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
+    from unit_helpers import Sim
+
+    from ddpfix.rules import engine as checks
+    from ddpfix.rules.registry import finding
+
+    reg = rules.Registered(lambda ctx: iter([finding("time.skew", None, "m", "e")]), (RULES["env.missing"],))
+    rules._CHECKS.append(reg)
+    try:
+        try:
+            checks.run_checks(Sim().context())
+        except AssertionError as exc:
+            assert "time.skew" in str(exc)
+        else:
+            raise AssertionError("undeclared id accepted")
+    finally:
+        rules._CHECKS.remove(reg)
+
+
+def test_only_accepts_fixable_ids(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ddpfix.cli import cli
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("ddp_nodes:\n  hosts: {a: {}, b: {}}\n")
+    r = CliRunner().invoke(cli, ["-i", str(inv), "remediate", "--only", "net.somaxconn-low"])
+    assert r.exit_code == 2 and "detect-only): net.somaxconn-low" in r.output, r.output
+    r = CliRunner().invoke(cli, ["remediate", "--help"])
+    assert "hosts.hostname-loopback" in r.output
+
+
+def test_causes_graph_is_declared_on_the_rules() -> None:
+    """Rule.explains is the causes graph (ddpfix.causes reads it): each consequence's causes in precedence order."""
+    assert rules.explained_by() == {
+        "probe.master-port-unreachable": [("firewall.master-port-blocked", "master"), ("route.via-gateway", "host")],
+        "probe.peer-unreachable": [("firewall.peer-ports-blocked", "target"), ("route.via-gateway", "dialler")],
+        "hosts.peer-unresolvable": [("hosts.peer-unresolvable", "host")],
+        "hosts.peer-mismatch": [("hosts.peer-mismatch", "host")],
+        "time.skew": [("time.no-daemon", "any"), ("time.unsynchronized", "any")],
+        "netif.missing": [("netif.name-mismatch", "any")],
+        "env.inconsistent": [("env.inconsistent", "cluster")],
+    }
+    assert rules.unseen_if_unexplained() == {"probe.master-port-unreachable", "probe.peer-unreachable"}
+
+
+def test_check_local_leaves_out_the_rules_one_node_cannot_judge() -> None:
+    """`check --local` reports node-scoped rules only: comparisons between nodes and the idle-only port check are out."""
+    assert rules.scoped("cluster", "idle") == {
+        "probe.port-in-use", "time.skew", "netif.mtu-mismatch", "netif.name-mismatch", "hosts.duplicate-hostname",
+        "hosts.duplicate-machine-id", "addr.family-mismatch"}
+
+
+def test_a_rule_with_an_unknown_scope_or_where_is_refused() -> None:
+    with pytest.raises(ValueError, match="scope"):
+        rules.Rule("x.y", rules.Severity.INFO, "t", "f", scope="everywhere")
+    with pytest.raises(ValueError, match="where"):
+        rules.Rule("x.y", rules.Severity.INFO, "t", "f", explains=(rules.Explains("time.skew", "nearby"),))
+
+
+def test_fix_task_tags_are_generated_from_the_registry() -> None:
+    """The rule-id tags of the roles' fix tasks and of remediate.yml are the registry's (Remedy.tags)."""
+    from ddpfix.rules import tags
+
+    assert not tags.stale(ROOT), (
+        "role or remediate.yml tags differ from the registry: `PYTHONPATH=controller .venv/bin/python -m ddpfix.readme "
+        "README.md` regenerates them")
