@@ -7,6 +7,7 @@ import ipaddress
 
 import pytest
 
+from ddpfix.ansible.collection import module_utils
 from ddpfix.errors import DdpfixError
 from ddpfix.factguard.facts import guard_facts
 from ddpfix.inventory.contract import check_ifname
@@ -72,3 +73,12 @@ def test_networks() -> None:
     assert not net.in_network("10.0.0.9%eth0", lan, scoped=False)
     assert not net.in_network("10.0.1.9", lan) and not net.in_network("fd00::1", lan)
     assert not net.in_network(None, lan) and not net.in_network("10.0.0.9", None) and not net.in_network("x", lan)
+
+
+def test_the_probes_address_test_on_the_node_agrees() -> None:
+    """module_utils ddpfix_probe stays standalone (the node's Python): its `_is_ip` (inet_pton) accepts what the
+    controller's is_ip(scoped=False) accepts, but a scoped IPv6 address, which it resolves as a name instead."""
+    node_is_ip = module_utils("ddpfix_probe")._is_ip
+    table = ["10.0.0.1", "010.0.0.1", "1.2.3", "1.2.3.256", "::1", "::", "::ffff:1.2.3.4", "1::2::3", "", " 1.2.3.4",
+             "1.2.3.4 ", "node1", "1.2.3.4%eth0", "fe80::1%eth0"]
+    assert [s for s in table if node_is_ip(s) != net.is_ip(s, scoped=False)] == ["fe80::1%eth0"]
