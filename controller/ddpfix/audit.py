@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ddpfix.ansible.env import MAX_DEFAULT_FORKS
+from ddpfix.ansible import config as ansiblecfg
+from ddpfix.ansible.env import MAX_DEFAULT_FORKS, default_forks
 from ddpfix.ansible.results import HostResult, RunResult, TaskResult, module_failure
 from ddpfix.ansible.run import run_playbook
 from ddpfix.ansible.rundirs import discard_run_dir, last_run_dir
 from ddpfix.causes import attribute_causes
 from ddpfix.clock import parse_event_time
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.inventory.contract import parse_skip
 from ddpfix.inventory.derive import cluster_from_inventory_data, load_cluster
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.model.cluster import Cluster, Node
@@ -81,8 +83,6 @@ def collect(
     """Run the facts play and gather every node's facts. `cluster` None: the inventory `inventories` is read only
     by ansible-playbook, whose first task (ddpfix_cluster, on the controller) derives and validates the cluster
     before any node is contacted; the cluster is then taken from that task's result."""
-    from ddpfix.ansible import config as ansiblecfg
-    from ddpfix.ansible.env import default_forks
 
     sources = tuple(cluster.inventories) if cluster is not None else tuple(inventories)
     n_hosts = len(cluster.nodes) if cluster is not None else MAX_DEFAULT_FORKS  # Ansible caps forks at the hosts
@@ -334,7 +334,6 @@ def failing(findings: Iterable[Finding], fail_on: str) -> list[Finding]:
 
 def split_skipped(findings: list[Finding], skip: str | None, cluster: Cluster) -> tuple[list[Finding], list[Finding]]:
     """(kept, skipped): findings accepted by --skip or ddp_skip_findings (`ID` anywhere, `ID@HOST` on one host)."""
-    from ddpfix.inventory.contract import parse_skip
 
     rules = set(cluster.skip_findings) | set(parse_skip(skip or "", "--skip"))
     if not rules:

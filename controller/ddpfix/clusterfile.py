@@ -14,9 +14,9 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.factguard.grammar import valid_ifname
 from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.cluster import Cluster
+from ddpfix.model.net import valid_ifname
 from ddpfix.plan import hosts_block
 
 if TYPE_CHECKING:

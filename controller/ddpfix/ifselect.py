@@ -3,11 +3,10 @@ choice, replayed over the node's interface facts. Pure functions, no rules (the 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpfix.rules.context import is_loopback
+from ddpfix.model import net
 
 # NCCL's default exclusion list when NCCL_SOCKET_IFNAME is unset (after trying ib* first).
 NCCL_DEFAULT_EXCLUDE = ("docker", "lo", "virbr")
@@ -83,7 +82,7 @@ def nccl_autoselect(ifaces: Sequence[Mapping[str, Any]],
     ordered = sorted(ifaces, key=lambda x: x.get("index") or 0)
     entries = [(i, str(a.get("local")))
                for fam in ("inet", "inet6") for i in ordered for a in i.get("addrs") or []
-               if a.get("family") == fam and a.get("local") and not (fam == "inet6" and is_loopback(a["local"]))]
+               if a.get("family") == fam and a.get("local") and not (fam == "inet6" and net.is_loopback(a["local"]))]
     if version == "2.28.3+":
         entries = [e for e in entries if _running(e[0])]
     for step in NCCL_AUTO_STEPS[version]:
@@ -104,10 +103,7 @@ def virtual_kind(i: Mapping[str, Any], addr: str | None = None) -> str | None:
     name = str(i.get("name") or "")
     why = [next((what for prefix, what in VIRTUAL_IFNAMES if name.startswith(prefix)), None)
            or VIRTUAL_KINDS.get(str(i.get("kind") or ""))]
-    try:
-        ip = ipaddress.ip_address((addr or "").split("%")[0]) if addr else None
-    except ValueError:
-        ip = None
+    ip = net.ip(addr) if addr else None
     if ip is not None and ip.is_link_local:
         why.insert(0, "link-local, 169.254.0.0/16" if ip.version == 4 else "link-local, fe80::/10")
     return ", ".join(w for w in why if w) or None
@@ -125,12 +121,9 @@ def gloo_autoselect(f: Mapping[str, Any]) -> str | None:
     hn = f.get("hostname") or ""
     ifaces = f.get("interfaces") or []
     for a in (f.get("resolve_self") or {}).get(hn) or []:
-        if is_loopback(a):
+        if net.is_loopback(a):
             return str(a)
-        try:
-            if ipaddress.ip_address(a.split("%")[0]).is_link_local and ":" in a and "%" not in a:
-                continue
-        except ValueError:
+        if not net.is_ip(a) or (net.is_link_local(a) and ":" in a and "%" not in a):
             continue
         if owner_of(ifaces, a) is not None:
             return str(a)

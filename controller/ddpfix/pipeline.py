@@ -238,7 +238,8 @@ class Remediation:
             {
                 "apply": self.apply,
                 "interrupted": a.interrupted,
-                "changes": [{"host": c.host, "task": c.task, "diff": c.diff} for c in a.changes],
+                "changes": [{"host": c.host, "task": c.task, "diff": c.diff, "rules": list(c.rules)}
+                            for c in a.changes],
                 "changed": a.changed,
                 "failed_hosts": a.failed,
                 "refused": fixes.refusals,

@@ -5,7 +5,6 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsi
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -15,7 +14,7 @@ from ddpfix import fabric as fab
 from ddpfix import ifreach
 from ddpfix.ansible import collection
 from ddpfix.factguard.grammar import is_hostname, is_reserved_name
-from ddpfix.factguard.grammar import valid_ip as _valid_ip
+from ddpfix.model import net
 from ddpfix.model.cluster import Cluster, Node
 
 #: The launch keys (node_env's, before the socket interfaces): per job. With ddp_env_scope: node the env file holds
@@ -60,12 +59,9 @@ def cluster_address(node_facts: Mapping[str, Any] | None, cidr: str | None) -> s
 
 
 def _in_cidr(addr: Any, cidr: str | None) -> str | None:
-    if not addr or not cidr or not _valid_ip(addr):
-        return None
-    try:
-        return str(addr) if ipaddress.ip_address(addr) in ipaddress.ip_network(cidr) else None
-    except (ValueError, TypeError):
-        return None
+    """`addr` when it is an address inside `cidr` (a network without host bits), else None."""
+    inside = net.is_ip(addr) and net.in_network(addr, net.network(cidr, strict=True), scoped=False)
+    return str(addr) if inside else None
 
 
 def inventory_address(cluster: Cluster, name: str, cidr: str | None) -> str | None:
@@ -90,26 +86,15 @@ def cluster_nic(node_facts: Mapping[str, Any], *, address: str | None = None, ci
     """The one rule for a node's cluster NIC, from its facts: the interface that holds `address` (its cluster
     address), else, given `cidr`, the first interface (in the facts' order) with an IPv4 address inside it (the rule
     `ddpfix_node_facts` applies on the node, `cluster_interface`). None when there is no such interface."""
-    net = None
-    if cidr:
-        try:
-            net = ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            net = None
+    within = net.network(cidr) if cidr else None
     for i in node_facts.get("interfaces") or []:
         for a in i.get("addrs") or []:
             if address is not None and a.get("local") == address:
                 return str(i.get("name"))
-            if address is None and net is not None and a.get("family") == "inet" and _inside(a.get("local"), net):
+            if (address is None and within is not None and a.get("family") == "inet"
+                    and net.in_network(str(a.get("local")), within)):
                 return str(i.get("name"))
     return None
-
-
-def _inside(addr: Any, net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
-    try:
-        return ipaddress.ip_address(str(addr).split("%")[0]) in net
-    except ValueError:
-        return False
 
 
 def node_env(master_addr: str, master_port: int, nnodes: int, rank: int, nproc: int, ifname: str | None, *,
@@ -412,7 +397,8 @@ def hosts_entries(plans: Mapping[str, NodePlan]) -> list[dict[str, Any]]:
         names: list[str] = []
         kept = [k for k in p.known_names if k not in read_names]
         for n in (p.hostname, *kept, p.name):
-            if not n or n in names or counts.get(n, 0) > 1 or _is_ip(n) or not is_hostname(n) or is_reserved_name(n):
+            if (not n or n in names or counts.get(n, 0) > 1 or net.is_ip(n, scoped=False) or not is_hostname(n)
+                    or is_reserved_name(n)):
                 continue
             names.append(n)
         if names:
@@ -425,9 +411,3 @@ def hosts_block(plans: Mapping[str, NodePlan]) -> str:
     return "\n".join(f"{e['address']} {' '.join(e['names'])}" for e in hosts_entries(plans))
 
 
-def _is_ip(s: str) -> bool:
-    try:
-        ipaddress.ip_address(s)
-        return True
-    except ValueError:
-        return False

@@ -14,22 +14,23 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ddpfix.cli.lab import scenarios_text
+from ddpfix.diagnose import match as explain
+from ddpfix.rules import registry as rules
+
 
 def _rules() -> str:
-    from ddpfix.rules import registry as rules
 
     rules.load()  # every module that registers rules
     return rules.markdown()
 
 
 def _explain_patterns() -> str:
-    from ddpfix.diagnose import match as explain
 
     return explain.markdown()
 
 
 def _lab_scenarios() -> str:
-    from ddpfix.cli.lab import scenarios_text
 
     return "```\n" + scenarios_text() + "```\n"
 

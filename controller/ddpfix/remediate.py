@@ -20,7 +20,7 @@ from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hos
 from ddpfix.progress import Progress
 from ddpfix.rules.context import Context, not_read
 from ddpfix.rules.firewall import FIREWALL_SOURCES, active_firewalls
-from ddpfix.rules.registry import fixed_by
+from ddpfix.rules.registry import RULES, fixed_by
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
 FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host
@@ -31,6 +31,8 @@ LIMITS_IDS = fixed_by("limits")
 NOFILE_IDS = fixed_by("nofile")
 ARP_IDS = fixed_by("arp")
 ENV_IDS = fixed_by("env")
+#: The findings each file of ddpfix_node_files fixes (its result's `key`): the hosts block's and the env file's.
+FILE_RULES = {"hosts": tuple(sorted(HOSTS_IDS)), "env": tuple(sorted(ENV_IDS)), "cluster_file": tuple(sorted(ENV_IDS))}
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Change:
     host: str
     task: str
     diff: str
+    rules: tuple[str, ...] = ()  # the ids of the findings the change fixes (its task's rule-id tags, or its file's)
 
 
 def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers: set[str]) -> str:
@@ -386,11 +389,12 @@ def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dic
             continue
         changes.append(Change(host, what["env"].format(path=path), render_diff(
             {"before": before, "after": after, "before_header": target if ef.get("exists") else "/dev/null",
-             "after_header": target})))
+             "after_header": target}), FILE_RULES["env"]))
         if not cf["exists"] or cf.get("text") != cluster_text:
             changes.append(Change(host, what["cluster_file"].format(path=cluster_path), render_diff(
                 {"before": str(cf.get("text") or ""), "after": cluster_text,
-                 "before_header": cluster_path if cf["exists"] else "/dev/null", "after_header": cluster_path})))
+                 "before_header": cluster_path if cf["exists"] else "/dev/null", "after_header": cluster_path}),
+                FILE_RULES["cluster_file"]))
     return changes, failed, rest
 
 
@@ -435,10 +439,11 @@ def changes_of(run: RunResult) -> list[Change]:
                 continue
             files = t.res.get("files") if isinstance(t.res, dict) and t.action.endswith("ddpfix_node_files") else None
             if isinstance(files, list) and files:
-                out += [Change(host, str(f.get("what") or t.task), render_diff(f.get("diff")))
+                out += [Change(host, str(f.get("what") or t.task), render_diff(f.get("diff")),
+                               FILE_RULES.get(str(f.get("key")), ()))
                         for f in files if isinstance(f, dict) and f.get("changed")]
                 continue
-            out.append(Change(host, t.task, render_diff(t.res.get("diff"))))
+            out.append(Change(host, t.task, render_diff(t.res.get("diff")), tuple(x for x in t.tags if x in RULES)))
     return out
 
 

@@ -173,6 +173,7 @@ def render_junit(doc: Mapping[str, Any]) -> str:
     testcase per check and host (classname = check id, name = host, time 0: checks are not timed one by one), at
     most one `<failure>` per testcase (several findings of one check on one host: one failure listing each), a
     check that could not be evaluated is `<skipped>` with the reason (never a pass), properties: command, version."""
+    # CLI start: the JUnit writer is needed only for --format junit
     import socket
     import xml.etree.ElementTree as ET
 
@@ -245,6 +246,7 @@ def render_prometheus(doc: Mapping[str, Any]) -> str:
     of that check on that host: never two series of one labelset), `ddpfix_findings{command,severity}`,
     `ddpfix_hosts`, `ddpfix_hosts_unreachable`, `ddpfix_last_run_success`, `ddpfix_run_duration_seconds` and
     `ddpfix_<command>_timestamp_seconds`."""
+    # CLI start: prometheus_client loads only for --format prom
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
     command = str(doc.get("command") or "unknown")
@@ -275,8 +277,10 @@ def render_prometheus(doc: Mapping[str, Any]) -> str:
 def render_html(doc: Mapping[str, Any]) -> str:
     """One self-contained HTML file (inline CSS, no scripts or remote resources): summary, causes (each with how it
     shows in a job's log: explain's pattern table), per-host findings, the connectivity matrix."""
+    # CLI start: jinja2 and the matrix load only for --format html
     import jinja2
 
+    # CLI start: explain's patterns and the matrix load only for --format html
     from ddpfix.diagnose.match import symptoms
     from ddpfix.matrix import SYMBOL
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,6 @@ def summary(findings: Iterable[Finding], hosts: Mapping[str, Mapping[str, Any]])
 def document(command: str, inventory: Iterable[str], hosts: Mapping[str, Mapping[str, Any]],
              findings: Iterable[Finding], extra: Mapping[str, Any] | None = None,
              skipped: Iterable[Finding] = ()) -> dict[str, Any]:
-    import time
 
     fl = list(findings)
     inventory = list(inventory)

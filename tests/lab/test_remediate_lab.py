@@ -118,8 +118,8 @@ def test_dry_run_changes_nothing_and_shows_diffs(broken: Any) -> None:
     after = snapshot(broken)
     for node, text in before.items():
         assert after[node] == text, "\n".join(difflib.unified_diff(text.splitlines(), after[node].splitlines(), lineterm=""))
-    # fix tasks are named `Fix <finding id> | <what>`
-    tasks = {(c["host"], m.group(1)) for c in doc["changes"] if (m := re.match(r"Fix (\S+) \| ", c["task"]))}
+    # each change names the findings it fixes (its task's rule-id tags)
+    tasks = {(c["host"], rule) for c in doc["changes"] for rule in c["rules"]}
     assert ("node1", "firewall.peer-ports-blocked") in tasks and ("node2", "firewall.peer-ports-blocked") in tasks
     assert ("node2", "limits.nofile-low") in tasks and ("node3", "net.arp-flux") in tasks, sorted(tasks)
     nofile_diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node2" and "90-ddpfix-nofile" in c["task"])

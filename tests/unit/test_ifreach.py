@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from unit_helpers import Sim, hostile
 
 from ddpfix import clusterfile, ifreach, local
-from ddpfix.factguard.grammar import valid_ifname, valid_ip
 from ddpfix.factguard.reach import guard_reach
+from ddpfix.model.net import is_ip, valid_ifname
 from ddpfix.plan import env_write_needed, render_env
 
 ISO = {"name": "iso0", "index": 2, "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "operstate": "UP",
@@ -167,7 +167,7 @@ def test_hostile_reach_is_a_facts_invalid_finding(sim: Sim) -> None:
 def test_any_reach_value_is_validated(ifname: str, address: str, peer: str, why: str) -> None:
     _, got = guard_reach({ifname: _entry(address, [peer], {peer: why}), "eth0": _entry("10.0.0.1", [peer])})
     for name, e in got.items():
-        assert valid_ifname(name) and valid_ip(e["address"])
+        assert valid_ifname(name) and is_ip(e["address"])
         for p in [*e["reached"], *e["failed"]]:
             assert "\n" not in p and "{" not in p and "$" not in p
         assert all("\n" not in w and "\x1b" not in w for w in e["failed"].values())

@@ -3,10 +3,9 @@
 - No module-level import cycle anywhere in `ddpfix`: every module can be imported first, in any order, and a layer
   never needs the one above it to load.
 - A function-local import (an `import` inside a function) is allowed only where it keeps the CLI's start fast or the
-  collection's controller plugins' import light, and says so in a `# reason` comment on its line.
-  `test_function_local_imports_say_why` reports every such import without a comment in the whole package, and fails
-  only for the modules of issue 24's "leaves" part (LEAVES below) for now: the lead tightens it to the whole package
-  after the merge of the other parts.
+  collection's controller plugins' import light (or breaks an import cycle), and says so in a `# reason` comment on
+  its line or on a comment line right above its block of imports. `test_function_local_imports_say_why` fails for
+  every such import without one, in the whole package.
 """
 
 from __future__ import annotations
@@ -17,10 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "controller" / "ddpfix"  # the source, not the installed copy
-
-#: The modules of the "leaves" part of issue 24 (module names below `ddpfix.`; a name ending in "." is a package).
-LEAVES = ("errors", "app", "model.cluster", "model.facts", "model.__init__", "ansible.", "inventory.", "factguard.",
-          "paths", "lock", "progress", "clusterfile", "envtemplate")
 
 
 def _modules() -> dict[str, Path]:
@@ -148,11 +143,6 @@ def test_model_imports_nothing_of_ddpfix_outside_model() -> None:
     assert outside and not any(outside.values()), outside
 
 
-def _is_leaf(name: str) -> bool:
-    short = name.removeprefix("ddpfix.")
-    return any(short == p.rstrip(".") or (p.endswith(".") and short.startswith(p)) for p in LEAVES)
-
-
 def _local_imports_without_reason() -> list[tuple[str, int, str]]:
     """(module, line, the import) for each import inside a function with no comment on its line."""
     out = []
@@ -190,11 +180,8 @@ def test_a_reason_is_a_comment_of_its_own() -> None:
 
 
 def test_function_local_imports_say_why() -> None:
-    found = _local_imports_without_reason()
-    for name, line, text in found:  # the report (pytest -rA / -s shows it): the whole package
-        print(f"{name}:{line}: function-local import without a '# reason': {text}")
-    mine = [f"{n}:{line}: {t}" for n, line, t in found if _is_leaf(n)]
-    assert not mine, "function-local imports without a '# reason' comment:\n" + "\n".join(mine)
+    found = [f"{n}:{line}: {t}" for n, line, t in _local_imports_without_reason()]
+    assert not found, "function-local imports without a '# reason' comment:\n" + "\n".join(found)
 
 
 def test_the_collection_plugins_never_load_the_cli() -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpfix.ansible.tasktags import task_tags
 from ddpfix.factguard.grammar import one_line
 
 
@@ -21,6 +22,7 @@ class TaskResult:
     end: str = ""
     action: str = ""  # the module or action plugin that ran (resolved, e.g. ddpfix.cluster.ddpfix_node_facts)
     role: str = ""  # the role the task belongs to ("" for a play's own task)
+    tags: tuple[str, ...] = ()  # the tags the task was written with (its file's, see ansible/tasktags.py)
 
     def is_action(self, name: str) -> bool:
         """Whether this task ran module/action `name`: its short name, whatever the prefix (FQCN, legacy, none)."""
@@ -124,9 +126,10 @@ def record_event(hosts: dict[str, HostResult], event: Mapping[str, Any]) -> None
     res = data.get("res") or {}
     task = data.get("task", "")
     created = str(event.get("created", ""))
-    # identity of the task: the module that ran and its role (task names are for people)
-    ident = {"action": str(data.get("resolved_action") or data.get("task_action") or ""),
-             "role": str(data.get("resolved_role") or data.get("role") or "")}
+    # identity of the task: the module that ran, its role and its tags (task names are for people)
+    ident: dict[str, Any] = {"action": str(data.get("resolved_action") or data.get("task_action") or ""),
+                             "role": str(data.get("resolved_role") or data.get("role") or ""),
+                             "tags": task_tags(str(data.get("task_path") or ""))}
     if kind == "runner_on_unreachable":
         hr.unreachable = True
         hr.message = short_line(res.get("msg", "unreachable"))

@@ -13,6 +13,7 @@ import click
 from click.core import ParameterSource
 
 from ddpfix import __version__
+from ddpfix.ansible import args as ansibleargs
 from ddpfix.app import Application
 from ddpfix.cli.common import (
     ASK_BECOME_PASS_HELP,
@@ -25,7 +26,10 @@ from ddpfix.cli.common import (
     SLURM_HELP,
     USER_HELP,
     VERBOSE_HELP,
+    check_private_key,
+    check_user,
 )
+from ddpfix.cli.common import ask_become_pass as ask
 from ddpfix.errors import DdpfixError, ExitCode
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -60,6 +64,7 @@ def _where(exc: BaseException) -> str:
 
 def _run_failed(ctx: click.Context, exc: BaseException) -> NoReturn:
     """An internal error of ddpfix or of the run: exit 3 with one line; the traceback only with -v."""
+    # CLI start: loaded only when a command fails
     from ddpfix.ansible.rundirs import last_run_dir
 
     app = ctx.find_object(Application)
@@ -148,16 +153,15 @@ def cli(ctx: click.Context, inventories: tuple[str, ...], limit: str | None, for
     -i, -l/--limit, -f/--forks, -v and ansible-playbook's -e, -u, -b, --private-key, -K go before or after the
     subcommand; after it, they override (-e adds, later wins).
     """
+    # CLI start: --help and completion never load the run-dir code
     from ddpfix.ansible.rundirs import forget_run_dirs
 
     forget_run_dirs()
     if ctx.get_parameter_source("inventories") is ParameterSource.ENVIRONMENT:
+        # CLI start: loads yaml
         from ddpfix.inventory.sources import split_inventory_env
 
         inventories = split_inventory_env(os.environ.get("DDPFIX_INVENTORY", ""))  # click splits on whitespace
-    from ddpfix.ansible import args as ansibleargs
-    from ddpfix.cli.common import ask_become_pass as ask
-    from ddpfix.cli.common import check_private_key, check_user
 
     args = ansibleargs.AnsibleArgs(user=check_user(user), become=become, private_key=check_private_key(private_key),
                                    extra_vars=ansibleargs.merge_extra_vars(extra_vars) if extra_vars else {})

@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from ddpfix import clusterfile
+from ddpfix import local as loc
 from ddpfix.app import Application
 from ddpfix.errors import DdpfixError, ExitCode
 
@@ -53,8 +55,6 @@ def command(app: Application, local: bool, cluster_file: str, node: str | None, 
     if not local:
         raise DdpfixError("ddpfix check runs on the node itself: pass --local (ddpfix audit checks the whole cluster)",
                           ExitCode.INVALID_INPUT)
-    from ddpfix import clusterfile
-    from ddpfix import local as loc
 
     if not require_cluster_file and not os.path.lexists(cluster_file):
         # a node ddpfix never set up: nothing to check against (a Prolog on every node must not drain it)

@@ -161,6 +161,7 @@ def output_options(f: F) -> F:
 
 def render(doc: Mapping[str, Any], fmt: str, exit_line: str | None = None) -> str:
     if fmt == "json":
+        # CLI start: the report module loads only to write a report
         from ddpfix.report import to_json
 
         return to_json(doc)
@@ -190,6 +191,7 @@ def inventory_of(app: Application) -> tuple[str, ...]:
     """The inventory's paths, checked to exist, without reading them (the audit's ansible-playbook reads the
     inventory, once, and the cluster comes from its first task; that process takes the cluster's controller lock
     then, before any node is contacted: action ddpfix_cluster)."""
+    # CLI start: ansible listing loads only for a command that reads the inventory
     from ddpfix.ansible.listing import check_inventory_paths
 
     inventories = app.require_inventory()
@@ -198,6 +200,7 @@ def inventory_of(app: Application) -> tuple[str, ...]:
 
 
 def _hold_controller_lock(addresses: tuple[str, ...]) -> None:
+    # CLI start: loaded only by a command that runs Ansible
     from ddpfix.lock import controller_lock
 
     lock = controller_lock(addresses)
@@ -241,8 +244,10 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | Non
         if fmt in ("html", "junit", "prometheus"):
             fmt = "text"
     if fmt == "table":
+        # CLI start: rich and the table renderer load only to print a table
         from rich.console import Console
 
+        # CLI start: the report module loads only to print a table
         from ddpfix.report import render_table
 
         render_table(doc, Console(soft_wrap=False))

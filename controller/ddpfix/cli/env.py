@@ -14,12 +14,15 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from ddpfix import clusterfile
 from ddpfix.app import Application
 from ddpfix.audit import collect
 from ddpfix.cli.check import DEFAULT_CLUSTER_FILE
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.inventory.contract import parse_port_range
+from ddpfix.inventory.slurm import export_lines, job_env, parse_het_groups
 from ddpfix.model.cluster import Cluster
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, redact_env
 from ddpfix.progress import Progress
@@ -184,9 +187,6 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
 
 def _export(het_group: str | None, port_range: str | None, nproc: int | None, cluster_file: str) -> None:
     """`env --slurm --export`: this node's per-job values as `export` lines on stdout, notes on stderr."""
-    from ddpfix import clusterfile
-    from ddpfix.inventory.contract import parse_port_range
-    from ddpfix.inventory.slurm import export_lines, job_env, parse_het_groups
 
     doc = clusterfile.load(cluster_file)[1] if os.path.lexists(cluster_file) else None
     values, notes = job_env(os.environ, het_groups=parse_het_groups(het_group) if het_group else (),

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.inventory.slurm import inventory_from_allocation, inventory_yaml, parse_het_groups
 
 
 @click.group("inventory")
@@ -28,9 +30,7 @@ def slurm(nodelist: str | None, vars_file: str | None, output: str | None, het_g
     """The allocation's nodes as group ddp_nodes: master = first node, ranks = node order,
     ddp_nproc_per_node from SLURM_GPUS_ON_NODE or SLURM_NTASKS_PER_NODE. A heterogeneous job (SLURM_HET_SIZE)
     needs --het-group; a node count (SLURM_JOB_NUM_NODES, SLURM_NNODES) other than the list's is refused (exit 2)."""
-    import yaml
 
-    from ddpfix.inventory.slurm import inventory_from_allocation, inventory_yaml, parse_het_groups
 
     extra: dict[str, Any] = {}
     if vars_file:

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ddpfix import lab
 from ddpfix.app import Application
 from ddpfix.errors import ExitCode
 from ddpfix.lab import scenarios as _scn
@@ -64,7 +65,6 @@ class _ScenarioHelp(click.Command):
 def up_cmd(app: Application, nodes: int, scenario: str, subnet: str, ifnames: str, name: str, inventory_dir: str,
            wait_sync: bool, fmt: str) -> None:
     """Create a lab and write its Ansible inventory (group ddp_nodes)."""
-    from ddpfix import lab
 
     try:
         info = lab.up(name, nodes, scenario, subnet, ifnames, inventory_dir, wait_sync=wait_sync)
@@ -91,7 +91,6 @@ def up_cmd(app: Application, nodes: int, scenario: str, subnet: str, ifnames: st
 @click.pass_obj
 def down_cmd(app: Application, name: str) -> None:
     """Remove a lab: its processes (by recorded PID), namespaces, links, mounts, state and inventory."""
-    from ddpfix import lab
 
     try:
         existed = lab.down(name)
@@ -106,7 +105,6 @@ def down_cmd(app: Application, name: str) -> None:
 @click.pass_obj
 def status_cmd(app: Application, name: str, fmt: str) -> None:
     """Show a lab's nodes, addresses, interfaces, processes and SSH reachability (exit 1 if degraded)."""
-    from ddpfix import lab
 
     try:
         st = lab.status(name)

@@ -19,9 +19,6 @@ from ddpfix.factguard.grammar import (
     optional,
     printable_json,
     show_value,
-    valid_cidr,
-    valid_ifname,
-    valid_ip,
 )
 from ddpfix.factguard.reach import check_reach
 from ddpfix.factguard.sections import (
@@ -35,6 +32,7 @@ from ddpfix.factguard.sections import (
     check_torch,
 )
 from ddpfix.model.facts import NodeFacts
+from ddpfix.model.net import is_cidr, is_ip, valid_ifname
 
 
 def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts]:
@@ -56,19 +54,19 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
     elif isinstance(fq, str) and is_reserved_name(fq):
         f["fqdn"] = None  # a loopback name is no peer's name to write: left out, no finding (Debian's default)
     c = dict(f.get("cluster") or {})
-    if not ck.ok("cluster.address", c.get("address"), optional(valid_ip), "not an IP address"):
+    if not ck.ok("cluster.address", c.get("address"), optional(is_ip), "not an IP address"):
         c["address"] = None
     if not ck.ok("cluster.ifname", c.get("ifname"), optional(valid_ifname), "not an interface name"):
         c["ifname"] = None
-    if not ck.ok("cluster.cidr", c.get("cidr"), optional(valid_cidr), "not a CIDR"):
+    if not ck.ok("cluster.cidr", c.get("cidr"), optional(is_cidr), "not a CIDR"):
         c["cidr"] = None
     if "cluster" in f:
         f["cluster"] = c
-    if "master_ip" in f and not ck.ok("master_ip", f["master_ip"], optional(valid_ip), "not an IP address"):
+    if "master_ip" in f and not ck.ok("master_ip", f["master_ip"], optional(is_ip), "not an IP address"):
         f["master_ip"] = None
     pr = f.get("probe")
     if isinstance(pr, Mapping):
-        addr_ok = ck.ok("probe.address", pr.get("address") or None, optional(valid_ip), "not an IP address")
+        addr_ok = ck.ok("probe.address", pr.get("address") or None, optional(is_ip), "not an IP address")
         port_ok = ck.ok("probe.port", pr.get("port"), optional(int_in(1, 65535)), "not a TCP port")
         if not (addr_ok and port_ok):
             f["probe"] = {**pr, "address": None, "port": None}

@@ -3,7 +3,6 @@ text as one printable line, and the checker that records each value that fails i
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from collections.abc import Callable
@@ -16,7 +15,6 @@ RESERVED_NAMES = ("localhost", "localhost.localdomain", "localhost4", "localhost
                   "localhost6.localdomain6")
 MAC = re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5,19}$")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # hosts_block_sha256
-_IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:@+-")
 
 
 
@@ -78,30 +76,6 @@ def is_hostname(s: str) -> bool:
     if all(lbl.isdigit() for lbl in labels):
         return False
     return all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", lbl) for lbl in labels)
-
-
-def valid_ifname(s: object) -> bool:
-    return isinstance(s, str) and 0 < len(s) <= 15 and set(s) <= _IFNAME_OK and s not in (".", "..")
-
-
-def valid_ip(s: object) -> bool:
-    if not isinstance(s, str):
-        return False
-    try:
-        ipaddress.ip_address(s.split("%")[0])
-        return True
-    except ValueError:
-        return False
-
-
-def valid_cidr(s: object) -> bool:
-    if not isinstance(s, str):
-        return False
-    try:
-        ipaddress.ip_network(s, strict=False)
-        return True
-    except ValueError:
-        return False
 
 
 def int_in(lo: int, hi: int) -> Callable[[object], bool]:

@@ -13,14 +13,13 @@ from ddpfix.factguard.grammar import (
     one_line,
     optional,
     show_value,
-    valid_ifname,
-    valid_ip,
 )
+from ddpfix.model.net import is_ip, valid_ifname
 
 
 def _peer_name(v: object) -> bool:
     """A probe target's name as the plan gave it: an inventory host name or an IP address."""
-    return isinstance(v, str) and (is_hostname(v) or valid_ip(v))
+    return isinstance(v, str) and (is_hostname(v) or is_ip(v))
 
 
 def check_reach(ck: Checker, reach: Any) -> dict[str, dict[str, Any]]:
@@ -38,7 +37,7 @@ def check_reach(ck: Checker, reach: Any) -> dict[str, dict[str, Any]]:
         if not isinstance(e, Mapping):
             ck.problems.append((where, show_value(e), "not a mapping"))
             continue
-        if not ck.ok(f"{where}.address", e.get("address"), valid_ip, "not an IP address"):
+        if not ck.ok(f"{where}.address", e.get("address"), is_ip, "not an IP address"):
             continue
         speed = e.get("speed")
         if not ck.ok(f"{where}.speed", speed, optional(int_in(1, 10_000_000)), "not a link speed (Mb/s)"):

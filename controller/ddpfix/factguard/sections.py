@@ -15,9 +15,8 @@ from ddpfix.factguard.grammar import (
     is_number,
     matches,
     optional,
-    valid_ifname,
-    valid_ip,
 )
+from ddpfix.model.net import is_ip, valid_ifname
 
 #: RDMA device and driver names (kernel IB_DEVICE_NAME_MAX 64: mlx5_0, rxe0, efa_0, irdma1, bnxt_re0, rocep1s0f0)
 _RDMA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -65,7 +64,7 @@ def _port(ck: Checker, where: str, p: Mapping[str, Any]) -> dict[str, Any] | Non
                 and ck.ok(f"{gw}.gid", g.get("gid"), matches(_GID), "not a GID (8 groups of 4 hex digits)")
                 and ck.ok(f"{gw}.type", g.get("type"), optional(matches(_SYSFS_WORD)), _WORD_WHY)
                 and ck.ok(f"{gw}.ndev", g.get("ndev"), optional(valid_ifname), "not an interface name")
-                and ck.ok(f"{gw}.ipv4", g.get("ipv4"), optional(valid_ip), "not an IP address")):
+                and ck.ok(f"{gw}.ipv4", g.get("ipv4"), optional(is_ip), "not an IP address")):
             continue
         gids.append(dict(g))
     out["gids"] = gids
@@ -196,7 +195,7 @@ def check_interfaces(ck: Checker, interfaces: Any) -> list[dict[str, Any]]:
             iface["kind"] = None
         iface["addrs"] = [a for a in i.get("addrs") or []
                           if isinstance(a, Mapping)
-                          and ck.ok(f"{where}.addrs", a.get("local"), valid_ip, "not an IP address")
+                          and ck.ok(f"{where}.addrs", a.get("local"), is_ip, "not an IP address")
                           and ck.ok(f"{where}.addrs", a.get("prefixlen"), int_in(0, 128), "not a prefix length")
                           and ck.ok(f"{where}.addrs", a.get("family"), lambda v: v in ("inet", "inet6"),
                                     "not an address family (inet, inet6)")]

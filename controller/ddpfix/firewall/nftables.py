@@ -14,7 +14,6 @@ from typing import Any
 from ddpfix.firewall.verdict import (
     PROTO_NUM,
     Action,
-    Address,
     Alt,
     LayerResult,
     Packet,
@@ -24,6 +23,7 @@ from ddpfix.firewall.verdict import (
     settle,
     walk,
 )
+from ddpfix.model.net import Address
 
 #: Statements that do not end the rule (they count, log, set metadata, ... and the rule goes on).
 CONTINUE = frozenset({"counter", "log", "meta", "ct", "mangle", "notrack", "set", "quota",

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+from ddpfix.model.net import Address, network
+
 #: A terminal verdict: what a layer does with the packet.
 Action = Literal["accept", "drop", "reject"]
 #: What one rule does when it matches: a terminal verdict, return, jump/goto (to a chain), or nothing (None).
@@ -85,13 +86,10 @@ class Verdict:
 
 def in_net(addr: Address | None, spec: str) -> bool | None:
     """addr in spec ('a.b.c.d[/n]'); False on family mismatch, None if unparsable (or addr unknown)."""
-    try:
-        net = ipaddress.ip_network(spec, strict=False)
-    except ValueError:
+    within = network(spec)
+    if within is None or addr is None:
         return None
-    if addr is None:
-        return None
-    return net.version == addr.version and addr in net
+    return within.version == addr.version and addr in within
 
 
 def iface_match(pattern: str, iface: str | None, plus: str = "+") -> bool | None:

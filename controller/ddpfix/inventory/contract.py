@@ -17,6 +17,7 @@ from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.factguard.grammar import is_hostname, one_line
 from ddpfix.model.cluster import DEFAULT_ENV_PATH
+from ddpfix.model.net import is_ip, valid_ifname
 
 GROUP = "ddp_nodes"
 FIREWALL_CHOICES = ("auto", "firewalld", "iptables", "nftables", "none")
@@ -61,7 +62,6 @@ PRIVATE_NETS = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0
 #: The broadest cluster CIDR accepted without the ack variable.
 MAX_PREFIX_WITHOUT_ACK = 16
 ACK_BROAD = "ddp_cluster_cidr_ack_broad"
-IFNAME = re.compile(r"^[A-Za-z0-9_.:@+-]{1,15}$")
 COMMAND = re.compile(r"^[A-Za-z0-9._+-]+$")
 ABS_PATH = re.compile(r"^(/[A-Za-z0-9._+@:-]+)+$")
 #: ddp_env_path must not lie under these (tmpfs, per-user, kernel trees).
@@ -159,7 +159,7 @@ def check_env_template(value: Any, inventories: Sequence[str]) -> str | None:
 
 def check_ntp_server(value: Any) -> str:
     s = str(value).strip() if isinstance(value, str) else value
-    if not isinstance(s, str) or not s or not (is_hostname(s) or is_address(s)):
+    if not isinstance(s, str) or not s or not (is_hostname(s) or is_ip(s, scoped=False)):
         raise refused(f"ddp_ntp_servers entry {value!r} is not a hostname or an IP address")
     return s
 
@@ -168,7 +168,7 @@ def check_ifname(value: Any, host: str) -> str:
     s = str(value)
     prefix = next((p for p in ("^=", "^", "=") if s.startswith(p)), "")
     names = s[len(prefix) :].split(",") if prefix else [s]  # a list only in NCCL's explicit grammar
-    if not all(IFNAME.match(n) for n in names) or any(n in (".", "..") for n in names):
+    if not all(valid_ifname(n) for n in names):
         raise refused(
             f"ddp_socket_ifname of {host} {s!r} is not an interface name (at most 15 characters, no '/', "
             "whitespace or shell characters) or an NCCL spec written with an explicit ^ or = prefix"
@@ -241,12 +241,6 @@ def check_python(value: Any, host: str) -> str:
     return s
 
 
-def is_address(s: str) -> bool:
-    try:
-        ipaddress.ip_address(s)
-        return True
-    except ValueError:
-        return False
 
 
 

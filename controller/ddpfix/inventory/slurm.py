@@ -9,7 +9,6 @@ A heterogeneous job (SLURM_HET_SIZE) gives ranks only to the components named wi
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import shlex
@@ -24,6 +23,7 @@ import yaml
 from ddpfix.ansible.rundirs import new_run_dir
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.contract import GROUP, parse_port_range
+from ddpfix.model.net import ip
 from ddpfix.plan import node_env
 
 #: A Slurm node name: RFC 1123 labels plus `_` (slurm.conf's NodeName accepts `gpu_01`; names reach the inventory,
@@ -254,10 +254,9 @@ def master_address(master: str, doc: Mapping[str, Any] | None) -> tuple[str, str
         full = (str(n.get("name") or ""), str(n.get("hostname") or ""))
         names = {*full, *(x.split(".")[0] for x in full)}
         if master in names and n.get("address"):
-            try:
-                return str(ipaddress.ip_address(str(n["address"]))), "cluster file"
-            except ValueError:
-                raise _bad(f"cluster file: the address of {master} is not an IP address: {n['address']!r}") from None
+            if (addr := ip(str(n["address"]), scoped=False)) is None:
+                raise _bad(f"cluster file: the address of {master} is not an IP address: {n['address']!r}")
+            return str(addr), "cluster file"
     return master, "node name"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.model.net import valid_ifname
 from ddpfix.plan import node_env
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_NODES = 64
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
-_IFNAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
 
 
 class LabError(DdpfixError):
@@ -44,7 +44,8 @@ def validate_name(name: str) -> str:
 
 
 def validate_ifname(name: str) -> str:
-    if not _IFNAME_RE.match(name) or name == "lo":
+    # the controller's interface-name rule, narrowed for the names a lab creates: a letter first, no ':', '@', '+'
+    if not valid_ifname(name) or not name[0].isalpha() or set(name) & set(":@+") or name == "lo":
         raise LabError(f"invalid interface name {name!r} (1-15 characters, not 'lo')", ExitCode.INVALID_INPUT)
     return name
 

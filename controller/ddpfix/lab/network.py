@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,7 +38,6 @@ def _check_subnet_free(plan: LabPlan) -> None:
 
 def free_subnet() -> str:
     """A /24 in 192.168.100-249 that no route on this machine overlaps (for parallel labs: tests, benchmarks)."""
-    import random
 
     out = _run(["ip", "-j", "-4", "route", "show", "table", "all"], check=False).stdout
     used = []

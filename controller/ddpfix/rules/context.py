@@ -12,6 +12,7 @@ from ddpfix.factguard.facts import guard_facts
 from ddpfix.factguard.reach import guard_reach
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult
+from ddpfix.model.net import in_network
 from ddpfix.plan import NodePlan, effective_cidr, plan_cluster
 
 
@@ -82,12 +83,7 @@ class Context:
         return unread_of(self.facts.get(name))
 
     def in_cidr(self, addr: str | None) -> bool:
-        if not addr or self.net is None:
-            return False
-        try:
-            return ipaddress.ip_address(addr.split("%")[0]) in self.net
-        except ValueError:
-            return False
+        return in_network(addr, self.net)
 
 
 def unread_of(facts: Mapping[str, Any] | None) -> dict[str, str]:
@@ -109,13 +105,6 @@ def past(verdict: object) -> str:
     """A firewall verdict as a past participle: drop -> dropped, reject -> rejected."""
     v = str(verdict or "blocked").lower()
     return {"drop": "dropped", "reject": "rejected", "deny": "denied", "block": "blocked"}.get(v, f"{v}ed")
-
-
-def is_loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def iface_named(facts: Mapping[str, Any], name: str | None) -> dict[str, Any] | None:

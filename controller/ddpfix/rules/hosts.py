@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections import Counter
 from collections.abc import Iterable
 
 from ddpfix.model.facts import NodeFacts
 from ddpfix.model.finding import Explains, Finding, Severity
-from ddpfix.rules.context import SRC_HOSTS, SRC_IFACES, Context, hosts_lines, is_loopback
+from ddpfix.model.net import is_loopback, network
+from ddpfix.rules.context import SRC_HOSTS, SRC_IFACES, Context, hosts_lines
 from ddpfix.rules.registry import Rule, finding, rules
 from ddpfix.rules.remedies import HOSTS, HOSTS_BLOCK
 
@@ -248,11 +248,9 @@ def _held_by(ctx: Context, node: str, address: str) -> tuple[str, str] | None:
     for i in (ctx.facts.get(node) or {}).get("interfaces") or []:
         for a in i.get("addrs") or []:
             if a.get("local") == address:
-                try:
-                    net = ipaddress.ip_network(f"{address}/{a.get('prefixlen')}", strict=False)
-                except ValueError:
-                    continue
-                return str(i.get("name")), str(net)
+                held = network(f"{address}/{a.get('prefixlen')}")
+                if held is not None:
+                    return str(i.get("name")), str(held)
     return None
 
 

@@ -17,8 +17,9 @@ from ddpfix.ifselect import (
     virtual_kind,
 )
 from ddpfix.model.finding import Explains, Finding, Severity
+from ddpfix.model.net import is_loopback
 from ddpfix.plan import cluster_nic
-from ddpfix.rules.context import SRC_ENV, SRC_IFACES, Context, cluster_if, hosts_lines, iface_named, is_loopback
+from ddpfix.rules.context import SRC_ENV, SRC_IFACES, Context, cluster_if, hosts_lines, iface_named
 from ddpfix.rules.registry import Rule, finding, rules
 from ddpfix.rules.remedies import ENV_FILE, PIN_IFNAME
 

@@ -14,6 +14,8 @@ Adding a finding: see CONTRIBUTING.md.
 from __future__ import annotations
 
 import importlib
+import json
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -176,15 +178,15 @@ def finding(id: str, host: str | None, message: str, evidence: str, **fix_vars: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    # CLI start: argparse only for python -m ddpfix.rules
     import argparse
-    import json
-    import sys
 
     ap = argparse.ArgumentParser(prog="python -m ddpfix.rules", description="Print the rule registry.")
     ap.add_argument("--markdown", action="store_true", help="the README findings table")
     ap.add_argument("--readme", metavar="PATH", help="rewrite the table between the rules markers of this README")
     args = ap.parse_args(argv)
     if args.readme:  # every generated section of the README (ddpfix.readme), the findings table among them
+        # import cycle: ddpfix.readme imports this registry
         from ddpfix import readme
 
         return readme.main([args.readme])

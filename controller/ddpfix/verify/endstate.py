@@ -116,6 +116,7 @@ def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
     """testinfra's host for `name` as its ansible backend builds it (ssh with the inventory's and ansible.cfg's
     settings, sudo for become), with SSH connection reuse: without a ControlPath testinfra's ControlMaster option
     does nothing and every command pays a full SSH handshake (two behind a bastion)."""
+    # testinfra loads only for verify --endstate (heavy; the rest of verify runs without it)
     import testinfra
     from testinfra.utils.ansible_runner import AnsibleRunner
 

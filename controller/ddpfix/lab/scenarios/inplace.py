@@ -14,6 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from ddpfix import lab
 from ddpfix.errors import ExitCode
 from ddpfix.lab.model import ENV_PATH, LabError, LabPlan, NodePlan
 from ddpfix.lab.scenarios.fabric import FABRIC_RUN
@@ -60,7 +63,6 @@ def _etc_files(node: NodePlan) -> dict[str, str]:
 def fabric_plan(name: str, nodes: int, scenario_name: str, subnet: str, ifnames: list[str]) -> LabPlan:
     """The plan of `scenario_name` (clean or fabric-*) for a lab; LabError when it differs from the clean plan in
     more than apply_fabric redoes in place (host/group vars, env file, /etc files, /run tasks)."""
-    from ddpfix import lab
 
     if scenario_name != "clean" and not scenario_name.startswith("fabric-"):
         raise LabError(f"apply_fabric: {scenario_name!r} is not a fabric scenario", ExitCode.INVALID_INPUT)
@@ -90,7 +92,6 @@ def apply_fabric(info: LabInfo, scenario_name: str) -> None:
     rewritten, /etc files a previous apply wrote are restored and the new ones written (sshd restarted where a
     file it reads at login changed, which also ends the controller's persistent connections there), and the
     inventory's host and group variables are replaced. The lab's state still names its first scenario."""
-    from ddpfix import lab
 
     ifnames = [n.ifname for n in info.nodes]
     for name in info.scenarios:
@@ -150,7 +151,6 @@ def _read(path: Path) -> str | None:
 
 def _rewrite_inventory_vars(path: Path, plan: LabPlan, prev: dict[str, Any]) -> None:
     """Replace the variables a previous apply_fabric set with the plan's, keeping the header `lab down` checks."""
-    import yaml
 
     text = path.read_text()
     lines = text.splitlines(keepends=True)
