@@ -55,6 +55,7 @@ def command(app: Application, local: bool, cluster_file: str, node: str | None, 
                           ExitCode.INVALID_INPUT)
     from ddpfix import clusterfile
     from ddpfix import local as loc
+    from ddpfix.rules.hosts import PEER_MISMATCH, PEER_UNRESOLVABLE  # reason: loaded by `local` anyway, not at start
 
     if not require_cluster_file and not os.path.lexists(cluster_file):
         # a node ddpfix never set up: nothing to check against (a Prolog on every node must not drain it)
@@ -89,8 +90,8 @@ def command(app: Application, local: bool, cluster_file: str, node: str | None, 
     if undecided and (verbose or not failed):
         shown = ", ".join(undecided[:10]) + (f" and {len(undecided) - 10} more" if len(undecided) > 10 else "")
         click.echo(_nhc("not-evaluated", f"peer name resolution not decided within {timeout:g} s (getaddrinfo did "
-                                         f"not answer in time): {shown}; hosts.peer-unresolvable and "
-                                         "hosts.peer-mismatch not evaluated for them, not a pass"))
+                                         f"not answer in time): {shown}; {PEER_UNRESOLVABLE.id} and "
+                                         f"{PEER_MISMATCH.id} not evaluated for them, not a pass"))
     if failed:
         sys.stdout.flush()
         raise SystemExit(int(ExitCode.FINDINGS))

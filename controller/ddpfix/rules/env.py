@@ -22,7 +22,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 @rules(
-    Rule(
+    MISSING := Rule(
         "env.missing",
         INFO,
         "no env file yet (or one that sets none of the keys ddpfix writes)",

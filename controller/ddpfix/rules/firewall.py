@@ -98,7 +98,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         sound_on_partial=True,
         explains=(Explains("probe.peer-unreachable", "target"),),
     ),
-    Rule(
+    WORLD_OPEN := Rule(
         "firewall.world-open",
         W,
         "the master port or ephemeral range is open to any source by an explicit rule",
