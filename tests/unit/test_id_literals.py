@@ -47,7 +47,7 @@ def rule_modules() -> dict[str, str]:
 
 
 def _pattern(fid: str) -> re.Pattern[str]:
-    # the whole id: not part of a longer id (`firewall.undecided` is not in `firewall.undecided-accept`)
+    # the whole id: not part of a longer one (`a.b` is not in `a.b-c`)
     return re.compile(r"(?<![\w.-])" + re.escape(fid) + r"(?![\w-])")
 
 
@@ -62,7 +62,7 @@ def _text(path: str, generated: set[str]) -> str:
     except (UnicodeDecodeError, OSError):
         return ""
     if path in generated:  # the generated tag lists are not hand-written; the rest of the file is
-        text = tags._TAGS.sub("", text)
+        text = tags._INTERSECT.sub("", tags._TAGS.sub("", text))
     return text
 
 
