@@ -4,8 +4,8 @@ On a node with more than one candidate interface the prober dials each of its k 
 other candidate, bound to that device (plugins/module_utils/ddpfix_probe.py `reach_candidates`); `probe.reach` is,
 per interface, the peers it reached and those it failed (validated by `factguard.guard_reach`). Here: whether that
 evidence decides anything, which candidate the plan writes as the socket interface, and how an interface's result
-reads in a finding. Pure functions; the plan (`plan.plan_cluster`) and the check (`netif.cannot-reach-peers`) both
-read them.
+reads in a finding. Pure functions; the plan (`plan.plan_cluster`) and the check (`rules.netif`'s reachability of
+peers) both read them.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def choose(reach: Reach | None, current: str | None, in_cidr: Callable[[str], bo
     says so).
 
     Among the candidates that reached every peer: the ones whose probed address is in the cluster network (only
-    those: an interface outside it would be netif.missing once written), then the fastest link (sysfs speed; unknown
+    those: an interface outside it would be reported missing once written), then the fastest link (sysfs speed; unknown
     counts as slowest), then the current rule (`current`: the interface that holds the cluster address), then
     interface order (`order`)."""
     if not decisive(reach):

@@ -20,6 +20,7 @@ from ddpfix.ansible import collection
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts
 from ddpfix.model.finding import Finding, Severity, sort_key
+from ddpfix.rules import env as env_rules
 from ddpfix.rules import registry
 from ddpfix.rules.context import Context, HostFacts
 from ddpfix.rules.engine import from_placeholder as _from_placeholder
@@ -237,7 +238,7 @@ def run_local(ctx: Context, me: str) -> list[Finding]:
 
 #: Failures here whatever their audit severity: with a cluster file on the node, a missing env file means the job's
 #: launcher finds no values (the audit reports it as info: nothing has been written yet).
-ALWAYS_FAIL = frozenset({"env.missing"})
+ALWAYS_FAIL = frozenset({env_rules.MISSING.id})
 
 
 def failures(findings: list[Finding]) -> list[Finding]:

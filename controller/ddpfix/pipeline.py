@@ -45,6 +45,7 @@ from ddpfix.remediate import (
 from ddpfix.report import document
 from ddpfix.rules.context import Context, Thresholds
 from ddpfix.rules.engine import not_evaluated, run_checks
+from ddpfix.rules.reachability import NOT_AUDITED, UNREACHABLE
 from ddpfix.rules.registry import RULES, fixable_ids
 from ddpfix.verify.endstate import Check, testinfra_checks
 from ddpfix.verify.endstate import document as verify_document
@@ -328,8 +329,8 @@ def verify(cluster: Cluster, *, checks: bool = True, backend: str = "gloo", torc
         result = audit(cluster, progress=prog, **run_opts)
     out = Verification(cluster, testinfra_checks(result.context, result.findings) if checks else [])
     for f in result.findings:
-        if f.id in ("host.unreachable", "host.module-failed"):
-            what = "reachable over SSH" if f.id == "host.unreachable" else "ddpfix's module runs on the node"
+        if f.id in NOT_AUDITED:
+            what = "reachable over SSH" if f.id == UNREACHABLE.id else "ddpfix's module runs on the node"
             out.checks.append(Check(f.host or "", what, False, f.evidence))
     if backend == "nccl":
         with Progress(cluster.names, "ddpfix verify: NCCL all-reduce sweep", enabled=progress) as prog:

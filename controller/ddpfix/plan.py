@@ -1,6 +1,6 @@
 """The plan: per-node values ddpfix writes (env file, hosts block), derived from inventory + facts.
 
-Pure functions; the same plan drives `env`, `remediate`, the audit's env.inconsistent check and the tests.
+Pure functions; the same plan drives `env`, `remediate`, the audit's env-file check (``rules.env``) and the tests.
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ def socket_nic(node: Node, f: Mapping[str, Any] | None, addr: str | None, cidr: 
     interface holding `addr` (the current rule), unless the interface reach probe decided for another candidate that
     reached every probed peer (`ifreach.choose`) or, without reach evidence, `decided` names one (check --local: the
     interface the audit chose, from the cluster file); the address is then that interface's in the cluster network.
-    An inventory ddp_socket_ifname is the operator's choice and stays (netif.cannot-reach-peers says when it fails).
+    An inventory ddp_socket_ifname is the operator's choice and stays (the audit's ``rules.netif`` says when it
+    cannot reach the peers).
     `why` is the env file's comment on the choice ('' when the evidence decided nothing)."""
     ifname = cluster_nic(f, address=addr) if (f and addr) else None
     if not f or not addr or node.socket_ifname:
@@ -294,7 +295,8 @@ class EnvJudgement:
     """A node's env file against the block ddpfix would write (`judge_env`, the one judge of both questions)."""
 
     #: (key, the node's value as shown, the wanted value as shown) for each key the block sets to a non-empty value
-    #: whose value, as the whole file leaves it, is another (env.inconsistent: what a process reading it gets)
+    #: whose value, as the whole file leaves it, is another (the audit's env-file finding: what a process reading it
+    #: gets)
     differs: tuple[tuple[str, str, str], ...]
     #: ddpfix's part must be (re)written: no file or no block of ours, the block's keys or values are not the plan's,
     #: or a managed key is also assigned outside the block (it would shadow or be shadowed by the block)
@@ -303,8 +305,8 @@ class EnvJudgement:
 
 def judge_env(env_file: Mapping[str, Any], plan: NodePlan) -> EnvJudgement:
     """Whether the node's env file (its facts) differs from `plan` (whose `env` is the block's KEY=VALUE lines: the
-    template's, `envtemplate.judge`, when ddp_env_template is set): the audit's env.inconsistent, the remediation's
-    env write and verify's env file check all read this judgement."""
+    template's, `envtemplate.judge`, when ddp_env_template is set): the audit's env-file check (``rules.env``), the
+    remediation's env write and verify's env file check all read this judgement."""
     differs = tuple(env_differs(env_file, {k: v for k, v in plan.env.items() if v}))
     if not env_file.get("exists") or env_file.get("owner") != "block":
         return EnvJudgement(differs, True)

@@ -20,6 +20,7 @@ from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hos
 from ddpfix.progress import Progress
 from ddpfix.rules.context import Context, not_read
 from ddpfix.rules.firewall import FIREWALL_SOURCES, active_firewalls
+from ddpfix.rules.reachability import INCOMPLETE, INVALID
 from ddpfix.rules.registry import RULES, fixed_by
 
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
@@ -44,9 +45,9 @@ class HostPlan:
     env_comment: str = ""
     env_key_comments: dict[str, str] = field(default_factory=dict)  # KEY -> why (a comment above it in the block)
     pin_ifname: dict[str, str] | None = None  # {"name", "mac"}: systemd .link file (--pin-ifnames)
-    limits: bool = False  # memlock drop-in (fabric.memlock-low)
-    nofile: dict[str, str] = field(default_factory=dict)  # {soft, hard, unit_hard}: limits.nofile-low; empty: off
-    arp: list[str] = field(default_factory=list)  # cluster interfaces given arp_ignore 1/arp_announce 2 (net.arp-flux)
+    limits: bool = False  # memlock drop-in (LIMITS_IDS)
+    nofile: dict[str, str] = field(default_factory=dict)  # {soft, hard, unit_hard}: NOFILE_IDS; empty: off
+    arp: list[str] = field(default_factory=list)  # cluster interfaces given arp_ignore 1/arp_announce 2 (ARP_IDS)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -154,7 +155,7 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
             if hp.firewall == "none" and unread_fw:
                 hp.notes.append(
                     f"traffic is blocked but the firewall could not be read ({', '.join(unread_fw)}, see "
-                    "facts.incomplete): nothing changed there"
+                    f"{INCOMPLETE.id}): nothing changed there"
                 )
             elif hp.firewall == "none":
                 hp.notes.append(
@@ -186,7 +187,8 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
 
 
 def host_setting_fixes(findings: Iterable[Finding], name: str) -> tuple[dict[str, str], list[str]]:
-    """The values the limits.nofile-low and net.arp-flux fixes write on `name`, as their checks reported them."""
+    """The values the open-files limit and ARP-flux fixes (NOFILE_IDS, ARP_IDS) write on `name`, as their checks
+    reported them."""
     nofile: dict[str, str] = {}
     arp: list[str] = []
     for f in findings:
@@ -213,7 +215,7 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
     for host, problems in ctx.invalid.items():
         fact, value, why = problems[0]
         raise DdpfixError(
-            f"{host} returned {fact} {value!r}: {why} (facts.invalid); nothing was changed on any node",
+            f"{host} returned {fact} {value!r}: {why} ({INVALID.id}); nothing was changed on any node",
             ExitCode.INVALID_INPUT,
         )
     if not ctx.cidr:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpfix.rules import registry
+from ddpfix.rules.reachability import NOT_AUDITED
 from ddpfix.rules.registry import RULES
 
 SEVERITIES = ("error", "warning", "info")
@@ -215,7 +216,7 @@ def render_junit(doc: Mapping[str, Any]) -> str:
                 ET.SubElement(tc, "skipped", message=f"not evaluated (not a pass): {blind[h][rid]}")
                 counts["skipped"] += 1
             elif h != "cluster" and not hosts.get(h, {}).get("reachable", True) \
-                    and rid not in ("host.unreachable", "host.module-failed"):
+                    and rid not in NOT_AUDITED:
                 ET.SubElement(tc, "skipped", message=f"{h} could not be audited")
                 counts["skipped"] += 1
     ET.SubElement(suite, "system-out")

@@ -42,8 +42,6 @@ FABRIC_CASES = [
     ("fabric-efa-provider-missing", {("fabric.efa-provider-missing", "node2")}),
     ("fabric-nccl-version-mismatch", {("fabric.nccl-version-mismatch", None)}),
 ]
-#: Every fabric.* id is produced on a lab host here (memlock: test_memlock_low_found_and_fixed_for_new_logins).
-LAB_COVERED = {fid for _, want in FABRIC_CASES for fid, _ in want} | {"fabric.memlock-low"}
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from ddpfix.cli.common import (
 from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
 from ddpfix.rules.context import Thresholds
+from ddpfix.rules.time import SKEW
 
 
 @click.command("audit")
@@ -28,7 +29,7 @@ from ddpfix.rules.context import Thresholds
               help="Exit 1 when a finding of this severity or worse is reported; none: never (report only).")
 @probe_options
 @click.option("--max-skew", type=click.FloatRange(0.001, 3600), default=1.0, show_default=True,
-              help="Clock difference between nodes above which time.skew is reported, seconds.")
+              help=f"Clock difference between nodes above which {SKEW.id} is reported, seconds.")
 @click.option("--matrix", is_flag=True, help="Also show the N x N reachability/resolution matrix (rows dial columns).")
 @click.pass_obj
 def command(app: Application, fmt: str, output: str | None, skip: str | None, fail_on: str, probe: bool,
@@ -39,7 +40,7 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     Exit 0: nothing at or above --fail-on; 1: findings; 2: invalid input; 3: the run failed.
     """
     output_target(fmt, output)  # a contradicting -o is refused before anything runs
-    app.slurm_count_as_finding = True  # the user asked for a check: slurm.node-count-mismatch, not a refusal
+    app.slurm_count_as_finding = True  # the user asked for a check: a finding, not a refusal
     inventories = inventory_of(app)  # read once, by the audit's ansible-playbook (its first task derives the cluster)
     with Progress(None, "ddpfix audit", enabled=None if fmt in ("text", "table") else False) as progress:
         result = pipeline.audit(None, inventories=inventories, limit=app.limit, forks=app.forks,

@@ -11,6 +11,7 @@ from ddpfix import clusterfile
 from ddpfix import local as loc
 from ddpfix.app import Application
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.rules.hosts import PEER_MISMATCH, PEER_UNRESOLVABLE
 
 DEFAULT_CLUSTER_FILE = "/etc/ddpfix/cluster.json"
 
@@ -89,8 +90,8 @@ def command(app: Application, local: bool, cluster_file: str, node: str | None, 
     if undecided and (verbose or not failed):
         shown = ", ".join(undecided[:10]) + (f" and {len(undecided) - 10} more" if len(undecided) > 10 else "")
         click.echo(_nhc("not-evaluated", f"peer name resolution not decided within {timeout:g} s (getaddrinfo did "
-                                         f"not answer in time): {shown}; hosts.peer-unresolvable and "
-                                         "hosts.peer-mismatch not evaluated for them, not a pass"))
+                                         f"not answer in time): {shown}; {PEER_UNRESOLVABLE.id} and "
+                                         f"{PEER_MISMATCH.id} not evaluated for them, not a pass"))
     if failed:
         sys.stdout.flush()
         raise SystemExit(int(ExitCode.FINDINGS))

@@ -28,6 +28,7 @@ from ddpfix.plan import env_comment, env_not_ours, env_refusal, redact_env
 from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 from ddpfix.rules.context import not_read
+from ddpfix.rules.reachability import INVALID
 
 
 @click.command("env")
@@ -131,7 +132,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and not ctx.facts.get(n.name)]
     for host, problems in ctx.invalid.items():
         fact, value, why = problems[0]
-        raise DdpfixError(f"{host} returned {fact} {value!r}: {why} (facts.invalid); no env file written",
+        raise DdpfixError(f"{host} returned {fact} {value!r}: {why} ({INVALID.id}); no env file written",
                           ExitCode.INVALID_INPUT)
     if not ctx.cidr:
         why = f": the master {cluster.master} was not read" if not ctx.facts.get(cluster.master) else ""

@@ -3,8 +3,9 @@
 A node's facts are hostile input (a compromised node, a user with write access to /etc or /sys there): a string it
 returns may carry template syntax, shell metacharacters, line breaks or terminal escapes, and would then travel into
 peers' files, the env files, the plan a play reads and the operator's terminal. `validate_facts` lists every value
-that is not of its field's grammar, as (field, value, why), the audit's `facts.invalid` findings; `sanitize_facts`
-returns the copy the checks and the plan read, with each such value removed. Only well-formed values survive:
+that is not of its field's grammar, as (field, value, why), the audit's invalid-fact findings
+(``rules.reachability.INVALID``); `sanitize_facts` returns the copy the checks and the plan read, with each such
+value removed. Only well-formed values survive:
 
 - names: hostnames and FQDNs (RFC 1123), interface names (the kernel's alphabet), RDMA device and driver names;
 - numbers: ports, indexes, NUMA nodes, states (no bool posing as int);

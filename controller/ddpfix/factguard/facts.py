@@ -1,5 +1,5 @@
 """A node's facts as a whole: every value checked against its field's grammar; the problems (the audit's
-`facts.invalid` findings) and the copy without them that the checks and the plan read."""
+invalid-fact findings, ``rules.reachability.INVALID``) and the copy without them that the checks and the plan read."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ _PREVIEW_KEYS = ("text", "cluster_file")
 
 
 def validate_facts(node_facts: Mapping[str, Any]) -> list[Problem]:
-    """Problems with the values a node returned: [(field, value, why)], the audit's facts.invalid findings."""
+    """Problems with the values a node returned: [(field, value, why)], the audit's invalid-fact findings."""
     return guard_facts(node_facts)[0]
 
 

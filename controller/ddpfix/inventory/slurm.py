@@ -174,7 +174,7 @@ def inventory_from_allocation(env: Mapping[str, str], nodelist: str | None = Non
                               het_groups: tuple[int, ...] = (), *, as_finding: bool = False) -> dict[str, Any]:
     """The inventory (as YAML-ready data) for the allocation: group `ddp_nodes`, hosts in node-id order.
     `as_finding` (the audit): a node count that disagrees with the list is not refused but kept in
-    `ddp_slurm_count_mismatch`, which the audit reports as the finding slurm.node-count-mismatch."""
+    `ddp_slurm_count_mismatch`, which the audit reports as a finding (``rules.env``)."""
     mismatches: list[str] | None = [] if as_finding else None
     hosts = allocation_nodes(env, nodelist, het_groups, mismatches=mismatches)
     gvars: dict[str, Any] = {"ddp_master": hosts[0]}

@@ -46,8 +46,8 @@ try:
 
     for src, dst in cfg["binds"]:
         run("mount", "--bind", src, dst)
-    # an explicit size (a limit, nothing is reserved), so that host.shm-small does not depend on this machine's RAM
-    # (tmpfs defaults to half of it); the shm-small scenario remounts it smaller
+    # an explicit size (a limit, nothing is reserved), so that the audit's /dev/shm size check does not depend on this
+    # machine's RAM (tmpfs defaults to half of it); the shm-small scenario remounts it smaller
     run("mount", "-t", "tmpfs", "-o", "nosuid,nodev,mode=1777,size=4g", "tmpfs", "/dev/shm")
     run("umount", "-l", "/sys")
     run("mount", "-t", "sysfs", "-o", "nosuid,nodev,noexec", "sysfs", "/sys")

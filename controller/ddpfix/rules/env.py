@@ -22,7 +22,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 @rules(
-    Rule(
+    MISSING := Rule(
         "env.missing",
         INFO,
         "no env file yet (or one that sets none of the keys ddpfix writes)",
@@ -234,7 +234,7 @@ def check_stray_env(ctx: Context) -> Iterable[Finding]:
             key, value, at = a["key"], a["value"], f"{a['file']}:{a['line']}"
             shown = "*** (secret-looking, not shown)" if a.get("secret") else value
             if key.endswith("_SOCKET_IFNAME") and not plan.ifname:
-                continue  # no cluster NIC to compare with (netif.missing says so)
+                continue  # no cluster NIC to compare with (rules.netif says so)
             if a.get("dynamic"):
                 why = "set from a shell expression ddpfix does not evaluate"
             elif a.get("secret"):

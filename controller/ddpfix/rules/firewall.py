@@ -8,7 +8,7 @@ from typing import Any
 from ddpfix import firewall
 from ddpfix.model.finding import Explains, Finding, Severity
 from ddpfix.rules.context import SRC_IFACES, Context, past
-from ddpfix.rules.probes import probe_not_evaluated
+from ddpfix.rules.probes import MASTER_PORT_UNREACHABLE, PEER_UNREACHABLE, probe_not_evaluated
 from ddpfix.rules.registry import Rule, finding, rules
 from ddpfix.rules.remedies import FIREWALL
 
@@ -86,7 +86,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         reads=FIREWALL_SOURCES | SRC_IFACES,
         master_only=True,
         sound_on_partial=True,
-        explains=(Explains("probe.master-port-unreachable", "master"),),
+        explains=(Explains(MASTER_PORT_UNREACHABLE.id, "master"),),
     ),
     Rule(
         "firewall.peer-ports-blocked",
@@ -96,9 +96,9 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         remedies=(FIREWALL,),
         reads=FIREWALL_SOURCES | SRC_IFACES,
         sound_on_partial=True,
-        explains=(Explains("probe.peer-unreachable", "target"),),
+        explains=(Explains(PEER_UNREACHABLE.id, "target"),),
     ),
-    Rule(
+    WORLD_OPEN := Rule(
         "firewall.world-open",
         W,
         "the master port or ephemeral range is open to any source by an explicit rule",

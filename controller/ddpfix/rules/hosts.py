@@ -19,7 +19,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 @rules(
-    Rule(
+    HOSTNAME_LOOPBACK := Rule(
         "hosts.hostname-loopback",
         E,
         "the hostname resolves to 127.0.0.0/8 or ::1 (Gloo advertises loopback)",
@@ -92,7 +92,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
 
 
 @rules(
-    Rule(
+    PEER_UNRESOLVABLE := Rule(
         "hosts.peer-unresolvable",
         E,
         "a peer's hostname does not resolve on this node",
@@ -102,7 +102,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         sound_on_partial=True,
         explains=(Explains("hosts.peer-unresolvable", "host"),),
     ),
-    Rule(
+    PEER_MISMATCH := Rule(
         "hosts.peer-mismatch",
         E,
         "a peer's hostname resolves to another address than its cluster address",
@@ -255,7 +255,7 @@ def _held_by(ctx: Context, node: str, address: str) -> tuple[str, str] | None:
 
 
 @rules(
-    Rule(
+    BLOCK_DIFFERS := Rule(
         "hosts.block-differs",
         W,
         "the managed /etc/hosts block is not the same on every node (a fix applied to only some of them)",

@@ -9,6 +9,7 @@ from typing import Any
 from ddpfix.ifselect import inet_of
 from ddpfix.model.finding import Explains, Finding, Remedy, Severity
 from ddpfix.rules.context import SRC_ENV, Context
+from ddpfix.rules.probes import MASTER_PORT_UNREACHABLE, PEER_UNREACHABLE
 from ddpfix.rules.registry import Rule, finding, rules
 from ddpfix.rules.remedies import ENV_FILE
 
@@ -25,7 +26,7 @@ E, W = Severity.ERROR, Severity.WARNING
         "the route to a peer leaves through a gateway or another interface",
         "Make the peer on-link on the cluster interface (fix the netmask or remove the host route); not changed "
         "automatically.",
-        explains=(Explains("probe.master-port-unreachable", "host"), Explains("probe.peer-unreachable", "dialler")),
+        explains=(Explains(MASTER_PORT_UNREACHABLE.id, "host"), Explains(PEER_UNREACHABLE.id, "dialler")),
     ),
 )
 def check_routes(ctx: Context) -> Iterable[Finding]:
@@ -141,7 +142,7 @@ def check_rp_filter(ctx: Context) -> Iterable[Finding]:
         rp = sysctl.get("rp_filter")
         ifname = ctx.plan[name].ifname
         if not isinstance(rp, Mapping) or not ifname:
-            continue  # facts of a ddpfix that did not read rp_filter; no cluster interface (netif.missing)
+            continue  # facts of a ddpfix that did not read rp_filter; no cluster interface (rules.netif reports it)
         homed = [
             i
             for i in f.get("interfaces") or []
@@ -233,6 +234,3 @@ def check_arp_flux(ctx: Context) -> Iterable[Finding]:
                                              for i in names),
             ifaces=",".join(names),
         )
-
-
-# ------------------------------------------------------------------ env.torch-version-mismatch

@@ -17,7 +17,7 @@ E = Severity.ERROR
 
 
 @rules(
-    Rule(
+    MASTER_PORT_UNREACHABLE := Rule(
         "probe.master-port-unreachable",
         E,
         "TCP connect from this node to MASTER_ADDR:MASTER_PORT fails (refused / timed out / no route)",
@@ -25,7 +25,7 @@ E = Severity.ERROR
         remedies=(VIA_FIREWALL,),
         unseen_if_unexplained=True,
     ),
-    Rule(
+    PEER_UNREACHABLE := Rule(
         "probe.peer-unreachable",
         E,
         "TCP from this node to a peer's probe port (in its ephemeral range) fails",

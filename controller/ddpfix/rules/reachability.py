@@ -16,13 +16,13 @@ E, W = Severity.ERROR, Severity.WARNING
 
 
 @rules(
-    Rule(
+    UNREACHABLE := Rule(
         "host.unreachable",
         E,
         "node not reachable over SSH (the others are still fully audited)",
         "Make the node reachable over SSH (sshd running, key, known_hosts, network) and re-run.",
     ),
-    Rule(
+    MODULE_FAILED := Rule(
         "host.module-failed",
         E,
         "the node answered over SSH but ddpfix's module failed there (its Python interpreter exited non-zero or is "
@@ -46,8 +46,12 @@ def check_unreachable(ctx: Context) -> Iterable[Finding]:
             yield finding("host.unreachable", n.name, f"{n.name} ({n.address}) could not be audited", why)
 
 
+#: The findings that say nothing was read on a node (it was not audited at all).
+NOT_AUDITED = frozenset({UNREACHABLE.id, MODULE_FAILED.id})
+
+
 @rules(
-    Rule(
+    INCOMPLETE := Rule(
         "facts.incomplete",
         W,
         "a fact source could not be read on the node (no permission, e.g. `iptables-save`/`nft` as a non-root SSH "
@@ -73,7 +77,7 @@ def check_incomplete(ctx: Context) -> Iterable[Finding]:
 
 
 @rules(
-    Rule(
+    INVALID := Rule(
         "facts.invalid",
         E,
         "the node returned a value that is not of its field's grammar (a hostname, address, interface name, MAC, "

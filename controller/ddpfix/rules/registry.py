@@ -115,6 +115,11 @@ def fixed_by(plan: str, *, on_target: bool | None = None) -> frozenset[str]:
                      if m.plan == plan and (on_target is None or m.on_target == on_target))
 
 
+def area_ids(module: str) -> frozenset[str]:
+    """The ids the checks of the rule module `module` (``ddpfix.rules.firewall``, ...) report."""
+    return frozenset(r.id for reg in _ordered() if reg.check.__module__ == module for r in reg.rules)
+
+
 def role_ids(role: str) -> frozenset[str]:
     """The ids a role fixes (the tags its fix tasks carry)."""
     return frozenset(r.id for r in RULES.values() for m in r.remedies if m.role == role)

@@ -1,7 +1,9 @@
 """The rule-id tags of the fix tasks, generated from the registry: every tag list of a role's tasks (and of
 playbooks/remediate.yml) that holds a finding id is rewritten as its non-id tags plus the ids of every rule whose
 remedy names one of those tags (``Remedy.tags``; "" for a role task that carries ids only) for that role (any role
-in remediate.yml). `python -m ddpfix.readme README.md` rewrites them with the README; a unit test fails when stale.
+in remediate.yml). So is every `intersect([...])` list of quoted tags that holds an id (remediate.yml's "was this
+group asked for by --tags" tests). `python -m ddpfix.readme README.md` rewrites them with the README; a unit test
+fails when stale.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from ddpfix.rules import registry
 ID_TAG = re.compile(r"^[a-z]+\.[a-z0-9-]+$")  # a dotted finding id (role tags like `env` or `always` are not)
 #: a task's tag list in flow style, possibly over several lines: `tags: [a, b,\n   c]`
 _TAGS = re.compile(r"^(?P<indent>[ \t]*)tags: \[(?P<items>[^\]]*)\]", re.M)
+#: a Jinja list of quoted tags a condition tests the run's tags against: `intersect(['env', 'env.<id>', ...])`
+_INTERSECT = re.compile(r"intersect\(\[(?P<items>[^\]]*)\]")
 WIDTH = 120
 
 
@@ -26,7 +30,12 @@ def _ids(keywords: list[str], role: str | None) -> list[str]:
 
 def _line(indent: str, items: list[str]) -> str:
     """`tags: [...]` wrapped at WIDTH, continuation lines aligned after the bracket."""
-    head = f"{indent}tags: ["
+    return _wrap(f"{indent}tags: [", items)
+
+
+def _wrap(head: str, items: list[str]) -> str:
+    """`head` (a line's text up to its list's `[`) and `items`, then `]`: wrapped at WIDTH, continuation lines
+    aligned after the bracket."""
     lines, cur = [], head
     for i, item in enumerate(items):
         word = item + ("]" if i == len(items) - 1 else ",")
@@ -48,7 +57,16 @@ def sync_text(text: str, role: str | None) -> str:
         keywords = [t for t in items if not ID_TAG.match(t)]
         return _line(m.group("indent"), keywords + _ids(keywords, role))
 
-    return _TAGS.sub(fix, text)
+    def fix_intersect(m: re.Match[str]) -> str:
+        items = [t.strip().strip("'") for t in m.group("items").replace("\n", " ").split(",") if t.strip()]
+        if not any(ID_TAG.match(t) for t in items):
+            return m.group(0)
+        keywords = [t for t in items if not ID_TAG.match(t)]
+        prefix = m.string[m.string.rfind("\n", 0, m.start()) + 1:m.start()]  # the line's text before `intersect`
+        quoted = [f"'{t}'" for t in keywords + _ids(keywords, role)]
+        return _wrap(prefix + "intersect([", quoted)[len(prefix):]
+
+    return _INTERSECT.sub(fix_intersect, _TAGS.sub(fix, text))
 
 
 def files(root: Path) -> list[tuple[Path, str | None]]:

@@ -61,7 +61,7 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
         "(ddpfix_chrony_conf_path)",
         explains=(Explains("time.skew", "any"),),
     ),
-    Rule(
+    SKEW := Rule(
         "time.skew",
         W,
         "clock readings differ between nodes by more than `--max-skew` (1 s)",

@@ -17,7 +17,11 @@ from ddpfix.ansible import config as ansiblecfg
 from ddpfix.envtemplate import write_needed
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.finding import Finding
+from ddpfix.rules import firewall as fw_rules
+from ddpfix.rules import registry
 from ddpfix.rules.context import Context
+from ddpfix.rules.firewall import WORLD_OPEN
+from ddpfix.rules.hosts import BLOCK_DIFFERS, HOSTNAME_LOOPBACK
 from ddpfix.rules.time import chrony_unsynchronised
 
 #: The schema id of `ddpfix verify --format json` (controller/ddpfix/schemas/ddpfix.verify.v1.json).
@@ -141,7 +145,8 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
     by_host: dict[str, set[str]] = {}
     for f in findings:
         by_host.setdefault(f.host or "", set()).add(f.id)
-    block_differs = "hosts.block-differs" in by_host.get("", set())
+    block_differs = BLOCK_DIFFERS.id in by_host.get("", set())
+    blocking = registry.area_ids(fw_rules.__name__) - {WORLD_OPEN.id}  # the firewall findings that stop traffic
     for name, facts in ctx.audited():
         host = _testinfra_host(name, inv, host_kwargs)
         envf = host.file(ctx.cluster.env_path)
@@ -160,7 +165,7 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         if "hosts_file" not in ctx.unread(name) and "hosts_block_sha256" in facts:
             blocks[name] = facts.get("hosts_block_sha256")
         out.append(chrony_check(name, facts, ctx.thresholds.max_offset_s))
-        fw_ids = sorted(i for i in by_host.get(name, set()) if i.startswith("firewall.") and i != "firewall.world-open")
+        fw_ids = sorted(by_host.get(name, set()) & blocking)
         detail = ", ".join(fw_ids) or f"{ctx.cidr} allowed"
         out.append(Check(name, "firewall admits the cluster CIDR", not fw_ids, detail))
         pr = ctx.hosts[name].probe or {}
@@ -176,19 +181,19 @@ def _testinfra_checks(ctx: Context, findings: Iterable[Finding], host_kwargs: di
         )
     for name, b in blocks.items():
         # Identical everywhere; absent everywhere is fine too (the cluster resolves names without ddpfix's block):
-        # the audit's hosts.block-differs, from each node's block digest
+        # the audit's BLOCK_DIFFERS, from each node's block digest
         detail = ("present" if b else "no managed block") + (": differs between nodes" if block_differs else "")
         out.append(Check(name, "managed /etc/hosts block identical on all nodes", not block_differs, detail))
     return out
 
 
 def hostname_check(name: str, facts: Mapping[str, Any], ids: set[str]) -> Check:
-    """The node's hostname does not resolve to a loopback address: the audit's hosts.hostname-loopback (`ids`: the
+    """The node's hostname does not resolve to a loopback address: the audit's HOSTNAME_LOOPBACK (`ids`: the
     node's finding ids), shown with what the node resolved its hostname to (its facts' `resolve_self`)."""
     hn = str(facts.get("hostname") or "")
     got = (facts.get("resolve_self") or {}).get(hn) if hn else None
     addrs = [str(a) for a in got] if isinstance(got, list) else []
-    ok = bool(addrs) and "hosts.hostname-loopback" not in ids
+    ok = bool(addrs) and HOSTNAME_LOOPBACK.id not in ids
     return Check(name, "hostname not on loopback", ok, f"{hn} -> {', '.join(addrs) or 'nothing'}")
 
 

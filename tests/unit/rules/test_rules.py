@@ -199,3 +199,17 @@ def test_fix_task_tags_are_generated_from_the_registry() -> None:
     assert not tags.stale(ROOT), (
         "role or remediate.yml tags differ from the registry: `PYTHONPATH=controller .venv/bin/python -m ddpfix.readme "
         "README.md` regenerates them")
+
+
+def test_run_tag_conditions_are_generated_from_the_registry() -> None:
+    """remediate.yml's `intersect([...])` lists (was this group asked for by --tags) hold the group's ids, as its
+    tag lists do; a list without an id (`ansible_skip_tags | intersect(['env'])`) is left alone."""
+    from ddpfix.rules import tags
+
+    text = ("  x: >-\n    {{ t | intersect(['hosts', 'hosts.gone']) | length > 0\n"
+            "       and s | intersect(['hosts']) | length == 0 }}\n")
+    got = tags.sync_text(text, None)
+    lists = [[i.strip(" '\n") for i in m.group("items").split(",")] for m in tags._INTERSECT.finditer(got)]
+    assert lists == [["hosts", *tags._ids(["hosts"], None)], ["hosts"]]
+    assert "hosts.gone" not in got and all(len(line) <= tags.WIDTH for line in got.splitlines())
+    assert tags.sync_text(got, None) == got

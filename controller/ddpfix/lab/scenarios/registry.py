@@ -100,7 +100,7 @@ def _clean(plan: LabPlan) -> None:
     """No fault. Every node's /etc/hosts maps every node's hostname to its lab address (the own
     name is not on 127.0.1.1), chronyd runs everywhere (node1 serves `local stratum 8` to the
     subnet, the others sync to it with `iburst`), no firewall rules, no env file. An audit must
-    report nothing at warning or above (only `env.missing`, info)."""
+    report nothing at warning or above (only the missing env file, info)."""
 
 
 def help_text() -> str:
