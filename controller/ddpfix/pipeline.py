@@ -18,6 +18,7 @@ from ddpfix.audit import (
     AuditResult,
     audit_report,
     cluster_from_data,
+    collect,
     failing,
     host_summaries,
     hosts_from_vars,
@@ -59,6 +60,12 @@ def audit(cluster: Cluster | None, **kwargs: Any) -> AuditResult:
     """Facts and probes on every node, then the checks (`audit.collect`'s options). `cluster` None: the audit play's
     first task derives it from the inventory (the one read of it) and the result carries it."""
     return run_audit(cluster, **kwargs)
+
+
+def facts(cluster: Cluster, **kwargs: Any) -> Context:
+    """The facts of every node, without the probes or the checks (`ddpfix env`: what its plan needs)."""
+    ctx, _ = collect(cluster, probe=False, **kwargs)
+    return ctx
 
 
 def analyze(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]], *, from_run: bool, limit: str | None = None,

@@ -255,7 +255,7 @@ def _env_cli(sim: Sim, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
     from ddpfix.cli import cli
 
     monkeypatch.setattr(env_cli, "cluster_of", lambda app: sim.cluster())
-    monkeypatch.setattr(env_cli, "collect", lambda cluster, **_: (sim.context(), None))
+    monkeypatch.setattr(env_cli.pipeline, "collect", lambda cluster, **_: (sim.context(), None))
     return CliRunner().invoke(cli, ["env", "-i", "x.yml", *args])
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ddpfix import clusterfile
+from ddpfix import clusterfile, pipeline
 from ddpfix.app import Application
-from ddpfix.audit import collect
 from ddpfix.cli.check import DEFAULT_CLUSTER_FILE
 from ddpfix.cli.common import cluster_of, global_options
 from ddpfix.envtemplate import render_file
@@ -126,8 +125,7 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
         raise DdpfixError("--node chooses the file printed; to write on some nodes use --limit", ExitCode.INVALID_INPUT)
     with Progress(cluster.names, "ddpfix env: facts",
                   enabled=None if fmt == "text" and not to_stdout else False) as progress:
-        ctx, _ = collect(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, probe=False,
-                         progress=progress)
+        ctx = pipeline.facts(cluster, limit=app.limit, forks=app.forks, verbosity=app.verbosity, progress=progress)
     # written: the nodes read (--limit chooses them); the plan itself is the whole inventory's
     missing = [n.name for n in ctx.cluster.nodes if n.name in ctx.hosts and not ctx.facts.get(n.name)]
     for host, problems in ctx.invalid.items():

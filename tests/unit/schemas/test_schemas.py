@@ -117,7 +117,7 @@ def test_env_json_validates(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import ddpfix.cli.env as env_cli
 
     monkeypatch.setattr(env_cli, "cluster_of", lambda app: sim.cluster())
-    monkeypatch.setattr(env_cli, "collect", lambda cluster, **_: (sim.context(), None))
+    monkeypatch.setattr(env_cli.pipeline, "collect", lambda cluster, **_: (sim.context(), None))
     r = CliRunner().invoke(cli, ["env", "-i", "x.yml", "--format", "json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
