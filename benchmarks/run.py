@@ -453,7 +453,8 @@ def bench_size(n: int, idx: int, args: argparse.Namespace, tmp: Path, name: str)
         log(f"  fixed costs in the CLI process: {out['fixed']}")
         if n == args.forks_check_n and args.forks_check_runs:
             out["forks_check"] = forks_check(r, n, args.forks_check_forks, args.forks_check_runs)
-        # the audited lab lacks only the env files (env.missing, info): write them, then remediate has nothing to do
+        # the audited lab lacks only the env files (env_rules.MISSING, info): write them, then remediate has
+        # nothing to do
         make_clean(name, info)
         for i in range(remediate_runs_for(args, idx)):
             for kind, extra in (("remediate-dry", []), ("remediate-apply-noop", ["--apply"])):

@@ -42,13 +42,20 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_writable imp
 
 __metaclass__ = type
 
+#: The finding ids each file's change fixes, as the fix tasks' names show them: generated from the controller's rule
+#: registry (`python -m ddpfix.readme README.md`, the ids of the role that writes the file; a test fails when stale).
+WHAT_IDS = {
+    "hosts": "hosts.hostname-loopback, hosts.peer-unresolvable and 3 more",
+    "env": "netif.missing, netif.name-mismatch and 6 more",
+    "cluster_file": "netif.missing, netif.name-mismatch and 6 more",
+}
 #: What each file is, as remediate's report names its change (as the tasks that wrote them one by one were named; the
 #: controller's dry run names the changes it computes from the facts the same way).
-WHAT = {
-    "hosts": "Fix hosts.peer-mismatch | Managed /etc/hosts block on every node, node names off loopback lines",
-    "env": "Fix env.inconsistent | Managed block in {path}",
-    "cluster_file": "Fix env.inconsistent | Cluster file for `ddpfix check --local` ({path})",
-}
+WHAT = {key: f"Fix {WHAT_IDS[key]} | {what}" for key, what in {
+    "hosts": "Managed /etc/hosts block on every node, node names off loopback lines",
+    "env": "Managed block in {path}",
+    "cluster_file": "Cluster file for `ddpfix check --local` ({path})",
+}.items()}
 
 
 def _read(module, target):

@@ -1,7 +1,7 @@
 """Host environment facts of the launch path: /dev/shm and the launcher variables shell start files set.
 
 Stdlib only, read-only, no subprocess and no shell: every source is a file read (or one statvfs), so the facts pass
-stays cheap. Used by the ``ddpfix_node_facts`` module; the controller's checks ``host.shm-small`` and ``env.stray``
+stays cheap. Used by the ``ddpfix_node_facts`` module; the controller's /dev/shm and stray-launcher-variable checks
 read the result.
 
 - ``shm_facts``: the size and free space of /dev/shm (statvfs), its mount (``/proc/self/mountinfo``: type and

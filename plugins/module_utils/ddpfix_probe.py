@@ -242,7 +242,8 @@ def link_speed(ifname, sysfs="/sys"):
 def reach_candidates(ifaces, cidr=None, sysfs="/sys"):
     """The interfaces the reach probe dials from, in interface-index order: up (flag UP, not operstate DOWN), not
     loopback, with an IPv4 address that is neither loopback nor link-local (a link-local address is never routed,
-    so it is never the cluster address a plan writes; netif.autoselect-wrong reports it when NCCL would pick it).
+    so it is never the cluster address a plan writes; the controller's auto-selection check reports it when NCCL
+    would pick it).
     Each as {ifname, address (the first inside `cidr`, else the first), speed (Mb/s or None)}."""
     net = network(cidr)
     out = []

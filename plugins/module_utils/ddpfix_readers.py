@@ -96,7 +96,8 @@ def read_interfaces(p, got):
     """interfaces (`ip -j -d addr show`), the master's address as this node resolves it, the cluster interface."""
     ifaces, _, why = ip_addr_show()
     master_ips = resolve(p["master_address"]) or []
-    # None when the master's name does not resolve here (hosts.peer-unresolvable says so): never the name itself
+    # None when the master's name does not resolve here (the controller's resolution check says so): never the name
+    # itself
     master_ip = next((a for a in master_ips if ":" not in a), master_ips[0]) if master_ips else None
     cluster = cluster_interface(ifaces, p["cluster_cidr"], master_ip, p["socket_ifname"])
     return {"interfaces": ifaces, "master_ip": master_ip, "cluster": cluster}, _unread("interfaces", why) if why else []
@@ -229,13 +230,13 @@ def read_fabric(p, got):
 
 
 def read_shm(p, got):
-    """shm: /dev/shm's size, mount and the GPUs (host.shm-small)."""
+    """shm: /dev/shm's size, mount and the GPUs (the controller's /dev/shm size check)."""
     shm, unread = shm_facts()
     return {"shm": shm}, list(unread)
 
 
 def read_shell_env(p, got):
-    """shell_env: launcher variables assigned in the shell start files (env.stray)."""
+    """shell_env: launcher variables assigned in the shell start files (the controller's stray-variable check)."""
     shell_env, unread = stray_env_facts()
     return {"shell_env": shell_env}, list(unread)
 

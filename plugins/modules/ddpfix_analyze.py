@@ -66,7 +66,7 @@ options:
     type: bool
     default: true
   max_skew:
-    description: Clock difference between nodes above which C(time.skew) is reported, seconds.
+    description: Clock difference between nodes above which the clock-skew finding is reported, seconds.
     type: float
     default: 1.0
   apply:

@@ -14,7 +14,7 @@ that do not interfere share a lab, so there are four 3-node labs per module run:
 - the shared clean lab (no finding at warning or above; `--limit`; master port in the ephemeral range;
   bad inputs on a copy of its inventory).
 
-`time.skew`: every lab node shares the one kernel clock of this machine and no lab process may set it,
+`time_rules.SKEW`: every lab node shares the one kernel clock of this machine and no lab process may set it,
 so lab C's `clock-skew` scenario runs node3's Ansible interpreter under libfaketime (+5 s): its facts carry
 a wall clock 5 s ahead, as a skewed node's would, while the kernel clock stays untouched.
 """
@@ -37,6 +37,14 @@ from helpers import ddpfix_proc, sh_out
 from ddpfix import lab, schemas
 from ddpfix.lab.scenarios.hosts import WRONG_PEER_ADDR
 from ddpfix.lab.scenarios.registry import SCENARIOS
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import net as net_rules
+from ddpfix.rules import netif as netif_rules
+from ddpfix.rules import probes as probes_rules
+from ddpfix.rules import reachability as reachability_rules
+from ddpfix.rules import time as time_rules
 from ddpfix.rules.registry import RULES
 
 pytestmark = pytest.mark.lab
@@ -189,50 +197,50 @@ def port_range(a: Audited, node: str) -> str:
 
 # (finding id, lab fixture, host (None: cluster-wide), evidence must contain each of these: fn(Audited) -> [str])
 EXPECTED: list[tuple[str, str, str | None, Callable[[Audited], list[str]]]] = [
-    ("firewall.master-port-blocked", "lab_a", "node1", lambda a: ["firewalld zone 'public'", "29500/tcp not in ports"]),
-    ("firewall.peer-ports-blocked", "lab_a", "node1", lambda a: ["firewalld zone 'public'", "/tcp not in ports"]),
-    ("firewall.peer-ports-blocked", "lab_a", "node3",
+    (firewall_rules.MASTER_PORT_BLOCKED.id, "lab_a", "node1", lambda a: ["firewalld zone 'public'", "29500/tcp not in ports"]),
+    (firewall_rules.PEER_PORTS_BLOCKED.id, "lab_a", "node1", lambda a: ["firewalld zone 'public'", "/tcp not in ports"]),
+    (firewall_rules.PEER_PORTS_BLOCKED.id, "lab_a", "node3",
      lambda a: ["-A INPUT -p tcp -m tcp --dport 32768:60999 -j REJECT --reject-with tcp-reset"]),
-    ("firewall.world-open", "lab_b", "node1",
+    (firewall_rules.WORLD_OPEN.id, "lab_b", "node1",
      lambda a: ["29500/tcp from 203.0.113.", "-A INPUT -p tcp -m tcp --dport 29500 -j ACCEPT"]),
-    ("probe.master-port-unreachable", "lab_a", "node2",
+    (probes_rules.MASTER_PORT_UNREACHABLE.id, "lab_a", "node2",
      lambda a: [f"from {a.addr('node2')} (eth0) to node1 {a.addr('node1')}:29500", "no route to host"]),
-    ("probe.master-port-unreachable", "lab_a", "node3", lambda a: [f"to node1 {a.addr('node1')}:29500"]),
-    ("probe.peer-unreachable", "lab_a", "node1", lambda a: [f"to node3 {a.addr('node3')}:", "connection refused"]),
-    ("probe.peer-unreachable", "lab_a", "node2", lambda a: [f"to node1 {a.addr('node1')}:", "no route to host"]),
-    ("probe.port-in-use", "lab_a", "node1", lambda a: ["LISTEN state on TCP port 29500"]),
-    ("hosts.hostname-loopback", "lab_a", "node2", lambda a: ["/etc/hosts: 127.0.1.1\tnode2"]),
-    ("hosts.hostname-loopback", "lab_a", "node3", lambda a: ["/etc/hosts: 127.0.1.1\tnode3"]),
-    ("hosts.peer-unresolvable", "lab_b", "node2", lambda a: ["getaddrinfo('node1') on node2: no address"]),
-    ("hosts.peer-mismatch", "lab_a", "node1",
+    (probes_rules.MASTER_PORT_UNREACHABLE.id, "lab_a", "node3", lambda a: [f"to node1 {a.addr('node1')}:29500"]),
+    (probes_rules.PEER_UNREACHABLE.id, "lab_a", "node1", lambda a: [f"to node3 {a.addr('node3')}:", "connection refused"]),
+    (probes_rules.PEER_UNREACHABLE.id, "lab_a", "node2", lambda a: [f"to node1 {a.addr('node1')}:", "no route to host"]),
+    (probes_rules.PORT_IN_USE.id, "lab_a", "node1", lambda a: ["LISTEN state on TCP port 29500"]),
+    (hosts_rules.HOSTNAME_LOOPBACK.id, "lab_a", "node2", lambda a: ["/etc/hosts: 127.0.1.1\tnode2"]),
+    (hosts_rules.HOSTNAME_LOOPBACK.id, "lab_a", "node3", lambda a: ["/etc/hosts: 127.0.1.1\tnode3"]),
+    (hosts_rules.PEER_UNRESOLVABLE.id, "lab_b", "node2", lambda a: ["getaddrinfo('node1') on node2: no address"]),
+    (hosts_rules.PEER_MISMATCH.id, "lab_a", "node1",
      lambda a: [f"getaddrinfo('node2') on node1 = {WRONG_PEER_ADDR}", f"/etc/hosts: {WRONG_PEER_ADDR}\tnode2"]),
-    ("hosts.duplicate-hostname", "lab_c", None, lambda a: ["node2: hostname=node2", "node3: hostname=node2"]),
-    ("hosts.name-form-differs", "lab_c", "node3",
+    (hosts_rules.DUPLICATE_HOSTNAME.id, "lab_c", None, lambda a: ["node2: hostname=node2", "node3: hostname=node2"]),
+    (hosts_rules.NAME_FORM_DIFFERS.id, "lab_c", "node3",
      lambda a: [f"hostname node2 -> {a.addr('node2')} (held by node2)", f"/etc/hosts: {a.addr('node2')}	node2"]),
-    ("hosts.duplicate-machine-id", "lab_a", None,
+    (hosts_rules.DUPLICATE_MACHINE_ID.id, "lab_a", None,
      lambda a: [f"/etc/machine-id = {machine_id(a, 'node3')} on node2, node3"]),
-    ("time.no-daemon", "lab_c", "node1", lambda a: ["no chronyd"]),
-    ("time.no-daemon", "lab_c", "node3", lambda a: ["no chronyd"]),
-    ("time.skew", "lab_c", None, lambda a: ["node3: +", "s vs controller", "node1: "]),
-    ("time.unsynchronized", "lab_b", "node3", lambda a: ["chronyc tracking: leap status 'Not synchronised'"]),
-    ("netif.missing", "lab_b", "node3", lambda a: ["GLOO_SOCKET_IFNAME=eth1", "interfaces present: lo, eth0, ens6"]),
-    ("netif.missing", "lab_c", "node2", lambda a: ["GLOO_SOCKET_IFNAME=eth0", "interfaces present: lo, ens5"]),
-    ("netif.name-mismatch", "lab_c", None,
+    (time_rules.NO_DAEMON.id, "lab_c", "node1", lambda a: ["no chronyd"]),
+    (time_rules.NO_DAEMON.id, "lab_c", "node3", lambda a: ["no chronyd"]),
+    (time_rules.SKEW.id, "lab_c", None, lambda a: ["node3: +", "s vs controller", "node1: "]),
+    (time_rules.UNSYNCHRONIZED.id, "lab_b", "node3", lambda a: ["chronyc tracking: leap status 'Not synchronised'"]),
+    (netif_rules.MISSING.id, "lab_b", "node3", lambda a: ["GLOO_SOCKET_IFNAME=eth1", "interfaces present: lo, eth0, ens6"]),
+    (netif_rules.MISSING.id, "lab_c", "node2", lambda a: ["GLOO_SOCKET_IFNAME=eth0", "interfaces present: lo, ens5"]),
+    (netif_rules.NAME_MISMATCH.id, "lab_c", None,
      lambda a: ["node1=eth0, node2=ens5, node3=eth0", "GLOO_SOCKET_IFNAME=eth0, NCCL_SOCKET_IFNAME=eth0"]),
-    ("netif.autoselect-wrong", "lab_a", "node2", lambda a: ["br-3f9a1c2b7d10=172.18.0.1", f"eth0={a.addr('node2')}"]),
-    ("netif.mtu-mismatch", "lab_a", None, lambda a: ["node1: eth0 mtu 1500", "node3: eth0 mtu 1400"]),
-    ("netif.down", "lab_b", "node3", lambda a: ["ens6 flags=BROADCAST,MULTICAST operstate=DOWN"]),
-    ("addr.master-not-private", "lab_b", "node3", lambda a: [f"/etc/ddpfix/ddp.env: MASTER_ADDR={a.addr('node2')}"]),
-    ("addr.family-mismatch", "lab_b", None, lambda a: ["node1: IPv4", "node3: IPv6"]),
-    ("route.via-gateway", "lab_a", "node3", lambda a: [f"ip route get {a.addr('node1')}: dev eth0 via {a.addr('node2')}"]),
-    ("net.master-port-ephemeral", "clean_ephemeral_port", "node1",
+    (netif_rules.AUTOSELECT_WRONG.id, "lab_a", "node2", lambda a: ["br-3f9a1c2b7d10=172.18.0.1", f"eth0={a.addr('node2')}"]),
+    (netif_rules.MTU_MISMATCH.id, "lab_a", None, lambda a: ["node1: eth0 mtu 1500", "node3: eth0 mtu 1400"]),
+    (netif_rules.DOWN.id, "lab_b", "node3", lambda a: ["ens6 flags=BROADCAST,MULTICAST operstate=DOWN"]),
+    (net_rules.MASTER_NOT_PRIVATE.id, "lab_b", "node3", lambda a: [f"/etc/ddpfix/ddp.env: MASTER_ADDR={a.addr('node2')}"]),
+    (hosts_rules.FAMILY_MISMATCH.id, "lab_b", None, lambda a: ["node1: IPv4", "node3: IPv6"]),
+    (net_rules.VIA_GATEWAY.id, "lab_a", "node3", lambda a: [f"ip route get {a.addr('node1')}: dev eth0 via {a.addr('node2')}"]),
+    (net_rules.MASTER_PORT_EPHEMERAL.id, "clean_ephemeral_port", "node1",
      lambda a: [f"net.ipv4.ip_local_port_range = {port_range(a, 'node1')}"]),
-    ("net.somaxconn-low", "lab_a", "node1", lambda a: ["net.core.somaxconn = 2"]),
-    ("env.missing", "clean", "node1", lambda a: ["stat /etc/ddpfix/ddp.env: no such file"]),
-    ("env.missing", "clean", "node3", lambda a: ["stat /etc/ddpfix/ddp.env: no such file"]),
-    ("env.inconsistent", "lab_b", None,
+    (net_rules.SOMAXCONN_LOW.id, "lab_a", "node1", lambda a: ["net.core.somaxconn = 2"]),
+    (env_rules.MISSING.id, "clean", "node1", lambda a: ["stat /etc/ddpfix/ddp.env: no such file"]),
+    (env_rules.MISSING.id, "clean", "node3", lambda a: ["stat /etc/ddpfix/ddp.env: no such file"]),
+    (env_rules.INCONSISTENT.id, "lab_b", None,
      lambda a: [f"node1: MASTER_ADDR={a.addr('node1')}", f"node3: MASTER_ADDR={a.addr('node2')}"]),
-    ("env.inconsistent", "lab_b", "node3", lambda a: [f"MASTER_ADDR={a.addr('node2')} (want {a.addr('node1')})"]),
+    (env_rules.INCONSISTENT.id, "lab_b", "node3", lambda a: [f"MASTER_ADDR={a.addr('node2')} (want {a.addr('node1')})"]),
 ] + [(e.id, "lab_b", e.host, lambda a, e=e: e.evidence(a.info)) for s in DECLARED for e in s.expect]
 
 
@@ -302,9 +310,9 @@ def test_firewall_layers_in_host_facts(lab_a: Audited, clean: Audited) -> None:
 def test_world_open_lab_has_no_other_firewall_finding(lab_b: Audited) -> None:
     """The world-open master trusts the subnet: nothing is blocked, only the open rule is reported."""
     ids = lab_b.audit.ids()
-    assert ("firewall.world-open", "node1") in ids
-    assert not {i for i, _ in ids} & {"firewall.master-port-blocked", "firewall.peer-ports-blocked"}
-    assert not lab_b.audit.findings("probe.master-port-unreachable", "node2")
+    assert (firewall_rules.WORLD_OPEN.id, "node1") in ids
+    assert not {i for i, _ in ids} & {firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id}
+    assert not lab_b.audit.findings(probes_rules.MASTER_PORT_UNREACHABLE.id, "node2")
 
 
 # ------------------------------------------------------------------ clean lab: no false positives
@@ -314,7 +322,7 @@ def test_clean_lab_no_finding_at_warning_or_above(clean: Audited) -> None:
     doc = clean.audit.doc
     assert clean.audit.rc == 0, clean.audit.explain()
     assert [f for f in doc["findings"] if f["severity"] != "info"] == []
-    assert clean.audit.ids() == {("env.missing", n) for n in ("node1", "node2", "node3")}
+    assert clean.audit.ids() == {(env_rules.MISSING.id, n) for n in ("node1", "node2", "node3")}
     assert doc["summary"]["findings"] == {"error": 0, "warning": 0, "info": 3}
     for name, h in doc["hosts"].items():
         assert h["reachable"] and h["facts"]["chrony_synchronised"] is True and h["facts"]["firewall"] == []
@@ -343,10 +351,10 @@ def test_clean_lab_forks_below_nodes_no_false_probe_finding(clean_lab, state: Pa
 
 
 def test_clean_lab_fail_on_info_is_exit_1(clean: Audited, state: Path) -> None:
-    """--fail-on info counts the info findings (env.missing); the default (warning) does not."""
+    """--fail-on info counts the info findings (env_rules.MISSING); the default (warning) does not."""
     a = run_audit(clean.info.inventory, "--fail-on", "info", "--no-probe", state_dir=state)
     assert a.rc == 1, a.explain()
-    assert {i for i, _ in a.ids()} == {"env.missing"}
+    assert {i for i, _ in a.ids()} == {env_rules.MISSING.id}
 
 
 # ------------------------------------------------------------------ the audit changes nothing
@@ -380,7 +388,7 @@ def test_unreachable_node_others_fully_audited(lab_c: Audited, state: Path) -> N
         lab.start_sshd(lab_c.info.name, "node3")
     assert a.rc == 1, a.explain()
     doc = a.doc
-    un = a.findings("host.unreachable")
+    un = a.findings(reachability_rules.UNREACHABLE.id)
     assert [f["host"] for f in un] == ["node3"] and un[0]["severity"] == "error", a.explain()
     assert lab_c.addr("node3") in un[0]["message"] and un[0]["evidence"]
     assert doc["hosts"]["node3"]["reachable"] is False and doc["hosts"]["node3"]["facts"] == {}
@@ -390,13 +398,13 @@ def test_unreachable_node_others_fully_audited(lab_c: Audited, state: Path) -> N
         assert h["reachable"] is True and h["facts"] == full.doc["hosts"][name]["facts"]
         # every finding of the full audit on node1/node2 is still reported
         assert {i for i, host in full.ids() if host == name} <= {i for i, host in a.ids() if host == name}
-    assert ("netif.missing", "node2") in a.ids() and ("time.no-daemon", "node1") in a.ids()
-    assert not a.findings(host="node3") or {f["id"] for f in a.findings(host="node3")} == {"host.unreachable"}
+    assert (netif_rules.MISSING.id, "node2") in a.ids() and (time_rules.NO_DAEMON.id, "node1") in a.ids()
+    assert not a.findings(host="node3") or {f["id"] for f in a.findings(host="node3")} == {reachability_rules.UNREACHABLE.id}
 
 
 def test_node_whose_python_fails_is_not_unreachable(lab_c: Audited, state: Path, tmp_path: Path) -> None:
     """node2's ansible_python_interpreter is a script that exits 1: SSH works, so the node is reported as
-    host.module-failed with the module's own error (never host.unreachable and its SSH fix), the others fully."""
+    reachability_rules.MODULE_FAILED with the module's own error (never reachability_rules.UNREACHABLE and its SSH fix), the others fully."""
     full = lab_c.audit
     broken = "/etc/ddpfix-lab/python3-broken"
     sh_out(lab_c.info, "node2", f"mkdir -p /etc/ddpfix-lab && printf '#!/bin/sh\\necho ddpfix-lab: broken python >&2\\n"
@@ -408,8 +416,8 @@ def test_node_whose_python_fails_is_not_unreachable(lab_c: Audited, state: Path,
     finally:
         sh_out(lab_c.info, "node2", f"rm -f {broken}")
     assert a.rc == 1, a.explain()
-    assert not a.findings("host.unreachable"), a.explain()
-    mf = a.findings("host.module-failed")
+    assert not a.findings(reachability_rules.UNREACHABLE.id), a.explain()
+    mf = a.findings(reachability_rules.MODULE_FAILED.id)
     assert [f["host"] for f in mf] == ["node2"] and mf[0]["severity"] == "error", a.explain()
     assert "ddpfix_node_facts: " in mf[0]["evidence"] and "rc=1" in mf[0]["evidence"], mf[0]
     assert "stderr: ddpfix-lab: broken python" in mf[0]["evidence"] and "SSH (sshd" not in mf[0]["fix"], mf[0]
@@ -427,16 +435,16 @@ def test_limit_one_node(lab_a: Audited, state: Path) -> None:
     assert set(a.doc["hosts"]) == {"node3"} and a.doc["hosts"]["node3"]["reachable"]
     assert a.doc["summary"]["hosts"] == 1
     assert {h for _, h in a.ids()} <= {"node3", None}
-    assert not a.findings("host.unreachable")
-    ev = a.findings("firewall.peer-ports-blocked", "node3")
+    assert not a.findings(reachability_rules.UNREACHABLE.id)
+    ev = a.findings(firewall_rules.PEER_PORTS_BLOCKED.id, "node3")
     assert ev and "--dport 32768:60999 -j REJECT" in ev[0]["evidence"], a.explain()
-    assert a.findings("hosts.hostname-loopback", "node3")
+    assert a.findings(hosts_rules.HOSTNAME_LOOPBACK.id, "node3")
 
 
 def test_limit_one_node_clean(clean: Audited, state: Path) -> None:
     a = run_audit(clean.info.inventory, state_dir=state, global_args=("--limit", "node2"))
     assert a.rc == 0, a.explain()
-    assert set(a.doc["hosts"]) == {"node2"} and a.ids() == {("env.missing", "node2")}
+    assert set(a.doc["hosts"]) == {"node2"} and a.ids() == {(env_rules.MISSING.id, "node2")}
     assert a.doc["hosts"]["node2"]["facts"]["cluster_address"] == clean.addr("node2")
 
 
@@ -447,10 +455,10 @@ def test_no_probe(lab_a: Audited, state: Path) -> None:
     assert a.rc == 1, a.explain()
     assert all(h["reachable"] for h in a.doc["hosts"].values()) and len(a.doc["hosts"]) == 3
     ids = a.ids()
-    assert not {i for i, _ in ids} & {"probe.master-port-unreachable", "probe.peer-unreachable"}
-    for want in [("firewall.master-port-blocked", "node1"), ("firewall.peer-ports-blocked", "node3"),
-                 ("probe.port-in-use", "node1"), ("hosts.hostname-loopback", "node2"),
-                 ("net.somaxconn-low", "node1"), ("netif.mtu-mismatch", None)]:
+    assert not {i for i, _ in ids} & {probes_rules.MASTER_PORT_UNREACHABLE.id, probes_rules.PEER_UNREACHABLE.id}
+    for want in [(firewall_rules.MASTER_PORT_BLOCKED.id, "node1"), (firewall_rules.PEER_PORTS_BLOCKED.id, "node3"),
+                 (probes_rules.PORT_IN_USE.id, "node1"), (hosts_rules.HOSTNAME_LOOPBACK.id, "node2"),
+                 (net_rules.SOMAXCONN_LOW.id, "node1"), (netif_rules.MTU_MISMATCH.id, None)]:
         assert want in ids, a.explain()
     assert {n.name: listeners(lab_a.info, n.name) for n in lab_a.info.nodes} == before
 

@@ -16,6 +16,7 @@ from helpers import ddpfix_json, sh_out
 
 from ddpfix import lab
 from ddpfix.cli import cli
+from ddpfix.rules import time as time_rules
 
 pytestmark = pytest.mark.lab
 
@@ -30,7 +31,7 @@ def test_chrony_fix_reaches_the_configuration_chronyd_reads(temp_lab: Any, scena
     info = temp_lab(nodes=3, scenario=scenario)
     inv = str(info.inventory)
     code, before = ddpfix_json(inv, "audit")
-    assert code == 1 and ("time.unsynchronized", "node3") in {(f["id"], f["host"]) for f in before["findings"]}
+    assert code == 1 and (time_rules.UNSYNCHRONIZED.id, "node3") in {(f["id"], f["host"]) for f in before["findings"]}
     original = sh_out(info, "node3", f"cat {conf}")
 
     code, doc = ddpfix_json(inv, "remediate", "--apply")
@@ -85,7 +86,7 @@ def test_fix_that_does_not_take_effect_is_reported(temp_lab: Any) -> None:
     assert r.exit_code == 1, r.output
     report = json.loads((info.state_dir / "report.json").read_text())
     stuck = report["not_effective"]
-    assert [(x["id"], x["host"]) for x in stuck] == [("time.unsynchronized", "node3")], stuck
+    assert [(x["id"], x["host"]) for x in stuck] == [(time_rules.UNSYNCHRONIZED.id, "node3")], stuck
     assert "did not take effect" in stuck[0]["message"] and "ddpfix_chrony_conf_path" in stuck[0]["message"]
-    assert "not fixed" in r.stderr and "time.unsynchronized on node3 is still open" in r.stderr
+    assert "not fixed" in r.stderr and f"{time_rules.UNSYNCHRONIZED.id} on node3 is still open" in r.stderr
     assert "confdir /etc/chrony.d" in sh_out(info, "node3", "cat /etc/chrony-unused.conf")

@@ -16,13 +16,14 @@ import yaml
 from helpers import ddpfix, inventory_vars, sh
 
 from ddpfix import paths, schemas
+from ddpfix.rules import env as env_rules
 
 pytestmark = pytest.mark.lab
 
 SECRET = "wandb-s3cr3t-4f9a77"
 TOKEN = "hf_tok_77c1d2e0"
 PRIVATE = "c2VjcmV0LWJsb2I"
-ONLY_ENV = ("--only", "env.inconsistent,env.missing")  # the lab's other findings (time sync) are not this test's
+ONLY_ENV = ("--only", f"{env_rules.INCONSISTENT.id},{env_rules.MISSING.id}")  # the lab's other findings (time sync) are not this test's
 BEGIN, END = "# BEGIN ddpfix managed block", "# END ddpfix managed block"
 
 
@@ -123,7 +124,7 @@ def test_user_keys_and_secrets_kept_never_shown_and_second_apply_changes_nothing
     code, out, err = ddpfix(inv, "remediate", *ONLY_ENV, "--format", "json")
     outputs += [out, err]
     doc = json.loads(out)
-    diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node2" and "env.inconsistent" in c["rules"])
+    diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node2" and env_rules.INCONSISTENT.id in c["rules"])
     assert "+# ddpfix: superseded: NODE_RANK=5" in diff and "DB_PASSWORD=***" in diff
     code, out, err = ddpfix(inv, "remediate", "--apply", *ONLY_ENV, "--format", "json")
     outputs += [out, err]
@@ -153,7 +154,7 @@ def test_foreign_file_refused_file_unchanged(lab2: Any, state: Path) -> None:
         code, out, err = ddpfix(inv, "remediate", "--apply", *ONLY_ENV, "--format", "json")
         doc = json.loads(out)
         assert code == 1 and any("/etc/environment" in r and "not written by ddpfix" in r for r in doc["refused"])
-        assert not [c for c in doc["changes"] if "env.inconsistent" in c["rules"]]
+        assert not [c for c in doc["changes"] if env_rules.INCONSISTENT.id in c["rules"]]
         assert TOKEN not in out + err
     assert {n.name: sha(info, n.name, "/etc/environment") for n in info.nodes} == before
 

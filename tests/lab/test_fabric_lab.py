@@ -21,6 +21,8 @@ from helpers import ddpfix_json
 
 from ddpfix.cli import cli
 from ddpfix.lab.scenarios.inplace import apply_fabric
+from ddpfix.rules import fabric as fabric_rules
+from ddpfix.rules import reachability as reachability_rules
 
 pytestmark = pytest.mark.lab
 
@@ -30,17 +32,17 @@ def fabric_findings(doc: dict[str, Any]) -> set[tuple[str, str | None]]:
 
 
 FABRIC_CASES = [
-    ("fabric-port-down", {("fabric.port-down", "node2")}),
-    ("fabric-gid-differs", {("fabric.gid-index-differs", None)}),
-    ("fabric-pkey-mismatch", {("fabric.pkey-mismatch", None)}),
-    ("fabric-link-layer-mixed", {("fabric.link-layer-mixed", None)}),
-    ("fabric-rate-mismatch", {("fabric.rate-mismatch", "node2")}),
-    ("fabric-roce-no-v2-gid", {("fabric.roce-no-v2-gid", "node2")}),
-    ("fabric-hca-includes-mgmt", {("fabric.hca-includes-mgmt", "node2")}),
-    ("fabric-no-uverbs", {("fabric.no-uverbs", "node2")}),
-    ("fabric-peermem-missing", {("fabric.peermem-missing", "node2")}),
-    ("fabric-efa-provider-missing", {("fabric.efa-provider-missing", "node2")}),
-    ("fabric-nccl-version-mismatch", {("fabric.nccl-version-mismatch", None)}),
+    ("fabric-port-down", {(fabric_rules.PORT_DOWN.id, "node2")}),
+    ("fabric-gid-differs", {(fabric_rules.GID_INDEX_DIFFERS.id, None)}),
+    ("fabric-pkey-mismatch", {(fabric_rules.PKEY_MISMATCH.id, None)}),
+    ("fabric-link-layer-mixed", {(fabric_rules.LINK_LAYER_MIXED.id, None)}),
+    ("fabric-rate-mismatch", {(fabric_rules.RATE_MISMATCH.id, "node2")}),
+    ("fabric-roce-no-v2-gid", {(fabric_rules.ROCE_NO_V2_GID.id, "node2")}),
+    ("fabric-hca-includes-mgmt", {(fabric_rules.HCA_INCLUDES_MGMT.id, "node2")}),
+    ("fabric-no-uverbs", {(fabric_rules.NO_UVERBS.id, "node2")}),
+    ("fabric-peermem-missing", {(fabric_rules.PEERMEM_MISSING.id, "node2")}),
+    ("fabric-efa-provider-missing", {(fabric_rules.EFA_PROVIDER_MISSING.id, "node2")}),
+    ("fabric-nccl-version-mismatch", {(fabric_rules.NCCL_VERSION_MISMATCH.id, None)}),
 ]
 
 
@@ -62,17 +64,17 @@ def test_memlock_low_found_and_fixed_for_new_logins(fabric_lab: Any) -> None:
     apply_fabric(fabric_lab, "fabric-memlock-low")
     inv = str(fabric_lab.inventory)
     code, doc = ddpfix_json(inv, "audit")
-    assert fabric_findings(doc) == {("fabric.memlock-low", "node2")}, doc["findings"]
-    f = next(f for f in doc["findings"] if f["id"] == "fabric.memlock-low")
+    assert fabric_findings(doc) == {(fabric_rules.MEMLOCK_LOW.id, "node2")}, doc["findings"]
+    f = next(f for f in doc["findings"] if f["id"] == fabric_rules.MEMLOCK_LOW.id)
     assert "soft 65536 (64 KiB)" in f["evidence"] and f["fixable"]
 
-    code, dry = ddpfix_json(inv, "remediate", "--only", "fabric.memlock-low")
+    code, dry = ddpfix_json(inv, "remediate", "--only", fabric_rules.MEMLOCK_LOW.id)
     assert any("90-ddpfix-memlock.conf" in c["diff"] or "memlock" in c["task"] for c in dry["changes"]), dry["changes"]
-    code, applied = ddpfix_json(inv, "remediate", "--apply", "--only", "fabric.memlock-low")
+    code, applied = ddpfix_json(inv, "remediate", "--apply", "--only", fabric_rules.MEMLOCK_LOW.id)
     assert code == 0, (applied.get("remaining_fixable"), applied.get("failed_hosts"))
     code, after = ddpfix_json(inv, "audit")
     assert not fabric_findings(after), after["findings"]
-    code, again = ddpfix_json(inv, "remediate", "--apply", "--only", "fabric.memlock-low")
+    code, again = ddpfix_json(inv, "remediate", "--apply", "--only", fabric_rules.MEMLOCK_LOW.id)
     assert again["changed"].get("node2", 0) == 0, again["changes"]
 
 
@@ -98,7 +100,7 @@ sys.exit(p.returncode)
 
 def test_hostile_rdma_device_names_and_mac_are_refused_never_evaluated(fabric_lab: Any, tmp_path: Path) -> None:
     """A node that returns template syntax (RDMA device directories named `{{ 7*191 }}` and `{{ lookup('pipe',
-    ...) }}`, a MAC with a line break through a fake `ip`) is facts.invalid naming the field; the dry run,
+    ...) }}`, a MAC with a line break through a fake `ip`) is reachability_rules.INVALID naming the field; the dry run,
     through the CLI and through `ansible-playbook playbooks/remediate.yml`, refuses with exit 2 / a failed plan, and
     nothing is evaluated: no 1337 anywhere, no file created by the lookup in the user's directory (the working
     directory of ansible-playbook), no file written on the node."""
@@ -118,19 +120,19 @@ def test_hostile_rdma_device_names_and_mac_are_refused_never_evaluated(fabric_la
     os.chdir(tmp_path)
     try:
         _code, doc = ddpfix_json(inv, "audit")
-        invalid = [f for f in doc["findings"] if f["id"] == "facts.invalid"]
+        invalid = [f for f in doc["findings"] if f["id"] == reachability_rules.INVALID.id]
         assert {f["host"] for f in invalid} == {"node2"}, invalid
         evidence = {re.sub(r"^fabric\.devices\[\d+\]", "fabric.devices[]", f["evidence"]) for f in invalid}
         assert {f"fabric.devices[].name = {n!r}" for n in HOSTILE_DEVICES} <= evidence, evidence
         assert f"interfaces[eth0].mac = {HOSTILE_MAC!r}" in evidence, evidence
         r = CliRunner().invoke(cli, ["-i", inv, "remediate"], catch_exceptions=False)
-        assert r.exit_code == 2 and "facts.invalid" in r.stderr, (r.exit_code, r.output)
+        assert r.exit_code == 2 and reachability_rules.INVALID.id in r.stderr, (r.exit_code, r.output)
         pb = subprocess.run(
             [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inv,
              str(Path(__file__).resolve().parents[2] / "playbooks" / "remediate.yml"), "--check", "--diff"],
             capture_output=True, text=True, timeout=600, cwd=str(tmp_path), check=False,
             env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
-        assert pb.returncode != 0 and "facts.invalid" in pb.stdout, pb.stdout[-3000:]
+        assert pb.returncode != 0 and reachability_rules.INVALID.id in pb.stdout, pb.stdout[-3000:]
         for out in (json.dumps(doc), r.output, pb.stdout, pb.stderr):
             assert "1337" not in out
         assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())

@@ -1,9 +1,9 @@
 """Facts that could not be read are reported, never passed (issue 8, item 4), on real lab hosts.
 
 The SSH user of one node is not root (no sudo, no become): it cannot run `iptables-save` or `nft`. The audit must
-report `facts.incomplete` on that node naming the firewall layers and the tools' own errors, and list the firewall
+report `reachability_rules.INCOMPLETE` on that node naming the firewall layers and the tools' own errors, and list the firewall
 checks as not evaluated there, although the node's firewall really blocks peers (as root the same audit reports
-`firewall.peer-ports-blocked`).
+`firewall_rules.PEER_PORTS_BLOCKED`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from helpers import set_host_vars
 
 from ddpfix import lab
 from ddpfix.cli import cli
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import probes as probes_rules
+from ddpfix.rules import reachability as reachability_rules
 
 pytestmark = pytest.mark.lab
 
@@ -52,7 +55,7 @@ def test_unreadable_firewall_is_reported_as_incomplete_not_clean(temp_lab: Any) 
     inv = str(info.inventory)
     code, out = audit(inv, "--format", "json")
     root = json.loads(out)
-    assert code == 1 and ("firewall.peer-ports-blocked", "node3") in {(f["id"], f["host"]) for f in root["findings"]}
+    assert code == 1 and (firewall_rules.PEER_PORTS_BLOCKED.id, "node3") in {(f["id"], f["host"]) for f in root["findings"]}
     assert root["hosts"]["node3"]["not_evaluated"] == [] and root["hosts"]["node3"]["facts"]["unread"] == []
 
     add_ssh_user(info, "node3")
@@ -61,7 +64,7 @@ def test_unreadable_firewall_is_reported_as_incomplete_not_clean(temp_lab: Any) 
     doc = json.loads(out)
     assert code == 1, doc["findings"]
     on3 = {f["id"]: f for f in doc["findings"] if f["host"] == "node3"}
-    inc = on3["facts.incomplete"]
+    inc = on3[reachability_rules.INCOMPLETE.id]
     assert inc["severity"] == "warning" and not inc["fixable"]
     assert "Permission denied (you must be root)" in inc["evidence"], inc
     assert "Operation not permitted (you must be root)" in inc["evidence"], inc
@@ -69,12 +72,12 @@ def test_unreadable_firewall_is_reported_as_incomplete_not_clean(temp_lab: Any) 
     h3 = doc["hosts"]["node3"]
     assert {"iptables", "nft"} <= {u["source"] for u in h3["facts"]["unread"]}
     blind = {x["id"]: x["reason"] for x in h3["not_evaluated"]}
-    assert {"firewall.peer-ports-blocked", "firewall.world-open"} <= set(blind), blind
-    assert "you must be root" in blind["firewall.peer-ports-blocked"]
+    assert {firewall_rules.PEER_PORTS_BLOCKED.id, firewall_rules.WORLD_OPEN.id} <= set(blind), blind
+    assert "you must be root" in blind[firewall_rules.PEER_PORTS_BLOCKED.id]
     # the other nodes are read completely; the active probe still sees node3's block
     assert doc["hosts"]["node1"]["not_evaluated"] == [] and doc["hosts"]["node2"]["not_evaluated"] == []
-    assert any(f["id"] == "probe.peer-unreachable" for f in doc["findings"]), doc["findings"]
+    assert any(f["id"] == probes_rules.PEER_UNREACHABLE.id for f in doc["findings"]), doc["findings"]
     assert doc["summary"]["not_evaluated"] == len(blind)
 
     code, table = audit(inv)
-    assert code == 1 and "NOT EVALUATED" in table and "firewall.peer-ports-blocked" in table
+    assert code == 1 and "NOT EVALUATED" in table and firewall_rules.PEER_PORTS_BLOCKED.id in table

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from helpers import DDPFIX, cli_env, ids, run_cli, sh_out
 
+from ddpfix.rules import probes as probes_rules
+
 pytestmark = pytest.mark.lab
 
 
@@ -65,7 +67,7 @@ def test_two_audits_at_once_one_waits_no_false_findings(clean_lab: Any, tmp_path
                 assert "holds the lock for this cluster" in err and "no node was contacted" in err, err
                 assert "pid " in err and "started " in err and "audit" in err, err
             else:
-                assert code == 0 and "probe.port-in-use" not in ids(json.loads(out), "info"), (code, out[-2000:], err)
+                assert code == 0 and probes_rules.PORT_IN_USE.id not in ids(json.loads(out), "info"), (code, out[-2000:], err)
         assert leftovers(clean_lab) == {}
 
 
@@ -126,14 +128,14 @@ def test_stale_node_lock_is_taken_over_a_live_one_refuses(clean_lab: Any, tmp_pa
     assert list(leftovers(clean_lab)) == [node]  # the others released theirs
     sh_out(clean_lab, node, "touch -d '-21 minutes' /run/ddpfix.lock")  # its run died 21 minutes ago
     code, doc, err = run_cli(clean_lab.inventory, tmp_path / "state", "audit")
-    assert code == 0 and "probe.port-in-use" not in ids(doc, "info"), (doc.get("findings"), err)
+    assert code == 0 and probes_rules.PORT_IN_USE.id not in ids(doc, "info"), (doc.get("findings"), err)
     assert leftovers(clean_lab) == {}
 
 
 def test_master_port_taken_by_a_job_is_never_bound(temp_lab: Any, tmp_path: Path) -> None:
     info = temp_lab(nodes=2, scenario="port-in-use", wait_sync=False)
     _code, doc, err = run_cli(info.inventory, tmp_path / "state", "audit")
-    assert "probe.port-in-use" in ids(doc, "info"), err
+    assert probes_rules.PORT_IN_USE.id in ids(doc, "info"), err
     master = info.nodes[0].name
     # only the job's listener holds the port (ddpfix never bound it), and ddpfix left nothing when the audit returned
     job = sh_out(info, master, "cat /run/ddpfix-port-in-use.pid").strip()

@@ -9,8 +9,8 @@
   reboot loads every persisted file into a flushed rule set, and the master port and SSH stay reachable. A config
   that cannot load at boot even without ddpfix: the host fails with nft's error, the old file stays.
 - An undecided rule (issue 20, item 3): a DROP of the master port unless the source is in an ipset gives
-  `firewall.undecided` in `audit --no-probe` and `check --local` (exit 1), never a pass; with probes the failed
-  connects decide; the same match as the only ACCEPT before a DROP gives `firewall.undecided-accept`.
+  `firewall_rules.UNDECIDED` in `audit --no-probe` and `check --local` (exit 1), never a pass; with probes the failed
+  connects decide; the same match as the only ACCEPT before a DROP gives `firewall_rules.UNDECIDED_ACCEPT`.
 - SSH cut right after the firewall change: the host is reported failed ("reverted"), and the node removes this run's
   rules by itself within the revert timeout, becomes reachable again, other rules intact, an earlier run's ddpfix
   rule included (issue 21, item 3); a rerun converges (with no nftables config file: noted "runtime only").
@@ -35,6 +35,7 @@ from helpers import NODE_DDPFIX, ddpfix_json, ids, put, set_host_vars, sh
 from ddpfix import lab
 from ddpfix.cli import cli
 from ddpfix.lab.scenarios.firewall import iptables_rules, nftables_conf
+from ddpfix.rules import firewall as firewall_rules
 
 pytestmark = pytest.mark.lab
 
@@ -58,7 +59,7 @@ def test_docker_tables_persist_only_ddpfix_rule(docker_lab: Any) -> None:
     before_files = {"node2": sh(info, "node2", "cat /etc/nftables.conf").stdout,
                     "node3": sh(info, "node3", "cat /etc/iptables/rules.v4").stdout}
     code, doc = ddpfix_json(inv, "audit")
-    assert code == 1 and "firewall.peer-ports-blocked" in ids(doc), doc["findings"]
+    assert code == 1 and firewall_rules.PEER_PORTS_BLOCKED.id in ids(doc), doc["findings"]
 
     # the dry run shows every file --apply writes, and writes none
     code, dry = ddpfix_json(inv, "remediate")
@@ -128,38 +129,38 @@ def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_la
     try:
         code, doc = ddpfix_json(inv, "audit", "--no-probe")
         assert code == 1, doc["findings"]
-        got = [f for f in doc["findings"] if f["id"] == "firewall.undecided" and f["host"] == master]
+        got = [f for f in doc["findings"] if f["id"] == firewall_rules.UNDECIDED.id and f["host"] == master]
         assert got and got[0]["severity"] == "error", doc["findings"]
         assert shown in got[0]["evidence"] and f"--dport {port}" in got[0]["evidence"], got[0]["evidence"]
-        assert "firewall.master-port-blocked" not in {f["id"] for f in doc["findings"] if f["host"] == master}
+        assert firewall_rules.MASTER_PORT_BLOCKED.id not in {f["id"] for f in doc["findings"] if f["host"] == master}
         blind = {x["id"]: x["reason"] for x in doc["hosts"][master]["not_evaluated"]}
-        assert shown in blind.get("firewall.master-port-blocked", ""), blind
+        assert shown in blind.get(firewall_rules.MASTER_PORT_BLOCKED.id, ""), blind
 
         if sh(info, master, "test -e /etc/ddpfix/cluster.json", check=False).returncode != 0:
             r = CliRunner().invoke(cli, ["-i", inv, "env", "--apply"], catch_exceptions=False)
             assert r.exit_code == 0, r.output[-1500:]
         r = lab.node_exec(info.name, master, [*NODE_DDPFIX, "check", "--local"], check=False, timeout=60)
         out = r.stdout + r.stderr
-        assert r.returncode == 1 and "ERROR: ddpfix: firewall.undecided: " in out, out
+        assert r.returncode == 1 and f"ERROR: ddpfix: {firewall_rules.UNDECIDED.id}: " in out, out
 
         # with probes the connects decide: the set is empty, so every peer's connect to the master port fails
         code, doc = ddpfix_json(inv, "audit")
         assert code == 1
-        blocked = [f for f in doc["findings"] if f["id"] == "firewall.master-port-blocked" and f["host"] == master]
+        blocked = [f for f in doc["findings"] if f["id"] == firewall_rules.MASTER_PORT_BLOCKED.id and f["host"] == master]
         assert blocked and "the probe from node" in blocked[0]["evidence"], doc["findings"]
         assert f"to {master}:{port} failed" in blocked[0]["evidence"] and shown in blocked[0]["evidence"]
-        assert not [f for f in doc["findings"] if f["id"] == "firewall.undecided"], doc["findings"]
+        assert not [f for f in doc["findings"] if f["id"] == firewall_rules.UNDECIDED.id], doc["findings"]
 
         # the other way round: only the unmodelled rule accepts the master port, a DROP follows
         accept = f"-p tcp -m tcp --dport {port} {match.replace('! ', '')} -j ACCEPT"
         sh(info, master, f"iptables -D INPUT {rule} && iptables -A INPUT {accept} && iptables -A INPUT {drop}")
         code, doc = ddpfix_json(inv, "audit", "--no-probe")
         assert code == 1, doc["findings"]
-        got = [f for f in doc["findings"] if f["id"] == "firewall.undecided-accept" and f["host"] == master]
+        got = [f for f in doc["findings"] if f["id"] == firewall_rules.UNDECIDED_ACCEPT.id and f["host"] == master]
         assert got and got[0]["severity"] == "warning", doc["findings"]
         assert shown.replace("! ", "").replace("DROP", "ACCEPT") in got[0]["evidence"], got[0]["evidence"]
         assert f"-A INPUT {drop}" in got[0]["evidence"]
-        assert "firewall.master-port-blocked" not in {f["id"] for f in doc["findings"] if f["host"] == master}
+        assert firewall_rules.MASTER_PORT_BLOCKED.id not in {f["id"] for f in doc["findings"] if f["host"] == master}
     finally:
         sh(info, master, f"iptables -D INPUT {rule}; iptables -D INPUT {accept}; iptables -D INPUT {drop}; true")
         sh(info, master, "ipset destroy ok 2>/dev/null || true")
@@ -389,7 +390,7 @@ def test_twelve_blocking_nodes_forks_1_converge_within_a_10s_revert(temp_lab: An
     took = time.monotonic() - start
     assert code == 0, (applied["failed_hosts"], applied["remaining_fixable"])
     assert took > 30, took  # far longer than the 10 s deadline: a per-task arm -> cancel span would not hold
-    fixed = {c["host"] for c in applied["changes"] if "firewall.peer-ports-blocked" in c["task"]}
+    fixed = {c["host"] for c in applied["changes"] if firewall_rules.PEER_PORTS_BLOCKED.id in c["task"]}
     assert fixed == {n.name for n in info.nodes}, applied["changes"]
     for node in info.nodes:  # confirmed and cancelled everywhere: no revert armed, none ran
         r = sh(info, node.name, "ls /run/ddpfix-firewall-revert.pid* 2>/dev/null", check=False)

@@ -20,12 +20,17 @@ from test_lab_scenarios import check_isolated_nic
 
 from ddpfix import lab
 from ddpfix.lab.scenarios.sites import DATA_IFNAMES, ISO_IFNAME, data_address
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import net as net_rules
+from ddpfix.rules import netif as netif_rules
+from ddpfix.rules import probes as probes_rules
 
 pytestmark = pytest.mark.lab
 
 #: Findings a management/data split must never produce (the probes and routes are about the data network).
-FALSE_ON_MULTI_HOMED = {"probe.master-port-unreachable", "route.via-gateway", "hosts.peer-mismatch",
-                        "hosts.peer-unresolvable"}
+FALSE_ON_MULTI_HOMED = {probes_rules.MASTER_PORT_UNREACHABLE.id, net_rules.VIA_GATEWAY.id, hosts_rules.PEER_MISMATCH.id,
+                        hosts_rules.PEER_UNRESOLVABLE.id}
 
 
 def env_of(info: Any, node: str) -> dict[str, str]:
@@ -47,13 +52,13 @@ def test_management_and_data_network_fixed_end_to_end(temp_lab: Any) -> None:
 
     code, before = ddpfix_json(inv, "audit")
     found = {(f["id"], f["host"]) for f in before["findings"]}
-    assert code == 1 and ("firewall.peer-ports-blocked", "node2") in found, before["findings"]
+    assert code == 1 and (firewall_rules.PEER_PORTS_BLOCKED.id, "node2") in found, before["findings"]
     assert not {i for i, _ in found} & FALSE_ON_MULTI_HOMED, before["findings"]
     # names resolve to management addresses: said once, for the cluster, as information
-    (names,) = [f for f in before["findings"] if f["id"] == "hosts.peer-name-other-network"]
+    (names,) = [f for f in before["findings"] if f["id"] == hosts_rules.PEER_NAME_OTHER_NETWORK.id]
     assert names["host"] is None and names["severity"] == "info", names
     assert f"node1 -> {info.nodes[0].address} on node2 (node1's eth0" in names["evidence"], names
-    (iso,) = [f for f in before["findings"] if f["id"] == "netif.cannot-reach-peers" and f["host"] == "node3"]
+    (iso,) = [f for f in before["findings"] if f["id"] == netif_rules.CANNOT_REACH_PEERS.id and f["host"] == "node3"]
     assert iso["message"].startswith(f"{ISO_IFNAME} (GLOO_SOCKET_IFNAME={ISO_IFNAME}"), iso
     assert f"{DATA_IFNAMES[2]} {data_address(info.subnet, 3)}: reached node1, node2" in iso["evidence"], iso
     assert f"{ISO_IFNAME} " in iso["evidence"] and "reached none; failed node1" in iso["evidence"], iso

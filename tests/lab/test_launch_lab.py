@@ -14,6 +14,8 @@ import pytest
 from helpers import NODE_DDPFIX, ddpfix_proc
 
 from ddpfix import lab
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
 
 pytestmark = pytest.mark.lab
 
@@ -112,7 +114,7 @@ def test_hostname_loopback_gives_the_nhc_line(lab_factory) -> None:
     node = info.nodes[-1].name  # the scenario's highest-address node maps its hostname to 127.0.1.1
     code, out, _ = check_local(info, node)
     assert code == 1 and out.count("\n") == 1, out
-    assert out.startswith(f"ERROR: ddpfix: hosts.hostname-loopback: hostname {node} resolves to 127.0.1.1"), out
+    assert out.startswith(f"ERROR: ddpfix: {hosts_rules.HOSTNAME_LOOPBACK.id}: hostname {node} resolves to 127.0.1.1"), out
     code, out, _ = check_local(info, node, "-v")
     assert code == 1 and all(ln.startswith("ERROR: ddpfix: ") for ln in out.splitlines())
     code, out, _ = check_local(info, "node1")  # the scenario changes the last two nodes only
@@ -123,7 +125,7 @@ def test_iptables_worker2_gives_the_nhc_line(lab_factory) -> None:
     info = lab_factory(nodes=3, scenario="iptables-worker2", wait_sync=False)
     apply_env(info)
     code, out, _ = check_local(info, "node2")
-    assert code == 1 and out.startswith("ERROR: ddpfix: firewall.peer-ports-blocked: TCP "), out
+    assert code == 1 and out.startswith(f"ERROR: ddpfix: {firewall_rules.PEER_PORTS_BLOCKED.id}: TCP "), out
     # a node without the cluster file (never set up): passes with a note, unless the site requires the file
     code, out, _ = check_local(info, "node2", "--cluster-file", "/nonexistent/cluster.json")
     assert code == 0 and out.startswith("NOTE: ddpfix: no cluster file /nonexistent/cluster.json on "), out

@@ -21,6 +21,10 @@ import pytest
 from helpers import FAST_TORCH, add_inventory_vars, ddpfix, ddpfix_json, handmade_env, ids, snapshot
 
 from ddpfix import lab
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import host as host_rules
+from ddpfix.rules import net as net_rules
+from ddpfix.rules import reachability as reachability_rules
 
 pytestmark = pytest.mark.lab
 
@@ -120,8 +124,8 @@ def test_dry_run_changes_nothing_and_shows_diffs(broken: Any) -> None:
         assert after[node] == text, "\n".join(difflib.unified_diff(text.splitlines(), after[node].splitlines(), lineterm=""))
     # each change names the findings it fixes (its task's rule-id tags)
     tasks = {(c["host"], rule) for c in doc["changes"] for rule in c["rules"]}
-    assert ("node1", "firewall.peer-ports-blocked") in tasks and ("node2", "firewall.peer-ports-blocked") in tasks
-    assert ("node2", "limits.nofile-low") in tasks and ("node3", "net.arp-flux") in tasks, sorted(tasks)
+    assert ("node1", firewall_rules.PEER_PORTS_BLOCKED.id) in tasks and ("node2", firewall_rules.PEER_PORTS_BLOCKED.id) in tasks
+    assert ("node2", host_rules.NOFILE_LOW.id) in tasks and ("node3", net_rules.ARP_FLUX.id) in tasks, sorted(tasks)
     nofile_diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node2" and "90-ddpfix-nofile" in c["task"])
     assert re.search(r"^\+\*\s+soft\s+nofile\s+\d+", nofile_diff, re.M), nofile_diff
     hosts_diff = next(c["diff"] for c in doc["changes"] if c["host"] == "node3" and "hosts" in c["task"])
@@ -165,8 +169,8 @@ def test_apply_keeps_ssh_never_opens_to_world_and_backs_up(broken: Any) -> None:
     env = lab.node_exec(broken.name, "node2", ["cat", "/etc/ddpfix/ddp.env"]).stdout
     assert st == "644" and "# BEGIN ddpfix managed block" in env and "NCCL_SOCKET_IFNAME==" in env
     assert f"# ddpfix: superseded: MASTER_ADDR={broken.nodes[0].address}" in env
-    # limits.nofile-low and net.arp-flux: fixed (the re-audit after the apply reports neither), the values reported
-    assert not {"limits.nofile-low", "net.arp-flux"} & {f["id"] for f in doc["remaining_fixable"]}, doc["remaining_fixable"]
+    # host_rules.NOFILE_LOW and net_rules.ARP_FLUX: fixed (the re-audit after the apply reports neither), the values reported
+    assert not {host_rules.NOFILE_LOW.id, net_rules.ARP_FLUX.id} & {f["id"] for f in doc["remaining_fixable"]}, doc["remaining_fixable"]
     soft = subprocess.run(broken.ssh_argv("node2", "ulimit -Sn"), capture_output=True, text=True, timeout=30).stdout
     assert int(soft.strip()) > 896, soft
     nic = broken.nodes[2].ifname
@@ -223,7 +227,7 @@ def test_unreachable_node_env_apply_refuses_and_ranks_stay(temp_lab: Any) -> Non
     assert set(files) == {"node1", "node3"} and "NODE_RANK=2" in files["node3"]
     # remediate: the unreachable node is reported, the others complete
     code, doc = ddpfix_json(inv, "remediate", "--apply")
-    assert code == 1 and "host.unreachable" in ids(doc, "error")
+    assert code == 1 and reachability_rules.UNREACHABLE.id in ids(doc, "error")
     assert doc["refused"] and "node2" in doc["refused"][0]
 
 

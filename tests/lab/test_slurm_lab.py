@@ -9,6 +9,9 @@ import yaml
 from click.testing import CliRunner
 
 from ddpfix.cli import cli
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import time as time_rules
 
 pytestmark = pytest.mark.lab
 
@@ -40,11 +43,11 @@ def test_slurm_allocation_equals_hand_written_inventory(lab_factory, tmp_path) -
     assert code_hand == code_slurm == 1
 
     def key(doc: dict) -> set[tuple[str, str | None]]:
-        return {(f["id"], f["host"]) for f in doc["findings"] if f["id"] != "time.skew"}
+        return {(f["id"], f["host"]) for f in doc["findings"] if f["id"] != time_rules.SKEW.id}
 
-    assert key(slurm_doc) == key(hand_doc) | {("slurm.node-count-mismatch", None)}
-    mismatch = next(f for f in slurm_doc["findings"] if f["id"] == "slurm.node-count-mismatch")
+    assert key(slurm_doc) == key(hand_doc) | {(env_rules.NODE_COUNT_MISMATCH.id, None)}
+    mismatch = next(f for f in slurm_doc["findings"] if f["id"] == env_rules.NODE_COUNT_MISMATCH.id)
     assert "SLURM_NNODES='4' but SLURM_JOB_NODELIST 'node[1-3]' expands to 3 nodes" in mismatch["evidence"]
-    assert ("hosts.hostname-loopback", "node3") in key(slurm_doc)
+    assert (hosts_rules.HOSTNAME_LOOPBACK.id, "node3") in key(slurm_doc)
     assert slurm_doc["cluster"] == hand_doc["cluster"]
     assert {h: d["rank"] for h, d in slurm_doc["hosts"].items()} == {"node1": 0, "node2": 1, "node3": 2}

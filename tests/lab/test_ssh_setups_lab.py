@@ -20,6 +20,9 @@ from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, i
 
 from ddpfix import lab
 from ddpfix.lab.scenarios.sites import SSH_SETUPS
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import reachability as reachability_rules
 
 pytestmark = pytest.mark.lab
 
@@ -39,9 +42,9 @@ CASES = [
     # The bastion site names its nodes in its ssh_config only (no ansible_host), and node2 cannot resolve the
     # others' names: the master's address then comes from the nodes' facts, and an unresolvable master name is a
     # finding that remediate fixes, not an invalid fact that blocks it.
-    ("bastion,iptables-worker2,peer-unresolvable", {"firewall.peer-ports-blocked", "hosts.peer-unresolvable"}),
+    ("bastion,iptables-worker2,peer-unresolvable", {firewall_rules.PEER_PORTS_BLOCKED.id, hosts_rules.PEER_UNRESOLVABLE.id}),
     ("nonroot-become,ssh-port,hostname-loopback,iptables-worker2",
-     {"hosts.hostname-loopback", "firewall.peer-ports-blocked"}),
+     {hosts_rules.HOSTNAME_LOOPBACK.id, firewall_rules.PEER_PORTS_BLOCKED.id}),
 ]
 
 
@@ -143,7 +146,7 @@ def test_ansible_cfg_in_the_working_directory_is_honoured(bare_lab: Any, tmp_pat
     (work / "ansible.cfg").write_text(USER_CFG)
     code, doc = ddpfix_json(str(inv), "audit")
     assert doc["summary"]["reachable"] == 2 and not doc["summary"]["unreachable"], doc["hosts"]
-    assert code in (0, 1) and "host.unreachable" not in ids(doc, "info")
+    assert code in (0, 1) and reachability_rules.UNREACHABLE.id not in ids(doc, "info")
     code, v = ddpfix_json(str(inv), "verify")  # testinfra reads the same ansible.cfg
     hostname = [c for c in v["checks"] if c["check"] == "hostname not on loopback"]
     assert len(hostname) == 2 and all(c["ok"] for c in hostname), v["checks"]

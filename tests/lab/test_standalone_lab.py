@@ -1,8 +1,8 @@
 """The playbooks stand alone: `ansible-playbook` finds what `ddpfix audit` finds, on one lab.
 
 One 3-node lab (module scope) with two faults: node2 and node3 put their hostname on 127.0.1.1
-(hosts.hostname-loopback) and node3's iptables rejects TCP to its ephemeral range (firewall.peer-ports-blocked,
-probe.peer-unreachable on the nodes that dial it). In order:
+(hosts_rules.HOSTNAME_LOOPBACK) and node3's iptables rejects TCP to its ephemeral range (firewall_rules.PEER_PORTS_BLOCKED,
+probes_rules.PEER_UNREACHABLE on the nodes that dial it). In order:
 
 - `ddpfix audit -i INV --format json` and `ansible-playbook -i INV playbooks/audit.yml -e ddpfix_report=PATH`
   report the same findings (id, host, severity) in the same `ddpfix.report/v1` document;
@@ -12,7 +12,7 @@ probe.peer-unreachable on the nodes that dial it). In order:
   slice, which is gone), so the probe findings over the cache are a subset of the single run's, never a false one;
 - `--only` with a detect-only id: the playbook refuses it as the CLI does (exit 2, the same words);
 - `ansible-playbook playbooks/remediate.yml --check` plans and reports changes without the CLI
-  (`-e ddpfix_only=hosts.hostname-loopback`), on the hosts `ddpfix remediate --only` (dry run) changes, and without --check (`--tags hosts.hostname-loopback`) fixes the
+  (`-e ddpfix_only=hosts_rules.HOSTNAME_LOOPBACK`), on the hosts `ddpfix remediate --only` (dry run) changes, and without --check (`--tags hosts_rules.HOSTNAME_LOOPBACK`) fixes the
   hostname fault and nothing else (the re-audit no longer reports it); last, as it changes the lab.
 """
 
@@ -27,12 +27,17 @@ from typing import Any
 import pytest
 from helpers import ansible_playbook, playbook_env
 
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import probes as probes_rules
+from ddpfix.rules import time as time_rules
+
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 SCENARIO = "hostname-loopback,iptables-worker"
-ONLY = "hosts.hostname-loopback"
+ONLY = hosts_rules.HOSTNAME_LOOPBACK.id
 
 
 
@@ -69,9 +74,9 @@ def test_audit_playbook_reports_what_the_cli_reports(lab_info, work: Path, cli_d
     doc = json.loads(report.read_text())
     assert doc["schema"] == cli_doc["schema"] == "ddpfix.report/v1"
     assert keys(doc) == keys(cli_doc), (sorted(keys(doc)), sorted(keys(cli_doc)))
-    assert {("hosts.hostname-loopback", "node2", "error"), ("hosts.hostname-loopback", "node3", "error"),
-            ("firewall.peer-ports-blocked", "node3", "error"), ("probe.peer-unreachable", "node1", "error"),
-            ("probe.peer-unreachable", "node2", "error")} <= keys(doc)
+    assert {(hosts_rules.HOSTNAME_LOOPBACK.id, "node2", "error"), (hosts_rules.HOSTNAME_LOOPBACK.id, "node3", "error"),
+            (firewall_rules.PEER_PORTS_BLOCKED.id, "node3", "error"), (probes_rules.PEER_UNREACHABLE.id, "node1", "error"),
+            (probes_rules.PEER_UNREACHABLE.id, "node2", "error")} <= keys(doc)
     assert doc["hosts"] == cli_doc["hosts"]
     assert doc["summary"] == cli_doc["summary"]
     # the threshold (nothing fails at ddpfix_fail_on=none, the report is still written): the last test's re-audit
@@ -122,9 +127,9 @@ def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path
     # --only with an id remediate does not fix (detect-only): refused as `ddpfix remediate --only` refuses it, exit 2,
     # before any node is contacted (the playbook's plan task fails; -e ddpfix_collect=false: no facts play). The CLI's
     # side, and an unknown id on both, never reach a node: tests/unit/test_pipeline.py
-    r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--check", "-e", "ddpfix_only=time.skew",
+    r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--check", "-e", f"ddpfix_only={time_rules.SKEW.id}",
                  "-e", "ddpfix_collect=false", tmp=work)
-    assert r.returncode == 2 and "ddpfix_only: not fixed by remediate (detect-only): time.skew" in r.stdout, \
+    assert r.returncode == 2 and f"ddpfix_only: not fixed by remediate (detect-only): {time_rules.SKEW.id}" in r.stdout, \
         r.stdout[-4000:]
     # a fixable id: the CLI's dry run and the playbook's check mode change the same hosts
     r = cli(lab_info.inventory, "remediate", "--only", ONLY, "--format", "json", tmp=work)
@@ -144,4 +149,4 @@ def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path
     after = keys(json.loads(report.read_text()))  # and the report is still written
     assert probe_ids(after) == set()
     assert not {k for k in after if k[0] == ONLY}, sorted(after)
-    assert ("firewall.peer-ports-blocked", "node3", "error") in after  # not in --tags: left as it was
+    assert (firewall_rules.PEER_PORTS_BLOCKED.id, "node3", "error") in after  # not in --tags: left as it was

@@ -16,6 +16,9 @@ import yaml
 from helpers import ddpfix, ddpfix_json, snapshot
 
 from ddpfix import lab
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import reachability as reachability_rules
 
 pytestmark = pytest.mark.lab
 
@@ -90,7 +93,7 @@ def test_hostile_hostname_fact_reaches_no_node(temp_lab, hostname: str) -> None:
     _set_hostname(info, "node2", hostname)
     inv = str(info.inventory)
     code, doc = ddpfix_json(inv, "audit")
-    bad = [f for f in doc["findings"] if f["id"] == "facts.invalid"]
+    bad = [f for f in doc["findings"] if f["id"] == reachability_rules.INVALID.id]
     assert code == 1 and bad and bad[0]["host"] == "node2" and bad[0]["severity"] == "error", doc["findings"]
     before = snapshot(info)
     code, _out, err = ddpfix(inv, "remediate", "--apply")
@@ -117,9 +120,9 @@ def test_env_limit_writes_only_limited_nodes_with_whole_cluster_values(temp_lab)
     for node in ("node1", "node3"):
         assert after[node] == before[node], node
         assert lab.node_exec(info.name, node, ["test", "-e", "/etc/ddpfix/ddp.env"], check=False).returncode != 0
-    # the audit under the same limit is consistent: no env.inconsistent from the limit
+    # the audit under the same limit is consistent: no env_rules.INCONSISTENT from the limit
     code, doc = ddpfix_json(inv, "--limit", "node2,node4", "audit")
-    assert not [f for f in doc["findings"] if f["id"] in ("env.inconsistent", "host.unreachable")], doc["findings"]
+    assert not [f for f in doc["findings"] if f["id"] in (env_rules.INCONSISTENT.id, reachability_rules.UNREACHABLE.id)], doc["findings"]
 
 
 def _block(info: Any, node: str) -> list[str]:
@@ -133,7 +136,7 @@ def test_hosts_fix_keeps_down_and_limited_out_nodes(temp_lab) -> None:
     info = temp_lab(nodes=4, scenario="peer-mismatch")
     lab.stop_sshd(info.name, "node3")
     inv = str(info.inventory)
-    code, out, err = ddpfix(inv, "--limit", "node1,node2,node3", "remediate", "--apply", "--only", "hosts.peer-mismatch")
+    code, out, err = ddpfix(inv, "--limit", "node1,node2,node3", "remediate", "--apply", "--only", hosts_rules.PEER_MISMATCH.id)
     assert code in (0, 1) and "ddpfix: error" not in err, (code, out[-1500:], err[-1500:])
     addr = {n.name: str(n.address) for n in info.nodes}
     for node in ("node1", "node2"):
@@ -141,13 +144,13 @@ def test_hosts_fix_keeps_down_and_limited_out_nodes(temp_lab) -> None:
         for peer in ("node1", "node2", "node3", "node4"):
             assert any(ln.startswith(addr[peer] + " ") and peer in ln.split()[1:] for ln in block), (node, peer, block)
     # without --limit the run plans the same block (node3 still down): nothing left to change for the hosts fix
-    code, doc = ddpfix_json(inv, "remediate", "--only", "hosts.peer-mismatch")
+    code, doc = ddpfix_json(inv, "remediate", "--only", hosts_rules.PEER_MISMATCH.id)
     assert not [c for c in doc["changes"] if "hosts" in c["task"].lower()], doc["changes"]
 
 
 def test_block_written_under_limit_is_reported_until_written_everywhere(temp_lab) -> None:
     """remediate --limit writes the hosts block on the limited nodes only; the whole cluster's audit then reports
-    hosts.block-differs (what verify checks), and remediate --apply without --limit writes the same block
+    hosts_rules.BLOCK_DIFFERS (what verify checks), and remediate --apply without --limit writes the same block
     everywhere."""
     info = temp_lab(nodes=3, scenario="hostname-loopback")  # node2 and node3 map their hostname to 127.0.1.1
     inv = str(info.inventory)
@@ -157,7 +160,7 @@ def test_block_written_under_limit_is_reported_until_written_everywhere(temp_lab
     for node in ("node1", "node2"):
         assert "# BEGIN ddpfix managed block" not in lab.node_exec(info.name, node, ["cat", "/etc/hosts"]).stdout
     code, doc = ddpfix_json(inv, "audit")
-    (diff,) = [f for f in doc["findings"] if f["id"] == "hosts.block-differs"]
+    (diff,) = [f for f in doc["findings"] if f["id"] == hosts_rules.BLOCK_DIFFERS.id]
     assert diff["host"] is None and "node3 against node1, node2" in diff["message"], diff
     assert "node1, node2: no managed block" in diff["evidence"] and diff["fixable"], diff
     code, out, err = ddpfix(inv, "remediate", "--apply")

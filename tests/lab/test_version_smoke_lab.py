@@ -15,6 +15,8 @@ import ansible.release
 import pytest
 from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, ids
 
+from ddpfix.rules import firewall as firewall_rules
+
 pytestmark = pytest.mark.lab
 
 if os.environ.get("DDPFIX_VERSION_SMOKE") != "1":
@@ -28,7 +30,7 @@ def test_audit_remediate_verify_torch_on_this_ansible_core(temp_lab: object) -> 
     inv = str(info.inventory)
     version = ansible.release.__version__
     code, doc = ddpfix_json(inv, "audit")
-    assert code == 1 and "firewall.peer-ports-blocked" in ids(doc), (version, doc["findings"])
+    assert code == 1 and firewall_rules.PEER_PORTS_BLOCKED.id in ids(doc), (version, doc["findings"])
     code, doc = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0 and sum(doc["changed"].values()) > 0, (version, doc.get("failed_hosts"), doc.get("refused"))
     code, v = ddpfix_json(inv, "verify", "--torch")

@@ -9,15 +9,24 @@ from typing import Any
 from ddpfix.ansible.results import HostResult, RunResult, TaskResult, record_event
 from ddpfix.ansible.tasktags import task_tags
 from ddpfix.remediate import ENV_IDS, HOSTS_IDS, changes_of
+from ddpfix.rules import host as host_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import net as net_rules
+from ddpfix.rules import time as time_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 NOFILE = ROOT / "roles" / "ddpfix_limits" / "tasks" / "nofile.yml"
 ARP = ROOT / "roles" / "ddpfix_sysctl" / "tasks" / "main.yml"
 
 
-def _line(path: Path, start: str) -> int:
-    """The line of the task whose name starts with `start` (where Ansible's task_path points)."""
-    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.lstrip("- ").startswith(f"name: {start}"))
+def _line(path: Path, what: str) -> int:
+    """The line of the task whose name starts with `what`, or of the fix task whose name after its generated
+    `Fix <ids> | ` does (where Ansible's task_path points)."""
+    def name(ln: str) -> str:
+        text = ln.lstrip("- ").removeprefix("name: ")
+        return text.partition(" | ")[2] if text.startswith("Fix ") else text
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1)
+                if ln.lstrip("- ").startswith("name: ") and name(ln).startswith(what))
 
 
 def _event(host: str, task_path: str, res: dict[str, Any], *, task: str = "a task", kind: str = "runner_on_ok",
@@ -30,23 +39,23 @@ def _event(host: str, task_path: str, res: dict[str, Any], *, task: str = "a tas
 
 def test_a_recorded_event_carries_its_tasks_tags() -> None:
     hosts: dict[str, HostResult] = {}
-    line = _line(NOFILE, "Fix limits.nofile-low | Write")
+    line = _line(NOFILE, "Write")
     record_event(hosts, _event("node2", f"{NOFILE}:{line}", {"changed": True}, task="Write the limits file"))
-    assert hosts["node2"].tasks[0].tags == ("nofile", "limits.nofile-low")
+    assert hosts["node2"].tasks[0].tags == ("nofile", host_rules.NOFILE_LOW.id)
     # a task inside a block: the block's tags too
     record_event(hosts, _event("node2", f"{ROOT / 'roles/ddpfix_chrony/tasks/main.yml'}:"
-                                        f"{_line(ROOT / 'roles/ddpfix_chrony/tasks/main.yml', 'Fix time.unsynchronized | Create')}",
+                                        f"{_line(ROOT / 'roles/ddpfix_chrony/tasks/main.yml', 'Create')}",
                                {"changed": False}, kind="runner_on_skipped", role="ddpfix_chrony"))
-    assert hosts["node2"].tasks[1].tags == ("time.no-daemon", "time.unsynchronized")
+    assert hosts["node2"].tasks[1].tags == (time_rules.NO_DAEMON.id, time_rules.UNSYNCHRONIZED.id)
 
 
 def test_changes_carry_rule_ids_from_tags_not_from_task_names(tmp_path: Path) -> None:
     hosts: dict[str, HostResult] = {}
-    nofile = f"{NOFILE}:{_line(NOFILE, 'Fix limits.nofile-low | Write')}"
-    arp = f"{ARP}:{_line(ARP, 'Fix net.arp-flux | Write')}"
+    nofile = f"{NOFILE}:{_line(NOFILE, 'Write')}"
+    arp = f"{ARP}:{_line(ARP, 'Write')}"
     record_event(hosts, _event("node2", nofile, {"changed": True, "diff": {"before": "", "after": "x\n"}},
                                task="a name that names no finding"))
-    record_event(hosts, _event("node3", arp, {"changed": True}, task="Fix hosts.peer-mismatch | misleading name",
+    record_event(hosts, _event("node3", arp, {"changed": True}, task=f"Fix {hosts_rules.PEER_MISMATCH.id} | misleading name",
                                role="ddpfix_sysctl"))
     record_event(hosts, _event("node3", arp, {"changed": False}, role="ddpfix_sysctl"))  # not a change
     files = {"changed": True, "files": [{"what": "Managed /etc/hosts block", "key": "hosts", "changed": True, "diff": {}},
@@ -60,8 +69,8 @@ def test_changes_carry_rule_ids_from_tags_not_from_task_names(tmp_path: Path) ->
         ("node1", "Managed /etc/hosts block", tuple(sorted(HOSTS_IDS))),
         ("node1", "Managed block in /etc/ddpfix/ddp.env", tuple(sorted(ENV_IDS))),
         ("node1", "something new", ()),
-        ("node2", "a name that names no finding", ("limits.nofile-low",)),  # role tags (nofile) are no rule ids
-        ("node3", "Fix hosts.peer-mismatch | misleading name", ("net.arp-flux",)),
+        ("node2", "a name that names no finding", (host_rules.NOFILE_LOW.id,)),  # role tags (nofile) are no rule ids
+        ("node3", f"Fix {hosts_rules.PEER_MISMATCH.id} | misleading name", (net_rules.ARP_FLUX.id,)),
     ]
 
 

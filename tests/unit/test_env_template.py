@@ -11,6 +11,7 @@ from unit_helpers import Sim, envfile
 from ddpfix.envtemplate import render_body, render_file, write_needed
 from ddpfix.errors import DdpfixError
 from ddpfix.plan import env_comment, plan_cluster, render_env
+from ddpfix.rules import env as env_rules
 
 
 def _plans(sim: Sim):
@@ -38,7 +39,7 @@ def test_custom_template_adds_keys_and_changes_what_is_needed(sim: Sim, tmp_path
 
 def test_audit_and_remediate_judge_the_env_file_against_the_template(sim: Sim, tmp_path: Path) -> None:
     """"The env file differs from the plan" is judged once (envtemplate.judge), honouring ddp_env_template: a file
-    as the template writes it is neither env.inconsistent nor rewritten; one that lacks a key the template writes
+    as the template writes it is neither env_rules.INCONSISTENT nor rewritten; one that lacks a key the template writes
     is both (before, the audit compared it with the role's keys and reported a key the template leaves out)."""
     from ddpfix.audit import AuditResult
     from ddpfix.pipeline import plan
@@ -55,8 +56,8 @@ def test_audit_and_remediate_judge_the_env_file_against_the_template(sim: Sim, t
     def judged() -> tuple[set[str], set[str]]:
         ctx = sim.context()
         findings = run_checks(ctx)
-        fixes = plan(AuditResult(ctx.cluster, ctx, findings, None), only={"env.inconsistent"})  # type: ignore[arg-type]
-        return {f.host or "" for f in findings if f.id == "env.inconsistent"}, {h for h, p in fixes.todo.items() if p.env}
+        fixes = plan(AuditResult(ctx.cluster, ctx, findings, None), only={env_rules.INCONSISTENT.id})  # type: ignore[arg-type]
+        return {f.host or "" for f in findings if f.id == env_rules.INCONSISTENT.id}, {h for h, p in fixes.todo.items() if p.env}
 
     assert judged() == (set(), set())
     sim.set_env_file("node2", render_file(str(t), plans["node2"]).replace("OMP_NUM_THREADS=4\n", ""))

@@ -17,6 +17,8 @@ from ddpfix import clusterfile, ifreach, local
 from ddpfix.factguard.reach import guard_reach
 from ddpfix.model.net import is_ip, valid_ifname
 from ddpfix.plan import env_write_needed, render_env
+from ddpfix.rules import netif as netif_rules
+from ddpfix.rules import reachability as reachability_rules
 
 ISO = {"name": "iso0", "index": 2, "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "operstate": "UP",
        "mtu": 1500, "kind": "veth", "addrs": [{"family": "inet", "local": "192.168.77.99", "prefixlen": 32}]}
@@ -158,7 +160,7 @@ def test_hostile_reach_is_dropped_and_named() -> None:
 
 def test_hostile_reach_is_a_facts_invalid_finding(sim: Sim) -> None:
     sim.probe("node3")["reach"] = {"eth0": _entry("192.168.77.13", ["node1"]), "x/y": _entry("192.168.77.9", [])}
-    found = [f for f in sim.findings() if f.id == "facts.invalid" and f.host == "node3"]
+    found = [f for f in sim.findings() if f.id == reachability_rules.INVALID.id and f.host == "node3"]
     assert found and "probe.reach" in found[0].evidence and "x/y" in found[0].evidence
 
 
@@ -179,6 +181,6 @@ def test_unbound_reach_is_not_evaluated_never_a_pass(sim: Sim) -> None:
     _iso_first(sim, {"iso0": {**ISO_FAILS["iso0"], "device": False}, "eth0": ISO_FAILS["eth0"]})
     ctx = sim.context()
     findings = run_checks(ctx)
-    assert not [f for f in findings if f.id == "netif.cannot-reach-peers"]
-    (item,) = [i for i in not_evaluated(ctx, findings).get("node3", []) if i["id"] == "netif.cannot-reach-peers"]
+    assert not [f for f in findings if f.id == netif_rules.CANNOT_REACH_PEERS.id]
+    (item,) = [i for i in not_evaluated(ctx, findings).get("node3", []) if i["id"] == netif_rules.CANNOT_REACH_PEERS.id]
     assert "iso0" in item["reason"] and "CAP_NET_RAW" in item["reason"]

@@ -23,6 +23,7 @@ from ddpfix.ansible.rundirs import LIVE_LOCK, new_run_dir, prune_runs, release_r
 from ddpfix.cli import cli
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import pin_target
+from ddpfix.rules import firewall as firewall_rules
 
 ni = nodeinfo()
 
@@ -402,10 +403,10 @@ def test_old_facts_without_the_physical_flag_are_not_pinned() -> None:
 def test_exit_5_from_a_node_lock_says_what_the_run_had_changed() -> None:
     hosts = {"node1": HostResult(name="node1"), "node2": HostResult(name="node2")}
     assert changed_before(hosts) == "this run had changed nothing before it stopped"
-    hosts["node1"].tasks += [TaskResult("Fix firewall.peer-ports-blocked | accept", "changed", {}),
+    hosts["node1"].tasks += [TaskResult(f"Fix {firewall_rules.PEER_PORTS_BLOCKED.id} | accept", "changed", {}),
                              TaskResult("Facts", "ok", {})]
     assert changed_before(hosts) == (
-        "this run changed before it stopped: node1: Fix firewall.peer-ports-blocked | accept")
+        f"this run changed before it stopped: node1: Fix {firewall_rules.PEER_PORTS_BLOCKED.id} | accept")
     assert changed_before(hosts, check=True).startswith("this run would have changed before it stopped")
 
 

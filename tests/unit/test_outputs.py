@@ -25,6 +25,8 @@ from ddpfix.app import Application
 from ddpfix.cli import cli
 from ddpfix.cli.common import emit
 from ddpfix.render import output_format, render_junit, render_prometheus
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import time as time_rules
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SCHEMA = xmlschema.XMLSchema(str(FIXTURES / "junit" / "strict-junit.xsd"))
@@ -38,11 +40,11 @@ def _doc(command: str = "audit", exit_code: int = 1) -> dict[str, Any]:
     doc["duration_s"] = 12.345
     # two findings of one check on one host (per peer): one testcase, one failure, two series never
     doc["findings"] += [
-        {"id": "hosts.peer-unresolvable", "severity": "error", "host": "node3", "message": f"peer {p} unresolvable",
+        {"id": hosts_rules.PEER_UNRESOLVABLE.id, "severity": "error", "host": "node3", "message": f"peer {p} unresolvable",
          "evidence": f"getent hosts {p}: no address", "fix": "ddpfix remediate", "fixable": True, "caused_by": None}
         for p in ("node1", "node2")]
-    doc["hosts"]["node2"]["not_evaluated"] = [{"id": "time.unsynchronized", "reason": "chronyc not readable"}]
-    doc["skipped"] = [{"id": "time.skew", "host": None, "message": "clocks differ", "severity": "warning"}]
+    doc["hosts"]["node2"]["not_evaluated"] = [{"id": time_rules.UNSYNCHRONIZED.id, "reason": "chronyc not readable"}]
+    doc["skipped"] = [{"id": time_rules.SKEW.id, "host": None, "message": "clocks differ", "severity": "warning"}]
     return doc
 
 
@@ -80,14 +82,14 @@ def test_junit_one_failure_per_testcase_times_and_timestamp() -> None:
     assert all(c.get("time") == "0.000" for c in cases)
     assert suite.get("time") == "12.345" and suite.get("timestamp") == doc["generated_at"].rstrip("Z")
     assert suite.get("hostname") and suite.get("errors") == "0"
-    both = next(c for c in cases if (c.get("classname"), c.get("name")) == ("hosts.peer-unresolvable", "node3"))
+    both = next(c for c in cases if (c.get("classname"), c.get("name")) == (hosts_rules.PEER_UNRESOLVABLE.id, "node3"))
     failure = both.find("failure")
     assert failure is not None and failure.get("message", "").startswith("2 findings: peer node1 unresolvable")
     assert "getent hosts node1" in (failure.text or "") and "getent hosts node2" in (failure.text or "")
     failed = {(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None}
     assert int(suite.get("failures", "-1")) == len(failed) == len({(f["id"], f["host"] or "cluster")
                                                                   for f in doc["findings"]})
-    blind = next(c for c in cases if (c.get("classname"), c.get("name")) == ("time.unsynchronized", "node2"))
+    blind = next(c for c in cases if (c.get("classname"), c.get("name")) == (time_rules.UNSYNCHRONIZED.id, "node2"))
     skipped = blind.find("skipped")
     assert skipped is not None and "not a pass" in skipped.get("message", "")
 
@@ -106,7 +108,7 @@ def test_prometheus_series_unique_labelled_by_command_and_counting_every_finding
     assert all(dict(labels).get("command") == "audit" for _, labels in series)
     findings = fams["ddpfix_finding"].samples
     assert sum(s.value for s in findings) == len(doc["findings"])  # 20: nothing collapses
-    assert {s.value for s in findings if (s.labels["id"], s.labels["host"]) == ("hosts.peer-unresolvable",
+    assert {s.value for s in findings if (s.labels["id"], s.labels["host"]) == (hosts_rules.PEER_UNRESOLVABLE.id,
                                                                               "node3")} == {2}
     assert fams["ddpfix_last_run_success"].samples[0].value == 0
     assert fams["ddpfix_run_duration_seconds"].samples[0].value == 12.345
@@ -189,7 +191,7 @@ def test_fail_on_none_is_a_choice(tmp_path: Path) -> None:
     from ddpfix.audit import failing
     from ddpfix.rules.registry import finding
 
-    assert failing([finding("time.skew", None, "m", "e")], "none") == []
+    assert failing([finding(time_rules.SKEW.id, None, "m", "e")], "none") == []
     r = CliRunner().invoke(cli, ["audit", "--fail-on", "none", "-i", str(tmp_path / "nonexistent.yml")])
     assert r.exit_code == 2 and "Invalid value" not in r.output and "nonexistent.yml" in r.output, r.output
     r = CliRunner().invoke(cli, ["audit", "--fail-on", "never", "-i", str(tmp_path / "nonexistent.yml")])

@@ -21,11 +21,12 @@ from ddpfix.audit import AuditResult, cluster_from_data, cluster_of_run
 from ddpfix.cli import cli
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import remediate_extravars
+from ddpfix.rules import hosts as hosts_rules
 from ddpfix.rules.engine import run_checks
 from ddpfix.rules.registry import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXABLE = "hosts.hostname-loopback"
+FIXABLE = hosts_rules.HOSTNAME_LOOPBACK.id
 DETECT_ONLY = next(i for i, r in RULES.items() if not r.fixable)
 UNKNOWN = "no.such-finding"
 PKG = "ansible_collections.ddpfix.cluster.plugins"
@@ -53,7 +54,7 @@ def analyze_action(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _faulty(sim: Any) -> Any:
-    """The recorded clean cluster with its last node's hostname on 127.0.1.1 (hosts.hostname-loopback, fixable)."""
+    """The recorded clean cluster with its last node's hostname on 127.0.1.1 (hosts_rules.HOSTNAME_LOOPBACK, fixable)."""
     name = sim.cluster().names[-1]
     sim.set_hosts_file(name, f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n")
     sim.node(name)["resolve_self"] = {name: ["127.0.1.1"]}
@@ -182,7 +183,7 @@ def test_cli_dry_run_reports_the_pipelines_plan(sim: Any, monkeypatch: pytest.Mo
         played.append(sorted(plans))
         run = RunResult(status="successful", rc=0, stats={"changed": dict.fromkeys(plans, 1)}, hosts={},
                         run_dir=tmp_path, seconds=0.0)
-        return run, [Change(h, "Fix hosts.hostname-loopback | /etc/hosts", "") for h in sorted(plans)]
+        return run, [Change(h, f"Fix {hosts_rules.HOSTNAME_LOOPBACK.id} | /etc/hosts", "") for h in sorted(plans)]
 
     monkeypatch.setattr(remediate_cli, "cluster_of", lambda app: sim.cluster())
     monkeypatch.setattr(pipeline, "run_audit", lambda cluster, **_: audited)

@@ -186,7 +186,7 @@ def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
 
 def test_odd_interfaces_and_macs_are_reported_and_dropped(sim: Sim) -> None:
     """Every string a node returns is checked, the cluster interface's or not: an ill-formed interface name or MAC
-    is facts.invalid (a node that says such things is refused), and the sanitized facts never carry it."""
+    is reachability_rules.INVALID (a node that says such things is refused), and the sanitized facts never carry it."""
     from ddpfix.factguard.facts import sanitize_facts, validate_facts
 
     f = dict(sim.node("node1"))

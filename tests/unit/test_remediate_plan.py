@@ -18,6 +18,10 @@ from ddpfix.remediate import (
     remediate_checked,
     remediate_extravars,
 )
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import reachability as reachability_rules
 from ddpfix.rules.context import Context, HostFacts
 from ddpfix.rules.engine import run_checks
 
@@ -38,7 +42,7 @@ def test_limit_plans_env_for_read_nodes_with_whole_cluster_values(sim: Sim) -> N
     sim.set_var(None, ddp_cluster_cidr="192.168.77.0/24")
     ctx = _ctx(sim, ["node2"])
     findings = run_checks(ctx)
-    assert not [f for f in findings if f.id in ("host.unreachable", "env.inconsistent")]
+    assert not [f for f in findings if f.id in (reachability_rules.UNREACHABLE.id, env_rules.INCONSISTENT.id)]
     plans, refusals = build_plan(ctx, findings)
     assert refusals == [] and set(plans) == {"node2"}
     env = plans["node2"].env
@@ -59,16 +63,16 @@ def test_down_node_keeps_its_hosts_line(sim: Sim) -> None:
     sim_findings = run_checks(ctx)
     entries = remediate_extravars(ctx, {})["ddpfix_hosts"]
     assert {"address": "192.168.77.13", "names": ["node3"]} in entries
-    assert [f.host for f in sim_findings if f.id == "host.unreachable"] == ["node3"]
+    assert [f.host for f in sim_findings if f.id == reachability_rules.UNREACHABLE.id] == ["node3"]
 
 
 def test_hosts_fix_refused_when_an_unread_node_has_no_address(sim: Sim) -> None:
-    sim.set_hosts_file("node1", "127.0.0.1 localhost\n198.51.100.7 node2\n")  # hosts.peer-mismatch on node1
+    sim.set_hosts_file("node1", "127.0.0.1 localhost\n198.51.100.7 node2\n")  # hosts_rules.PEER_MISMATCH on node1
     sim.probe("node1")["resolve"]["node2"] = ["198.51.100.7"]
     sim.set_var("node3", ansible_host="node3.example")
     ctx = _ctx(sim, ["node1", "node2"])
     findings = run_checks(ctx)
-    assert any(f.id == "hosts.peer-mismatch" for f in findings)
+    assert any(f.id == hosts_rules.PEER_MISMATCH.id for f in findings)
     plans, refusals = build_plan(ctx, findings)
     assert not any(p.hosts for p in plans.values())
     assert any("/etc/hosts block not written: node3 not read" in r for r in refusals), refusals
@@ -155,17 +159,17 @@ def test_changes_of_one_change_per_file_only_for_node_files_other_tasks_one_each
     from ddpfix.ansible.results import HostResult, RunResult, TaskResult
     from ddpfix.remediate import changes_of
 
-    persist = TaskResult("Fix firewall.peer-ports-blocked | persisted", "changed",
+    persist = TaskResult(f"Fix {firewall_rules.PEER_PORTS_BLOCKED.id} | persisted", "changed",
                          {"files": ["/etc/nftables.conf", "/etc/ddpfix/firewall.nft"],
                           "diff": [{"before": "", "after": "x\n", "before_header": "/dev/null",
                                     "after_header": "/etc/ddpfix/firewall.nft"}]},
                          action="ddpfix.cluster.ddpfix_fw_persist")
     files = TaskResult("Cluster | files", "changed",
-                       {"files": [{"what": "Fix env.inconsistent | env", "changed": True,
+                       {"files": [{"what": f"Fix {env_rules.INCONSISTENT.id} | env", "changed": True,
                                    "diff": {"before": "", "after": "A=1\n", "after_header": "/etc/ddpfix/ddp.env"}},
                                   {"what": "hosts", "changed": False, "diff": {}}]},
                        action="ddpfix.cluster.ddpfix_node_files")
     run = RunResult("successful", 0, {}, {"n1": HostResult("n1", tasks=[persist, files])}, tmp_path, 1.0)
     got = changes_of(run)
-    assert [c.task for c in got] == ["Fix firewall.peer-ports-blocked | persisted", "Fix env.inconsistent | env"]
+    assert [c.task for c in got] == [f"Fix {firewall_rules.PEER_PORTS_BLOCKED.id} | persisted", f"Fix {env_rules.INCONSISTENT.id} | env"]
     assert "+++ /etc/ddpfix/firewall.nft" in got[0].diff

@@ -18,6 +18,8 @@ from ddpfix.ansible.rundirs import scrub
 from ddpfix.model.cluster import Node
 from ddpfix.plan import env_differs, env_write_needed, plan_cluster, render_env
 from ddpfix.remediate import render_diff
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import tags
 
 lib = envfile()
 parse = nodeinfo().parse_env_file
@@ -81,10 +83,10 @@ def test_digest_comparison_converges_and_never_shows_the_wanted_value(sim: Sim) 
     assert plans["node2"].env["WANDB_API_KEY"] == SECRET
     assert list(env_differs(ef, plans["node2"].env)) == []
     assert not env_write_needed(ef, plans["node2"])
-    assert not [f for f in sim.findings() if f.id.startswith("env.")]  # converges: no env.inconsistent
+    assert not [f for f in sim.findings() if f.id.startswith("env.")]  # converges: no env_rules.INCONSISTENT
     # a node with another key: inconsistent, and the evidence shows *** on both sides
     sim.write_planned_env_files(node2={"WANDB_API_KEY": "other-key-000"})
-    bad = [f for f in sim.findings() if f.id == "env.inconsistent" and f.host == "node2"]
+    bad = [f for f in sim.findings() if f.id == env_rules.INCONSISTENT.id and f.host == "node2"]
     assert bad and "WANDB_API_KEY=*** (want ***)" in bad[0].evidence
     assert SECRET not in repr(sim.findings()) and "other-key-000" not in repr(sim.findings())
     assert env_write_needed(sim.node("node2")["env_file"], plans["node2"])  # the line after the block shadows it
@@ -292,7 +294,7 @@ def test_audit_outputs_never_show_a_secret(sim: Sim, monkeypatch: pytest.MonkeyP
     for args in (["-v"], *(["--format", f] for f in ("json", "text", "table", "plain", "html", "junit"))):
         r = CliRunner().invoke(cli, ["audit", "-i", "x.yml", *args] if args[0] != "-v" else ["-v", "audit", "-i",
                                                                                            "x.yml"])
-        assert "env.inconsistent" in r.output, (args, r.output)
+        assert env_rules.INCONSISTENT.id in r.output, (args, r.output)
         assert SECRET not in r.output and "stale-key-1234" not in r.output and "bob:" not in r.output, args
         assert args[-1] == "plain" or "WANDB_API_KEY=***" in r.output, args  # plain: no evidence
 
@@ -407,8 +409,9 @@ def test_node_files_one_call_writes_all_backs_up_unlocks_and_keeps_secrets_out(
     assert stat.S_IMODE((scratch / "etc" / "ddp.env").stat().st_mode) == 0o600
     assert res["files"][0]["backup_file"] and not (scratch / "ddpfix.lock").exists()  # the hosts file had one
     assert SECRET not in json.dumps(res)
-    assert [f["what"].split(" | ")[0] for f in res["files"]] == ["Fix hosts.peer-mismatch", "Fix env.inconsistent",
-                                                                  "Fix env.inconsistent"]
+    # named as the fix tasks are: `Fix <the ids of the role that writes the file> | what` (generated from the rules)
+    assert [f["what"].split(" | ")[0] for f in res["files"]] == [
+        f"Fix {tags.what_label(k)}" for k in ("hosts", "env", "cluster_file")]
     res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")  # idempotent
     assert not res["changed"] and not any(f["changed"] for f in res["files"])
     # the play passes the cluster file's JSON without a line break (to_nice_json): the file still ends with one,

@@ -14,6 +14,16 @@ web server's: pasted from a training node, a low open-file limit is the host's c
 from __future__ import annotations
 
 from ddpfix.diagnose.model import Pattern
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import fabric as fabric_rules
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import host as host_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import net as net_rules
+from ddpfix.rules import netif as netif_rules
+from ddpfix.rules import probes as probes_rules
+from ddpfix.rules import reachability as reachability_rules
+from ddpfix.rules import time as time_rules
 
 _IP = r"\[?([0-9A-Fa-f:.]+|[\w.-]+)\]?"
 
@@ -25,7 +35,7 @@ PATTERNS: tuple[Pattern, ...] = (
          r"\((127\.0\.1\.1), \d+\)", r"connect \[(127\.\d+\.\d+\.\d+)\]:(\d+)"),
         "Gloo (with no GLOO_SOCKET_IFNAME) binds the address its hostname resolves to. On Debian/Ubuntu the hostname "
         "is mapped to 127.0.1.1 in /etc/hosts, so peers dial loopback and reach themselves.",
-        ("hosts.hostname-loopback", "netif.autoselect-wrong"),
+        (hosts_rules.HOSTNAME_LOOPBACK.id, netif_rules.AUTOSELECT_WRONG.id),
         "Map every hostname to its cluster address and set GLOO_SOCKET_IFNAME per node: ddpfix remediate --apply "
         "writes the /etc/hosts block and the env files.",
         example="Gloo connectFullMesh failed with [...pair.cc:144] Connection refused, remote=[127.0.1.1]:17308",
@@ -39,7 +49,7 @@ PATTERNS: tuple[Pattern, ...] = (
          r"neither AF_INET\(2\) nor AF_INET6\(10\)", r"Bootstrap: no socket interface found"),
         "The interface name in the environment matches no interface with an address on this node: names differ "
         "between nodes (eth0 here, ens5 there) or the interface is down or has no address.",
-        ("netif.missing", "netif.name-mismatch", "netif.down"),
+        (netif_rules.MISSING.id, netif_rules.NAME_MISMATCH.id, netif_rules.DOWN.id),
         "Write per-node interface names into the env files: ddpfix env --apply (NCCL: NCCL_SOCKET_IFNAME==<if>, "
         "Gloo: GLOO_SOCKET_IFNAME=<if>).",
         example="NCCL WARN Bootstrap : no socket interface found",
@@ -56,7 +66,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "virbr* either), in the kernel's order; a bridge, veth, overlay (flannel, Calico, Weave), VPN (Tailscale, "
         "WireGuard) or a link-local address is reachable from no other node on the cluster network, so peers dial "
         "an address that leads nowhere (connect timeouts, hangs at the first collective).",
-        ("netif.autoselect-wrong", "netif.name-mismatch"),
+        (netif_rules.AUTOSELECT_WRONG.id, netif_rules.NAME_MISMATCH.id),
         "Pin the cluster interface in the env files: ddpfix env --apply (NCCL_SOCKET_IFNAME=<if>).",
         example="NCCL INFO NET/Socket : Using [0]veth3f2a1b:172.17.0.1<0>",
     ),
@@ -66,7 +76,7 @@ PATTERNS: tuple[Pattern, ...] = (
         (r"EADDRINUSE", r"[Aa]ddress already in use", r"errno: 98\b"),
         "Another process (an earlier job, a stuck rank, or an outgoing socket when the port lies inside "
         "net.ipv4.ip_local_port_range) holds MASTER_PORT on the master.",
-        ("probe.port-in-use", "net.master-port-ephemeral"),
+        (probes_rules.PORT_IN_USE.id, net_rules.MASTER_PORT_EPHEMERAL.id),
         "Stop the process holding the port, or choose a ddp_master_port outside the ephemeral range.",
         example="The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
         needs_context=True,
@@ -77,7 +87,7 @@ PATTERNS: tuple[Pattern, ...] = (
         (r"[Aa]ddress family not supported by protocol", r"errno: 97\b", r"EAFNOSUPPORT"),
         "A socket was opened for a family the node has disabled (IPv6 off, yet [::] or an AAAA record chosen), or "
         "nodes resolve MASTER_ADDR to different families.",
-        ("addr.family-mismatch", "hosts.peer-mismatch"),
+        (hosts_rules.FAMILY_MISMATCH.id, hosts_rules.PEER_MISMATCH.id),
         "Use an IPv4 literal or a name that resolves to the same IPv4 address on every node (ddpfix remediate "
         "--apply writes the hosts block).",
         example="The server socket has failed to bind to [::]:29500 (errno: 97 - Address family not supported by "
@@ -99,8 +109,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "MASTER_ADDR is a public/NAT or wrong address, the route leaves through a gateway, or rank 0 is not "
         "running. torch 2.x retries a refused connect until the timeout, "
         "so a refusal also reads as 'timed out' (torch 1.x: 'connect() timed out').",
-        ("probe.master-port-unreachable", "firewall.master-port-blocked", "addr.master-not-private",
-         "route.via-gateway", "host.unreachable"),
+        (probes_rules.MASTER_PORT_UNREACHABLE.id, firewall_rules.MASTER_PORT_BLOCKED.id,
+         net_rules.MASTER_NOT_PRIVATE.id,
+         net_rules.VIA_GATEWAY.id, reachability_rules.UNREACHABLE.id),
         "Open MASTER_PORT to the cluster network and use the master's private address: ddpfix remediate --apply.",
         example="DistNetworkError: The client socket has failed to connect to any network address of (node1, "
                 "29400). The client socket has failed to connect to node1:29400 (errno: 110 - Connection timed out).",
@@ -113,7 +124,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "link-local address (fe80::) with no interface scope, which a name resolves to through mDNS or a hosts "
         "entry; errno 99 (Cannot assign requested address) means the node has no local address of that family "
         "(IPv6 disabled, an AAAA record chosen) or no free local port. torch does not retry either.",
-        ("hosts.peer-mismatch", "addr.family-mismatch", "hosts.peer-unresolvable"),
+        (hosts_rules.PEER_MISMATCH.id, hosts_rules.FAMILY_MISMATCH.id, hosts_rules.PEER_UNRESOLVABLE.id),
         "Make MASTER_ADDR an IPv4 cluster address, or a name that resolves to it on every node (ddpfix remediate "
         "--apply writes the hosts block).",
         example="[W socket.cpp:601] [c10d] The client socket has failed to connect to [node1]:29500 (errno: 22 - "
@@ -130,8 +141,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "num_workers_joined of world_size). The missing ones never reached it: their nodes cannot reach "
         "MASTER_ADDR:MASTER_PORT (firewall, route, a non-cluster address), were started with another NNODES / "
         "WORLD_SIZE, point at another master, or crashed before init (read their logs first).",
-        ("probe.master-port-unreachable", "firewall.master-port-blocked", "env.inconsistent", "env.missing",
-         "host.unreachable"),
+        (probes_rules.MASTER_PORT_UNREACHABLE.id, firewall_rules.MASTER_PORT_BLOCKED.id, env_rules.INCONSISTENT.id,
+         env_rules.MISSING.id,
+         reachability_rules.UNREACHABLE.id),
         "Write one set of env files from the inventory (ddpfix env --apply) and audit the path to the master.",
         example="torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 clients "
                 "joined.",
@@ -146,7 +158,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "the same MASTER_PORT on one master node, the default 29500 for both) or leftovers of an earlier run "
         "registered in the same store, so the counts of both jobs mix and neither gets through its barrier. The "
         "ranks are not missing.",
-        ("probe.port-in-use",),
+        (probes_rules.PORT_IN_USE.id,),
         "Give every job its own MASTER_PORT (torchrun --master-port / --rdzv-endpoint) and stop leftover ranks on "
         "the master (ss -ltnp 'sport = :PORT' names the holder); ddpfix audit reports a port already taken.",
         example="RuntimeError: Timed out initializing process group in store based barrier on rank: 1, for key: "
@@ -160,7 +172,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "The TCPStore client got a reply its protocol does not expect: MASTER_ADDR:MASTER_PORT is served by "
         "another program or by another job's store (a port shared by two jobs), or the nodes run different torch "
         "versions whose store protocols differ.",
-        ("probe.port-in-use", "env.torch-version-mismatch"),
+        (probes_rules.PORT_IN_USE.id, env_rules.TORCH_VERSION_MISMATCH.id),
         "Give the job a MASTER_PORT nothing else uses on the master and one torch version on every node; ddpfix "
         "audit reports a port already taken and torch versions that differ.",
         example="RuntimeError: Stop_waiting response is expected",
@@ -172,7 +184,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "init_process_group's env:// rendezvous reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the "
         "environment: the script was started without torchrun (which sets them), or the env file was not "
         "exported into the launching shell, unit or container.",
-        ("env.missing",),
+        (env_rules.MISSING.id,),
         "Start the ranks with torchrun, and export the env file ddpfix env --apply writes before launching: "
         "set -a; . /etc/ddpfix/ddp.env; set +a (systemd: EnvironmentFile=, docker: --env-file).",
         example="ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
@@ -201,7 +213,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "The connection to the store on rank 0's node was reset or closed: the process hosting the store (rank 0 "
         "or its torchrun agent) exited. Look for rank 0's own error first; only when rank 0 is still running does "
         "the network (a firewall or conntrack dropping an established connection) come in.",
-        ("host.unreachable", "probe.master-port-unreachable"),
+        (reachability_rules.UNREACHABLE.id, probes_rules.MASTER_PORT_UNREACHABLE.id),
         "Read rank 0's log for its first error; if it was alive, audit the path to the master.",
         example="DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
                 "c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
@@ -218,8 +230,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "interface picked on the wrong network blocks those connections. '[pair.cc:144] no error' is Gloo's "
         "wording for a peer that closed the connection during the handshake (often the peer's own failure, or a "
         "firewall resetting it).",
-        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "route.via-gateway", "netif.autoselect-wrong",
-         "netif.cannot-reach-peers"),
+        (firewall_rules.PEER_PORTS_BLOCKED.id, probes_rules.PEER_UNREACHABLE.id, net_rules.VIA_GATEWAY.id,
+         netif_rules.AUTOSELECT_WRONG.id,
+         netif_rules.CANNOT_REACH_PEERS.id),
         "Trust the cluster's private CIDR in every node's firewall (ddpfix remediate --apply) and pin the socket "
         "interface (env files).",
         example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [192.168.0.222]:2226: "
@@ -234,7 +247,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "stuck or crashed (read its log first: a rank that reached the collective late or never). Otherwise the "
         "connection stopped carrying packets: an MTU that differs between nodes passes small messages and drops "
         "large ones, and a stateful firewall or NAT on a routed path drops a connection that was idle too long.",
-        ("netif.mtu-mismatch", "route.via-gateway"),
+        (netif_rules.MTU_MISMATCH.id, net_rules.VIA_GATEWAY.id),
         "Read the other ranks' logs for the first failure; if all were waiting, ddpfix audit compares the MTUs "
         "and the routes between the nodes.",
         example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
@@ -251,8 +264,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "listening; timed out / 'Software caused connection abort': a DROP rule, or an interface chosen on a "
         "network the peer cannot reach (docker0, a second NIC). NCCL logs 'retrying' and keeps trying: the job "
         "hangs, then the watchdog fires.",
-        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "netif.autoselect-wrong", "route.via-gateway",
-         "netif.cannot-reach-peers"),
+        (firewall_rules.PEER_PORTS_BLOCKED.id, probes_rules.PEER_UNREACHABLE.id, netif_rules.AUTOSELECT_WRONG.id,
+         net_rules.VIA_GATEWAY.id,
+         netif_rules.CANNOT_REACH_PEERS.id),
         "Trust the cluster's private CIDR in every node's firewall and pin NCCL_SOCKET_IFNAME: ddpfix remediate "
         "--apply, ddpfix env --apply.",
         example="misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<44801> failed : Software "
@@ -265,7 +279,8 @@ PATTERNS: tuple[Pattern, ...] = (
          r"ECONNRESET"),
         "A peer process died (look for the first rank that failed), a firewall or conntrack table dropped an "
         "established connection, or the master's listen backlog overflowed at scale (net.core.somaxconn).",
-        ("probe.peer-unreachable", "firewall.peer-ports-blocked", "net.somaxconn-low", "host.unreachable"),
+        (probes_rules.PEER_UNREACHABLE.id, firewall_rules.PEER_PORTS_BLOCKED.id, net_rules.SOMAXCONN_LOW.id,
+         reachability_rules.UNREACHABLE.id),
         "Find the first failing rank in the logs; then audit the network between the nodes.",
         example="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
                 "[10.0.0.2]:4193",
@@ -279,8 +294,8 @@ PATTERNS: tuple[Pattern, ...] = (
          r"[Cc]onnection timed out|ETIMEDOUT|errno: 110\b"),
         "Refused: nothing listens on that port or a REJECT rule answers; no route to host: firewalld's ICMP reject "
         "or a wrong route; timed out: a DROP rule, a wrong route or a non-cluster address.",
-        ("firewall.master-port-blocked", "firewall.peer-ports-blocked", "route.via-gateway",
-         "addr.master-not-private", "probe.peer-unreachable"),
+        (firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id, net_rules.VIA_GATEWAY.id,
+         net_rules.MASTER_NOT_PRIVATE.id, probes_rules.PEER_UNREACHABLE.id),
         "Audit the path between the nodes: ddpfix audit; ddpfix remediate --apply opens the cluster network.",
         example="RuntimeError: Connection refused",
         needs_context=True,
@@ -294,7 +309,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "On a host the usual causes are a low open-file limit (sockets), a small /dev/shm, a low memlock limit "
         "(RDMA) and a socket interface that does not exist or is wrong. Before NCCL 2.12 a peer that exited also "
         "read as a system error.",
-        ("limits.nofile-low", "host.shm-small", "fabric.memlock-low", "netif.missing", "netif.autoselect-wrong"),
+        (host_rules.NOFILE_LOW.id, host_rules.SHM_SMALL.id, fabric_rules.MEMLOCK_LOW.id, netif_rules.MISSING.id,
+         netif_rules.AUTOSELECT_WRONG.id),
         "Re-run with NCCL_DEBUG=INFO: the first 'NCCL WARN' line (and torch's 'Last error:') names the call that "
         "failed; ddpfix audit checks the limits, /dev/shm and the interfaces.",
         example="RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled "
@@ -308,7 +324,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "A connection to another rank broke. Most often that rank died first (an exception, the OOM killer, a "
         "node that went away): its own log has the real error. Otherwise the network between the nodes: a "
         "firewall dropping the connection, an MTU that differs, a route through a gateway.",
-        ("firewall.peer-ports-blocked", "netif.mtu-mismatch", "route.via-gateway", "probe.peer-unreachable"),
+        (firewall_rules.PEER_PORTS_BLOCKED.id, netif_rules.MTU_MISMATCH.id, net_rules.VIA_GATEWAY.id,
+         probes_rules.PEER_UNREACHABLE.id),
         "Read the other ranks' logs for the first failure; if every rank was alive, ddpfix audit checks the "
         "firewall, the MTUs and the routes between the nodes.",
         example="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
@@ -323,8 +340,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "The c10d/etcd rendezvous waited for --nnodes nodes and fewer joined: a node could not reach the rendezvous "
         "endpoint, resolved its name differently, was started with other --nnodes/--rdzv-id values, or its clock "
         "is off (elastic heartbeats compare wall clocks).",
-        ("host.unreachable", "probe.master-port-unreachable", "hosts.peer-unresolvable", "hosts.peer-mismatch",
-         "env.inconsistent", "time.skew"),
+        (reachability_rules.UNREACHABLE.id, probes_rules.MASTER_PORT_UNREACHABLE.id, hosts_rules.PEER_UNRESOLVABLE.id,
+         hosts_rules.PEER_MISMATCH.id,
+         env_rules.INCONSISTENT.id, time_rules.SKEW.id),
         "Start every node with the same values from the ddpfix env files (ddpfix env --apply) and audit the nodes.",
         example="torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
     ),
@@ -335,7 +353,7 @@ PATTERNS: tuple[Pattern, ...] = (
          r"rank \d+ (?:is )?(?:out of range|>= world_size)", r"Invalid rank (\d+)"),
         "init_process_group waits until WORLD_SIZE ranks have registered in the store. A node started with another "
         "WORLD_SIZE/RANK (hand-edited env files, a node missing from the list) leaves the others waiting.",
-        ("env.inconsistent", "env.missing", "host.unreachable"),
+        (env_rules.INCONSISTENT.id, env_rules.MISSING.id, reachability_rules.UNREACHABLE.id),
         "Write consistent env files on every node: ddpfix env --apply (ranks and world size from one inventory).",
         example="torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /default_pg/0//cuda//0",
     ),
@@ -347,7 +365,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "several sockets per peer and channel, so a soft nofile limit of 1024 (the default for services, "
         "containers and many login sessions) runs out at scale or in the first alltoall. ('Too many open files in "
         "system' is the kernel-wide fs.file-max instead.)",
-        ("limits.nofile-low",),
+        (host_rules.NOFILE_LOW.id,),
         "Raise the soft nofile limit on the launch path: ddpfix remediate --apply (limits.d and the launcher "
         "units); containers: --ulimit nofile=1048576:1048576. A DataLoader can also use "
         "torch.multiprocessing.set_sharing_strategy('file_system').",
@@ -363,7 +381,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "Not the network. NCCL's shared-memory transport (ranks on one node that cannot use P2P) and DataLoader "
         "workers put their buffers in /dev/shm; a container's default 64 MiB (Docker without --shm-size or --ipc=host, "
         "a Kubernetes pod without a Memory emptyDir) runs out at the first large step.",
-        ("host.shm-small",),
+        (host_rules.SHM_SMALL.id,),
         "Give the node a larger /dev/shm: --ipc=host or --shm-size (containers), an emptyDir with medium: Memory "
         "(Kubernetes), mount -o remount,size= (hosts); ddpfix audit reports the size each node needs.",
         example="misc/shmutils.cc:38 NCCL WARN Error: failed to extend /dev/shm/nccl-IjJ0gS to 9637892 bytes",
@@ -375,7 +393,7 @@ PATTERNS: tuple[Pattern, ...] = (
          r"ibv_reg_mr\w* failed.*Cannot allocate memory", r"NET/IB : Unable to register memory"),
         "ibverbs pins queues and buffers in RAM; a memlock limit of 64 KB (the default for services and many "
         "containers) makes ibv_create_cq / ibv_reg_mr fail with ENOMEM.",
-        ("fabric.memlock-low",),
+        (fabric_rules.MEMLOCK_LOW.id,),
         "Lift the memlock limit (ddpfix remediate --apply; containers: --ulimit memlock=-1).",
         example="misc/ibvwrap.cc:203 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory",
         explains=("nccl-ib",),
@@ -387,8 +405,9 @@ PATTERNS: tuple[Pattern, ...] = (
          r"Got completion from peer (\S+) with (?:status=|error )(\d+)"),
         "NCCL's IB transport failed: on RoCE most often a GID index that differs between nodes (completion error "
         "12, retry exceeded), a P_Key mismatch, or a port that is down.",
-        ("fabric.gid-index-differs", "fabric.roce-no-v2-gid", "fabric.pkey-mismatch", "fabric.port-down",
-         "fabric.memlock-low", "fabric.link-layer-mixed", "fabric.no-uverbs"),
+        (fabric_rules.GID_INDEX_DIFFERS.id, fabric_rules.ROCE_NO_V2_GID.id, fabric_rules.PKEY_MISMATCH.id,
+         fabric_rules.PORT_DOWN.id,
+         fabric_rules.MEMLOCK_LOW.id, fabric_rules.LINK_LAYER_MIXED.id, fabric_rules.NO_UVERBS.id),
         "Run ddpfix audit: it compares GID indexes, P_Keys, link layers and port states across nodes and checks the "
         "memlock limit; ddpfix env --apply writes NCCL_IB_GID_INDEX only when one RoCE v2 index is common to all "
         "nodes, and remediate --apply lifts the memlock limit.",
@@ -402,7 +421,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "NCCL found no usable RDMA device (no /dev/infiniband in the container, no rdma-core, NCCL_IB_HCA naming "
         "nothing) and moved the traffic to TCP sockets: several times slower on an RDMA cluster. On an "
         "Ethernet-only cluster this line is expected.",
-        ("fabric.no-uverbs", "fabric.port-down", "fabric.hca-includes-mgmt"),
+        (fabric_rules.NO_UVERBS.id, fabric_rules.PORT_DOWN.id, fabric_rules.HCA_INCLUDES_MGMT.id),
         "Give the job the RDMA devices (containers: --device /dev/infiniband, rdma-core) and check the ports: "
         "ddpfix audit.",
         example="NCCL INFO NET/IB : No device found.",
@@ -416,7 +435,7 @@ PATTERNS: tuple[Pattern, ...] = (
          r"aws-ofi-nccl initialization failed"),
         "aws-ofi-nccl found no EFA provider: the EFA driver or libfabric is missing in the image, the instance or "
         "security group has no EFA, or FI_PROVIDER names another provider. NCCL then uses TCP or fails.",
-        ("fabric.efa-provider-missing",),
+        (fabric_rules.EFA_PROVIDER_MISSING.id,),
         "Install the EFA software in the image and allow all traffic within the security group; ddpfix audit checks "
         "the provider.",
         example="NCCL INFO NET/OFI OFI fi_getinfo() call failed: No data available",
@@ -430,8 +449,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "The watchdog fired on the very first collective (SeqNum=1 / no work ever completed): the communicator "
         "never came up between some pair of ranks. That is the network: a peer port blocked, a wrong interface "
         "(docker0, a second NIC), an RDMA GID mismatch.",
-        ("firewall.peer-ports-blocked", "probe.peer-unreachable", "netif.autoselect-wrong",
-         "fabric.gid-index-differs"),
+        (firewall_rules.PEER_PORTS_BLOCKED.id, probes_rules.PEER_UNREACHABLE.id, netif_rules.AUTOSELECT_WRONG.id,
+         fabric_rules.GID_INDEX_DIFFERS.id),
         "Rerun with NCCL_DEBUG=INFO to see the transport each rank picked; ddpfix audit checks the peer ports, the "
         "interfaces and the fabric.",
         example="[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
@@ -459,7 +478,7 @@ PATTERNS: tuple[Pattern, ...] = (
         (r"network addresses of \(([^,]+), (\d+)\) cannot be retrieved", r"Name or service not known",
          r"[Tt]emporary failure in name resolution", r"host not found", r"getaddrinfo.*failed"),
         "A peer or MASTER_ADDR name resolves on some nodes but not on others.",
-        ("hosts.peer-unresolvable", "hosts.peer-mismatch"),
+        (hosts_rules.PEER_UNRESOLVABLE.id, hosts_rules.PEER_MISMATCH.id),
         "Use the same managed /etc/hosts block on every node (ddpfix remediate --apply) or IP literals.",
         example="The IPv4 network addresses of (node9, 29500) cannot be retrieved (gai error: -2 - Name or service "
                 "not known).",
@@ -481,7 +500,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "the socket interface verify bound to does not exist on this node",
         (r"[Nn]o such device",),
         "A bind to the interface in the env file failed: the name does not exist on this node.",
-        ("netif.missing",),
+        (netif_rules.MISSING.id,),
         "Write per-node interface names into the env files: ddpfix env --apply.",
         example="SO_BINDTODEVICE: No such device",
         scope="verify",
@@ -491,7 +510,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "the node has no ddpfix env file",
         (r"No such file or directory.*ddp\.env", r"ddp\.env: No such file"),
         "verify sources the env file that ddpfix env writes.",
-        ("env.missing",),
+        (env_rules.MISSING.id,),
         "Run ddpfix env --apply.",
         example="/etc/ddpfix/ddp.env: No such file or directory",
         scope="verify",

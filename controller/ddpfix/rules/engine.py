@@ -8,7 +8,7 @@ from ddpfix import ifreach
 from ddpfix.model.finding import Finding, sort_key
 from ddpfix.rules import registry
 from ddpfix.rules.context import Context
-from ddpfix.rules.firewall import UNDECIDED
+from ddpfix.rules.firewall import UNDECIDED_IDS
 from ddpfix.rules.netif import REACH_RULE
 from ddpfix.rules.probes import connect_rule, probe_not_evaluated
 
@@ -65,7 +65,7 @@ def not_evaluated(ctx: Context, findings: Iterable[Finding]) -> dict[str, list[d
         )
         for f in findings:  # an undecided firewall verdict: the check it stands for was not evaluated
             check = f.var("check")
-            if f.host == name and f.id in UNDECIDED and check and (check, name) not in reported:
+            if f.host == name and f.id in UNDECIDED_IDS and check and (check, name) not in reported:
                 items.append({"id": check, "reason": f"undecided ({f.id}): {f.var('rule')}"})
         why_not = ifreach.undecided(ctx.reach.get(name))
         if why_not:

@@ -30,7 +30,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
         remedies=(ENV,),
         reads=SRC_ENV,
     ),
-    Rule(
+    INCONSISTENT := Rule(
         "env.inconsistent",
         E,
         "env files disagree between nodes, ranks duplicated / not 0..N-1, or differ from the plan",
@@ -109,7 +109,7 @@ def check_env(ctx: Context) -> Iterable[Finding]:
 
 
 @rules(
-    Rule(
+    NODE_COUNT_MISMATCH := Rule(
         "slurm.node-count-mismatch",
         E,
         "the Slurm allocation's node count (SLURM_JOB_NUM_NODES, SLURM_NNODES, SLURM_STEP_NUM_NODES) is not the "
@@ -148,7 +148,7 @@ def _pip(python: str, version: str) -> str:
 
 
 @rules(
-    Rule("env.torch-version-mismatch", W,
+    TORCH_VERSION_MISMATCH := Rule("env.torch-version-mismatch", W,
          "torch's version, its CUDA/ROCm build or its NCCL version (from `ddp_python`) differ between nodes, on "
          "every cluster (pytorch/pytorch#122571: collectives hang or fail between builds)",
          "Install on {node} the build {ref} runs, {want}: {pip} (or point ddp_python of {node} at an "
@@ -208,7 +208,7 @@ def _same(key: str, got: str, want: str) -> bool:
 
 
 @rules(
-    Rule(
+    STRAY := Rule(
         "env.stray",
         Severity.WARNING,
         "/etc/environment, /etc/profile, /etc/profile.d/*.sh or the launch user's shell start files set a rendezvous, "

@@ -61,55 +61,59 @@ E, W = Severity.ERROR, Severity.WARNING
 
 
 @rules(
-    Rule("fabric.port-down", E,
+    PORT_DOWN := Rule("fabric.port-down", E,
          "an RDMA port is not ACTIVE where the same port is ACTIVE on other nodes (or NCCL_IB_HCA names it, or no port "
          "of the node is up)",
          "Check {port}'s cable, transceiver and switch port (phys_state {phys}; ibstat {dev}, ibstatus) and the subnet "
          "manager; or leave the port out of NCCL_IB_HCA. Not changed automatically.", reads=SRC_FABRIC),
-    Rule("fabric.rate-mismatch", W,
+    RATE_MISMATCH := Rule("fabric.rate-mismatch", W,
          "an RDMA data port runs slower than the same port on other nodes (same link layer)",
          "Find why {port} negotiated down (cable, transceiver, switch port speed; ibstat, mlxlink) to {want}; the "
          "slowest rail sets the whole ring's speed. Not changed automatically.", reads=SRC_FABRIC),
-    Rule("fabric.link-layer-mixed", E, "data rails are InfiniBand on some nodes and Ethernet (RoCE) on others",
+    LINK_LAYER_MIXED := Rule("fabric.link-layer-mixed", E,
+         "data rails are InfiniBand on some nodes and Ethernet (RoCE) on others",
          "Put every node's data rails on the same fabric (set the ConnectX port type with mlxconfig LINK_TYPE_P1, then "
          "reboot), or restrict NCCL_IB_HCA to the HCAs every node shares. Not changed automatically.",
          reads=SRC_FABRIC),
-    Rule("fabric.roce-no-v2-gid", E, "a RoCE data port has no RoCE v2 GID with an IPv4 address",
+    ROCE_NO_V2_GID := Rule("fabric.roce-no-v2-gid", E, "a RoCE data port has no RoCE v2 GID with an IPv4 address",
          "Give {ndev} its IPv4 address (the GID table is filled from the netdev's addresses) and RoCE v2 as default "
          "(cma_roce_mode -d {dev} -p 1 -m 2); check with show_gids / ibv_devinfo -v. Not changed automatically.",
          reads=SRC_FABRIC),
-    Rule("fabric.gid-index-differs", W,
+    GID_INDEX_DIFFERS := Rule("fabric.gid-index-differs", W,
          "the RoCE v2 IPv4 GID index differs between nodes (one NCCL_IB_GID_INDEX cannot fit)",
          "Use NCCL >= 2.21 (selects the RoCE v2 GID by itself) and leave NCCL_IB_GID_INDEX unset; with an older NCCL "
          "set it per node (host var ddp_nccl_ib_gid_index: {indexes}) and run ddpfix env --apply. Not changed "
          "automatically.", reads=SRC_FABRIC, manual="per-node `ddp_nccl_ib_gid_index`, or NCCL >= 2.21"),
-    Rule("fabric.pkey-mismatch", E, "InfiniBand ports' default P_Key partitions differ between nodes",
+    PKEY_MISMATCH := Rule("fabric.pkey-mismatch", E, "InfiniBand ports' default P_Key partitions differ between nodes",
          "Put every node's ports in the same partition in the subnet manager's partitions.conf (OpenSM) / UFM, or pick "
          "the common one with NCCL_IB_PKEY. Not changed automatically.", reads=SRC_FABRIC),
-    Rule("fabric.hca-includes-mgmt", W,
+    HCA_INCLUDES_MGMT := Rule("fabric.hca-includes-mgmt", W,
          "NCCL_IB_HCA (env file or `ddp_nccl_ib_hca`) includes the SSH/management NIC or an HCA 4x slower than the "
          "data rails",
          "Restrict NCCL_IB_HCA to the data rails, NCCL_IB_HCA={rails} "
          "(ddp_nccl_ib_hca; ddpfix env --apply derives it).",
          remedies=(ENV_FILE,), reads=SRC_FABRIC | SRC_ENV | SRC_IFACES),
-    Rule("fabric.memlock-low", E,
+    MEMLOCK_LOW := Rule("fabric.memlock-low", E,
          "RDMA node whose SSH session's memlock limit is below unlimited (or `ddp_memlock`)",
          "Raise memlock to {value} for the launch path: ddpfix remediate --apply writes "
          "/etc/security/limits.d/90-ddpfix-memlock.conf (memlock {value} for * and root) for new PAM logins; for a "
          "systemd launcher list it in ddp_launcher_units (LimitMEMLOCK drop-in).",
          remedies=(Remedy("ddpfix_limits", "limits", how="limits.d", tags=("memlock",)),),
          reads=SRC_FABRIC | frozenset({"memlock_units"})),
-    Rule("fabric.no-uverbs", E, "RDMA devices but no `/dev/infiniband/uverbs*`",
+    NO_UVERBS := Rule("fabric.no-uverbs", E, "RDMA devices but no `/dev/infiniband/uverbs*`",
          "Load the user-verbs module: modprobe ib_uverbs (persist it in /etc/modules-load.d/ib_uverbs.conf; "
          "rdma-core's rdma-load-modules@ service does this). Not changed automatically.",
          reads=SRC_FABRIC | frozenset({"fabric_dev"})),
-    Rule("fabric.peermem-missing", W, "GPUs and (non-EFA) RDMA but neither `nvidia_peermem` nor `gdrdrv` loaded",
+    PEERMEM_MISSING := Rule("fabric.peermem-missing", W,
+         "GPUs and (non-EFA) RDMA but neither `nvidia_peermem` nor `gdrdrv` loaded",
          "Load GPUDirect RDMA: modprobe nvidia_peermem (persist it in /etc/modules-load.d/nvidia-peermem.conf). Not "
          "changed automatically.", reads=SRC_FABRIC),
-    Rule("fabric.efa-provider-missing", E, "EFA devices but `fi_info -p efa` lists no efa provider",
+    EFA_PROVIDER_MISSING := Rule("fabric.efa-provider-missing", E,
+         "EFA devices but `fi_info -p efa` lists no efa provider",
          "Install or repair the AWS EFA installer's libfabric (fi_info -p efa must list provider: efa) and "
          "aws-ofi-nccl. Not changed automatically.", reads=SRC_FABRIC | frozenset({"fi_info"})),
-    Rule("fabric.nccl-version-mismatch", W, "torch's NCCL version (via `ddp_python`) differs between nodes",
+    NCCL_VERSION_MISMATCH := Rule("fabric.nccl-version-mismatch", W,
+         "torch's NCCL version (via `ddp_python`) differs between nodes",
          "Install the same torch (and NCCL) build on every node, for example the one with NCCL {version}. Not changed "
          "automatically.", reads=SRC_FABRIC),
 )

@@ -76,7 +76,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
 
 
 @rules(
-    Rule(
+    MASTER_PORT_BLOCKED := Rule(
         "firewall.master-port-blocked",
         E,
         "firewalld/iptables/nftables on the master drops/rejects TCP to the master port from the cluster CIDR",
@@ -88,7 +88,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         sound_on_partial=True,
         explains=(Explains(MASTER_PORT_UNREACHABLE.id, "master"),),
     ),
-    Rule(
+    PEER_PORTS_BLOCKED := Rule(
         "firewall.peer-ports-blocked",
         E,
         "a node's firewall blocks TCP from peers on the ephemeral range NCCL/Gloo use",
@@ -107,7 +107,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         reads=FIREWALL_SOURCES | SRC_IFACES,
         manual="ddpfix only adds CIDR rules",
     ),
-    Rule(
+    UNDECIDED := Rule(
         "firewall.undecided",
         E,
         "a rule ddpfix does not model (ipset, `recent`, `hashlimit`, `limit`, `string`, `u32`, `bpf`, `connlimit`, "
@@ -118,7 +118,7 @@ _Outcome = tuple[str, str, str, dict[str, Any]]
         "connecting.",
         manual="ddpfix cannot tell what the rule does",
     ),
-    Rule(
+    UNDECIDED_ACCEPT := Rule(
         "firewall.undecided-accept",
         W,
         "TCP from peers to the master port / ephemeral range is refused unless a rule ddpfix does not model (e.g. "
@@ -158,7 +158,7 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
 
 
 #: The undecided findings and the check each stands for (listed per host as not evaluated, never as a pass).
-UNDECIDED = {"firewall.undecided", "firewall.undecided-accept"}
+UNDECIDED_IDS = frozenset({UNDECIDED.id, UNDECIDED_ACCEPT.id})
 _BLOCKED = {True: "firewall.master-port-blocked", False: "firewall.peer-ports-blocked"}
 
 
@@ -263,7 +263,7 @@ def _probe_decides(
     probed -> the undecided finding as it is, with the host to fill its fix. A peer's probe port stands for the
     sampled ephemeral port when the same undecided rules decide both."""
     fid, summary, evidence, details = out
-    if fid not in UNDECIDED:
+    if fid not in UNDECIDED_IDS:
         return out
     details = {**details, "node": name}
     master = details.get("check") == _BLOCKED[True]

@@ -54,7 +54,7 @@ def _limit(v: int) -> str:
 
 
 @rules(
-    Rule("limits.nofile-low", W,
+    NOFILE_LOW := Rule("limits.nofile-low", W,
          "the soft open-file limit (RLIMIT_NOFILE) of the SSH session or a launcher unit (`ddp_launcher_units`) is "
          f"below what NCCL/Gloo need at this cluster's size ({NOFILE_BASE} + {NOFILE_PER_PEER} per peer node: a "
          "soft limit of 1024 breaks NCCL's bootstrap from 4 nodes on)",
@@ -137,7 +137,7 @@ def _size(n: int) -> str:
 
 
 @rules(
-    Rule(
+    SHM_SMALL := Rule(
         "host.shm-small",
         Severity.WARNING,
         "/dev/shm smaller than the node's GPUs need: max(1 GiB, GPUs x 32 x 9,637,892 B), NCCL's SHM segments "

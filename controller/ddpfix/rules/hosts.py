@@ -28,7 +28,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
         reads=SRC_HOSTS,
         sound_on_partial=True,
     ),
-    Rule(
+    NAME_FORM_DIFFERS := Rule(
         "hosts.name-form-differs",
         W,
         "a form of the node's own name (hostname, FQDN) resolves to an address the node does not hold",
@@ -38,7 +38,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
         reads=SRC_HOSTS | SRC_IFACES,
         sound_on_partial=True,
     ),
-    Rule(
+    DUPLICATE_HOSTNAME := Rule(
         "hosts.duplicate-hostname",
         E,
         "two nodes share a hostname (cloned VMs)",
@@ -46,7 +46,7 @@ E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
         "/etc/machine-id; not changed automatically.",
         scope="cluster",
     ),
-    Rule(
+    DUPLICATE_MACHINE_ID := Rule(
         "hosts.duplicate-machine-id",
         W,
         "two nodes share /etc/machine-id",
@@ -112,7 +112,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         sound_on_partial=True,
         explains=(Explains("hosts.peer-mismatch", "host"),),
     ),
-    Rule(
+    PEER_NAME_OTHER_NETWORK := Rule(
         "hosts.peer-name-other-network",
         INFO,
         "a peer's hostname resolves to that peer's address on another network than the cluster network (a "
@@ -124,7 +124,7 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
         reads=SRC_HOSTS,
         sound_on_partial=True,
     ),
-    Rule(
+    FAMILY_MISMATCH := Rule(
         "addr.family-mismatch",
         W,
         "peers' names resolve to IPv4 on some nodes and IPv6 on others",

@@ -20,7 +20,7 @@ E, W = Severity.ERROR, Severity.WARNING
 
 
 @rules(
-    Rule(
+    VIA_GATEWAY := Rule(
         "route.via-gateway",
         W,
         "the route to a peer leaves through a gateway or another interface",
@@ -49,7 +49,7 @@ def check_routes(ctx: Context) -> Iterable[Finding]:
 
 
 @rules(
-    Rule(
+    MASTER_NOT_PRIVATE := Rule(
         "addr.master-not-private",
         E,
         "an env file's MASTER_ADDR is not the master's address in the cluster CIDR",
@@ -76,7 +76,7 @@ def check_master_addr(ctx: Context) -> Iterable[Finding]:
 
 
 @rules(
-    Rule(
+    MASTER_PORT_EPHEMERAL := Rule(
         "net.master-port-ephemeral",
         W,
         "the master port is inside the ephemeral range",
@@ -84,7 +84,7 @@ def check_master_addr(ctx: Context) -> Iterable[Finding]:
         reads=frozenset({"sysctl"}),
         master_only=True,
     ),
-    Rule(
+    SOMAXCONN_LOW := Rule(
         "net.somaxconn-low",
         W,
         "`net.core.somaxconn` below the world size",
@@ -118,11 +118,11 @@ def check_sysctls(ctx: Context) -> Iterable[Finding]:
         )
 
 
-RP_FILTER_STRICT = 1  # net.ipv4.conf.*.rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
+STRICT_RP_FILTER = 1  # net.ipv4.conf.*.rp_filter: 0 off, 1 strict (RFC 3704), 2 loose
 
 
 @rules(
-    Rule(
+    RP_FILTER_STRICT := Rule(
         "net.rp-filter-strict",
         W,
         "strict reverse-path filtering (rp_filter 1, the larger of conf.all and the interface's) on the cluster "
@@ -157,7 +157,7 @@ def check_rp_filter(ctx: Context) -> Iterable[Finding]:
         if ifname not in values:
             continue
         effective = max(values.values())
-        if effective != RP_FILTER_STRICT:
+        if effective != STRICT_RP_FILTER:
             continue
         others = [i["name"] for i in homed if i.get("name") != ifname]
         yield finding(
@@ -194,7 +194,7 @@ def _cluster_ifaces(ctx: Context, f: Mapping[str, Any]) -> list[tuple[str, list[
 
 
 @rules(
-    Rule("net.arp-flux", W,
+    ARP_FLUX := Rule("net.arp-flux", W,
          "two or more interfaces of a node have addresses in the cluster network and arp_ignore/arp_announce at "
          "their defaults (0): each answers ARP for the other's address, so peers send to the wrong port and replies "
          "leave by another NIC (NVIDIA/nccl#1269)",

@@ -84,7 +84,7 @@ REACH_RULE = "netif.cannot-reach-peers"
 
 
 @rules(
-    Rule(
+    MISSING := Rule(
         "netif.missing",
         E,
         "the configured socket interface (override or env file's NCCL/GLOO_SOCKET_IFNAME, NCCL grammar) does not "
@@ -93,7 +93,7 @@ REACH_RULE = "netif.cannot-reach-peers"
         remedies=(ENV_FILE,),
         reads=SRC_IFACES | SRC_ENV,
     ),
-    Rule(
+    NAME_MISMATCH := Rule(
         "netif.name-mismatch",
         W,
         "the cluster NIC has different names while one name is configured for all",
@@ -103,7 +103,7 @@ REACH_RULE = "netif.cannot-reach-peers"
         reads=SRC_IFACES | SRC_ENV,
         scope="cluster", explains=(Explains("netif.missing", "any"),),
     ),
-    Rule(
+    AUTOSELECT_WRONG := Rule(
         "netif.autoselect-wrong",
         W,
         "with no IFNAME set, NCCL's default order or Gloo's hostname path would pick a non-cluster interface: "
@@ -115,7 +115,7 @@ REACH_RULE = "netif.cannot-reach-peers"
         remedies=(ENV_FILE,),
         reads=SRC_IFACES | SRC_ENV,
     ),
-    Rule(
+    MTU_MISMATCH := Rule(
         "netif.mtu-mismatch",
         W,
         "cluster interface MTUs differ",
@@ -123,7 +123,7 @@ REACH_RULE = "netif.cannot-reach-peers"
         reads=SRC_IFACES,
         scope="cluster",
     ),
-    Rule(
+    DOWN := Rule(
         "netif.down",
         E,
         "the cluster interface is down",
@@ -261,7 +261,7 @@ def in_force_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[str,
 
 
 @rules(
-    Rule(
+    CANNOT_REACH_PEERS := Rule(
         "netif.cannot-reach-peers",
         E,
         "the socket interface in force (ddp_socket_ifname, the env file's GLOO/NCCL/TP_SOCKET_IFNAME, or NCCL's or "

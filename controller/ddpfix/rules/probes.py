@@ -33,7 +33,7 @@ E = Severity.ERROR
         remedies=(VIA_FIREWALL,),
         unseen_if_unexplained=True,
     ),
-    Rule(
+    PORT_IN_USE := Rule(
         "probe.port-in-use",
         E,
         "something already listens on the master port on the master",

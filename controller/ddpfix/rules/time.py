@@ -37,7 +37,7 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
 
 
 @rules(
-    Rule(
+    NO_DAEMON := Rule(
         "time.no-daemon",
         W,
         "no chronyd/ntpd/timesyncd/ptp4l running",
@@ -48,7 +48,7 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
         still_open="chronyd was started but is not running: see its log on the node",
         explains=(Explains("time.skew", "any"),),
     ),
-    Rule(
+    UNSYNCHRONIZED := Rule(
         "time.unsynchronized",
         W,
         "chrony not synchronised, or its offset above 0.1 s",

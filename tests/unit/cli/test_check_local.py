@@ -13,6 +13,9 @@ from unit_helpers import Sim
 
 from ddpfix import clusterfile, local
 from ddpfix.cli import cli
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
 
 
 def _cluster_file(sim: Sim, tmp_path: Path) -> Path:
@@ -50,7 +53,7 @@ def test_hostname_loopback_fails_with_the_audits_id(sim: Sim, tmp_path: Path, mo
     path = _cluster_file(sim, tmp_path)
     sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
     ids = [f.id for f in local.failures(_local_findings(sim, path, "node2", monkeypatch))]
-    assert ids == ["hosts.hostname-loopback"]
+    assert ids == [hosts_rules.HOSTNAME_LOOPBACK.id]
 
 
 def test_peer_resolution_and_env_drift_fail(sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,7 +61,7 @@ def test_peer_resolution_and_env_drift_fail(sim: Sim, tmp_path: Path, monkeypatc
     sim.probe("node3")["resolve"]["node1"] = ["10.9.9.9"]
     sim.write_planned_env_files(node3={"PET_NODE_RANK": "1"})
     ids = {f.id for f in local.failures(_local_findings(sim, path, "node3", monkeypatch))}
-    assert ids == {"hosts.peer-mismatch", "env.inconsistent"}
+    assert ids == {hosts_rules.PEER_MISMATCH.id, env_rules.INCONSISTENT.id}
 
 
 def test_missing_env_file_fails(sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,11 +69,11 @@ def test_missing_env_file_fails(sim: Sim, tmp_path: Path, monkeypatch: pytest.Mo
     sim.node("node1")["env_file"] = {"path": "/etc/ddpfix/ddp.env", "exists": False, "readable": False, "values": {},
                                      "managed": {}, "owner": None, "outside_keys": []}
     ids = [f.id for f in local.failures(_local_findings(sim, path, "node1", monkeypatch))]
-    assert ids == ["env.missing"]
+    assert ids == [env_rules.MISSING.id]
 
 
 def test_skip_findings_from_the_inventory_are_accepted(sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.set_var(None, ddp_skip_findings=["hosts.hostname-loopback@node2"])
+    sim.set_var(None, ddp_skip_findings=[f"{hosts_rules.HOSTNAME_LOOPBACK.id}@node2"])
     path = _cluster_file(sim, tmp_path)
     sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
     assert local.failures(_local_findings(sim, path, "node2", monkeypatch)) == []
@@ -173,7 +176,7 @@ def test_check_local_with_a_blackholed_resolver_finishes_under_its_deadline(
     facts.update(resolve_self={"node2": ["127.0.1.1"]})
     r, took = _check(tmp_path, path, "--timeout", "1", "-v")
     assert took < 3 and r.exit_code == 1, r.output
-    assert r.output.splitlines()[0].startswith("ERROR: ddpfix: hosts.hostname-loopback: ")
+    assert r.output.splitlines()[0].startswith(f"ERROR: ddpfix: {hosts_rules.HOSTNAME_LOOPBACK.id}: ")
     assert r.output.splitlines()[-1].startswith("ERROR: ddpfix: not-evaluated: ")
 
 
@@ -199,7 +202,7 @@ def test_check_local_stuck_reading_the_node_is_not_evaluated(
 def test_cluster_file_writable_by_others_is_refused_and_its_skips_ignored(
         sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, mode: int, why: str) -> None:
     # the file accepts node2's failure (skip_findings): obeyed from a trusted file only
-    sim.set_var(None, ddp_skip_findings=["hosts.hostname-loopback@node2"])
+    sim.set_var(None, ddp_skip_findings=[f"{hosts_rules.HOSTNAME_LOOPBACK.id}@node2"])
     d = tmp_path / "etc"
     d.mkdir(mode=0o755)
     path = _cluster_file(sim, d)
@@ -252,7 +255,7 @@ def test_undecided_firewall_rule_fails_the_local_check(sim: Sim, tmp_path: Path,
     rules["iptables"] = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
                          "-A INPUT -p tcp -m tcp --dport 29500 -m set ! --match-set ok src -j DROP\nCOMMIT\n")
     got = local.failures(_local_findings(sim, path, "node1", monkeypatch))
-    assert [f.id for f in got] == ["firewall.undecided"]
+    assert [f.id for f in got] == [firewall_rules.UNDECIDED.id]
     assert "--match-set ok src -j DROP" in got[0].evidence and got[0].severity.label == "error"
 
 
@@ -276,7 +279,7 @@ def test_node_scope_cluster_file_and_env_file_hold_per_node_values_only(sim: Sim
     sim.set_var(None, ddp_env_scope="cluster")
     sim.write_planned_env_files()
     sim.set_var(None, ddp_env_scope="node")
-    found = [f for f in sim.findings() if f.id == "env.inconsistent" and f.host == "node2"]
+    found = [f for f in sim.findings() if f.id == env_rules.INCONSISTENT.id and f.host == "node2"]
     assert found and "MASTER_ADDR=" in found[0].evidence and "per job" in found[0].evidence
 
 

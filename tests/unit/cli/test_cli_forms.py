@@ -20,6 +20,7 @@ from ddpfix.cli import cli, load_commands
 from ddpfix.errors import ExitCode
 from ddpfix.inventory.derive import load_cluster
 from ddpfix.inventory.sources import host_list_data, resolve_inventories, split_inventory_env
+from ddpfix.rules import firewall as firewall_rules
 
 PKG = ROOT / "controller" / "ddpfix"
 SUBCOMMANDS = ("audit", "remediate", "env", "verify", "lab")
@@ -119,7 +120,7 @@ def _samples(tmp: Path) -> dict[str, str]:
     varfile = tmp / "site.yml"
     varfile.write_text("ddp_cluster_cidr: 192.168.77.0/24\n")
     return {"VARFILE": str(varfile), "LOG": str(log), "job.log": str(log), "LIST": "node[1-2]", "INV": str(inv), "INVENTORY": str(inv), "FILE": str(tmp / "report.json"), "DIR": str(tmp / "dir"),
-            "ID": "firewall.master-port-blocked", "K": "2", "S": "1.5", "N": "3", "CIDR": "192.168.77.0/24",
+            "ID": firewall_rules.MASTER_PORT_BLOCKED.id, "K": "2", "S": "1.5", "N": "3", "CIDR": "192.168.77.0/24",
             "NAME": "clean", "LAB": "lab1", "PATTERN": "node1", "IF": "eth0", "GBPS": "50"}
 
 

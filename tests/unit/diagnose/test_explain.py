@@ -11,6 +11,8 @@ from unit_helpers import FIXTURES
 from ddpfix.cli import cli
 from ddpfix.diagnose.match import diagnose
 from ddpfix.diagnose.patterns import PATTERNS
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import probes as probes_rules
 from ddpfix.rules.registry import RULES
 
 LOGS = FIXTURES / "logs"
@@ -62,7 +64,7 @@ def test_loopback_explains_the_failed_mesh_connect() -> None:
 def test_cli_text_names_failure_ids_and_audit_command() -> None:
     r = CliRunner().invoke(cli, ["explain", str(LOGS / "gloo-peer-port-blocked.log")])
     assert r.exit_code == 0, r.output
-    assert "gloo-peer-connect" in r.output and "firewall.peer-ports-blocked" in r.output
+    assert "gloo-peer-connect" in r.output and firewall_rules.PEER_PORTS_BLOCKED.id in r.output
     assert "run: ddpfix audit -i INV" in r.output
 
 
@@ -72,7 +74,7 @@ def test_cli_stdin_json_and_fallback() -> None:
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and doc["schema"] == "ddpfix.explain/v1" and doc["known"]
     assert doc["failures"][0]["key"] == "address-in-use"
-    assert "probe.port-in-use" in doc["failures"][0]["finding_ids"]
+    assert probes_rules.PORT_IN_USE.id in doc["failures"][0]["finding_ids"]
     r = CliRunner().invoke(cli, ["explain", str(LOGS / "unknown-error.log"), "--format", "json"])
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and not doc["known"] and "NCCL_DEBUG=INFO" in doc["advice"]

@@ -15,6 +15,10 @@ from unit_helpers import FIXTURES, ROOT
 from ddpfix.cli import cli
 from ddpfix.diagnose.match import diagnose, finding_ids
 from ddpfix.diagnose.patterns import PATTERNS
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import host as host_rules
+from ddpfix.rules import netif as netif_rules
 
 LOGS = FIXTURES / "logs"
 FIELD = LOGS / "field"
@@ -158,15 +162,15 @@ def test_verify_cause_comes_from_the_table() -> None:
     from ddpfix.verify.torch import likely_cause
 
     # verify's own launch output is distributed by construction: a bare refusal is named without context
-    assert "firewall.master-port-blocked" in likely_cause("RuntimeError: Connection refused", [])
-    assert likely_cause("x", ["netif.missing"]) == "audit findings here: netif.missing"
+    assert firewall_rules.MASTER_PORT_BLOCKED.id in likely_cause("RuntimeError: Connection refused", [])
+    assert likely_cause("x", [netif_rules.MISSING.id]) == f"audit findings here: {netif_rules.MISSING.id}"
     assert likely_cause("x", []) == "unknown: see the error text"
     both = "ModuleNotFoundError: No module named 'torch'\nRuntimeError: Connection refused"
     assert cause_line(both).startswith("ddp_python on this node cannot run torch")
     c = likely_cause("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 "
-                     "clients joined.", ["env.inconsistent"])
-    assert "k/n joined" in c and c.endswith("; audit findings here: env.inconsistent")
-    assert "netif.missing" in likely_cause("RuntimeError: No such device", [])
+                     "clients joined.", [env_rules.INCONSISTENT.id])
+    assert "k/n joined" in c and c.endswith(f"; audit findings here: {env_rules.INCONSISTENT.id}")
+    assert netif_rules.MISSING.id in likely_cause("RuntimeError: No such device", [])
     # verify-only rows are not named in a user's log
     assert diagnose(["ModuleNotFoundError: No module named 'torch'"]) == []
 
@@ -274,7 +278,7 @@ def test_open_files_is_named_unless_a_download_or_web_server_line_is_near() -> N
     for near in (pip, web):
         assert diagnose([near, bare]) == [], near
     # verify's own launch output is a training process by construction
-    assert "limits.nofile-low" in diagnose([web, bare], scope="verify")[0].pattern.finding_ids
+    assert host_rules.NOFILE_LOW.id in diagnose([web, bare], scope="verify")[0].pattern.finding_ids
 
 
 def test_generic_nccl_errors_yield_to_a_named_cause() -> None:

@@ -3,7 +3,7 @@
 Table-driven: a template expression, shell metacharacters and a line break are planted in every string field of the
 node facts (the recorded clean cluster, with the RDMA facts of the recorded InfiniBand and RoCE trees), one field at
 a time. For each: the value never reaches what ddpfix writes or hands a play (the remediation plan's variables, the
-env files, the hosts block), and where it is a field ddpfix uses it is reported as facts.invalid naming the field.
+env files, the hosts block), and where it is a field ddpfix uses it is reported as reachability_rules.INVALID naming the field.
 Then the same variables as the run's extra-vars file: every string is data that ansible-core will not template.
 """
 
@@ -22,6 +22,7 @@ from ddpfix.ansible.rundirs import write_extravars
 from ddpfix.factguard.facts import sanitize_facts, validate_facts
 from ddpfix.plan import hosts_block, render_env
 from ddpfix.remediate import build_plan, remediate_extravars
+from ddpfix.rules import reachability as reachability_rules
 from ddpfix.rules.engine import run_checks
 
 HOSTILE = "{{ 7*191 }}$(id)`id`;\n1337"
@@ -131,10 +132,10 @@ def test_a_hostile_value_in_any_field_is_never_written(tree: str, path: str, key
     assert "{{ 7*191 }}" not in written and "$(id)" not in written and "1337" not in written, path
     problems = validate_facts(sim.node("node2"))
     if not path.startswith(FREE_TEXT):
-        assert problems, f"{path}: not reported as facts.invalid"
+        assert problems, f"{path}: not reported as {reachability_rules.INVALID.id}"
         assert any(v.startswith("{{ 7*191 }}") for _, v, _ in problems)
         ids = {f.id for f in sim.findings() if f.host == "node2"}
-        assert "facts.invalid" in ids
+        assert reachability_rules.INVALID.id in ids
 
 
 def test_a_hostile_rdma_device_name_is_reported_and_dropped() -> None:
@@ -145,7 +146,7 @@ def test_a_hostile_rdma_device_name_is_reported_and_dropped() -> None:
     assert [(f, v) for f, v, _ in problems] == [("fabric.devices[1].name", "{{ lookup('pipe', 'touch marker') }}")]
     clean = sanitize_facts(sim.node("node2"))
     assert [d["name"] for d in clean["fabric"]["devices"]] == ["mlx5_0"]
-    finding = next(f for f in sim.findings() if f.id == "facts.invalid")
+    finding = next(f for f in sim.findings() if f.id == reachability_rules.INVALID.id)
     assert finding.host == "node2" and "fabric.devices[1].name" in finding.message
     assert "lookup" not in _written(sim)
 

@@ -12,6 +12,7 @@ import pytest
 from unit_helpers import FIREWALL_FIXTURES
 
 from ddpfix import firewall as fw
+from ddpfix.rules import firewall as firewall_rules
 
 FIX = str(FIREWALL_FIXTURES)
 
@@ -174,13 +175,13 @@ def test_no_probe_reports_undecided_and_lists_the_check_as_not_evaluated():
     sim = Sim()
     _master_rule(sim)
     got = _fw(sim)
-    assert [(i, h) for i, h, _ in got] == [("firewall.undecided", "node1")]
+    assert [(i, h) for i, h, _ in got] == [(firewall_rules.UNDECIDED.id, "node1")]
     f = got[0][2]
     assert RULE in f.evidence and "not evaluated" in f.message and "192.168.77.0/24" in f.fix and "node1" in f.fix
     ctx = sim.context()
     ne = not_evaluated(ctx, sim.findings())
-    assert {"id": "firewall.master-port-blocked",
-            "reason": f"undecided (firewall.undecided): iptables filter INPUT #1: {RULE}"} in ne["node1"]
+    assert {"id": firewall_rules.MASTER_PORT_BLOCKED.id,
+            "reason": f"undecided ({firewall_rules.UNDECIDED.id}): iptables filter INPUT #1: {RULE}"} in ne["node1"]
 
 
 def test_probes_that_connected_decide_accepted():
@@ -193,7 +194,7 @@ def test_a_failed_probe_decides_blocked_and_says_what_it_found():
     sim = Sim()
     _master_rule(sim, connects_ok=False)
     got = _fw(sim)
-    assert [(i, h) for i, h, _ in got] == [("firewall.master-port-blocked", "node1")]
+    assert [(i, h) for i, h, _ in got] == [(firewall_rules.MASTER_PORT_BLOCKED.id, "node1")]
     ev = got[0][2].evidence
     assert "the probe from node2 (192.168.77.12) to node1:29500 failed: [Errno 110] ETIMEDOUT" in ev
     assert RULE in ev  # and why the rules could not decide
@@ -211,7 +212,7 @@ def test_the_probe_port_decides_the_ephemeral_range_when_the_same_rules_decide_i
                 c["ok"], c["error"] = False, "[Errno 111] ECONNREFUSED: refused"
     sim.probe("node3")["up_at"], sim.probe("node3")["down_at"] = None, None
     got = _fw(sim)
-    assert [(i, h) for i, h, _ in got] == [("firewall.peer-ports-blocked", "node3")], got
+    assert [(i, h) for i, h, _ in got] == [(firewall_rules.PEER_PORTS_BLOCKED.id, "node3")], got
     assert "failed: [Errno 111] ECONNREFUSED" in got[0][2].evidence
 
 
@@ -222,7 +223,7 @@ def test_undecided_accept_is_a_warning_and_no_block():
     for n in sim.docs:
         sim.probe(n)["connects"].clear()
     got = _fw(sim)
-    assert {(i, h) for i, h, _ in got} == {("firewall.undecided-accept", "node1")}
+    assert {(i, h) for i, h, _ in got} == {(firewall_rules.UNDECIDED_ACCEPT.id, "node1")}
     fixes = sorted(f.fix for _, _, f in got)
     assert len(got) == 2 and "port 29500" in fixes[0] and "the ephemeral range 32768-60999" in fixes[1], fixes
     for _, _, f in got:
@@ -326,7 +327,7 @@ def test_cli_audit_reports_undecided_as_not_evaluated_in_json_and_text(monkeypat
     doc = json.loads(r.stdout)
     schemas.validate(doc)
     assert [(f["id"], f["severity"]) for f in doc["findings"] if f["id"].startswith("firewall.")] == [
-        ("firewall.undecided", "error")]
-    assert [x["id"] for x in doc["hosts"]["node1"]["not_evaluated"]] == ["firewall.master-port-blocked"]
+        (firewall_rules.UNDECIDED.id, "error")]
+    assert [x["id"] for x in doc["hosts"]["node1"]["not_evaluated"]] == [firewall_rules.MASTER_PORT_BLOCKED.id]
     r = CliRunner().invoke(cli, ["audit", "-i", "x.yml", "--no-probe"], env={"COLUMNS": "250", "NO_COLOR": "1"})
     assert r.exit_code == 1 and "NOT EVALUATED" in r.stdout and "--match-set ok src -j DROP" in r.stdout, r.stdout

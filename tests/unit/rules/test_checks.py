@@ -32,6 +32,15 @@ from unit_helpers import (
 
 from ddpfix.ifselect import nccl_select
 from ddpfix.model.finding import Severity
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import fabric as fabric_rules
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import net as net_rules
+from ddpfix.rules import netif as netif_rules
+from ddpfix.rules import probes as probes_rules
+from ddpfix.rules import reachability as reachability_rules
+from ddpfix.rules import time as time_rules
 from ddpfix.rules.context import Context, HostFacts, Thresholds
 from ddpfix.rules.engine import not_evaluated, run_checks
 from ddpfix.rules.registry import RULES
@@ -109,7 +118,7 @@ def _nonroot_firewall(sim: Sim, name: str) -> dict[str, Any]:
 # ============================================================ host / facts / firewall / probes
 
 
-@case("host.unreachable")
+@case(reachability_rules.UNREACHABLE.id)
 def _(sim: Sim) -> Expect:
     err = "Failed to connect to the host via ssh: ssh: connect to host 192.168.77.13 port 22: Connection refused"
     sim.set_unreachable("node3", err)
@@ -125,14 +134,14 @@ INTERPRETER_EXIT_1 = {
 }
 
 
-@case("host.module-failed")
+@case(reachability_rules.MODULE_FAILED.id)
 def _(sim: Sim) -> Expect:
     sim.set_module_failed("node2", dict(INTERPRETER_EXIT_1))
     return "node2", ["ddpfix_node_facts: Module result deserialization failed", "rc=1",
                      "stderr: ddpfix-lab: broken python: libpython3.12.so.1.0: cannot open shared object file"]
 
 
-@case("host.module-failed", "module-failure")
+@case(reachability_rules.MODULE_FAILED.id, "module-failure")
 def _(sim: Sim) -> Expect:
     # the older wording (ansible-core before 2.19), the interpreter missing
     sim.set_module_failed("node3", {"failed": True, "rc": 127, "module_stdout": "",
@@ -141,14 +150,14 @@ def _(sim: Sim) -> Expect:
     return "node3", ["MODULE FAILURE", "rc=127", "/usr/bin/python3: not found"]
 
 
-@case("facts.incomplete")
+@case(reachability_rules.INCOMPLETE.id)
 def _(sim: Sim) -> Expect:
     _nonroot_firewall(sim, "node3")
     return "node3", ["iptables: iptables-save v1.8.9 (nf_tables): Could not fetch rule set generation id: "
                      "Permission denied (you must be root)", "nft: nft -j list ruleset: Operation not permitted"]
 
 
-@case("facts.incomplete", "interfaces")
+@case(reachability_rules.INCOMPLETE.id, "interfaces")
 def _(sim: Sim) -> Expect:
     n = sim.node("node2")
     n["interfaces"], n["cluster"] = [], nodeinfo().cluster_interface([], "", "192.168.77.11")
@@ -156,38 +165,38 @@ def _(sim: Sim) -> Expect:
     return "node2", ["interfaces: ip -j addr show: not installed"]
 
 
-@case("facts.invalid", "hostile-hostname")
+@case(reachability_rules.INVALID.id, "hostile-hostname")
 def _(sim: Sim) -> Expect:
     sim.node("node2")["hostname"] = "evil\n{{ lookup('pipe', 'id') }}"
     return "node2", ["hostname = \"evil\\n{{ lookup('pipe', 'id') }}\""]
 
 
-@case("facts.invalid", "localhost")
+@case(reachability_rules.INVALID.id, "localhost")
 def _(sim: Sim) -> Expect:
     sim.node("node3")["hostname"] = "localhost"
     return "node3", ["hostname = 'localhost'"]
 
 
-@case("facts.invalid", "address")
+@case(reachability_rules.INVALID.id, "address")
 def _(sim: Sim) -> Expect:
     sim.node("node2")["cluster"]["address"] = "192.168.77.12 evil"
     return "node2", ["cluster.address = '192.168.77.12 evil'"]
 
 
-@case("firewall.master-port-blocked", "iptables")
+@case(firewall_rules.MASTER_PORT_BLOCKED.id, "iptables")
 def _(sim: Sim) -> Expect:
     # recorded iptables-save (nf_tables) that DROPs 29500 and REJECTs the ephemeral range
     _firewall_state(sim, "node1", iptables=firewall_fixture("ipt_reject.iptables-save"))
     return "node1", ["-A INPUT -p tcp -m tcp --dport 29500 -j DROP"]
 
 
-@case("firewall.master-port-blocked", "firewalld")
+@case(firewall_rules.MASTER_PORT_BLOCKED.id, "firewalld")
 def _(sim: Sim) -> Expect:
     sim.node("node1")["firewall"] = _firewalld_public_without_port()
     return "node1", ["public"]
 
 
-@case("firewall.master-port-blocked", "nftables")
+@case(firewall_rules.MASTER_PORT_BLOCKED.id, "nftables")
 def _(sim: Sim) -> Expect:
     # a recorded nftables ruleset written for another network (its @cluster set lacks 192.168.77.0/24)
     _firewall_state(sim, "node1", nft=json.loads(firewall_fixture("nft_inet.json")),
@@ -195,14 +204,14 @@ def _(sim: Sim) -> Expect:
     return "node1", ["policy drop"]
 
 
-@case("firewall.peer-ports-blocked")
+@case(firewall_rules.PEER_PORTS_BLOCKED.id)
 def _(sim: Sim) -> Expect:
     rule = "-A INPUT -p tcp -m tcp --dport 32768:60999 -j REJECT --reject-with icmp-port-unreachable"
     _firewall_state(sim, "node2", iptables=_iptables([rule]))
     return "node2", [rule]
 
 
-@case("firewall.peer-ports-blocked", "subrange")
+@case(firewall_rules.PEER_PORTS_BLOCKED.id, "subrange")
 def _(sim: Sim) -> Expect:
     # only part of the ephemeral range is closed: sampling must still find it
     rule = "-A INPUT -p tcp -m tcp --dport 45001:45099 -j DROP"
@@ -210,13 +219,13 @@ def _(sim: Sim) -> Expect:
     return "node3", [rule]
 
 
-@case("firewall.peer-ports-blocked", "firewalld")
+@case(firewall_rules.PEER_PORTS_BLOCKED.id, "firewalld")
 def _(sim: Sim) -> Expect:
     sim.node("node3")["firewall"] = _firewalld_public_without_port()
     return "node3", ["public"]
 
 
-@case("firewall.world-open")
+@case(firewall_rules.WORLD_OPEN.id)
 def _(sim: Sim) -> Expect:
     rules = ["-A INPUT -i lo -j ACCEPT",
              "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
@@ -226,7 +235,7 @@ def _(sim: Sim) -> Expect:
     return "node1", ["--dport 29500 -j ACCEPT", "203.0.113.7"]
 
 
-@case("firewall.world-open", "firewalld")
+@case(firewall_rules.WORLD_OPEN.id, "firewalld")
 def _(sim: Sim) -> Expect:
     st = _firewalld_public_without_port()
     st["firewalld"]["zones"]["public"]["ports"] = [["29500", "tcp"]]  # firewall-cmd --add-port=29500/tcp
@@ -245,7 +254,7 @@ def _no_probes(sim: Sim) -> None:
 UNDECIDED_MASTER = "-A INPUT -p tcp -m tcp --dport 29500 -m set ! --match-set ok src -j DROP"
 
 
-@case("firewall.undecided")
+@case(firewall_rules.UNDECIDED.id)
 def _(sim: Sim) -> Expect:
     # the issue's rule: the master port blocked for every source outside the ipset `ok`, policy ACCEPT
     _no_probes(sim)
@@ -253,7 +262,7 @@ def _(sim: Sim) -> Expect:
     return "node1", [UNDECIDED_MASTER, "stands before the accepting rule", "iptables filter INPUT policy ACCEPT"]
 
 
-@case("firewall.undecided", "ephemeral-hashlimit")
+@case(firewall_rules.UNDECIDED.id, "ephemeral-hashlimit")
 def _(sim: Sim) -> Expect:
     rule = ("-A INPUT -p tcp -m tcp --dport 32768:60999 -m hashlimit --hashlimit-above 10/sec --hashlimit-burst 5 "
             "--hashlimit-mode srcip --hashlimit-name h -j DROP")
@@ -262,7 +271,7 @@ def _(sim: Sim) -> Expect:
     return "node2", ["-m hashlimit --hashlimit-above 10/sec"]
 
 
-@case("firewall.undecided", "nft-limit")
+@case(firewall_rules.UNDECIDED.id, "nft-limit")
 def _(sim: Sim) -> Expect:
     _no_probes(sim)
     nft = json.loads(firewall_fixture("nft_unmodelled.json"))
@@ -274,7 +283,7 @@ def _(sim: Sim) -> Expect:
     return "node1", ['"limit"', "nft inet filter input"]
 
 
-@case("firewall.undecided-accept")
+@case(firewall_rules.UNDECIDED_ACCEPT.id)
 def _(sim: Sim) -> Expect:
     rules = ["-A INPUT -i lo -j ACCEPT", "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
              "-A INPUT -p tcp -m set --match-set cluster src -j ACCEPT"]
@@ -283,7 +292,7 @@ def _(sim: Sim) -> Expect:
     return "node3", ["-m set --match-set cluster src -j ACCEPT", "iptables filter INPUT policy DROP"]
 
 
-@case("probe.master-port-unreachable")
+@case(probes_rules.MASTER_PORT_UNREACHABLE.id)
 def _(sim: Sim) -> Expect:
     refused = next(c for c in json.loads(recorded("probe.json"))["connects"] if not c["ok"])["error"]
     c = next(c for c in sim.probe("node2")["connects"] if c["kind"] == "master")
@@ -291,20 +300,20 @@ def _(sim: Sim) -> Expect:
     return "node2", ["192.168.77.11:29500", "connection refused (ECONNREFUSED)", "192.168.77.12 (eth0)"]
 
 
-@case("probe.peer-unreachable")
+@case(probes_rules.PEER_UNREACHABLE.id)
 def _(sim: Sim) -> Expect:
     c = next(c for c in sim.probe("node3")["connects"] if c["kind"] == "peer")
     c.update(ok=False, error="timed out after 2.0s", seconds=2.0)
     return "node3", [f"{c['address']}:{c['port']}", "timed out after 2.0s"]
 
 
-@case("probe.peer-unreachable", "listener")
+@case(probes_rules.PEER_UNREACHABLE.id, "listener")
 def _(sim: Sim) -> Expect:
     sim.node("node2")["probe"].update(pid=None, port=None, error="OSError: [Errno 99] Cannot assign requested address")
     return "node2", ["Cannot assign requested address"]
 
 
-@case("probe.port-in-use")
+@case(probes_rules.PORT_IN_USE.id)
 def _(sim: Sim) -> Expect:
     # a real /proc/net/tcp plus one LISTEN socket on 0.0.0.0:29500 (0x733C), read by the real parser
     text = recorded("proc-net-tcp.txt").rstrip("\n") + (
@@ -321,7 +330,7 @@ DEBIAN_HOSTS = "127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n\n# The following lines
                "::1     localhost ip6-localhost ip6-loopback\nff02::1 ip6-allnodes\nff02::2 ip6-allrouters\n"
 
 
-@case("hosts.hostname-loopback")
+@case(hosts_rules.HOSTNAME_LOOPBACK.id)
 def _(sim: Sim) -> Expect:
     text = DEBIAN_HOSTS.format(name="node2") + "192.168.77.11\tnode1\n192.168.77.13\tnode3\n"
     sim.set_hosts_file("node2", text)
@@ -329,7 +338,7 @@ def _(sim: Sim) -> Expect:
     return "node2", ["/etc/hosts: 127.0.1.1\tnode2"]
 
 
-@case("hosts.peer-unresolvable")
+@case(hosts_rules.PEER_UNRESOLVABLE.id)
 def _(sim: Sim) -> Expect:
     text = "127.0.0.1\tlocalhost\n192.168.77.12\tnode2\n192.168.77.13\tnode3\n"
     sim.set_hosts_file("node3", text)
@@ -337,7 +346,7 @@ def _(sim: Sim) -> Expect:
     return "node3", ["getaddrinfo('node1')", "no address"]
 
 
-@case("hosts.peer-mismatch")
+@case(hosts_rules.PEER_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     # a stale line left from the old network
     sim.set_hosts_file("node2", "127.0.0.1\tlocalhost\n10.0.0.13\tnode3\n192.168.77.11\tnode1\n")
@@ -345,7 +354,7 @@ def _(sim: Sim) -> Expect:
     return "node2", ["10.0.0.13", "/etc/hosts: 10.0.0.13\tnode3"]
 
 
-@case("hosts.peer-mismatch", "inside-cidr")
+@case(hosts_rules.PEER_MISMATCH.id, "inside-cidr")
 def _(sim: Sim) -> Expect:
     # a typo in node1's /etc/hosts: an address inside the cluster network, but not node2's
     text = "\n".join(e["text"].replace("192.168.77.12", "192.168.77.99") for e in sim.node("node1")["hosts_file"])
@@ -362,7 +371,7 @@ def _mgmt_nic(sim: Sim, name: str, address: str) -> None:
     sim.node(name)["interfaces"].append(nic)
 
 
-@case("hosts.peer-name-other-network")
+@case(hosts_rules.PEER_NAME_OTHER_NETWORK.id)
 def _(sim: Sim) -> Expect:
     # multi-homed: node2's name resolves on node1 to node2's own management address (another NIC, another network)
     _mgmt_nic(sim, "node2", "10.9.0.12")
@@ -381,10 +390,10 @@ def test_a_name_on_an_address_no_peer_holds_stays_a_mismatch_even_on_a_multi_hom
     sim = Sim()
     _mgmt_nic(sim, "node2", "10.9.0.12")
     sim.probe("node1")["resolve"]["node2"] = ["10.9.0.99"]  # nobody's address
-    assert {(f.id, f.host) for f in sim.findings() if f.id.startswith("hosts.")} == {("hosts.peer-mismatch", "node1")}
+    assert {(f.id, f.host) for f in sim.findings() if f.id.startswith("hosts.")} == {(hosts_rules.PEER_MISMATCH.id, "node1")}
 
 
-@case("hosts.name-form-differs")
+@case(hosts_rules.NAME_FORM_DIFFERS.id)
 def _(sim: Sim) -> Expect:
     # node1's FQDN (the dotted alias on its own line) has a stale line of its own, first: another host's address
     n1 = sim.node("node1")
@@ -396,14 +405,14 @@ def _(sim: Sim) -> Expect:
                      "/etc/hosts: 192.168.77.12\tnode1.lab.example"]
 
 
-@passing("hosts.name-form-differs", "every-name-form-on-an-own-address")
+@passing(hosts_rules.NAME_FORM_DIFFERS.id, "every-name-form-on-an-own-address")
 def _(sim: Sim) -> None:
     n1 = sim.node("node1")
     n1["fqdn"] = "node1.lab.example"
     n1["resolve_self"] = {"node1": ["192.168.77.11"], "node1.lab.example": ["192.168.77.11"]}
 
 
-@case("hosts.duplicate-hostname")
+@case(hosts_rules.DUPLICATE_HOSTNAME.id)
 def _(sim: Sim) -> Expect:
     n3 = sim.node("node3")  # node3 is a clone of node2 that kept its hostname
     n3["hostname"] = n3["fqdn"] = "node2"
@@ -411,7 +420,7 @@ def _(sim: Sim) -> Expect:
     return None, ["node2: hostname=node2", "node3: hostname=node2"]
 
 
-@case("hosts.duplicate-machine-id")
+@case(hosts_rules.DUPLICATE_MACHINE_ID.id)
 def _(sim: Sim) -> Expect:
     mid = sim.node("node2")["machine_id"]
     sim.node("node3")["machine_id"] = mid
@@ -421,31 +430,31 @@ def _(sim: Sim) -> Expect:
 # ============================================================ time
 
 
-@case("time.no-daemon")
+@case(time_rules.NO_DAEMON.id)
 def _(sim: Sim) -> Expect:
     sim.node("node3")["time"] = {"daemons": [], "chrony_tracking": None}
     return "node3", ["no chronyd/ntpd/systemd-timesyncd"]
 
 
-@case("time.unsynchronized")
+@case(time_rules.UNSYNCHRONIZED.id)
 def _(sim: Sim) -> Expect:
     sim.node("node2")["time"]["chrony_tracking"] = nodeinfo().parse_chronyc_tracking(recorded("chronyc-unreachable.csv"))
     return "node2", ["'Not synchronised'"]
 
 
-@case("time.unsynchronized", "offset")
+@case(time_rules.UNSYNCHRONIZED.id, "offset")
 def _(sim: Sim) -> Expect:
     sim.node("node3")["time"]["chrony_tracking"]["system_offset"] = -0.25
     return "node3", ["-0.250000s"]
 
 
-@case("time.unsynchronized", "no-answer")
+@case(time_rules.UNSYNCHRONIZED.id, "no-answer")
 def _(sim: Sim) -> Expect:
     sim.node("node2")["time"]["chrony_tracking"] = None  # `chronyc -c tracking` failed: 506 Cannot talk to daemon
     return "node2", ["chronyc -c tracking failed"]
 
 
-@case("time.skew")
+@case(time_rules.SKEW.id)
 def _(sim: Sim) -> Expect:
     sim.node("node3")["now"] += 5.0  # node3's clock is 5 s ahead of the controller's when its facts arrived
     return None, ["node3: +5.05s", "node1: +0.05s"]
@@ -454,7 +463,7 @@ def _(sim: Sim) -> Expect:
 # ============================================================ interfaces
 
 
-@case("netif.missing")
+@case(netif_rules.MISSING.id)
 def _(sim: Sim) -> Expect:
     # inventory override ddp_socket_ifname=ens5 on a node whose NIC is eth0 (facts use the override, as the module does)
     sim.set_var("node2", ddp_socket_ifname="ens5")
@@ -463,13 +472,13 @@ def _(sim: Sim) -> Expect:
     return "node2", ["ddp_socket_ifname=ens5", "interfaces present: lo, eth0"]
 
 
-@case("netif.missing", "nccl-spec")
+@case(netif_rules.MISSING.id, "nccl-spec")
 def _(sim: Sim) -> Expect:
     sim.write_planned_env_files(node3={"NCCL_SOCKET_IFNAME": "^eth"})  # excludes the cluster NIC: only lo is left
     return "node3", ["NCCL_SOCKET_IFNAME=^eth matched: lo;"]
 
 
-@case("netif.missing", "no-address")
+@case(netif_rules.MISSING.id, "no-address")
 def _(sim: Sim) -> Expect:
     # GLOO_SOCKET_IFNAME names an interface that exists but is not on the cluster network
     sim.node("node1")["interfaces"].append({
@@ -479,7 +488,7 @@ def _(sim: Sim) -> Expect:
     return "node1", ["GLOO_SOCKET_IFNAME=docker0", "docker0 addresses: 172.17.0.1"]
 
 
-@case("netif.missing", "no-cluster-address")
+@case(netif_rules.MISSING.id, "no-cluster-address")
 def _(sim: Sim) -> Expect:
     # node3's NIC came up with an address from another network (wrong DHCP scope)
     n = sim.node("node3")
@@ -496,7 +505,7 @@ def _rename_nic(sim: Sim, name: str, new: str) -> None:
         r["dev"] = new
 
 
-@case("netif.name-mismatch")
+@case(netif_rules.NAME_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     _rename_nic(sim, "node2", "ens5")
     sim.write_planned_env_files(**{n: {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "=eth0", "TP_SOCKET_IFNAME": "eth0"}
@@ -504,7 +513,7 @@ def _(sim: Sim) -> Expect:
     return None, ["node1=eth0", "node2=ens5", "node3=eth0", "GLOO_SOCKET_IFNAME=eth0"]
 
 
-@case("netif.name-mismatch", "inventory")
+@case(netif_rules.NAME_MISMATCH.id, "inventory")
 def _(sim: Sim) -> Expect:
     # ddp_socket_ifname: eth0 as a group var; node2's NIC is ens5 (the facts follow the override, as the module does)
     sim.set_var(None, ddp_socket_ifname="eth0")
@@ -521,7 +530,7 @@ def _add_iface(sim: Sim, name: str, ifname: str, index: int, addr: str, prefixle
         "mtu": 1500, "kind": kind, "addrs": [{"family": "inet", "local": addr, "prefixlen": prefixlen}]})
 
 
-@case("netif.autoselect-wrong", "nccl")
+@case(netif_rules.AUTOSELECT_WRONG.id, "nccl")
 def _(sim: Sim) -> Expect:
     # docker0 (skipped by NCCL's default) and a docker user network bridge br-* created before eth0 got its index
     _add_iface(sim, "node3", "docker0", 2, "172.17.0.1", 16)
@@ -530,7 +539,7 @@ def _(sim: Sim) -> Expect:
     return "node3", ["br-1a2b3c4d5e6f=172.18.0.1", "eth0=192.168.77.13"]
 
 
-@case("netif.autoselect-wrong", "gloo-hostname")
+@case(netif_rules.AUTOSELECT_WRONG.id, "gloo-hostname")
 def _(sim: Sim) -> Expect:
     # the hostname resolves to the management NIC's address
     _add_iface(sim, "node2", "ens3", 5, "10.20.0.12", 24, kind="ether")
@@ -539,13 +548,13 @@ def _(sim: Sim) -> Expect:
     return "node2", ["/etc/hosts: 10.20.0.12\tnode2"]
 
 
-@case("netif.mtu-mismatch")
+@case(netif_rules.MTU_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     sim.iface("node2")["mtu"] = 1400
     return None, ["node2: eth0 mtu 1400", "node1: eth0 mtu 1500"]
 
 
-@case("netif.down")
+@case(netif_rules.DOWN.id)
 def _(sim: Sim) -> Expect:
     i = sim.iface("node3")
     i["flags"] = ["BROADCAST", "MULTICAST"]
@@ -556,13 +565,13 @@ def _(sim: Sim) -> Expect:
 # ============================================================ addresses, routes, sysctls
 
 
-@case("addr.master-not-private")
+@case(net_rules.MASTER_NOT_PRIVATE.id)
 def _(sim: Sim) -> Expect:
     sim.write_planned_env_files(node2={"MASTER_ADDR": "203.0.113.10"})
     return "node2", ["/etc/ddpfix/ddp.env: MASTER_ADDR=203.0.113.10"]
 
 
-@case("addr.family-mismatch")
+@case(hosts_rules.FAMILY_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     # node3's /etc/hosts lists IPv6 entries first: getaddrinfo returns them first
     sim.set_hosts_file("node3", "127.0.0.1\tlocalhost\nfd00:77::11\tnode1\nfd00:77::12\tnode2\n"
@@ -572,7 +581,7 @@ def _(sim: Sim) -> Expect:
     return None, ["node3: IPv6", "node1: IPv4"]
 
 
-@case("route.via-gateway")
+@case(net_rules.VIA_GATEWAY.id)
 def _(sim: Sim) -> Expect:
     # the recorded shape of an off-link `ip -j route get` (gateway), moved to the cluster network
     via = next(r for r in json.loads(recorded("probe.json"))["routes"].values() if r.get("via"))
@@ -580,7 +589,7 @@ def _(sim: Sim) -> Expect:
     return "node2", ["ip route get 192.168.77.13: dev eth0 via 192.168.77.1"]
 
 
-@case("net.master-port-ephemeral")
+@case(net_rules.MASTER_PORT_EPHEMERAL.id)
 def _(sim: Sim) -> Expect:
     sim.set_var(None, ddp_master_port=40000)
     for n in sim.docs:
@@ -590,7 +599,7 @@ def _(sim: Sim) -> Expect:
     return "node1", ["net.ipv4.ip_local_port_range = 32768 60999"]
 
 
-@case("net.somaxconn-low")
+@case(net_rules.SOMAXCONN_LOW.id)
 def _(sim: Sim) -> Expect:
     sim.set_var(None, ddp_nproc_per_node=8)  # world size 24
     sim.node("node1")["sysctl"]["somaxconn"] = 16
@@ -600,7 +609,7 @@ def _(sim: Sim) -> Expect:
 # ============================================================ env files
 
 
-@case("slurm.node-count-mismatch")
+@case(env_rules.NODE_COUNT_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     # what `audit --slurm` writes into the allocation's inventory when SLURM_NNODES disagrees with the list
     from ddpfix.inventory.slurm import inventory_from_allocation
@@ -611,32 +620,32 @@ def _(sim: Sim) -> Expect:
     return None, ["SLURM_NNODES='4' but SLURM_JOB_NODELIST 'node[1-3]' expands to 3 nodes"]
 
 
-@case("env.missing")
+@case(env_rules.MISSING.id)
 def _(sim: Sim) -> Expect:
     return "node2", ["stat /etc/ddpfix/ddp.env: no such file"]  # the clean cluster: nothing written yet
 
 
-@case("env.missing", "file-of-the-user-without-our-keys")
+@case(env_rules.MISSING.id, "file-of-the-user-without-our-keys")
 def _(sim: Sim) -> Expect:
     for n in sim.docs:  # a file the user (or another tool) put there: ddpfix's keys are missing, nothing disagrees
         sim.set_env_file(n, "MY_KEY=keepme\n")
-    assert {f.id for f in sim.findings()} == {"env.missing"}
+    assert {f.id for f in sim.findings()} == {env_rules.MISSING.id}
     return "node2", ["/etc/ddpfix/ddp.env: 1 other key(s) (MY_KEY)"]
 
 
-@case("env.inconsistent", "duplicate-rank")
+@case(env_rules.INCONSISTENT.id, "duplicate-rank")
 def _(sim: Sim) -> Expect:
     sim.write_planned_env_files(node3={"NODE_RANK": "1", "RANK": "1"})
     return None, ["node2: NODE_RANK=1", "node3: NODE_RANK=1"]
 
 
-@case("env.inconsistent", "cluster-key")
+@case(env_rules.INCONSISTENT.id, "cluster-key")
 def _(sim: Sim) -> Expect:
     sim.write_planned_env_files(node2={"MASTER_PORT": "29501"})
     return None, ["node2: MASTER_PORT=29501", "node1: MASTER_PORT=29500"]
 
 
-@case("env.inconsistent", "differs-from-plan")
+@case(env_rules.INCONSISTENT.id, "differs-from-plan")
 def _(sim: Sim) -> Expect:
     sim.write_planned_env_files(node1={"NCCL_SOCKET_IFNAME": "eth"})
     return "node1", ["NCCL_SOCKET_IFNAME=eth (want =eth0)"]
@@ -645,28 +654,28 @@ def _(sim: Sim) -> Expect:
 # ============================================================ GPU fabric (recorded trees: fixtures/sysfs)
 
 
-@case("fabric.port-down")
+@case(fabric_rules.PORT_DOWN.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     _port(sim, "node2").update(state="DOWN", state_num=1, phys_state="Disabled", phys_state_num=3)
     return "node2", ["mlx5_1/ports/1/state: 1: DOWN", "phys_state: 3: Disabled"]
 
 
-@case("fabric.rate-mismatch")
+@case(fabric_rules.RATE_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     _port(sim, "node3", "mlx5_0").update(rate="100 Gb/sec (4X EDR)", rate_gbps=100.0)
     return "node3", ["mlx5_0/1 rate: 100 Gb/sec (4X EDR)", "node1: 200 Gb/sec (4X HDR)"]
 
 
-@case("fabric.link-layer-mixed")
+@case(fabric_rules.LINK_LAYER_MIXED.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     sim.node("node3")["fabric"] = fabric_facts("roce") | {"memlock": {"soft": -1, "hard": -1}}
     return None, ["node1: InfiniBand", "node3: Ethernet"]
 
 
-@case("fabric.roce-no-v2-gid")
+@case(fabric_rules.ROCE_NO_V2_GID.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim, "roce")
     p = _port(sim, "node2", "mlx5_0")
@@ -674,7 +683,7 @@ def _(sim: Sim) -> Expect:
     return "node2", ["mlx5_0/ports/1/gids: 0 IB/RoCE v1 fe80:"]
 
 
-@case("fabric.gid-index-differs")
+@case(fabric_rules.GID_INDEX_DIFFERS.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim, "roce")
     g = next(g for g in _port(sim, "node3", "mlx5_0")["gids"] if g["type"] == "RoCE v2" and g["ipv4"])
@@ -682,7 +691,7 @@ def _(sim: Sim) -> Expect:
     return None, ["node1: mlx5_0/1 RoCE v2 IPv4 GID index 3", "node3: mlx5_0/1 RoCE v2 IPv4 GID index 5"]
 
 
-@case("fabric.pkey-mismatch")
+@case(fabric_rules.PKEY_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     for dev in ("mlx5_0", "mlx5_1"):
@@ -690,7 +699,7 @@ def _(sim: Sim) -> Expect:
     return None, ["node2: mlx5_0/1 pkeys/0=0x8001", "node1: mlx5_0/1 pkeys/0=0xffff"]
 
 
-@case("fabric.hca-includes-mgmt")
+@case(fabric_rules.HCA_INCLUDES_MGMT.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     _add_mgmt_hca(sim, "node2")
@@ -698,28 +707,28 @@ def _(sim: Sim) -> Expect:
     return "node2", ["NCCL_IB_HCA=mlx5", "mlx5_2: netdev eth0 holds the SSH address 192.168.77.12"]
 
 
-@case("fabric.memlock-low")
+@case(fabric_rules.MEMLOCK_LOW.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     sim.node("node1")["fabric"]["memlock"] = {"soft": 65536, "hard": 65536, "source": "ssh session"}
     return "node1", ["soft 65536 (64 KiB)"]
 
 
-@case("fabric.no-uverbs")
+@case(fabric_rules.NO_UVERBS.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     sim.node("node3")["fabric"].update(uverbs=[], umad=[])
     return "node3", ["/dev/infiniband: no uverbs*"]
 
 
-@case("fabric.peermem-missing")
+@case(fabric_rules.PEERMEM_MISSING.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     sim.node("node2")["fabric"]["modules"] = {"nvidia_peermem": False, "gdrdrv": False}
     return "node2", ["nvidia_peermem and gdrdrv absent"]
 
 
-@case("fabric.efa-provider-missing")
+@case(fabric_rules.EFA_PROVIDER_MISSING.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim, "efa")
     for n in sim.docs:
@@ -731,7 +740,7 @@ def _(sim: Sim) -> Expect:
     return "node2", ["/opt/amazon/efa/bin/fi_info -p efa: fi_getinfo: -61"]
 
 
-@case("fabric.nccl-version-mismatch")
+@case(fabric_rules.NCCL_VERSION_MISMATCH.id)
 def _(sim: Sim) -> Expect:
     _fabric(sim)
     for n, v in (("node1", "2.21.5"), ("node2", "2.21.5"), ("node3", "2.18.1")):
@@ -752,7 +761,7 @@ def test_clean_fabric_cluster_has_no_fabric_finding(sim: Sim, tree: str) -> None
     assert [(f.id, f.host, f.evidence) for f in sim.findings()] == []
 
 
-@passing("fabric.port-down", "down-everywhere-and-unused")
+@passing(fabric_rules.PORT_DOWN.id, "down-everywhere-and-unused")
 def _(sim: Sim) -> None:
     _fabric(sim)
     for n in sim.docs:
@@ -763,8 +772,8 @@ def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
     _fabric(sim)
     sim.node("node2")["unread"] = [{"source": "fabric", "reason": "/sys/class/infiniband/mlx5_0/ports: Permission denied"}]
     sim.node("node2")["fabric"]["memlock"] = {"soft": 65536, "hard": 65536}
-    assert not [f for f in sim.findings() if f.id == "fabric.memlock-low"]
-    assert "fabric.memlock-low" in _ne(sim)["node2"]
+    assert not [f for f in sim.findings() if f.id == fabric_rules.MEMLOCK_LOW.id]
+    assert fabric_rules.MEMLOCK_LOW.id in _ne(sim)["node2"]
 
 
 # ============================================================ the tests
@@ -773,8 +782,8 @@ def test_unread_fabric_is_not_evaluated_not_passed(sim: Sim) -> None:
 def test_clean_cluster_has_no_finding_at_warning_or_above(sim: Sim) -> None:
     findings = sim.findings()
     assert at_least(findings, Severity.WARNING) == []
-    assert sorted((f.id, f.host) for f in findings) == [("env.missing", "node1"), ("env.missing", "node2"),
-                                                         ("env.missing", "node3")]
+    assert sorted((f.id, f.host) for f in findings) == [(env_rules.MISSING.id, "node1"), (env_rules.MISSING.id, "node2"),
+                                                         (env_rules.MISSING.id, "node3")]
 
 
 def test_clean_cluster_with_planned_env_files_has_no_findings(sim: Sim) -> None:
@@ -784,7 +793,7 @@ def test_clean_cluster_with_planned_env_files_has_no_findings(sim: Sim) -> None:
 
 def test_failing_mutations_only_touch_their_own_copy(sim: Sim) -> None:
     before = copy.deepcopy(Sim().docs)
-    CASES["netif.down"](sim)
+    CASES[netif_rules.DOWN.id](sim)
     assert Sim().docs == before
 
 
@@ -812,27 +821,27 @@ def test_correct_firewall_on_every_node_yields_no_firewall_finding(sim: Sim, kin
 
 
 def test_unreachable_node_does_not_stop_the_others(sim: Sim) -> None:
-    CASES["host.unreachable"](sim)
+    CASES[reachability_rules.UNREACHABLE.id](sim)
     sim.iface("node2")["mtu"] = 9000  # still compared between the reachable nodes
     sim.node("node1")["time"] = {"daemons": [], "chrony_tracking": None}
     ids = {(f.id, f.host) for f in sim.findings()}
-    assert {("host.unreachable", "node3"), ("netif.mtu-mismatch", None), ("time.no-daemon", "node1")} <= ids
-    assert not any(h == "node3" for i, h in ids if i != "host.unreachable")
+    assert {(reachability_rules.UNREACHABLE.id, "node3"), (netif_rules.MTU_MISMATCH.id, None), (time_rules.NO_DAEMON.id, "node1")} <= ids
+    assert not any(h == "node3" for i, h in ids if i != reachability_rules.UNREACHABLE.id)
 
 
 def test_module_failure_is_not_unreachable(sim: Sim) -> None:
-    """A node whose Python fails answered over SSH: host.module-failed with the module's error, no SSH fix text,
+    """A node whose Python fails answered over SSH: reachability_rules.MODULE_FAILED with the module's error, no SSH fix text,
     counted apart from unreachable nodes; the other nodes are still fully audited."""
     from ddpfix.audit import audit_report
 
-    CASES["host.module-failed"](sim)
+    CASES[reachability_rules.MODULE_FAILED.id](sim)
     sim.node("node1")["time"] = {"daemons": [], "chrony_tracking": None}
     findings = sim.findings()
     ids = {(f.id, f.host) for f in findings}
-    assert ("host.module-failed", "node2") in ids and ("time.no-daemon", "node1") in ids
-    assert not [f for f in findings if f.id == "host.unreachable"]
-    assert not any(h == "node2" for i, h in ids if i != "host.module-failed")
-    f = next(f for f in findings if f.id == "host.module-failed")
+    assert (reachability_rules.MODULE_FAILED.id, "node2") in ids and (time_rules.NO_DAEMON.id, "node1") in ids
+    assert not [f for f in findings if f.id == reachability_rules.UNREACHABLE.id]
+    assert not any(h == "node2" for i, h in ids if i != reachability_rules.MODULE_FAILED.id)
+    f = next(f for f in findings if f.id == reachability_rules.MODULE_FAILED.id)
     assert "SSH" not in f.fix and f.severity == Severity.ERROR
     doc, _ = audit_report(sim.context(), findings, probe=False)
     assert doc["summary"]["unreachable"] == 0 and doc["summary"]["module_failed"] == 1
@@ -871,24 +880,24 @@ def test_a_module_that_failed_by_itself_keeps_its_own_message() -> None:
 def test_unreachable_master_is_reported_and_checks_still_run(sim: Sim) -> None:
     sim.set_unreachable("node1", "UNREACHABLE: timed out")
     ids = {(f.id, f.host) for f in sim.findings()}
-    assert ("host.unreachable", "node1") in ids
+    assert (reachability_rules.UNREACHABLE.id, "node1") in ids
 
 
 def test_time_thresholds_are_configurable(sim: Sim) -> None:
     sim.node("node3")["now"] += 0.5
-    assert not [f for f in sim.findings() if f.id == "time.skew"]
-    assert [f for f in sim.findings(Thresholds(max_skew_s=0.2)) if f.id == "time.skew"]
+    assert not [f for f in sim.findings() if f.id == time_rules.SKEW.id]
+    assert [f for f in sim.findings(Thresholds(max_skew_s=0.2)) if f.id == time_rules.SKEW.id]
 
 
 def test_missing_collected_at_skips_skew(sim: Sim) -> None:
     sim.node("node3")["now"] += 50
     ctx = sim.context()
     ctx.hosts["node3"] = HostFacts("node3", node=sim.node("node3"), probe=sim.probe("node3"), collected_at=None)
-    assert not [f for f in run_checks(ctx) if f.id == "time.skew"]
+    assert not [f for f in run_checks(ctx) if f.id == time_rules.SKEW.id]
 
 
 def test_findings_are_sorted_by_severity_then_host(sim: Sim) -> None:
-    for key in ("time.no-daemon", "netif.mtu-mismatch", "probe.peer-unreachable"):
+    for key in (time_rules.NO_DAEMON.id, netif_rules.MTU_MISMATCH.id, probes_rules.PEER_UNREACHABLE.id):
         CASES[key](sim)
     fs = sim.findings()
     keys = [(-int(f.severity), f.host or "") for f in fs]
@@ -914,20 +923,20 @@ def _ne(sim: Sim) -> dict[str, dict[str, str]]:
 def test_unreadable_firewall_is_not_evaluated_not_passed(sim: Sim) -> None:
     # node1 (the master) really blocks the master port, but its SSH user cannot read the firewall
     _firewall_state(sim, "node1", iptables=firewall_fixture("ipt_reject.iptables-save"))
-    assert {f.id for f in sim.findings() if f.host == "node1"} >= {"firewall.master-port-blocked"}
+    assert {f.id for f in sim.findings() if f.host == "node1"} >= {firewall_rules.MASTER_PORT_BLOCKED.id}
     _nonroot_firewall(sim, "node1")
     found = {(f.id, f.host) for f in sim.findings()}
-    assert ("facts.incomplete", "node1") in found
+    assert (reachability_rules.INCOMPLETE.id, "node1") in found
     assert not any(i.startswith("firewall.") for i, _ in found)
     ne = _ne(sim)
     assert set(ne) == {"node1"}
-    assert set(ne["node1"]) == {"firewall.master-port-blocked", "firewall.peer-ports-blocked", "firewall.world-open"}
+    assert set(ne["node1"]) == {firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id, firewall_rules.WORLD_OPEN.id}
     assert all("not read: " in r and "you must be root" in r for r in ne["node1"].values())
 
 
 def test_unreadable_firewall_on_a_worker_lists_only_the_checks_that_apply_there(sim: Sim) -> None:
     _nonroot_firewall(sim, "node2")
-    assert set(_ne(sim)["node2"]) == {"firewall.peer-ports-blocked", "firewall.world-open"}
+    assert set(_ne(sim)["node2"]) == {firewall_rules.PEER_PORTS_BLOCKED.id, firewall_rules.WORLD_OPEN.id}
 
 
 def test_a_block_found_in_a_readable_layer_is_still_reported(sim: Sim) -> None:
@@ -935,15 +944,15 @@ def test_a_block_found_in_a_readable_layer_is_still_reported(sim: Sim) -> None:
     _firewall_state(sim, "node2", iptables=_iptables([rule]))
     sim.node("node2")["unread"] = [{"source": "nft", "reason": "nft -j list ruleset: timed out (timeout after 10s)"}]
     found = {(f.id, f.host) for f in sim.findings()}
-    assert {("firewall.peer-ports-blocked", "node2"), ("facts.incomplete", "node2")} <= found
-    assert set(_ne(sim)["node2"]) == {"firewall.world-open"}  # reported findings are not "not evaluated"
+    assert {(firewall_rules.PEER_PORTS_BLOCKED.id, "node2"), (reachability_rules.INCOMPLETE.id, "node2")} <= found
+    assert set(_ne(sim)["node2"]) == {firewall_rules.WORLD_OPEN.id}  # reported findings are not "not evaluated"
 
 
 def test_unread_interfaces_withdraw_netif_findings(sim: Sim) -> None:
-    CASES["facts.incomplete:interfaces"](sim)
+    CASES[f"{reachability_rules.INCOMPLETE.id}:interfaces"](sim)
     found = {(f.id, f.host) for f in sim.findings()}
     assert not any(i.startswith("netif.") for i, h in found if h == "node2"), found
-    assert {"netif.missing", "netif.down", "firewall.peer-ports-blocked"} <= set(_ne(sim)["node2"])
+    assert {netif_rules.MISSING.id, netif_rules.DOWN.id, firewall_rules.PEER_PORTS_BLOCKED.id} <= set(_ne(sim)["node2"])
 
 
 def test_hidden_processes_withdraw_time_no_daemon(sim: Sim) -> None:
@@ -951,8 +960,8 @@ def test_hidden_processes_withdraw_time_no_daemon(sim: Sim) -> None:
     sim.node("node3")["unread"] = [{"source": "processes",
                                     "reason": "/proc hides other users' processes from ddp (mounted with hidepid)"}]
     ids = {(f.id, f.host) for f in sim.findings()}
-    assert ("time.no-daemon", "node3") not in ids and ("facts.incomplete", "node3") in ids
-    assert set(_ne(sim)["node3"]) == {"time.no-daemon", "time.unsynchronized"}
+    assert (time_rules.NO_DAEMON.id, "node3") not in ids and (reachability_rules.INCOMPLETE.id, "node3") in ids
+    assert set(_ne(sim)["node3"]) == {time_rules.NO_DAEMON.id, time_rules.UNSYNCHRONIZED.id}
 
 
 def test_every_dependency_names_a_rule_and_a_documented_source() -> None:
@@ -978,13 +987,13 @@ def test_report_shows_not_evaluated_per_host(sim: Sim) -> None:
     doc = document("audit", ["inv"], host_summaries(ctx.hosts, ctx.plan, ctx.cluster, not_evaluated(ctx, fl)), fl)
     h1 = doc["hosts"]["node1"]
     assert [u["source"] for u in h1["facts"]["unread"]] == ["ip6tables", "iptables", "nft"]
-    assert {x["id"] for x in h1["not_evaluated"]} == {"firewall.master-port-blocked", "firewall.peer-ports-blocked",
-                                                        "firewall.world-open"}
+    assert {x["id"] for x in h1["not_evaluated"]} == {firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id,
+                                                        firewall_rules.WORLD_OPEN.id}
     assert doc["hosts"]["node2"]["not_evaluated"] == [] and doc["summary"]["not_evaluated"] == 3
     out = io.StringIO()
     render_table(json.loads(json.dumps(doc)), Console(file=out, width=200))
     text = out.getvalue()
-    assert "NOT EVALUATED" in text and "firewall.master-port-blocked" in text and "3 check(s) not evaluated on 1 host" in text
+    assert "NOT EVALUATED" in text and firewall_rules.MASTER_PORT_BLOCKED.id in text and "3 check(s) not evaluated on 1 host" in text
 
 
 # ============================================================ nccl_select: NCCL_SOCKET_IFNAME grammar
@@ -1057,7 +1066,7 @@ def test_memlock_of_a_launcher_unit_counts_too(sim: Sim) -> None:
     _fabric(sim)
     sim.node("node3")["fabric"]["memlock_units"] = {
         "trainer.service": {"soft": 8388608, "hard": 8388608, "source": "systemd unit trainer.service"}}
-    f = [f for f in sim.findings() if f.id == "fabric.memlock-low"]
+    f = [f for f in sim.findings() if f.id == fabric_rules.MEMLOCK_LOW.id]
     assert [x.host for x in f] == ["node3"] and "systemd unit trainer.service: soft 8388608 (8 MiB)" in f[0].evidence
 
 
@@ -1088,28 +1097,28 @@ def test_hosts_block_differs_after_a_fix_under_limit(sim: Sim) -> None:
     block = digest(_hosts_with_block(["192.168.77.11 node1", "192.168.77.12 node2", "192.168.77.13 node3"]))
     for n in ("node1", "node2", "node3"):
         sim.node(n)["hosts_block_sha256"] = None
-    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+    assert hosts_rules.BLOCK_DIFFERS.id not in {f.id for f in sim.findings()}
     sim.node("node3")["hosts_block_sha256"] = block
-    (f,) = [f for f in sim.findings() if f.id == "hosts.block-differs"]
+    (f,) = [f for f in sim.findings() if f.id == hosts_rules.BLOCK_DIFFERS.id]
     assert f.host is None and f.severity == Severity.WARNING and "node3 against node1, node2" in f.message
     assert f"node3: block sha256 {block[:12]}" in f.evidence and "node1, node2: no managed block" in f.evidence
     assert "node3 differ" in f.fix and RULES[f.id].fixable
     for n in ("node1", "node2"):
         sim.node(n)["hosts_block_sha256"] = block
-    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+    assert hosts_rules.BLOCK_DIFFERS.id not in {f.id for f in sim.findings()}
 
 
 def test_hosts_block_of_a_node_not_read_or_invalid_is_left_out(sim: Sim) -> None:
     sim.node("node1")["hosts_block_sha256"] = "a" * 64
     sim.node("node2")["hosts_block_sha256"] = "a" * 64
     sim.node("node3")["hosts_block_sha256"] = "<b>not a digest</b>"  # a node's value is validated, never echoed
-    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+    assert hosts_rules.BLOCK_DIFFERS.id not in {f.id for f in sim.findings()}
     sim.node("node3")["hosts_block_sha256"] = None
     sim.node("node3").setdefault("unread", []).append({"source": "hosts_file", "reason": "permission denied"})
-    assert "hosts.block-differs" not in {f.id for f in sim.findings()}
+    assert hosts_rules.BLOCK_DIFFERS.id not in {f.id for f in sim.findings()}
     sim.set_unreachable("node2", "ssh: timeout")
     sim.node("node3")["unread"] = []
-    assert "hosts.block-differs" in {f.id for f in sim.findings()}  # node1 has the block, node3 has none
+    assert hosts_rules.BLOCK_DIFFERS.id in {f.id for f in sim.findings()}  # node1 has the block, node3 has none
 
 
 # ============================================================ NCCL's and Gloo's automatic choice: virtual and overlay
@@ -1151,7 +1160,7 @@ def test_nccl_autoselect_takes_ipv4_entries_before_ipv6_and_one_per_name() -> No
     assert _auto(ifaces) == [("eth0", "192.168.77.11"), ("veth1", "fe80::1")]
 
 
-@case("netif.autoselect-wrong", "overlay-inside-cidr")
+@case(netif_rules.AUTOSELECT_WRONG.id, "overlay-inside-cidr")
 def _(sim: Sim) -> Expect:
     # Calico's default pool 192.168.0.0/16 overlaps a broad ddp_cluster_cidr: vxlan.calico is in the CIDR, yet no
     # path between nodes for NCCL's bootstrap
@@ -1161,7 +1170,7 @@ def _(sim: Sim) -> Expect:
     return "node2", ["vxlan.calico=192.168.140.64", "eth0=192.168.77.12"]
 
 
-@case("netif.autoselect-wrong", "gloo-overlay")
+@case(netif_rules.AUTOSELECT_WRONG.id, "gloo-overlay")
 def _(sim: Sim) -> Expect:
     # the hostname resolves (Tailscale MagicDNS, an /etc/hosts line) to the node's tailnet address
     _add_iface(sim, "node3", "tailscale0", 5, "100.101.102.103", 32, kind="tun")
@@ -1177,10 +1186,10 @@ def test_gloo_autoselect_skips_what_does_not_bind(sim: Sim) -> None:
     assert gloo_autoselect(f) == "192.168.77.13"
     f["resolve_self"] = {"node3": ["198.51.100.7"]}
     assert gloo_autoselect(f) is None  # torch falls back to 127.0.0.1 (hosts checks report the name)
-    assert [x for x in sim.findings() if x.id == "netif.autoselect-wrong"] == []
+    assert [x for x in sim.findings() if x.id == netif_rules.AUTOSELECT_WRONG.id] == []
 
 
-@passing("netif.autoselect-wrong", "bridge-holding-the-cluster-address")
+@passing(netif_rules.AUTOSELECT_WRONG.id, "bridge-holding-the-cluster-address")
 def _(sim: Sim) -> None:
     """br0 enslaving the physical NIC is a host's real LAN: NCCL picking it is right."""
     for n in sim.docs:

@@ -1,11 +1,14 @@
-"""Finding ids are written once: in their rule module (``ddpfix/rules/<area>.py``), their fixtures
-(``tests/fixtures/rules/<id>/``), the generated places (README.md's table, the roles' and remediate.yml's tag lists)
-and the docs. Everything else reads them from the registry (``ddpfix.rules.registry.RULES``) or a rule attribute.
+"""Finding ids are written once: in their rule module (``ddpfix/rules/<area>.py``), their fixtures (the rules'
+``tests/fixtures/rules/<id>/`` and the other recorded inputs under ``tests/unit/fixtures/``: field logs naming the
+findings explain must point at, recorded reports), the generated places (README.md's table, the roles' and
+remediate.yml's tag lists and fix task names, the files module's ``WHAT_IDS``: ``python -m ddpfix.readme README.md``)
+and the docs (README, CHANGELOG, CONTRIBUTING, BENCHMARKS and the benchmark notes, which quote measured reports).
+Everything else, tests included, reads them from a rule object (``from ddpfix.rules import hosts as hosts_rules``;
+``hosts_rules.PEER_MISMATCH.id``), the registry or a registry query (``fixed_by``, ``area_ids``, ``scoped``), so that
+renaming an id is one edit in its rule module (plus its fixture directory) and the generator.
 
-The guard: a NEW hand-written id in ``controller/ddpfix`` outside its own rule module (another area's module
-included: it imports the rule object) fails ``test_no_new_id_literals``; what remains is ALLOWED below, each with
-its reason. ``python tests/unit/rules/test_id_literals.py`` prints, for each id,
-every file outside those places where the literal appears (tests about one finding may name it; they are listed too).
+``test_ids_only_in_their_places`` fails on an id anywhere else in the tracked files.
+``python tests/unit/rules/test_id_literals.py`` prints, for each id, every file outside those places that names it.
 """
 
 from __future__ import annotations
@@ -23,22 +26,11 @@ from ddpfix.rules import registry, tags
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = "controller/ddpfix/"
 RULES_DIR = PACKAGE + "rules/"
-#: Where an id is written by design besides its rule module and fixtures: the user's contract and the history.
-FIXTURES = "tests/fixtures/rules/"  # recorded facts: a rule's fixtures may hold other rules' expected ids
-DOCS = frozenset({"README.md", "CHANGELOG.md", "CONTRIBUTING.md"})
-
-#: Files under controller/ddpfix outside rules/ whose ids are DATA, each validated against the registry by a test:
-#: file -> why the literals stay (and which test checks them). Everything else reads ids from the registry, a rule
-#: object (``rules.reachability.INVALID.id``) or a registry query (``fixed_by``, ``area_ids``, ``scoped``).
-ALLOWED: dict[str, str] = {
-    "controller/ddpfix/diagnose/patterns.py":
-        "a log pattern names the findings to look at for that failure, a many-to-many map of the patterns' own "
-        "(a rule does not know the logs); checked by test_explain.py::test_pattern_finding_ids_exist",
-    **{f"controller/ddpfix/lab/scenarios/{area}.py":
-       "a lab scenario declares the findings it must raise, as test data beside the fault it injects (production "
-       "rules must not know the lab); checked by test_lab_scenarios_declare_registered_ids"
-       for area in ("clock", "fabric", "firewall", "host", "hosts", "netif", "sites")},
-}
+#: recorded inputs: a rule's fixtures may hold other rules' expected ids; field logs and recorded reports name theirs
+FIXTURES = ("tests/fixtures/", "tests/unit/fixtures/")
+#: the user's contract and the history, and the benchmark notes and results (measured reports quoted as they were)
+DOCS = frozenset({"README.md", "CHANGELOG.md", "CONTRIBUTING.md", "BENCHMARKS.md"})
+MEASURED = re.compile(r"^(benchmarks/[^/]+\.(md|json)|benchmarks/results/.*|docs/.*)$")
 
 
 def rule_modules() -> dict[str, str]:
@@ -62,8 +54,11 @@ def _text(path: str, generated: set[str]) -> str:
         text = (ROOT / path).read_text()
     except (UnicodeDecodeError, OSError):
         return ""
-    if path in generated:  # the generated tag lists are not hand-written; the rest of the file is
+    if path in generated:  # the generated tag lists and fix task names are not hand-written; the rest of the file is
         text = tags._INTERSECT.sub("", tags._TAGS.sub("", text))
+        text = tags._FIX_NAME.sub(lambda m: m.group(0)[:m.start("ids") - m.start()] + " | ", text)
+    if path == str(tags.WHAT_FILE):
+        text = tags._WHAT.sub("", text)
     return text
 
 
@@ -72,30 +67,29 @@ def occurrences() -> dict[str, list[str]]:
     """id -> the tracked files outside its rule module, its fixtures, the generated places and DOCS that name it."""
     homes = rule_modules()
     generated = {str(p.relative_to(ROOT)) for p, _ in tags.files(ROOT)}
-    texts = {p: _text(p, generated) for p in _tracked() if p not in DOCS}
+    texts = {p: _text(p, generated) for p in _tracked()
+             if p not in DOCS and not MEASURED.match(p) and not p.startswith(FIXTURES)}
     out: dict[str, list[str]] = {}
     for fid, home in homes.items():
         pat = _pattern(fid)
         out[fid] = [p for p, t in texts.items()
-                    if p != home and not p.startswith(FIXTURES) and pat.search(t)]
+                    if p != home and pat.search(t)]
     return out
 
 
-def controller_literals(found: dict[str, list[str]]) -> set[tuple[str, str]]:
-    """(file, id) for every id written in controller/ddpfix outside its rule module."""
-    return {(p, fid) for fid, paths in found.items() for p in paths if p.startswith(PACKAGE)}
+def test_ids_only_in_their_places() -> None:
+    found = {fid: paths for fid, paths in occurrences().items() if paths}
+    assert not found, ("finding ids written by hand outside their rule module, fixtures, generated places and docs "
+                       "(read them from the rule object: `from ddpfix.rules import <area> as <area>_rules`, "
+                       "`<area>_rules.<NAME>.id`): " + repr(found))
 
 
-def test_no_new_id_literals() -> None:
-    new = {(p, fid) for p, fid in controller_literals(occurrences()) if p not in ALLOWED}
-    assert not new, ("finding ids written by hand in controller/ddpfix outside their rule module (read them from the "
-                     "rule object, the registry or a rule attribute, or add the file to ALLOWED with the reason): "
-                     + repr(sorted(new)))
-
-
-def test_allow_list_is_current() -> None:
-    stale = ALLOWED.keys() - {p for p, _ in controller_literals(occurrences())}
-    assert not stale, f"ALLOWED names files that hold no id: {sorted(stale)}"
+def test_the_guard_sees_a_hand_written_id(tmp_path: Path) -> None:
+    """The pattern finds an id written in code, and not a longer id it is the start of."""
+    fid = next(iter(registry.RULES))
+    assert _pattern(fid).search(f'x = "{fid}"') and not _pattern(fid).search(f'x = "{fid}-other"')
+    generated = tags._TAGS.sub("", f"  tags: [env, {fid}]\n- name: Fix {fid} | Write\n")
+    assert _pattern(fid).search(tags._FIX_NAME.sub(lambda m: "", generated)) is None
 
 
 def test_lab_scenarios_declare_registered_ids() -> None:
@@ -114,11 +108,6 @@ def _area(path: str) -> str:
 def report() -> str:
     found = occurrences()
     lines = [f"{fid}: {len(paths)} file(s): {', '.join(paths)}" for fid, paths in found.items() if paths]
-    lines += ["", "controller/ddpfix outside the id's rule module (file: ids):"]
-    by_file: dict[str, list[str]] = {}
-    for p, fid in sorted(controller_literals(found)):
-        by_file.setdefault(p, []).append(fid)
-    lines += [f"  {p}{' (allowed: data)' if p in ALLOWED else ''}: {', '.join(ids)}" for p, ids in by_file.items()]
     by_area = Counter(_area(p) for paths in found.values() for p in paths)
     lines += ["", "(id, file) pairs outside the rule module, fixtures, generated places and docs, by area:"]
     lines += [f"  {n:4d}  {area}" for area, n in sorted(by_area.items())]

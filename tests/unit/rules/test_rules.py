@@ -12,7 +12,14 @@ import yaml
 from unit_helpers import ROOT
 
 from ddpfix.remediate import HostPlan
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import net as net_rules
+from ddpfix.rules import netif as netif_rules
+from ddpfix.rules import probes as probes_rules
 from ddpfix.rules import registry as rules
+from ddpfix.rules import time as time_rules
 from ddpfix.rules.registry import RULES
 
 ID_TAG = re.compile(r"^[a-z]+\.[a-z0-9-]+$")  # a dotted finding id (role tags like `env` or `always` are not)
@@ -138,13 +145,13 @@ def test_a_check_reporting_an_undeclared_id_fails_loudly() -> None:
     from ddpfix.rules import engine as checks
     from ddpfix.rules.registry import finding
 
-    reg = rules.Registered(lambda ctx: iter([finding("time.skew", None, "m", "e")]), (RULES["env.missing"],))
+    reg = rules.Registered(lambda ctx: iter([finding(time_rules.SKEW.id, None, "m", "e")]), (RULES[env_rules.MISSING.id],))
     rules._CHECKS.append(reg)
     try:
         try:
             checks.run_checks(Sim().context())
         except AssertionError as exc:
-            assert "time.skew" in str(exc)
+            assert time_rules.SKEW.id in str(exc)
         else:
             raise AssertionError("undeclared id accepted")
     finally:
@@ -158,38 +165,38 @@ def test_only_accepts_fixable_ids(tmp_path: Path) -> None:
 
     inv = tmp_path / "hosts.yml"
     inv.write_text("ddp_nodes:\n  hosts: {a: {}, b: {}}\n")
-    r = CliRunner().invoke(cli, ["-i", str(inv), "remediate", "--only", "net.somaxconn-low"])
-    assert r.exit_code == 2 and "detect-only): net.somaxconn-low" in r.output, r.output
+    r = CliRunner().invoke(cli, ["-i", str(inv), "remediate", "--only", net_rules.SOMAXCONN_LOW.id])
+    assert r.exit_code == 2 and f"detect-only): {net_rules.SOMAXCONN_LOW.id}" in r.output, r.output
     r = CliRunner().invoke(cli, ["remediate", "--help"])
-    assert "hosts.hostname-loopback" in r.output
+    assert hosts_rules.HOSTNAME_LOOPBACK.id in r.output
 
 
 def test_causes_graph_is_declared_on_the_rules() -> None:
     """Rule.explains is the causes graph (ddpfix.causes reads it): each consequence's causes in precedence order."""
     assert rules.explained_by() == {
-        "probe.master-port-unreachable": [("firewall.master-port-blocked", "master"), ("route.via-gateway", "host")],
-        "probe.peer-unreachable": [("firewall.peer-ports-blocked", "target"), ("route.via-gateway", "dialler")],
-        "hosts.peer-unresolvable": [("hosts.peer-unresolvable", "host")],
-        "hosts.peer-mismatch": [("hosts.peer-mismatch", "host")],
-        "time.skew": [("time.no-daemon", "any"), ("time.unsynchronized", "any")],
-        "netif.missing": [("netif.name-mismatch", "any")],
-        "env.inconsistent": [("env.inconsistent", "cluster")],
+        probes_rules.MASTER_PORT_UNREACHABLE.id: [(firewall_rules.MASTER_PORT_BLOCKED.id, "master"), (net_rules.VIA_GATEWAY.id, "host")],
+        probes_rules.PEER_UNREACHABLE.id: [(firewall_rules.PEER_PORTS_BLOCKED.id, "target"), (net_rules.VIA_GATEWAY.id, "dialler")],
+        hosts_rules.PEER_UNRESOLVABLE.id: [(hosts_rules.PEER_UNRESOLVABLE.id, "host")],
+        hosts_rules.PEER_MISMATCH.id: [(hosts_rules.PEER_MISMATCH.id, "host")],
+        time_rules.SKEW.id: [(time_rules.NO_DAEMON.id, "any"), (time_rules.UNSYNCHRONIZED.id, "any")],
+        netif_rules.MISSING.id: [(netif_rules.NAME_MISMATCH.id, "any")],
+        env_rules.INCONSISTENT.id: [(env_rules.INCONSISTENT.id, "cluster")],
     }
-    assert rules.unseen_if_unexplained() == {"probe.master-port-unreachable", "probe.peer-unreachable"}
+    assert rules.unseen_if_unexplained() == {probes_rules.MASTER_PORT_UNREACHABLE.id, probes_rules.PEER_UNREACHABLE.id}
 
 
 def test_check_local_leaves_out_the_rules_one_node_cannot_judge() -> None:
     """`check --local` reports node-scoped rules only: comparisons between nodes and the idle-only port check are out."""
     assert rules.scoped("cluster", "idle") == {
-        "probe.port-in-use", "time.skew", "netif.mtu-mismatch", "netif.name-mismatch", "hosts.duplicate-hostname",
-        "hosts.duplicate-machine-id", "addr.family-mismatch"}
+        probes_rules.PORT_IN_USE.id, time_rules.SKEW.id, netif_rules.MTU_MISMATCH.id, netif_rules.NAME_MISMATCH.id, hosts_rules.DUPLICATE_HOSTNAME.id,
+        hosts_rules.DUPLICATE_MACHINE_ID.id, hosts_rules.FAMILY_MISMATCH.id}
 
 
 def test_a_rule_with_an_unknown_scope_or_where_is_refused() -> None:
     with pytest.raises(ValueError, match="scope"):
         rules.Rule("x.y", rules.Severity.INFO, "t", "f", scope="everywhere")
     with pytest.raises(ValueError, match="where"):
-        rules.Rule("x.y", rules.Severity.INFO, "t", "f", explains=(rules.Explains("time.skew", "nearby"),))
+        rules.Rule("x.y", rules.Severity.INFO, "t", "f", explains=(rules.Explains(time_rules.SKEW.id, "nearby"),))
 
 
 def test_fix_task_tags_are_generated_from_the_registry() -> None:

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from unit_helpers import FIXTURES
 
 from ddpfix.cli import cli
+from ddpfix.rules import netif as netif_rules
 from ddpfix.verify import nccl
 from ddpfix.verify.nccl import nccl_entry, nccl_skip_line
 
@@ -114,7 +115,7 @@ def test_entry_bad_interface_names_the_cause() -> None:
            "node1:11:11 [0] bootstrap.cc:1093 NCCL WARN Bootstrap : no socket interface found\n"
            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, internal error\n")
     e = nccl_entry("node1", _res("", rc=1, stderr=err), True, None)
-    assert not e["ok"] and "DistBackendError" in e["error"] and "netif.missing" in e["cause"]
+    assert not e["ok"] and "DistBackendError" in e["error"] and netif_rules.MISSING.id in e["cause"]
 
 
 def test_cli_rejects_bad_sizes_and_nccl_options_without_nccl(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from ddpfix.lab.plan import plan_lab
 from ddpfix.plan import cluster_nic, managed_block, node_env, plan_cluster
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import time as time_rules
 from ddpfix.rules.context import Thresholds
 from ddpfix.verify import endstate as verify
 
@@ -29,7 +31,7 @@ def test_verify_chrony_check_agrees_with_the_audit(sim: Any, case: str) -> None:
     elif case == "no-chronyd":
         t["daemons"] = ["systemd-timesyncd"]
     ctx = sim.context(Thresholds())
-    audit_says_unsynced = any(f.id == "time.unsynchronized" and f.host == name for f in sim.findings())
+    audit_says_unsynced = any(f.id == time_rules.UNSYNCHRONIZED.id and f.host == name for f in sim.findings())
     check = verify.chrony_check(name, dict(ctx.audited())[name], ctx.thresholds.max_offset_s)
     assert check.ok is (case == "synced")
     if case != "no-chronyd":
@@ -66,13 +68,13 @@ def test_lab_env_files_are_the_plans() -> None:
 
 @pytest.mark.parametrize("fault", [False, True])
 def test_verify_hostname_check_is_the_audits(sim: Any, fault: bool) -> None:
-    """verify's "hostname not on loopback" reads the audit's hosts.hostname-loopback (no second look through
+    """verify's "hostname not on loopback" reads the audit's hosts_rules.HOSTNAME_LOOPBACK (no second look through
     testinfra), shown with what the node resolved its hostname to."""
     if fault:
         sim.set_hosts_file("node2", "127.0.0.1\tlocalhost\n127.0.1.1\tnode2\n")
         sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
     ids = {f.id for f in sim.findings() if f.host == "node2"}
     check = verify.hostname_check("node2", sim.node("node2"), ids)
-    assert check.ok is not fault and check.ok is ("hosts.hostname-loopback" not in ids)
+    assert check.ok is not fault and check.ok is (hosts_rules.HOSTNAME_LOOPBACK.id not in ids)
     assert check.detail == ("node2 -> 127.0.1.1" if fault else "node2 -> 192.168.77.12")
     assert not verify.hostname_check("node2", {**sim.node("node2"), "resolve_self": {}}, set()).ok  # not resolved

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ddpfix.lab.fabrictree import Device, Gid, Port, ib_port, ipv4_gid, roce_port, write_tree
 from ddpfix.lab.model import LabPlan, NodePlan
 from ddpfix.lab.scenarios.registry import last, scenario, second
+from ddpfix.rules import fabric as fabric_rules
 
 if TYPE_CHECKING:
     from ddpfix.lab.daemons import Runtime
@@ -198,82 +199,83 @@ class Fabric:
 
 FABRIC = (
     Fabric("fabric-port-down", "synthetic InfiniBand on every node; node2's mlx5_1 port 1 is DOWN (Disabled)",
-           "fabric.port-down",
-           """Every node has two HDR InfiniBand rails (mlx5_0, mlx5_1; synthetic sysfs, see fabric_everywhere); on node2
-    mlx5_1/1 is `1: DOWN` with phys_state `3: Disabled`. Finding: fabric.port-down on node2.""",
+           fabric_rules.PORT_DOWN.id,
+           f"""Every node has two HDR InfiniBand rails (mlx5_0, mlx5_1; synthetic sysfs, see fabric_everywhere); on
+    node2 mlx5_1/1 is `1: DOWN` with phys_state `3: Disabled`. Finding: {fabric_rules.PORT_DOWN.id} on node2.""",
            on_victim=_port_down),
     Fabric("fabric-gid-differs",
            "synthetic RoCE on every node; the highest-address node's RoCE v2 IPv4 GID is at index 5, not 3",
-           "fabric.gid-index-differs",
-           """Every node has two 100G RoCE rails (netdevs rdma0/rdma1, RoCE v2 IPv4 GID at index 3 as mlx5 fills it); on
-    nodeN the table holds one more address first, so its RoCE v2 IPv4 GID is index 5. Finding:
-    fabric.gid-index-differs (cluster); the env plan writes no NCCL_IB_GID_INDEX.""",
+           fabric_rules.GID_INDEX_DIFFERS.id,
+           f"""Every node has two 100G RoCE rails (netdevs rdma0/rdma1, RoCE v2 IPv4 GID at index 3 as mlx5 fills it);
+    on nodeN the table holds one more address first, so its RoCE v2 IPv4 GID is index 5. Finding:
+    {fabric_rules.GID_INDEX_DIFFERS.id} (cluster); the env plan writes no NCCL_IB_GID_INDEX.""",
            kind="roce", victim=last, on_victim=_gid_at_5),
     Fabric("fabric-pkey-mismatch",
            "synthetic InfiniBand on every node; node2's ports sit in partition 0x8001, the others in 0xffff",
-           "fabric.pkey-mismatch",
-           """Every node has two HDR InfiniBand rails; node2's pkeys/0 is 0x8001 (partition 1), the others' 0xffff (the
-    default partition). Finding: fabric.pkey-mismatch (cluster).""",
+           fabric_rules.PKEY_MISMATCH.id,
+           f"""Every node has two HDR InfiniBand rails; node2's pkeys/0 is 0x8001 (partition 1), the others' 0xffff (the
+    default partition). Finding: {fabric_rules.PKEY_MISMATCH.id} (cluster).""",
            on_victim=_pkey_8001),
     Fabric("fabric-link-layer-mixed",
            "synthetic InfiniBand on every node but the highest-address one, which has RoCE (Ethernet)",
-           "fabric.link-layer-mixed",
-           """node1..node(N-1) have two HDR InfiniBand rails, nodeN two RoCE rails (link_layer Ethernet) with the same
-    device names, as when a ConnectX port type was left at ETH. Finding: fabric.link-layer-mixed (cluster).""",
+           fabric_rules.LINK_LAYER_MIXED.id,
+           f"""node1..node(N-1) have two HDR InfiniBand rails, nodeN two RoCE rails (link_layer Ethernet) with the same
+    device names, as when a ConnectX port type was left at ETH. Finding: {fabric_rules.LINK_LAYER_MIXED.id}
+    (cluster).""",
            victim=last, on_victim=_roce_instead),
     Fabric("fabric-rate-mismatch",
            "synthetic InfiniBand on every node; node2's mlx5_0 runs at 100 Gb/s (4X EDR), the others at 200",
-           "fabric.rate-mismatch",
-           """Every node has two HDR InfiniBand rails; node2's mlx5_0/1 negotiated 100 Gb/sec (4X EDR), as with a bad
-    cable or an EDR switch port. Finding: fabric.rate-mismatch on node2.""",
+           fabric_rules.RATE_MISMATCH.id,
+           f"""Every node has two HDR InfiniBand rails; node2's mlx5_0/1 negotiated 100 Gb/sec (4X EDR), as with a bad
+    cable or an EDR switch port. Finding: {fabric_rules.RATE_MISMATCH.id} on node2.""",
            on_victim=_edr_rate),
     Fabric("fabric-roce-no-v2-gid",
            "synthetic RoCE on every node; node2's mlx5_0 GID table has no RoCE v2 entry (v1 only)",
-           "fabric.roce-no-v2-gid",
-           """Every node has two 100G RoCE rails; on node2 mlx5_0/1 has only RoCE v1 GIDs (RoCE v2 disabled). Finding:
-    fabric.roce-no-v2-gid on node2.""",
+           fabric_rules.ROCE_NO_V2_GID.id,
+           f"""Every node has two 100G RoCE rails; on node2 mlx5_0/1 has only RoCE v1 GIDs (RoCE v2 disabled). Finding:
+    {fabric_rules.ROCE_NO_V2_GID.id} on node2.""",
            kind="roce", on_victim=_v1_only),
     Fabric("fabric-hca-includes-mgmt",
            "synthetic InfiniBand plus a 25G RoCE NIC on the SSH interface; node2's env file says NCCL_IB_HCA=mlx5",
-           "fabric.hca-includes-mgmt",
-           """Every node has two HDR InfiniBand rails and a third RDMA device mlx5_2 (25 Gb/s RoCE) whose netdev is the
+           fabric_rules.HCA_INCLUDES_MGMT.id,
+           f"""Every node has two HDR InfiniBand rails and a third RDMA device mlx5_2 (25 Gb/s RoCE) whose netdev is the
     node's cluster/SSH interface; node2's env file sets NCCL_IB_HCA=mlx5, which selects it too. Finding:
-    fabric.hca-includes-mgmt on node2 (the env plan writes NCCL_IB_HCA==mlx5_0:1,mlx5_1:1).""",
+    {fabric_rules.HCA_INCLUDES_MGMT.id} on node2 (the env plan writes NCCL_IB_HCA==mlx5_0:1,mlx5_1:1).""",
            every=_mgmt_rdma, after=_hca_prefix, min_nodes=1),
     Fabric("fabric-no-uverbs",
            "synthetic InfiniBand on every node; node2 has no /dev/infiniband/uverbs* (ib_uverbs not loaded)",
-           "fabric.no-uverbs",
-           """Every node has two HDR InfiniBand rails; node2's /dev/infiniband holds only rdma_cm (no uverbs*, no
-    umad*), as when ib_uverbs is not loaded. Finding: fabric.no-uverbs on node2.""",
+           fabric_rules.NO_UVERBS.id,
+           f"""Every node has two HDR InfiniBand rails; node2's /dev/infiniband holds only rdma_cm (no uverbs*, no
+    umad*), as when ib_uverbs is not loaded. Finding: {fabric_rules.NO_UVERBS.id} on node2.""",
            on_victim=_no_uverbs, min_nodes=1),
     Fabric("fabric-peermem-missing",
            "synthetic InfiniBand and GPU driver on every node; nvidia_peermem loaded everywhere but node2",
-           "fabric.peermem-missing",
-           """Every node has two HDR InfiniBand rails and /sys/module/nvidia (synthetic); /sys/module/nvidia_peermem
-    exists on every node but node2. Finding: fabric.peermem-missing on node2.""",
+           fabric_rules.PEERMEM_MISSING.id,
+           f"""Every node has two HDR InfiniBand rails and /sys/module/nvidia (synthetic); /sys/module/nvidia_peermem
+    exists on every node but node2. Finding: {fabric_rules.PEERMEM_MISSING.id} on node2.""",
            every=_peermem, on_victim=_nvidia_only, min_nodes=1),
     Fabric("fabric-efa-provider-missing",
            "synthetic EFA device on every node; node2's fi_info -p efa finds no efa provider",
-           "fabric.efa-provider-missing",
-           """Every node has one EFA device (driver efa, link layer Unspecified; synthetic sysfs). The lab has no
+           fabric_rules.EFA_PROVIDER_MISSING.id,
+           f"""Every node has one EFA device (driver efa, link layer Unspecified; synthetic sysfs). The lab has no
     libfabric, so each node gets a stand-in fi_info (host var ddpfix_facts_fi_info) answering as libfabric does:
     `provider: efa` on the others, `fi_getinfo: -61 (No data available)` and exit 1 on node2 (aws/aws-ofi-nccl#67).
-    Finding: fabric.efa-provider-missing on node2. The env plan writes FI_PROVIDER=efa everywhere.""",
+    Finding: {fabric_rules.EFA_PROVIDER_MISSING.id} on node2. The env plan writes FI_PROVIDER=efa everywhere.""",
            every=_efa, after=_stand_in("ddpfix_facts_fi_info", "fi_info", _fi_info), min_nodes=1),
     Fabric("fabric-nccl-version-mismatch",
            "synthetic InfiniBand on every node; node2's torch reports NCCL 2.18.1, the others 2.21.5",
-           "fabric.nccl-version-mismatch",
-           """Every node has two HDR InfiniBand rails. The lab's torch is a CPU build without NCCL, so the facts role
+           fabric_rules.NCCL_VERSION_MISMATCH.id,
+           f"""Every node has two HDR InfiniBand rails. The lab's torch is a CPU build without NCCL, so the facts role
     asks a stand-in interpreter (host var ddpfix_facts_python) that prints the version torch.cuda.nccl.version() would:
-    2.18.1 on node2, 2.21.5 elsewhere. Finding: fabric.nccl-version-mismatch (cluster).""",
+    2.18.1 on node2, 2.21.5 elsewhere. Finding: {fabric_rules.NCCL_VERSION_MISMATCH.id} (cluster).""",
            after=_stand_in("ddpfix_facts_python", "python-nccl", _nccl_version)),
     Fabric("fabric-memlock-low",
            "synthetic InfiniBand on every node; on node2 a site limits.d file sets memlock 64 KiB for SSH logins",
-           "fabric.memlock-low",
-           """Every node has two HDR InfiniBand rails; node2's sshd uses PAM (UsePAM yes, as on a stock distribution)
+           fabric_rules.MEMLOCK_LOW.id,
+           f"""Every node has two HDR InfiniBand rails; node2's sshd uses PAM (UsePAM yes, as on a stock distribution)
     and /etc/security/limits.d/10-site-memlock.conf sets `soft memlock 64` (KiB) for * and root, so every SSH session
-    there gets 64 KiB. Finding: fabric.memlock-low on node2; ddpfix remediate --apply writes 90-ddpfix-memlock.conf
-    (a later file, so it wins) and new logins get the lab's ddp_memlock.""",
+    there gets 64 KiB. Finding: {fabric_rules.MEMLOCK_LOW.id} on node2; ddpfix remediate --apply writes
+    90-ddpfix-memlock.conf (a later file, so it wins) and new logins get the lab's ddp_memlock.""",
            after=_memlock_64k, min_nodes=1),
 )
 

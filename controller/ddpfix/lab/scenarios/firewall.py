@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from ddpfix.lab.model import LabPlan, NodePlan
 from ddpfix.lab.scenarios.registry import last, scenario
+from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import probes as probes_rules
 
 if TYPE_CHECKING:
     from ddpfix.lab.daemons import Runtime
@@ -30,7 +32,8 @@ FIREWALLD_PUBLIC_ZONE = """<?xml version="1.0" encoding="utf-8"?>
 @scenario(
     "firewalld-master",
     "firewalld on node1, default zone public allowing only ssh (+ntp): master port and ephemeral ports blocked",
-    ("firewall.master-port-blocked", "firewall.peer-ports-blocked", "probe.master-port-unreachable"),
+    (firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id,
+     probes_rules.MASTER_PORT_UNREACHABLE.id),
 )
 def _firewalld_master(plan: LabPlan) -> None:
     """Failure mode: the firewall on the master. node1 runs its own `dbus-daemon --system` and `firewalld`
@@ -38,8 +41,8 @@ def _firewalld_master(plan: LabPlan) -> None:
     the `ssh` service (plus `ntp`, so that node1 still serves time and the scenario adds no time
     finding) and the zone's default reject target: TCP to the master port 29500 and to the
     ephemeral range is rejected, SSH still works, the other nodes have no rules.
-    Findings: firewall.master-port-blocked and firewall.peer-ports-blocked on node1, and the
-    probe.master-port-unreachable probes from the workers."""
+    Findings: firewall_rules.MASTER_PORT_BLOCKED and firewall_rules.PEER_PORTS_BLOCKED on node1, and the
+    probes_rules.MASTER_PORT_UNREACHABLE probes from the workers."""
     node = plan.master
     node.files["firewalld/zones/public.xml"] = FIREWALLD_PUBLIC_ZONE
     node.tasks.append(_start_firewalld)
@@ -96,14 +99,14 @@ def _load_iptables(rt: Runtime, node: NodePlan) -> None:
 @scenario(
     "iptables-worker",
     "iptables on the highest-address node rejects TCP to its ephemeral range (persisted in rules.v4)",
-    ("firewall.peer-ports-blocked",),
+    (firewall_rules.PEER_PORTS_BLOCKED.id,),
     min_nodes=2,
 )
 def _iptables_worker(plan: LabPlan) -> None:
     """Failure mode: the firewall on a worker. The highest-address node (nodeN) gets an iptables INPUT chain:
     accept established/related, lo, tcp/22 and the master port, then REJECT (tcp-reset) TCP to
     its `net.ipv4.ip_local_port_range` (32768:60999), also saved in its /etc/iptables/rules.v4.
-    Finding: firewall.peer-ports-blocked on nodeN (probe.peer-unreachable when a peer probes it).
+    Finding: firewall_rules.PEER_PORTS_BLOCKED on nodeN (probes_rules.PEER_UNREACHABLE when a peer probes it).
     Gloo's higher address dials the lower one, so torch alone may not trip over this one."""
     _iptables_on(last(plan))
 
@@ -137,13 +140,13 @@ def _load_nftables(rt: Runtime, node: NodePlan) -> None:
 @scenario(
     "nftables-worker2",
     "native nftables on node2 (inet filter input, policy drop, only ssh): drops the master port and ephemeral range",
-    ("firewall.peer-ports-blocked", "probe.peer-unreachable"),
+    (firewall_rules.PEER_PORTS_BLOCKED.id, probes_rules.PEER_UNREACHABLE.id),
     min_nodes=3,
 )
 def _nftables_worker2(plan: LabPlan) -> None:
     """Failure mode: the firewall with a native nftables rule set (no iptables, no firewalld), persisted in node2's
     /etc/nftables.conf: TCP from peers is dropped silently (timeouts, not refusals).
-    Findings: firewall.peer-ports-blocked on node2; probe.peer-unreachable on the nodes that dial it."""
+    Findings: firewall_rules.PEER_PORTS_BLOCKED on node2; probes_rules.PEER_UNREACHABLE on the nodes that dial it."""
     plan.nodes[1].tasks.append(_load_nftables)
 
 
@@ -229,12 +232,12 @@ def _docker_tables(plan: LabPlan) -> None:
 @scenario(
     "iptables-worker2",
     "the iptables-worker rules on node2, which higher-address peers dial (breaks a Gloo all-reduce)",
-    ("firewall.peer-ports-blocked",),
+    (firewall_rules.PEER_PORTS_BLOCKED.id,),
     min_nodes=3,
 )
 def _iptables_worker2(plan: LabPlan) -> None:
     """Same rules as `iptables-worker`, on node2: in a 3+ node lab node3 dials node2's Gloo
-    listener on an ephemeral port, so `verify --torch` fails. Finding: firewall.peer-ports-blocked
+    listener on an ephemeral port, so `verify --torch` fails. Finding: firewall_rules.PEER_PORTS_BLOCKED
     on node2."""
     _iptables_on(plan.nodes[1])
 
@@ -244,11 +247,11 @@ def _iptables_worker2(plan: LabPlan) -> None:
 @scenario(
     "port-in-use",
     "a process started by the lab already listens on the master port 29500 on node1",
-    ("probe.port-in-use",),
+    (probes_rules.PORT_IN_USE.id,),
 )
 def _port_in_use(plan: LabPlan) -> None:
     """Failure mode: the master port. node1 runs a small Python listener on 0.0.0.0:29500 (the master port),
-    started by the lab and killed by its PID on `lab down`. Finding: probe.port-in-use on node1."""
+    started by the lab and killed by its PID on `lab down`. Finding: probes_rules.PORT_IN_USE on node1."""
     plan.master.tasks.append(_listen_master_port)
 
 
@@ -282,14 +285,14 @@ def world_open_rules(port: int, cidr: str) -> str:
 @scenario(
     "world-open",
     "iptables on node1 accepts the master port from any source (no -s), trusts the subnet, rejects the rest",
-    ("firewall.world-open",),
+    (firewall_rules.WORLD_OPEN.id,),
 )
 def _world_open(plan: LabPlan) -> None:
     """Failure mode: the firewall, the over-open variant. node1's iptables INPUT chain (also saved in its
     /etc/iptables/rules.v4): accept established/related, lo, tcp/22, then `-p tcp --dport 29500
     -j ACCEPT` with no source restriction (the master port is open to 0.0.0.0/0), then accept the
     lab subnet, then REJECT everything else. Peers and NTP work (they are in the subnet).
-    Finding: firewall.world-open on node1 (nothing else)."""
+    Finding: firewall_rules.WORLD_OPEN on node1 (nothing else)."""
     plan.master.tasks.append(_load_world_open)
 
 

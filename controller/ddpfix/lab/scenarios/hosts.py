@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ddpfix.lab.model import LabPlan, NodePlan
 from ddpfix.lab.scenarios.registry import scenario, second
+from ddpfix.rules import hosts as hosts_rules
 
 if TYPE_CHECKING:
     from ddpfix.lab.daemons import Runtime
@@ -21,14 +22,14 @@ WRONG_PEER_ADDR = "198.51.100.7"  # TEST-NET-2: configuration text only, never c
 @scenario(
     "hostname-loopback",
     "two nodes (incl. the highest-address one) map their own hostname to 127.0.1.1, Debian-style",
-    ("hosts.hostname-loopback",),
+    (hosts_rules.HOSTNAME_LOOPBACK.id,),
     min_nodes=2,
 )
 def _hostname_loopback(plan: LabPlan) -> None:
     """Failure mode: hostname on loopback. On nodeN and node(N-1) /etc/hosts has the Debian installer's
     `127.0.1.1 <own hostname>` line and no other line for the own name, so `getent ahosts
     $(hostname)` gives 127.0.1.1 and Gloo would advertise loopback. Finding:
-    hosts.hostname-loopback on those two nodes."""
+    hosts_rules.HOSTNAME_LOOPBACK on those two nodes."""
     for node in plan.nodes[-2:]:
         hosts = [(a, [x for x in names if x != node.hostname]) for a, names in node.hosts]
         hosts = [(a, names) for a, names in hosts if names]
@@ -40,12 +41,12 @@ def _hostname_loopback(plan: LabPlan) -> None:
 @scenario(
     "peer-unresolvable",
     "node2's /etc/hosts lacks the other nodes (and the resolver answers nothing)",
-    ("hosts.peer-unresolvable",),
+    (hosts_rules.PEER_UNRESOLVABLE.id,),
     min_nodes=2,
 )
 def _peer_unresolvable(plan: LabPlan) -> None:
     """Failure mode: peer name resolution. node2's /etc/hosts only knows localhost and itself; with the resolver at
-    127.0.0.1 (nothing listens) no peer name resolves there. Finding: hosts.peer-unresolvable on
+    127.0.0.1 (nothing listens) no peer name resolves there. Finding: hosts_rules.PEER_UNRESOLVABLE on
     node2 for every other node."""
     node = plan.nodes[1]
     peers = {n.hostname for n in plan.nodes if n is not node} | {n.name for n in plan.nodes if n is not node}
@@ -55,13 +56,13 @@ def _peer_unresolvable(plan: LabPlan) -> None:
 @scenario(
     "peer-mismatch",
     f"node1 maps node2's name to {WRONG_PEER_ADDR}, outside the subnet (never contacted)",
-    ("hosts.peer-mismatch",),
+    (hosts_rules.PEER_MISMATCH.id,),
     min_nodes=2,
 )
 def _peer_mismatch(plan: LabPlan) -> None:
     """Failure mode: peer name resolution. node1's /etc/hosts maps node2's hostname to 198.51.100.7 (TEST-NET-2,
     outside the cluster CIDR; the lab has no route out, and nothing is ever sent there), while
-    every other node maps it to node2's lab address. Finding: hosts.peer-mismatch on node1
+    every other node maps it to node2's lab address. Finding: hosts_rules.PEER_MISMATCH on node1
     (node2 resolves outside the CIDR / differently on different nodes)."""
     node, peer = plan.nodes[0], plan.nodes[1]
     node.hosts = [(WRONG_PEER_ADDR if peer.hostname in names else a, names) for a, names in node.hosts]
@@ -70,14 +71,14 @@ def _peer_mismatch(plan: LabPlan) -> None:
 @scenario(
     "duplicate-hostname",
     "the highest-address node has the same hostname as node(N-1), like a cloned VM",
-    ("hosts.duplicate-hostname", "hosts.name-form-differs"),
+    (hosts_rules.DUPLICATE_HOSTNAME.id, hosts_rules.NAME_FORM_DIFFERS.id),
     min_nodes=2,
 )
 def _duplicate_hostname(plan: LabPlan) -> None:
     """Failure mode: duplicate hosts. nodeN's hostname (UTS and /etc/hostname) is node(N-1)'s; inventory names
     stay unique and every /etc/hosts still maps the inventory names to the lab addresses (so the
-    clone's own name resolves to its twin's address). Findings: hosts.duplicate-hostname (cluster), and
-    hosts.name-form-differs on nodeN (its hostname resolves to an address it does not hold)."""
+    clone's own name resolves to its twin's address). Findings: hosts_rules.DUPLICATE_HOSTNAME (cluster), and
+    hosts_rules.NAME_FORM_DIFFERS on nodeN (its hostname resolves to an address it does not hold)."""
     plan.nodes[-1].hostname = plan.nodes[-2].hostname
 
 
@@ -102,12 +103,12 @@ def _bind_hosts(rt: Runtime, node: NodePlan) -> None:
 @scenario(
     "machine-id-clone",
     "the highest-address node has the same /etc/machine-id as node(N-1), like a cloned VM",
-    ("hosts.duplicate-machine-id",),
+    (hosts_rules.DUPLICATE_MACHINE_ID.id,),
     min_nodes=2,
 )
 def _machine_id_clone(plan: LabPlan) -> None:
     """Failure mode: duplicate hosts (clone leftovers). nodeN and node(N-1) share one /etc/machine-id;
-    hostnames stay unique. Finding: hosts.duplicate-machine-id (cluster, naming both nodes)."""
+    hostnames stay unique. Finding: hosts_rules.DUPLICATE_MACHINE_ID (cluster, naming both nodes)."""
     mid = hashlib.sha256(f"ddpfix-lab-{plan.name}-clone".encode()).hexdigest()[:32]
     for node in plan.nodes[-2:]:
         node.files["machine-id"] = mid + "\n"

@@ -10,6 +10,8 @@ from ddpfix.errors import ExitCode
 from ddpfix.lab.model import ExtraNic, LabError, LabPlan
 from ddpfix.lab.scenarios.netif import IFNAME_KEYS, arp_node, inner_veth
 from ddpfix.lab.scenarios.registry import scenario, unused_ifname
+from ddpfix.rules import hosts as hosts_rules
+from ddpfix.rules import netif as netif_rules
 
 
 def data_network(subnet: ipaddress.IPv4Network | str) -> ipaddress.IPv4Network:
@@ -31,7 +33,7 @@ DATA_IFNAMES = ("data0", "ens6f1", "data0", "enp65s0")
     "multi-homed",
     "SSH and hostnames on the management network, ddp_cluster_cidr on a second (data) network: data NIC names "
     "differ per node, node3 has two data addresses",
-    ("hosts.peer-name-other-network",),
+    (hosts_rules.PEER_NAME_OTHER_NETWORK.id,),
     min_nodes=2,
 )
 def _multi_homed(plan: LabPlan) -> None:
@@ -71,7 +73,7 @@ def isolated_address(plan: LabPlan, node_index: int) -> ipaddress.IPv4Address:
 @scenario(
     "isolated-nic",
     f"node3's env file names {ISO_IFNAME}, an interface with a cluster-network address on a link that reaches no peer",
-    ("netif.cannot-reach-peers",),
+    (netif_rules.CANNOT_REACH_PEERS.id,),
     min_nodes=2,
 )
 def _isolated_nic(plan: LabPlan) -> None:
@@ -82,7 +84,7 @@ def _isolated_nic(plan: LabPlan) -> None:
     node's ARP sysctls are the ones that stop ARP flux (net.ipv4.conf.all.arp_ignore 1, arp_announce 2), so no other
     NIC answers for iso0's address: a connect from that address (bound to it, as Gloo and NCCL bind) reaches no
     peer, and one bound to the device finds no route. torch fails on node3 until the env file names the interface
-    that reaches every peer. Finding: netif.cannot-reach-peers on node3; ddpfix remediate --apply writes the
+    that reaches every peer. Finding: netif_rules.CANNOT_REACH_PEERS on node3; ddpfix remediate --apply writes the
     cluster NIC with a `# GLOO_SOCKET_IFNAME:` line saying why."""
     node = arp_node(plan)
     node.post_ip += inner_veth(ISO_IFNAME, f"{isolated_address(plan, node.index)}/32")

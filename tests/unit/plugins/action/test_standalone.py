@@ -16,6 +16,7 @@ from unit_helpers import FACTS, ROOT
 from ddpfix.audit import NOT_RUN, audit_report, failing, host_facts, hosts_from_vars
 from ddpfix.errors import DdpfixError
 from ddpfix.inventory.derive import cluster_from_hostvars, cluster_from_inventory_data
+from ddpfix.rules import reachability as reachability_rules
 from ddpfix.rules.context import Context
 from ddpfix.rules.engine import run_checks
 
@@ -87,7 +88,7 @@ def test_hosts_from_vars_follows_the_cli_on_nodes_without_facts() -> None:
 
 def test_hosts_from_vars_names_a_module_failure_as_the_cli_does() -> None:
     """The standalone play's view of a node whose Python failed: failed (SSH worked), the module's own error; the
-    analysis reports host.module-failed there, never host.unreachable."""
+    analysis reports reachability_rules.MODULE_FAILED there, never reachability_rules.UNREACHABLE."""
     from ddpfix.rules.context import Context
     from ddpfix.rules.engine import run_checks
 
@@ -104,7 +105,7 @@ def test_hosts_from_vars_names_a_module_failure_as_the_cli_does() -> None:
     assert hosts[n2].error == ("Module result deserialization failed: No start of json char found; rc=1; "
                                "stderr: broken python")
     ids = {(f.id, f.host) for f in run_checks(Context(cluster, hosts))}
-    assert (("host.module-failed", n2) in ids and not any(i == "host.unreachable" for i, _ in ids)
+    assert ((reachability_rules.MODULE_FAILED.id, n2) in ids and not any(i == reachability_rules.UNREACHABLE.id for i, _ in ids)
             and hosts[n1].reachable and hosts[n3].reachable)
 
 

@@ -85,7 +85,7 @@ def test_default_run_missing_binary_and_timeout():
     assert (rc, out) == (0, "hi\n")
 
 
-# ------------------------------------------------------------------ unread layers (facts.incomplete)
+# ------------------------------------------------------------------ unread layers (reachability_rules.INCOMPLETE)
 
 
 def test_collect_as_non_root_records_every_unread_layer_with_the_tools_error():

@@ -10,6 +10,7 @@ from types import ModuleType
 
 from unit_helpers import FIXTURES, load_role_module
 
+from ddpfix.rules import net as net_rules
 from ddpfix.rules.host import nofile_fix, nofile_needed
 
 
@@ -149,7 +150,7 @@ def test_remediate_plan_takes_the_values_the_checks_reported() -> None:
     from ddpfix.rules.engine import run_checks
 
     sim = Sim()
-    fixture = json.loads((FIXTURES / "rules" / "net.arp-flux.json").read_text())["fail"][0]
+    fixture = json.loads((FIXTURES / "rules" / f"{net_rules.ARP_FLUX.id}.json").read_text())["fail"][0]
     sim.node("node3")["sysctl"]["arp"] = fixture["merge"]["node2"]["node"]["sysctl"]["arp"]
     sim.node("node3")["interfaces"] += [dict(fixture["append"]["node2"]["node"]["interfaces"][0], addrs=[
         {"family": "inet", "local": "192.168.77.113", "prefixlen": 32}])]
@@ -159,5 +160,5 @@ def test_remediate_plan_takes_the_values_the_checks_reported() -> None:
     assert plans["node2"].nofile == {"soft": "4096", "hard": "0", "unit_hard": "4096"} and not plans["node2"].arp
     assert plans["node3"].arp == ["arp0", "eth0"] and not plans["node3"].nofile
     assert plans["node3"].to_vars()["arp"] == ["arp0", "eth0"]
-    only, _ = build_plan(ctx, run_checks(ctx), only={"net.arp-flux"})
+    only, _ = build_plan(ctx, run_checks(ctx), only={net_rules.ARP_FLUX.id})
     assert not only["node2"].nofile and only["node3"].arp

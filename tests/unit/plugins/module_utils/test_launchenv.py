@@ -13,6 +13,8 @@ from types import ModuleType
 import pytest
 from unit_helpers import Sim, load_role_module
 
+from ddpfix.rules import env as env_rules
+from ddpfix.rules import host as host_rules
 from ddpfix.rules.host import NCCL_SHM_SEGMENT, shm_needed
 
 
@@ -102,7 +104,7 @@ def test_ddp_nproc_per_node_counts_when_the_driver_shows_no_gpu(sim: Sim) -> Non
     sim.set_var(None, ddp_nproc_per_node=8)
     sim.node("node2")["shm"] = {"path": "/dev/shm", "size_bytes": 2 * 2**30, "avail_bytes": 2 * 2**30,
                                 "fstype": "tmpfs", "options": "rw,size=2097152k", "gpus": None, "gpus_source": None}
-    found = [f for f in sim.findings() if f.id == "host.shm-small"]
+    found = [f for f in sim.findings() if f.id == host_rules.SHM_SMALL.id]
     assert [f.host for f in found] == ["node2"] and "GPUs per node: 8 (ddp_nproc_per_node 8)" in found[0].evidence
 
 
@@ -110,5 +112,5 @@ def test_stray_secret_is_never_shown(sim: Sim) -> None:
     sim.node("node2")["shell_env"] = {"users": ["root"], "files": ["/etc/environment"], "assignments": [
         {"file": "/etc/environment", "line": 1, "key": "MASTER_ADDR", "value": "***", "dynamic": False,
          "conditional": False, "exported": True, "secret": True}]}
-    f = next(f for f in sim.findings() if f.id == "env.stray")
+    f = next(f for f in sim.findings() if f.id == env_rules.STRAY.id)
     assert "MASTER_ADDR=*** (secret-looking, not shown) (cannot be compared" in f.evidence

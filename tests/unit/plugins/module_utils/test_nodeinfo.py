@@ -196,7 +196,7 @@ def test_cluster_interface_override() -> None:
     # override not on the cluster network: reported with no address
     got = ni.cluster_interface(IFACES, "", "192.168.77.12", "docker0")
     assert got == {"cidr": "192.168.77.0/24", "ifname": "docker0", "address": None, "source": "override"}
-    # override that does not exist: still reported (netif.missing is decided by the controller)
+    # override that does not exist: still reported (netif_rules.MISSING is decided by the controller)
     assert ni.cluster_interface(IFACES, "", "192.168.77.12", "ens5")["ifname"] == "ens5"
 
 
