@@ -3,10 +3,11 @@ user's Ansible configuration (`ddpfix.ansible.config`) first, ddpfix's own defau
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ddpfix import paths
@@ -19,6 +20,21 @@ MAX_DEFAULT_FORKS = 50
 #: is the one reader of the inventory: it must fail where the CLI's own read would).
 STRICT_INVENTORY = {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
 
+
+
+@contextlib.contextmanager
+def environ(updates: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment with `updates` set for the block, and as it was after it (set or unset)."""
+    saved = {k: os.environ.get(k) for k in updates}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def find_ansible_playbook() -> str:

@@ -7,7 +7,6 @@ import contextlib
 import datetime
 import io
 import json
-import os
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpfix.ansible import args as ansibleargs
-from ddpfix.ansible.env import STRICT_INVENTORY, ansible_env
+from ddpfix.ansible.env import STRICT_INVENTORY, ansible_env, environ
 from ddpfix.ansible.results import short_line
 from ddpfix.ansible.rundirs import discard_run_dir, new_run_dir, private_umask
 from ddpfix.errors import DdpfixError, ExitCode
@@ -53,9 +52,7 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
     if loaded is not None and not all(getattr(loaded, k, False) is True
                                       for k in ("INVENTORY_UNPARSED_IS_FAILED", "INVENTORY_ANY_UNPARSED_IS_FAILED")):
         return None  # ... or without the strict inventory settings (something imported Ansible before this read)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(env):
         # ansible-core reads its settings (the env set above) when imported, and loads slowly: only here
         from ansible import constants as C
         from ansible.errors import AnsibleError
@@ -76,12 +73,6 @@ def _inventory_in_process(inventories: Sequence[str], env: Mapping[str, str]) ->
             return dict(json.loads(json.dumps(data, default=_json_plain)))
         except AnsibleError as exc:
             raise DdpfixError(f"cannot read inventory {', '.join(inventories)}: {short_line(exc)}") from None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _json_plain(value: Any) -> Any:

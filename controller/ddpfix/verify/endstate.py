@@ -14,6 +14,7 @@ from typing import Any
 from ddpfix import paths
 from ddpfix.ansible import args as ansibleargs
 from ddpfix.ansible import config as ansiblecfg
+from ddpfix.ansible.env import environ
 from ddpfix.envtemplate import write_needed
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.finding import Finding
@@ -61,16 +62,8 @@ def _user_ansible_config(inventories: list[str]) -> Iterator[dict[str, Any]]:
     if key:
         p = Path(key).expanduser()
         kwargs["ssh_identity_file"] = str(p if p.is_absolute() or cfg.path is None else cfg.path.parent / p)
-    saved = os.environ.get("ANSIBLE_CONFIG")
-    if cfg.path is not None:
-        os.environ["ANSIBLE_CONFIG"] = str(cfg.path)
-    try:
+    with environ({"ANSIBLE_CONFIG": str(cfg.path)} if cfg.path is not None else {}):
         yield kwargs
-    finally:
-        if saved is None:
-            os.environ.pop("ANSIBLE_CONFIG", None)
-        else:
-            os.environ["ANSIBLE_CONFIG"] = saved
 
 
 def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
@@ -104,16 +97,8 @@ def _cli_connection(hostvars: Mapping[str, Any]) -> Iterator[None]:
         env["ANSIBLE_REMOTE_USER"] = args.user
     if args.become and "ansible_become" not in hostvars:
         env["ANSIBLE_BECOME"] = "True"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environ(env):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
