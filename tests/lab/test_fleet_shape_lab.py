@@ -4,10 +4,11 @@ network as the cluster CIDR, with per-node data NIC names and a node with two da
 One lab (`multi-homed,iptables-worker2,isolated-nic`): the audit finds the real faults (node2's firewall, on the
 data network; node3's env file naming iso0, a cluster-network interface on a link to nowhere, which the interface
 reach probe shows reaching no peer while node3's data NIC reaches them all) and nothing false (no probe of a
-management address, no management route, no name "mismatch"); `verify --torch` fails; `remediate --apply` fixes
-both with env files naming each node's data NIC (node3's with a `# GLOO_SOCKET_IFNAME:` line saying why); the audit
-is clean (also with forks below the node count, where the probers run detached), torch passes over the data
-network, and a second apply changes nothing.
+management address, no management route, no name "mismatch"); with node2's firewall fixed alone (`--only`),
+`verify --torch` still fails, on iso0 alone (the peers cannot dial the address node3's rank advertises);
+`remediate --apply` fixes the rest with env files naming each node's data NIC (node3's with a
+`# GLOO_SOCKET_IFNAME:` line saying why); the audit is clean (also with forks below the node count, where the
+probers run detached), torch passes over the data network, and a second apply changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, i
 from test_lab_scenarios import check_isolated_nic
 
 from ddpfix import lab
-from ddpfix.lab.scenarios.sites import DATA_IFNAMES, ISO_IFNAME, data_address
+from ddpfix.lab.scenarios.sites import DATA_IFNAMES, ISO_IFNAME, data_address, data_network
 from ddpfix.rules import firewall as firewall_rules
 from ddpfix.rules import hosts as hosts_rules
 from ddpfix.rules import net as net_rules
@@ -64,8 +65,16 @@ def test_management_and_data_network_fixed_end_to_end(temp_lab: Any) -> None:
     assert f"{ISO_IFNAME} " in iso["evidence"] and "reached none; failed node1" in iso["evidence"], iso
     assert iso["fixable"] and f"GLOO_SOCKET_IFNAME={DATA_IFNAMES[2]}" in iso["fix"], iso
 
+    # node2's firewall fixed alone first (the env files stay as they are): torch then fails because of node3's iso0
+    # alone. Its rank advertises iso0's address, which no peer can reach: node1's and node2's Gloo full mesh times
+    # out dialling it ("No route to host"), node3 waits until the launcher's hard limit.
+    code, fw = ddpfix_json(inv, "remediate", "--apply", "--only", firewall_rules.PEER_PORTS_BLOCKED.id)
+    assert code == 1 and fw["changed"]["node2"] > 0 and fw["changed"]["node3"] == 0, fw["changes"]  # env: open
     code, v = ddpfix_json(inv, "verify", "--torch", "--no-checks")
-    assert code == 1 and not all(r["ok"] for r in v["torch"]), v["torch"]
+    iso_addr = str(data_network(info.subnet).network_address + 203)  # sites.isolated_address for node3
+    failed = {r["host"]: r for r in v["torch"] if not r["ok"]}
+    assert code == 1 and {"node1", "node2"} <= failed.keys(), v["torch"]
+    assert all(f"remote=[{iso_addr}]" in failed[n]["error"] for n in ("node1", "node2")), v["torch"]
 
     code, applied = ddpfix_json(inv, "remediate", "--apply")
     assert code == 0, (applied["remaining_fixable"], applied["failed_hosts"], applied["refused"])
