@@ -54,7 +54,11 @@ def cluster_interface(ifaces, cidr, master_ip, override=""):
 
     The cluster network is `cidr`, or else the on-link prefix that contains `master_ip`.
     The interface is the override if given (reported even when absent), else the first
-    interface holding an IPv4 address inside the cluster network.
+    interface (by index) holding an address inside the cluster network, preferring one that
+    is up (flag UP, operstate not DOWN) and then one whose address carries the network's
+    prefix over a single-host one (/32, /128: a VIP, a dummy or an isolated link), so that a
+    dead or isolated interface ordered before the data NIC does not become the node's cluster
+    address.
     """
     net = network(cidr)
     mip = _ip(master_ip)
@@ -87,11 +91,15 @@ def cluster_interface(ifaces, cidr, master_ip, override=""):
             if i.get("name") == override:
                 result["address"] = addr_in(i)
         return result
-    for i in sorted(ifaces, key=lambda x: x.get("index") or 0):
-        a = addr_in(i)
-        if a:
-            result.update(ifname=i.get("name"), address=a, source="cidr")
-            return result
+    def rank(i):
+        up = "UP" in (i.get("flags") or []) and i.get("operstate") != "DOWN"
+        host_only = all(a.get("prefixlen") == net.max_prefixlen for a in i.get("addrs", [])
+                        if _ip(a.get("local")) is not None and _ip(a.get("local")) in net)
+        return (not up, host_only, i.get("index") or 0)
+
+    for i in sorted((i for i in ifaces if addr_in(i)), key=rank):
+        result.update(ifname=i.get("name"), address=addr_in(i), source="cidr")
+        return result
     return result
 
 

@@ -227,3 +227,25 @@ def test_running_time_daemons_reads_comm(tmp_path) -> None:
     (tmp_path / "400").mkdir()  # process gone: no comm
     assert ni.running_time_daemons(str(tmp_path)) == ["chronyd", "ntpd"]
     assert ni.running_time_daemons(str(tmp_path / "missing")) == []
+
+
+# ---------------------------------------------------------------- cluster_interface
+
+
+def _iface(name: str, index: int, local: str, prefixlen: int, up: bool = True) -> dict[str, object]:
+    return {"name": name, "index": index, "flags": ["BROADCAST", "UP"] if up else ["BROADCAST"],
+            "operstate": "UP" if up else "DOWN", "addrs": [{"family": "inet", "local": local, "prefixlen": prefixlen}]}
+
+
+def test_cluster_interface_skips_a_dead_or_host_only_interface_ordered_first() -> None:
+    data = _iface("data0", 5, "10.1.0.13", 24)
+    dead = _iface("ens1", 2, "10.1.0.90", 24, up=False)  # a lower index, down: not the cluster interface
+    iso = _iface("iso0", 3, "10.1.0.203", 32)  # a /32 on a link to nowhere (or a VIP on a dummy), up
+    got = ni.cluster_interface([iso, dead, data], "10.1.0.0/24", "10.1.0.11")
+    assert (got["ifname"], got["address"], got["source"]) == ("data0", "10.1.0.13", "cidr")
+    # the index still decides between equals, and a host-only or down interface is taken when it is all there is
+    assert ni.cluster_interface([data, _iface("data1", 4, "10.1.0.14", 24)], "10.1.0.0/24", "")["ifname"] == "data1"
+    assert ni.cluster_interface([iso, dead], "10.1.0.0/24", "")["ifname"] == "iso0"
+    assert ni.cluster_interface([dead], "10.1.0.0/24", "")["ifname"] == "ens1"
+    # the override is reported as it is, whatever its state
+    assert ni.cluster_interface([iso, data], "10.1.0.0/24", "", override="iso0")["address"] == "10.1.0.203"
