@@ -85,8 +85,9 @@ def test_the_collect_round_runs_only_where_a_prober_was_detached() -> None:
     when = "(ansible_facts.ddpfix_node.probe.result_path | default(none)) is not none"
     assert collect["when"] == when
     assert "ddpfix_facts_collect" not in audit.CLI_SKIP_TAGS
-    # main.yml includes that file only where it is needed: a second probe round, or a detached prober to collect
-    main = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text())
+    # more.yml (main.yml's second half) includes that file only where it is needed: a second probe round, or a
+    # detached prober to collect
+    main = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "more.yml").read_text())
     (include,) = [t for t in main if "ansible.builtin.include_tasks" in t]
     assert include["ansible.builtin.include_tasks"]["file"] == "probe_more.yml" and when in include["when"]
 
