@@ -120,10 +120,42 @@ def ddpfix_cluster_addresses(hosts, hostvars):
     return out
 
 
+def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None):
+    """Whether any node of the facts play can need its follow-up (role ddpfix_facts, more.yml): the second probe
+    round at the nodes' cluster addresses, or the collection of probers left detached. Decided once per play, from
+    the cluster view `view` (the audit play's first task's result `ddpfix_audit_cluster`, or the ddpfix CLI's extra
+    var of that name; None: the first of `hosts` whose `hostvars` hold that result): the probes run (`probe`) and
+    either the cluster network is not the inventory's (`probe_from_facts`, or its addresses and CIDR say so) or the
+    cluster has more nodes than `forks` (its probers run detached). An upper bound: each node's own condition still
+    decides in the follow-up (under --limit fewer nodes may run than the cluster has). No view at all (the first task
+    did not run): True, the follow-up decides per node."""
+    if not probe:
+        return False
+    if not isinstance(view, dict):
+        view = None
+        for h in hosts or []:
+            try:
+                found = (hostvars or {})[h].get("ddpfix_audit_cluster")
+            except (KeyError, TypeError, AttributeError):
+                continue
+            if isinstance(found, dict) and "order" in found:
+                view = found
+                break
+    if view is None:
+        return True
+    if view.get("probe_from_facts", ddpfix_probe_needs_facts(view.get("addresses"), view.get("cluster_cidr"))):
+        return True
+    try:
+        return len(view.get("order") or []) > int(forks)
+    except (TypeError, ValueError):
+        return True
+
+
 class FilterModule:
     def filters(self):
         return {
             "ddpfix_probe_plan": ddpfix_probe_plan,
             "ddpfix_probe_needs_facts": ddpfix_probe_needs_facts,
             "ddpfix_cluster_addresses": ddpfix_cluster_addresses,
+            "ddpfix_facts_more": ddpfix_facts_more,
         }

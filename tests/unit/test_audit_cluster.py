@@ -85,10 +85,29 @@ def test_the_collect_round_runs_only_where_a_prober_was_detached() -> None:
     when = "(ansible_facts.ddpfix_node.probe.result_path | default(none)) is not none"
     assert collect["when"] == when
     assert "ddpfix_facts_collect" not in audit.CLI_SKIP_TAGS
-    # main.yml includes that file only where it is needed: a second probe round, or a detached prober to collect
-    main = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "main.yml").read_text())
+    # more.yml (main.yml's second half) includes that file only where it is needed: a second probe round, or a
+    # detached prober to collect
+    main = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "more.yml").read_text())
     (include,) = [t for t in main if "ansible.builtin.include_tasks" in t]
     assert include["ansible.builtin.include_tasks"]["file"] == "probe_more.yml" and when in include["when"]
+
+
+def test_facts_role_halves_run_in_the_role_and_in_the_audit_plays() -> None:
+    """The facts role's main.yml runs both halves (facts.yml, then more.yml: second probe round or collect) for a
+    direct user of the role; audit.yml runs them in two plays, the second one's hosts templated once by the filter
+    ddpfix_facts_more (no host when the cluster needs neither), with the same view of the cluster as the first."""
+    tasks = ROOT / "roles" / "ddpfix_facts" / "tasks"
+    main = yaml.safe_load((tasks / "main.yml").read_text())
+    assert [t["ansible.builtin.import_tasks"] for t in main] == ["facts.yml", "more.yml"]
+    facts = yaml.safe_load((tasks / "facts.yml").read_text())
+    assert any("ddpfix.cluster.ddpfix_node_facts" in t for t in facts)
+    assert not any("ansible.builtin.include_tasks" in t for t in facts)  # no skipped round in the facts play
+    plays = yaml.safe_load((ROOT / "playbooks" / "audit.yml").read_text())
+    facts_play, more_play = plays[0], plays[1]
+    assert facts_play["tasks"][-1]["ansible.builtin.import_role"]["tasks_from"] == "facts"
+    assert more_play["tasks"][0]["ansible.builtin.import_role"]["tasks_from"] == "more"
+    assert "ddpfix.cluster.ddpfix_facts_more(" in more_play["hosts"] and more_play["vars"] == facts_play["vars"]
+    assert more_play["strategy"] == facts_play["strategy"] == "linear"
 
 
 def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:

@@ -46,7 +46,9 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
         result = pipeline.audit(None, inventories=inventories, limit=app.limit, forks=app.forks,
                                 verbosity=app.verbosity, probe=probe, probe_peers=probe_peers,
                                 probe_timeout=probe_timeout, progress=progress,
-                                thresholds=Thresholds(max_skew_s=max_skew), preload=OUTPUT_MODULES)
+                                thresholds=Thresholds(max_skew_s=max_skew),
+                                # rich only for the table (json, text and the file formats do not use it)
+                                preload=OUTPUT_MODULES if fmt == "table" else ())
     v = pipeline.verdict(result, probe=probe, skip=skip, fail_on=fail_on)
     doc, code = v.doc, v.code
     exit_line = f"exit {int(code)}: {v.line}"

@@ -121,3 +121,24 @@ def test_cluster_addresses_come_from_each_nodes_facts_and_nodes_without_one_are_
         ("node1", "10.77.0.11"), ("node1", "10.77.0.11")]
     assert p["sources"]["peer"] == [{"name": "node1", "address": "10.77.0.11"}]
     assert pp.FilterModule().filters()["ddpfix_cluster_addresses"] is pp.ddpfix_cluster_addresses
+
+
+def test_facts_follow_up_play_only_for_clusters_that_can_need_it() -> None:
+    """ddpfix_facts_more decides once per play whether the facts role's follow-up (second probe round, collect of
+    detached probers) can be needed on any node: the audit playbook's follow-up play matches no host otherwise."""
+    more = pp.FilterModule().filters()["ddpfix_facts_more"]
+    order = ["n1", "n2", "n3", "n4"]
+    addrs = {h: f"10.0.0.{i}" for i, h in enumerate(order, 1)}
+    one_net = {"order": order, "addresses": addrs, "cluster_cidr": "10.0.0.0/24", "probe_from_facts": False}
+    assert not more(one_net, 4) and not more(one_net, 50)
+    assert more(one_net, 3)  # forks below the nodes: probers run detached, the follow-up collects them
+    assert not more(one_net, 3, False)  # no probes (facts only): nothing to collect, no second round
+    assert more({**one_net, "probe_from_facts": True}, 50)  # management network for SSH: a second round
+    derived = {k: v for k, v in one_net.items() if k != "probe_from_facts"}  # the CLI's extra var has no such key
+    assert not more(derived, 4) and more({**derived, "cluster_cidr": "10.9.0.0/24"}, 4)
+    # no extra var: the first task's result, registered on the play's hosts (the first one that has it)
+    hostvars = {"other": {}, "n1": {"ddpfix_audit_cluster": one_net}}
+    assert not more(None, 4, True, ["other", "n1"], hostvars) and more(None, 3, True, ["other", "n1"], hostvars)
+    # no view at all (--list-hosts, or the first task did not run): the follow-up decides per node
+    assert more(None, 4, True, ["other"], hostvars) and more(None, 4, True, [], {})
+    assert more(one_net, "not a number")
