@@ -188,6 +188,9 @@ class Runner:
         os.environ["DDPFIX_STATE_DIR"] = str(state)
         try:
             aenv = ansible_env(run_dir, self.forks)  # ddpfix's own Ansible settings
+            # but not ddpfix's exit callback (plugins/callback/ddpfix_exit.py): the baseline is plain Ansible's exit
+            # (`ansible` loads no enabled callback by default anyway: bin_ansible_callbacks)
+            aenv.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         finally:
             if saved is None:
                 os.environ.pop("DDPFIX_STATE_DIR", None)

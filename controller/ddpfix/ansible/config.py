@@ -65,6 +65,7 @@ SETTINGS: dict[str, Setting] = {s.env: s for s in (
     Setting("ANSIBLE_PYTHON_INTERPRETER", (("defaults", "interpreter_python"),)),
     Setting("ANSIBLE_COLLECTIONS_PATH", (("defaults", "collections_path"), ("defaults", "collections_paths")),
             ("ANSIBLE_COLLECTIONS_PATHS",)),
+    Setting("ANSIBLE_CALLBACKS_ENABLED", (("defaults", "callbacks_enabled"),)),
 )}
 
 
@@ -183,7 +184,8 @@ def overlay(defaults: Mapping[str, str], cfg: UserConfig, environ: Mapping[str, 
     """ddpfix's Ansible env vars minus every setting the user set (file or environment).
 
     `ANSIBLE_SSH_ARGS` is the user's value extended (see `extend_ssh_args`); `ANSIBLE_COLLECTIONS_PATH` is
-    ddpfix's collection first, then the user's; `ANSIBLE_CONFIG` names the user's file. Keys that are not in
+    ddpfix's collection first, then the user's; `ANSIBLE_CALLBACKS_ENABLED` is the user's callbacks, then ddpfix's;
+    `ANSIBLE_CONFIG` names the user's file. Keys that are not in
     SETTINGS (ddpfix's private run files) are always kept."""
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
@@ -198,6 +200,10 @@ def overlay(defaults: Mapping[str, str], cfg: UserConfig, environ: Mapping[str, 
         elif key == "ANSIBLE_COLLECTIONS_PATH":
             # ddpfix's collection first, then the user's collections (or Ansible's default places).
             out[key] = f"{ours}{os.pathsep}{user if user is not None else DEFAULT_COLLECTIONS_PATH}"
+        elif key == "ANSIBLE_CALLBACKS_ENABLED":
+            # the user's callbacks stay enabled (a variable replaces the file's list): theirs, then ddpfix's
+            theirs = [c.strip() for c in (user or "").split(",") if c.strip()]
+            out[key] = ",".join([*theirs, *(c for c in ours.split(",") if c not in theirs)])
         elif key == "ANSIBLE_HOST_KEY_CHECKING":
             # ansible-runner turns host key checking off unless the variable is set: keep the user's
             # choice, or Ansible's own default (on).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import os
 import sys
@@ -179,4 +181,8 @@ def load_commands() -> dict[str, click.Command]:
 
 
 def main() -> None:
+    """The `ddpfix` process: the command, then an exit without Python's final garbage collections over everything it
+    loaded (click, ansible-runner, the rules): registered first, `gc.freeze` runs after every other exit handler, and
+    the collections it skips would only delay the exit the user waits for (about 0.05 s)."""
+    atexit.register(gc.freeze)
     cli(prog_name="ddpfix")

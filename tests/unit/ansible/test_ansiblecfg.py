@@ -182,3 +182,21 @@ def test_cli_without_i_uses_ansible_cfg_inventory_or_stops(home: Path, tmp_path:
     r = CliRunner().invoke(cli, ["remediate"])  # the file's error proves it was read: one line, exit 2
     assert r.exit_code == ExitCode.INVALID_INPUT and "ddp_master_port" in r.output and "99999" in r.output, r.output
     assert f"inventory {cwd.resolve() / 'hosts.yml'} (from inventory in" in r.output
+
+
+@pytest.mark.parametrize(("user_env", "user_file", "want"), [
+    (None, None, "ddpfix.cluster.ddpfix_exit"),
+    (None, "callbacks_enabled = ansible.builtin.tree, profile_tasks\n",
+     "ansible.builtin.tree,profile_tasks,ddpfix.cluster.ddpfix_exit"),
+    ("timer,ddpfix.cluster.ddpfix_exit", "callbacks_enabled = ansible.builtin.tree\n",
+     "timer,ddpfix.cluster.ddpfix_exit"),  # the environment beats the file, as in Ansible; no duplicate
+])
+def test_the_users_callbacks_stay_enabled_and_ddpfix_adds_its_exit_callback(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_env: str | None, user_file: str | None,
+        want: str) -> None:
+    cwd = tmp_path / "work"
+    cfg_file(cwd, "[defaults]\n" + (user_file or ""))
+    monkeypatch.chdir(cwd)
+    if user_env is not None:
+        monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", user_env)
+    assert ansible_env(tmp_path / "run", 5, [])["ANSIBLE_CALLBACKS_ENABLED"] == want
