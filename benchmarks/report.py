@@ -159,6 +159,13 @@ def summarize_aliases(results: dict[str, Any]) -> list[dict[str, Any]]:
                          "walls": [round(r["wall_s"], 1) for r in rs]}
         row["ratio_audit_setup"] = _kind_ratio(s, "audit", "baseline")
         row["ratio_audit_ping"] = _kind_ratio(s, "audit", "ping")
+        for kind in ("remediate-dry", "remediate-apply"):  # run.py --alias-remediate
+            rs = runs(s, kind)
+            if rs:
+                row[kind] = {"wall_s": _med([r["wall_s"] for r in rs]), "cpu_s": _med([r["cpu_s"] for r in rs]),
+                             "rcs": [r["rc"] for r in rs], "walls": [round(r["wall_s"], 1) for r in rs],
+                             "changes": [r.get("changes") for r in rs], "changed": [r.get("changed") for r in rs],
+                             "ratio_audit": _kind_ratio(s, kind, "audit")}
         last = (runs(s, "audit") or [{}])[-1]
         ev = (last.get("events") or [{}])[-1]
         row["audit_ok"] = [r.get("ok") for r in runs(s, "audit")]
@@ -208,6 +215,12 @@ def render_aliases(sm: dict[str, Any]) -> list[str]:
                  f"{r['baseline']['hosts_ok']}, ping hosts ok {r['ping']['hosts_ok']}; probe connects ok "
                  f"{f(r.get('probe_connects_ok'))}/{f(r.get('probe_connects'))}; findings "
                  f"{', '.join(f'{k} ×{v}' for k, v in sorted((r.get('finding_counts') or {}).items())) or 'none'}")
+        for kind, what in (("remediate-dry", "remediate dry run"), ("remediate-apply", "remediate --apply")):
+            x = r.get(kind)
+            if x:
+                L.append(f"  - {what}: {f(x['wall_s'])} s wall ({f(x['ratio_audit'])}× the audit), controller CPU "
+                         f"{f(x['cpu_s'])} s, rc {','.join(map(str, x['rcs']))}, changes planned {x['changes']}, "
+                         f"changed {x['changed']}")
         spans = "; ".join(f"`{t['task'][:50]}` {t['span_s']} s (per host median {t['host_median_s']} s, module "
                           f"{f(t.get('module_median_s'))} s)" for t in r.get("audit_tasks") or [])
         L.append(f"  - audit playbook span {f(r.get('audit_playbook_span_s'))} s; tasks: {spans or '–'}")

@@ -664,8 +664,9 @@ def alias_findings(res: dict[str, Any]) -> None:
 
 def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
     """`--aliases N:NODES:FORKS`: a lab of NODES real nodes, an inventory of N aliases of them, and `--alias-rounds`
-    rounds of, back to back: the audit, `ansible -m setup -a gather_subset=network` and `ansible -m ping`, all with
-    `--forks FORKS` (cold SSH connections in every run)."""
+    rounds of, back to back: the audit, `ansible -m setup -a gather_subset=network` and `ansible -m ping`, then
+    (`--alias-remediate`) the remediate dry run and `--apply`, all with `--forks FORKS` (cold SSH connections in
+    every run)."""
     from ddpfix import lab
 
     n, nodes, forks = (int(x) for x in spec.split(":"))
@@ -684,13 +685,21 @@ def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> 
             alias_findings(a)
             b = r.baseline()
             c = r.baseline("ping", ("ping",))
-            for x in (a, b, c):
+            more = []
+            for kind, extra in (("remediate-dry", []), ("remediate-apply", ["--apply"])):
+                if kind.removeprefix("remediate-") in args.alias_remediate.split(","):
+                    x = r.ddpfix(kind, ["remediate", *extra, "--format", "json"], forks=forks)
+                    audit_ok(x, n)
+                    more.append(x)
+            for x in (a, b, c, *more):
                 x["pair"], x["warmup"], x["load1"] = i, False, os.getloadavg()[0]
                 cleanup_state(x)
                 out["runs"].append(x)
             log(f"  round {i + 1}: audit {a['wall_s']:.1f} s (rc {a['rc']}, {a.get('finding_counts')}), "
                 f"setup {b['wall_s']:.1f} s (rc {b['rc']}, {b.get('hosts_ok')}/{n} ok), "
-                f"ping {c['wall_s']:.1f} s (rc {c['rc']}, {c.get('hosts_ok')}/{n} ok), load {os.getloadavg()}")
+                f"ping {c['wall_s']:.1f} s (rc {c['rc']}, {c.get('hosts_ok')}/{n} ok), "
+                + "".join(f"{x['kind']} {x['wall_s']:.1f} s (rc {x['rc']}, {x.get('changes')} changes, "
+                          f"{x.get('changed')} changed), " for x in more) + f"load {os.getloadavg()}")
     finally:
         lab.down(name)
     out["seconds"] = round(time.monotonic() - t0, 1)
@@ -726,6 +735,9 @@ def main() -> int:
                     help="instead: N:NODES:FORKS, the fleet-size stand-in (N inventory aliases of a NODES-node lab, "
                          "audit / setup / ping with --forks FORKS); several separated by commas")
     ap.add_argument("--alias-rounds", type=int, default=1, help="rounds per --aliases spec (default 1)")
+    ap.add_argument("--alias-remediate", default="",
+                    help="with --aliases: also `remediate` after each round's ping: dry, apply or dry,apply "
+                         "(default none)")
     ap.add_argument("--remediate-cost",
                     help="instead: audit, remediate dry run and --apply side by side, env files missing, at these "
                          "sizes (e.g. 4,8,16,32); writes benchmarks/remediate-cost.{json,md}")
