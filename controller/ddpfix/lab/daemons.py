@@ -312,7 +312,8 @@ def start_sshd(name: str, node: str) -> None:
         (state_dir(name) / "nodes" / node / "run" / "sshd.pid").unlink()
     _node_exec(init_pid, ["/usr/sbin/sshd"])
     pidfile = state_dir(name) / "nodes" / node / "run" / "sshd.pid"
-    _wait(pidfile.exists, 5, f"sshd pid file on {node}")
+    # sshd creates the file before it writes its pid: wait for the pid, as record_pidfile does
+    _wait(lambda: pidfile.is_file() and bool(pidfile.read_text().strip()), 5, f"sshd pid file on {node}")
     nspid = int(pidfile.read_text().split()[0])
     hp = _host_pid(init_pid, nspid)
     if hp is None:
