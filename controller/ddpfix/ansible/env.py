@@ -16,10 +16,10 @@ from ddpfix.errors import DdpfixError, ExitCode
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
-#: An inventory source Ansible cannot parse is an error, never a warning with fewer hosts (the audit's ansible-playbook
-#: is the one reader of the inventory: it must fail where the CLI's own read would).
 #: The callback every run enables, after the user's own (plugins/callback/ddpfix_exit.py).
 EXIT_CALLBACK = "{}.{}.ddpfix_exit".format(*paths.COLLECTION)
+#: An inventory source Ansible cannot parse is an error, never a warning with fewer hosts (the audit's ansible-playbook
+#: is the one reader of the inventory: it must fail where the CLI's own read would).
 STRICT_INVENTORY = {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
 
 
