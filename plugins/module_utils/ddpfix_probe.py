@@ -31,6 +31,10 @@ def tcp_connect(address, port, bind_address, bind_ifname, timeout, bound=None):
     that device, so routing cannot pick another NIC; needs CAP_NET_RAW, skipped silently without). `bound` (a dict)
     gets `device`: whether the device binding took effect."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # The dial's local port is an ephemeral one and stays in TIME_WAIT for a minute after the close; without
+    # SO_REUSEADDR that TIME_WAIT blocks a later listener bind on the same port (the next run's random probe port,
+    # taken from the same range), even one with SO_REUSEADDR: "probe listener could not start", a false finding.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.settimeout(timeout)
     started = time.time()
     try:

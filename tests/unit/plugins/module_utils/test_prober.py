@@ -46,6 +46,25 @@ def test_inline_prober_dials_itself_and_counts_inbound() -> None:
     assert c["ok"] and c["attempts"] == 1 and result["up_at"] <= c["last_try"] <= result["down_at"]
 
 
+def test_a_dials_time_wait_port_is_free_for_the_next_runs_listener() -> None:
+    """A dial's ephemeral port lingers in TIME_WAIT after the prober closes it; the next run's random probe port
+    may be that port (same range), and its listener must still bind (a CI run failed on "probe listener could not
+    start on this node": a TIME_WAIT of a socket without SO_REUSEADDR blocks every later bind of its port)."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    assert pr.tcp_connect("127.0.0.1", srv.getsockname()[1], "127.0.0.1", "", 1.0)["ok"]
+    conn, (_, dial_port) = srv.accept()
+    time.sleep(0.1)  # the prober closed first: its side is in TIME_WAIT
+    conn.close()
+    srv.close()
+    socks, held, err = pr.bind_listeners([("127.0.0.1", dial_port, "peer", False)])
+    assert err is None and held == [("127.0.0.1", dial_port, "peer")], err
+    for s, _ in socks:
+        s.close()
+
+
 def _dial_late_listener(delay: float) -> tuple[dict[str, Any], float]:
     """A prober dialling a port whose listener comes up `delay` s later: its connect result, and when it was up."""
     late = _free_port()
