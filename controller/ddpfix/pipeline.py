@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpfix.ansible.results import RunResult
 from ddpfix.audit import (
@@ -31,27 +31,21 @@ from ddpfix.inventory.derive import cluster_from_hostvars
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.finding import Finding
 from ddpfix.progress import Progress
-from ddpfix.remediate import (
-    Change,
-    HostPlan,
-    build_plan,
-    cluster_files_refusal,
-    failures_of,
-    not_effective,
-    preflight,
-    preview,
-    remaining_fixable,
-    run_remediation,
-)
 from ddpfix.report import document
 from ddpfix.rules.context import Context, Thresholds
-from ddpfix.rules.engine import not_evaluated, run_checks
-from ddpfix.rules.reachability import NOT_AUDITED, UNREACHABLE
 from ddpfix.rules.registry import RULES, fixable_ids
-from ddpfix.verify.endstate import Check, testinfra_checks
-from ddpfix.verify.endstate import document as verify_document
-from ddpfix.verify.nccl import run_nccl
-from ddpfix.verify.torch import run_torch
+
+if TYPE_CHECKING:
+    from ddpfix.remediate import Change, HostPlan
+    from ddpfix.verify.endstate import Check
+
+# CLI start: the checks, the remediation and the verification are imported inside the functions that run them, so
+# that a command reaches its ansible-playbook without loading them; the run's preload thread imports them meanwhile
+# (`ddpfix.audit.ANALYSIS_MODULES`, PLAN_MODULES, VERIFY_MODULES).
+#: What the plan and the apply load (`remediate`, `plan`, `apply`).
+PLAN_MODULES = ("ddpfix.remediate",)
+#: What `verify` loads after its audit (the end-state checks; the collectives).
+VERIFY_MODULES = ("ddpfix.verify.endstate", "ddpfix.verify.torch", "ddpfix.verify.nccl")
 
 # ------------------------------------------------------------------------------------------------------------- audit
 
@@ -71,6 +65,8 @@ def facts(cluster: Cluster, **kwargs: Any) -> Context:
 def analyze(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]], *, from_run: bool, limit: str | None = None,
             thresholds: Thresholds | None = None) -> AuditResult:
     """The audit of facts a play already gathered (the action plugin: this run's facts play, or a fact cache)."""
+    from ddpfix.rules.engine import run_checks  # CLI start: see the note at the top
+
     ctx = Context(cluster, hosts_from_vars(cluster, hostvars, from_run=from_run, limit=limit),
                   thresholds or Thresholds())
     return AuditResult(cluster, ctx, run_checks(ctx), None)  # type: ignore[arg-type]
@@ -155,6 +151,8 @@ def plan(result: AuditResult, *, only: set[str] | None = None, skip: str | None 
          pin_ifnames: bool = False, apply: bool = False) -> Plan:
     """The remediation plan, refused (DdpfixError, nothing changed) where a node returned values ddpfix will not
     write or the cluster CIDR is unknown or unacknowledged (`remediate.preflight`)."""
+    from ddpfix.remediate import build_plan, preflight  # CLI start: see the note at the top
+
     kept, skipped = split_skipped(result.findings, skip, result.cluster)  # accepted: not fixed, not counted
     plans, refusals = build_plan(result.context, kept, only=only, allow_partial=allow_partial, pin_ifnames=pin_ifnames)
     out = Plan(kept, skipped, plans, refusals, only)
@@ -181,6 +179,9 @@ def apply(result: AuditResult, fixes: Plan, *, apply: bool, limit: str | None = 
           verbosity: int = 0, progress: bool | None = None) -> Applied:
     """The dry run (check mode; what the audit's facts tell is computed without a play) or the apply of `fixes`.
     A refused cluster-wide write is added to `fixes.refusals`. `progress` False: no progress display."""
+    # CLI start: see the note at the top
+    from ddpfix.remediate import cluster_files_refusal, failures_of, preview, run_remediation
+
     ctx = result.context
     out = Applied(changed=dict.fromkeys(sorted(fixes.plans), 0))
     todo = fixes.todo
@@ -223,6 +224,8 @@ class Remediation:
 
     @property
     def remaining(self) -> list[Finding]:
+        from ddpfix.remediate import remaining_fixable  # CLI start: see the note at the top
+
         return remaining_fixable(self.final)
 
     @property
@@ -230,6 +233,8 @@ class Remediation:
         """Fixes applied whose finding is still open after the re-audit."""
         if not (self.apply and self.fixes.todo):
             return []
+        from ddpfix.remediate import not_effective  # CLI start: see the note at the top
+
         return not_effective(self.before.findings, self.final.findings, self.fixes.plans, self.fixes.only,
                              self.applied.failed)
 
@@ -237,6 +242,8 @@ class Remediation:
     def doc(self) -> dict[str, Any]:
         """The `ddpfix.report/v1` document of the remediation (its findings and hosts: the re-audit's, else the
         audit's)."""
+        from ddpfix.rules.engine import not_evaluated  # CLI start: see the note at the top
+
         final, fixes, a, cluster = self.final, self.fixes, self.applied, self.before.cluster
         ctx = final.context
         return document(
@@ -281,7 +288,7 @@ def remediate(cluster: Cluster, *, apply: bool, only: set[str] | None = None, sk
     """audit -> plan -> apply (or dry run) -> re-audit (after an apply that changed or failed something)."""
     run_opts: dict[str, Any] = {"limit": limit, "forks": forks, "verbosity": verbosity}
     with Progress(cluster.names, "ddpfix remediate: audit", enabled=progress) as prog:
-        before = audit(cluster, progress=prog, **run_opts)
+        before = audit(cluster, progress=prog, preload=PLAN_MODULES, **run_opts)
     fixes = plan(before, only=only, skip=skip, allow_partial=allow_partial, pin_ifnames=pin_ifnames, apply=apply)
     before.findings = fixes.findings
     applied = _apply(before, fixes, apply=apply, progress=progress, **run_opts)
@@ -322,6 +329,8 @@ class Verification:
 
     @property
     def doc(self) -> dict[str, Any]:
+        from ddpfix.verify.endstate import document as verify_document  # CLI start: see the note at the top
+
         return verify_document(self.cluster, self.ok, self.checks, self.torch, self.nccl)
 
 
@@ -331,9 +340,15 @@ def verify(cluster: Cluster, *, checks: bool = True, backend: str = "gloo", torc
            progress: bool | None = None) -> Verification:
     """audit (facts, live probes) -> the end-state checks from its findings -> the collective (`backend` nccl: the
     NCCL sweep; `torch`: a Gloo all-reduce)."""
+    # CLI start: see the note at the top
+    from ddpfix.rules.reachability import NOT_AUDITED, UNREACHABLE
+    from ddpfix.verify.endstate import Check, testinfra_checks
+    from ddpfix.verify.nccl import run_nccl
+    from ddpfix.verify.torch import run_torch
+
     run_opts: dict[str, Any] = {"limit": limit, "forks": forks, "verbosity": verbosity}
     with Progress(cluster.names, "ddpfix verify: probes", enabled=progress) as prog:
-        result = audit(cluster, progress=prog, **run_opts)
+        result = audit(cluster, progress=prog, preload=VERIFY_MODULES, **run_opts)
     out = Verification(cluster, testinfra_checks(result.context, result.findings) if checks else [])
     for f in result.findings:
         if f.id in NOT_AUDITED:

@@ -7,7 +7,6 @@ import re
 import shutil
 import textwrap
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ddpfix.rules import registry
@@ -15,10 +14,6 @@ from ddpfix.rules.reachability import NOT_AUDITED
 from ddpfix.rules.registry import RULES
 
 SEVERITIES = ("error", "warning", "info")
-#: --format values and the file extensions -o infers them from.
-FORMATS = ("text", "table", "json", "plain", "junit", "prometheus", "html")
-EXTENSIONS = {".json": "json", ".html": "html", ".htm": "html", ".xml": "junit", ".prom": "prometheus",
-              ".txt": "plain"}
 
 
 def _findings(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -145,23 +140,6 @@ def render_plain(doc: Mapping[str, Any]) -> str:
     for s in doc.get("skipped") or []:
         lines.append(f"skipped {s['id']} {s.get('host') or 'cluster'} {s['message']}")
     return "\n".join(lines) + ("\n" if lines else "")
-
-
-def output_format(fmt: str, output: str) -> str:
-    """The format `-o output` is written in (`--format`'s when that is a file format, else the extension's, JSON
-    when the extension says nothing). ValueError (one line) for a contradiction: an extension that names another
-    format than --format, or a bare format name as the file (`-o json`: --format was meant; `-o ./json` writes a
-    file of that name)."""
-    if output in FORMATS or output in ("xml", "prom", "htm", "txt"):
-        raise ValueError(f"-o {output}: a format name, not a file: use --format {EXTENSIONS.get('.' + output, output)}"
-                         f" (stdout) or -o ./{output} for a file of that name")
-    by_ext = EXTENSIONS.get(Path(output).suffix.lower())
-    if fmt in ("text", "table"):
-        return by_ext or "json"
-    if by_ext and by_ext != fmt:
-        raise ValueError(f"-o {output}: the extension {Path(output).suffix} means --format {by_ext}, not --format "
-                         f"{fmt}: rename the file or change --format")
-    return fmt
 
 
 def _junit_time(seconds: float) -> str:

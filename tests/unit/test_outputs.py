@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ddpfix.app import Application
 from ddpfix.cli import cli
 from ddpfix.cli.common import emit
-from ddpfix.render import output_format, render_junit, render_prometheus
+from ddpfix.formats import output_format
+from ddpfix.render import render_junit, render_prometheus
 from ddpfix.rules import hosts as hosts_rules
 from ddpfix.rules import time as time_rules
 

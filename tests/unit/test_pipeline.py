@@ -172,6 +172,7 @@ def test_cli_dry_run_reports_the_pipelines_plan(sim: Any, monkeypatch: pytest.Mo
     one change per planned host; the report is the pipeline's (`Remediation.doc`), its hosts the plan's todo, the
     same the playbook's plan task returns."""
     import ddpfix.cli.remediate as remediate_cli
+    from ddpfix import remediate as remediate_mod
     from ddpfix import schemas
     from ddpfix.remediate import Change
 
@@ -187,7 +188,7 @@ def test_cli_dry_run_reports_the_pipelines_plan(sim: Any, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(remediate_cli, "cluster_of", lambda app: sim.cluster())
     monkeypatch.setattr(pipeline, "run_audit", lambda cluster, **_: audited)
-    monkeypatch.setattr(pipeline, "run_remediation", play)
+    monkeypatch.setattr(remediate_mod, "run_remediation", play)  # pipeline.apply imports it when it runs
     r = CliRunner().invoke(cli, ["remediate", "-i", "x.yml", "--only", FIXABLE, "--format", "json"])
     assert r.exit_code == 1, r.output
     doc = json.loads(r.stdout)

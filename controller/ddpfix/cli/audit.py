@@ -8,6 +8,7 @@ from ddpfix import pipeline
 from ddpfix.app import Application
 from ddpfix.cli.common import (
     OUTPUT_MODULES,
+    TABLE_MODULES,
     emit,
     global_options,
     inventory_of,
@@ -47,8 +48,7 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
                                 verbosity=app.verbosity, probe=probe, probe_peers=probe_peers,
                                 probe_timeout=probe_timeout, progress=progress,
                                 thresholds=Thresholds(max_skew_s=max_skew),
-                                # rich only for the table (json, text and the file formats do not use it)
-                                preload=OUTPUT_MODULES if fmt == "table" else ())
+                                preload=OUTPUT_MODULES + (TABLE_MODULES if fmt == "table" else ()))
     v = pipeline.verdict(result, probe=probe, skip=skip, fail_on=fail_on)
     doc, code = v.doc, v.code
     exit_line = f"exit {int(code)}: {v.line}"

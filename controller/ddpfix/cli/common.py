@@ -15,12 +15,14 @@ from click.core import ParameterSource
 from ddpfix.ansible.args import AnsibleArgs, merge_extra_vars
 from ddpfix.app import Application
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.formats import FORMATS, output_format
 from ddpfix.inventory.derive import load_cluster
 from ddpfix.model.cluster import Cluster
-from ddpfix.render import FORMATS, RENDERERS, output_format, render_text
 
-#: What `emit` needs, not imported with the CLI: a run imports it while ansible-playbook starts (runner `preload`).
-OUTPUT_MODULES = ("rich.console", "rich.table")
+#: What `emit` needs, not imported with the CLI: a run imports it while ansible-playbook starts (runner `preload`);
+#: rich only for the table (json, text and the file formats do not use it).
+OUTPUT_MODULES = ("ddpfix.render",)
+TABLE_MODULES = ("rich.console", "rich.table")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -165,6 +167,9 @@ def render(doc: Mapping[str, Any], fmt: str, exit_line: str | None = None) -> st
         from ddpfix.report import to_json
 
         return to_json(doc)
+    # CLI start: the renderers load in the run's preload thread (OUTPUT_MODULES), while ansible-playbook starts
+    from ddpfix.render import RENDERERS, render_text
+
     if fmt == "text":
         return render_text(doc, exit_line=exit_line)
     return RENDERERS[fmt](doc)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from ddpfix.factguard.facts import guard_facts
-from ddpfix.factguard.reach import guard_reach
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.model.net import in_network
-from ddpfix.plan import NodePlan, effective_cidr, plan_cluster
+
+if TYPE_CHECKING:
+    from ddpfix.plan import NodePlan
 
 
 @dataclass
@@ -47,6 +47,11 @@ class Context:
     ifnames: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # CLI start: the guards and the plan load in the run's preload thread, while ansible-playbook starts
+        from ddpfix.factguard.facts import guard_facts
+        from ddpfix.factguard.reach import guard_reach
+        from ddpfix.plan import effective_cidr, plan_cluster
+
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
         checked = {n: guard_facts(f) for n, f in raw.items() if f}

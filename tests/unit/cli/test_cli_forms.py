@@ -332,11 +332,12 @@ def test_run_checks_failure_is_run_failed(sim: Any, monkeypatch: pytest.MonkeyPa
     """A bug in a check (ddpfix.rules.engine.run_checks raising) exits 3, not 1 (findings)."""
     import ddpfix.audit
     import ddpfix.cli.audit as audit_cli
+    import ddpfix.rules.engine
 
     def bad_checks(ctx: Any) -> list:
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(ddpfix.audit, "run_checks", bad_checks)
+    monkeypatch.setattr(ddpfix.rules.engine, "run_checks", bad_checks)  # audit.run_audit imports it when it runs
     monkeypatch.setattr(ddpfix.audit, "collect", lambda cluster, **_: (sim.context(), None))
     monkeypatch.setattr(audit_cli, "inventory_of", lambda app: ("x.yml",))
     r = CliRunner().invoke(cli, ["audit", "-i", "x.yml", "--format", "json"])

@@ -63,7 +63,7 @@ def test_cli_prints_one_line(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     results = _results(sim, monkeypatch, dict.fromkeys(sim.docs, NO_TORCH))
     monkeypatch.setattr(verify_cli, "cluster_of", lambda app: sim.cluster())
     monkeypatch.setattr(verify_cli.pipeline, "run_audit", lambda *a, **k: SimpleNamespace(context=sim.context(), findings=[]))
-    monkeypatch.setattr(verify_cli.pipeline, "run_torch", lambda *a, **k: results)
+    monkeypatch.setattr(verify, "run_torch", lambda *a, **k: results)  # pipeline.verify imports it when it runs
     r = CliRunner().invoke(cli, ["verify", "-i", "x.yml", "--torch", "--no-checks"])
     assert r.exit_code == 1
     assert r.output.splitlines() == [verify.torch_missing_line(results)]
