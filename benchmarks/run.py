@@ -727,6 +727,10 @@ def main() -> int:
                     help="raw results (default benchmarks/results/results.json; results-experiments.json with "
                          "--experiments)")
     ap.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
+    ap.add_argument("--summary",
+                    help="the summary BENCHMARKS.md is rendered from (default benchmarks/summary.json with the default "
+                         "--md; with another --md, MD's name with .summary.json, so a trial run leaves the published "
+                         "summary alone)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary run directory")
     ap.add_argument("--forks-check", default="16:4:20",
                     help="N:FORKS:RUNS consecutive clean audits with --forks FORKS at size N "
@@ -809,23 +813,41 @@ def main() -> int:
     return 0
 
 
+def summary_path(args: argparse.Namespace) -> Path:
+    """Where this run's summary goes: --summary; else the published one for the published BENCHMARKS.md, and a file
+    next to any other --md (a trial run does not overwrite benchmarks/summary.json)."""
+    if args.summary:
+        return Path(args.summary)
+    md = Path(args.md)
+    return SUMMARY if md.resolve() == (ROOT / "BENCHMARKS.md").resolve() else md.with_suffix(".summary.json")
+
+
+def _earlier(target: Path) -> dict[str, Any]:
+    """The summary the rows this run does not measure come from: the target's, else the published one."""
+    for p in (target, SUMMARY):
+        if p.exists():
+            return dict(json.loads(p.read_text()))
+    return {}
+
+
 def _save(results: dict[str, Any], args: argparse.Namespace, t0: float) -> None:
+    target = summary_path(args)
     results["duration_s"] = round(time.monotonic() - t0, 1)
     results["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
     if args.aliases:  # the stand-in's own part of summary.json; the other sizes' rows stay as they were
-        summary = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
+        summary = _earlier(target)
         summary["aliases"] = report.summarize_aliases(results)
-        SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
+        target.write_text(json.dumps(summary, indent=1) + "\n")
         Path(args.md).write_text(report.render_summary(summary))
     elif args.experiments:
         (HERE / "experiments.md").write_text(report.render_experiments(results) + "\n")
     else:
         summary = report.summarize(results)
-        if SUMMARY.exists():  # the fleet-size stand-in's rows come from their own runs (--aliases)
-            summary["aliases"] = json.loads(SUMMARY.read_text()).get("aliases") or []
-        SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
+        # the fleet-size stand-in's rows come from their own runs (--aliases)
+        summary["aliases"] = _earlier(target).get("aliases") or []
+        target.write_text(json.dumps(summary, indent=1) + "\n")
         Path(args.md).write_text(report.render_summary(summary))
 
 

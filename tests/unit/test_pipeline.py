@@ -197,3 +197,33 @@ def test_cli_dry_run_reports_the_pipelines_plan(sim: Any, monkeypatch: pytest.Mo
     assert played == [sorted(want)] and sorted(h for h, n in doc["changed"].items() if n) == sorted(want)
     assert doc["apply"] is False and doc["remaining_fixable"] is None and doc["exit_code"] == 1
     assert FIXABLE in {f["id"] for f in doc["findings"]}
+
+
+@pytest.mark.parametrize("apply", [False, True])
+def test_interrupted_remediate_says_whether_anything_was_changed(sim: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path, apply: bool) -> None:
+    """A signal during the play: exit 6, and stderr names the changes as made (--apply) or as found by the dry run,
+    which changed nothing (it said "the changes above were made" for check-mode changes too)."""
+    import ddpfix.cli.remediate as remediate_cli
+    from ddpfix import remediate as remediate_mod
+    from ddpfix.remediate import Change
+
+    audited = _cli_audit(_faulty(sim))
+
+    def play(ctx: Any, plans: dict[str, Any], **_: Any) -> tuple[RunResult, list[Change]]:
+        run = RunResult(status="failed", rc=1, stats={}, hosts={}, run_dir=tmp_path, seconds=0.0, interrupted=True)
+        return run, [Change(h, f"Fix {FIXABLE} | /etc/hosts", "") for h in sorted(plans)]
+
+    monkeypatch.setattr(remediate_cli, "cluster_of", lambda app: sim.cluster())
+    monkeypatch.setattr(pipeline, "run_audit", lambda cluster, **_: audited)
+    monkeypatch.setattr(remediate_mod, "run_remediation", play)
+    r = CliRunner().invoke(cli, ["remediate", "-i", "x.yml", "--only", FIXABLE, "--format", "json",
+                                 *(["--apply"] if apply else [])])
+    assert r.exit_code == 6, r.output
+    last = r.stderr.splitlines()[-1]
+    verb = "changed" if apply else "would change"
+    assert all(ln.startswith(f"{verb} ") for ln in r.stderr.splitlines()[:-1]), r.stderr
+    if apply:
+        assert "the changes above were made" in last, last
+    else:
+        assert "nothing was changed (dry run)" in last and "were made" not in last, last

@@ -59,8 +59,12 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
         run = applied.run
         if quiet:  # the JSON report on stdout has the diffs; stderr still says what changed where
             for c in changes:
-                err.print(f"changed {c.host}: {c.task}", highlight=False, markup=False)
-        err.print(f"[red]interrupted[/]: no new task was started after the signal; the changes above were made "
+                err.print(f"{'changed' if apply else 'would change'} {c.host}: {c.task}", highlight=False,
+                          markup=False)
+        done = ("the changes above were made" if apply else
+                "nothing was changed (dry run); the changes above are those found before the signal, others may be "
+                "missing")
+        err.print(f"[red]interrupted[/]: no new task was started after the signal; {done} "
                   f"(run dir: {run.run_dir if run else '-'}); run the same command again to finish", highlight=False)
         raise SystemExit(int(ExitCode.INTERRUPTED))
     raise SystemExit(int(code))
