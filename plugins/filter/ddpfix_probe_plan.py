@@ -26,6 +26,21 @@ def _addr_ok(a):
         return False
 
 
+#: How many ports after the probe port a listener may take instead (a node's own connection may hold the port: the
+#: probe port is a random one of the ephemeral range, where the node's outgoing connections get theirs).
+ALTERNATES = 2
+
+
+def alternate_ports(port, master_port):
+    """The next ALTERNATES ports after `port` (wrapping below 65536 to 1024), never the master port."""
+    out, p = [], int(port)
+    while len(out) < ALTERNATES:
+        p = p + 1 if p < 65535 else 1024
+        if p != int(master_port) and p != int(port):
+            out.append(p)
+    return out
+
+
 def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, peers, port):
     """The `probe` option of ddpfix_node_facts for host `me`.
 
@@ -33,7 +48,9 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
       ring follows it); `addresses`: {host: ansible_host} (a host missing there is dialled by its name).
     - targets: the master port on the master, and the probe `port` of the next `peers` hosts of the ring (among the
       play's hosts), so each listener is dialled by `peers` others and the cost is (1 + peers) * N connections
-      (`port` + 1 when `port` is the master port);
+      (`port` + 1 when `port` is the master port); `alt_ports`, the ports a listener takes instead when its node
+      holds the probe port already (another program's connection from the same address), which its dialers try
+      when the probe port refuses;
     - expect_peers / expect_master: the inbound connects this node waits for;
     - sources: {peer: [...], master: [...]}, the planned dialers of this node's listeners ({name, address}): only
       connects from their addresses (or what their names resolve to on the node) count toward those totals;
@@ -45,6 +62,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     """
     addresses = addresses or {}
     port = int(port) if int(port) != int(master_port) else int(port) + 1  # the master's listener has the master port
+    alt_ports = alternate_ports(port, int(master_port))
     in_play = set(play_hosts or [])
     ring = [h for h in (order or []) if h in in_play] or list(play_hosts or [])
 
@@ -60,7 +78,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
         i = ring.index(me)
         for step in range(1, k + 1):
             h = ring[(i + step) % len(ring)]
-            targets.append({"name": h, "address": addr(h), "port": int(port), "kind": "peer"})
+            targets.append({"name": h, "address": addr(h), "port": int(port), "alt_ports": alt_ports, "kind": "peer"})
             back = ring[(i - step) % len(ring)]  # the node `step` places before me dials me
             dialers["peer"].append({"name": back, "address": addr(back)})
     if me == master:
@@ -78,6 +96,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
         "me": me,
         "hosts_addresses": hosts_addresses,
         "port": int(port),
+        "alt_ports": alt_ports,
         "self_address": addr(me) if _addr_ok(addr(me)) else "",
         "targets": targets,
         "expect_peers": k if me in ring else 0,

@@ -86,17 +86,18 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id, ifaces
     detach}."""
     addr = cluster["address"]
     port = int(spec.get("port") or 0)
+    alternates = [int(p) for p in spec.get("alt_ports") or []]  # when this node holds the probe port already
     specs = []
     if port:
-        specs.append((addr, port, "peer", False))
+        specs.append((addr, port, "peer", False, alternates))
         dialled = spec.get("self_address") or ""
         if dialled and dialled != addr and is_local_address(dialled):
-            specs.append((dialled, port, "peer", False))
+            specs.append((dialled, port, "peer", False, alternates))
     if master_port and master_port not in listening:
         specs.append((addr, master_port, "master", True))  # skipped if a job binds it meanwhile
     socks, held, error = bind_listeners(specs)
     listener = {
-        "port": port if any(k == "peer" for _, _, k in held) else None,
+        "port": next((p for _, p, k in held if k == "peer"), None),  # the probe port, or the alternate taken
         "master_port_listening": any(k == "master" for _, _, k in held),
         "error": error,
         "mode": "detached" if spec.get("detach") else "inline",

@@ -130,24 +130,43 @@ def proc_start(pid):
         return None
 
 
-def bind_listeners(specs):
-    """[(addr, port, kind, optional)] -> (sockets [(sock, kind)], held [(addr, port, kind)], error or None)."""
-    socks, held = [], []
-    for addr, port, kind, optional in specs:
+def _bind_first(addr, ports):
+    """A listening socket on the first of `ports` that `addr` can bind: (sock, port, None), or (None, None, the
+    first port's error) when none can. Only "address in use" moves on to the next port."""
+    first = None
+    for port in ports:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT only: a live listener still fails the bind
         try:
             s.bind((addr, int(port)))
+            s.listen(1024)
+            return s, int(port), None
         except OSError as exc:
             s.close()
-            if optional and exc.errno == errno.EADDRINUSE:
+            first = first or exc
+            if exc.errno != errno.EADDRINUSE:
+                break
+    return None, None, first
+
+
+def bind_listeners(specs):
+    """[(addr, port, kind, optional[, alternates])] -> (sockets [(sock, kind)], held [(addr, port, kind)], error or
+    None). A port in use (a listener, or a connection of this node's own from the same address) moves on to the
+    spec's alternates, in order; held names the port taken."""
+    socks, held = [], []
+    for spec in specs:
+        addr, port, kind, optional = spec[:4]
+        alternates = list(spec[4]) if len(spec) > 4 else []
+        s, got, exc = _bind_first(addr, [port, *alternates])
+        if s is None:
+            if optional and exc is not None and exc.errno == errno.EADDRINUSE:
                 continue
             for o, _ in socks:
                 o.close()
-            return [], [], f"cannot listen on {addr}:{port}: {exc.strerror or exc}"
-        s.listen(1024)
+            tried = f" (and {', '.join(str(p) for p in alternates)})" if alternates else ""
+            return [], [], f"cannot listen on {addr}:{port}{tried}: {getattr(exc, 'strerror', None) or exc}"
         socks.append((s, kind))
-        held.append((addr, int(port), kind))
+        held.append((addr, got, kind))
     return socks, held, None
 
 
@@ -327,28 +346,36 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
 
     def dial(i, t):
         first, attempts, r, last = time.time(), 0, None, None
+        # the peer's listener is on its probe port, or on an alternate when its node held that port already
+        ports = [int(t["port"]), *(int(p) for p in t.get("alt_ports") or [])]
+        rounds, port = 0, ports[0]
         while True:
-            attempts += 1
-            last = time.time()  # the start of the last attempt: the controller checks the listener was up then
-            r = tcp_connect(t["address"], t["port"], bind_address, bind_ifname, timeout, main_bound)  # a full timeout
+            for port in ports:
+                attempts += 1
+                last = time.time()  # the start of the last attempt: the controller checks the listener was up then
+                r = tcp_connect(t["address"], port, bind_address, bind_ifname, timeout, main_bound)  # a full timeout
+                if r["ok"] or "ECONNREFUSED" not in (r["error"] or ""):
+                    break  # an alternate is tried only where the port refused
+            rounds += 1
             # only "connection refused" may mean the peer's listener is not up yet; any other answer (an ICMP
             # reject, a timeout) comes from the path itself, and repeating it would only meet ICMP rate limits
             # the retry interval grows 25 ms, 50, 100, then 200 ms: a peer that starts a moment later is found at once
-            pause = min(0.2, 0.025 * 2 ** (attempts - 1))
+            pause = min(0.2, 0.025 * 2 ** (rounds - 1))
             if (r["ok"] or "ECONNREFUSED" not in (r["error"] or "") or time.time() + pause >= dial_until
                     or stop.is_set()):
                 break
             stop.wait(pause)
-        r.update(name=t.get("name"), address=t["address"], port=int(t["port"]), kind=t.get("kind", "peer"),
-                 attempts=attempts, first_try=round(first, 3), last_try=round(last, 3))
+        refused = not r["ok"] and "ECONNREFUSED" in (r["error"] or "")
+        r.update(name=t.get("name"), address=t["address"], port=ports[0] if refused else port,
+                 kind=t.get("kind", "peer"), attempts=attempts, first_try=round(first, 3), last_try=round(last, 3))
         if via and t.get("kind", "peer") == "peer" and not stop.is_set():
-            dial_via(i, t)
+            dial_via(i, t, r["port"])  # where the main dial reached the peer's listener
         results[i] = r
 
-    def dial_via(i, t):  # once from each other candidate, all at once: at most one connect timeout more
+    def dial_via(i, t, port):  # once from each other candidate, all at once: at most one connect timeout more
         def one(j, c):
             b = {}
-            extra[i][j] = (tcp_connect(t["address"], t["port"], c["address"], c["ifname"], timeout, b),
+            extra[i][j] = (tcp_connect(t["address"], port, c["address"], c["ifname"], timeout, b),
                            b.get("device", False))
 
         ths = [threading.Thread(target=one, args=(j, c)) for j, c in enumerate(via)]

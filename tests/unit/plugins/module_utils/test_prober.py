@@ -65,6 +65,61 @@ def test_a_dials_time_wait_port_is_free_for_the_next_runs_listener() -> None:
         s.close()
 
 
+def _held_port() -> tuple[socket.socket, socket.socket, socket.socket, int]:
+    """A port of 127.0.0.1 held by a live connection of this node's own (a dial without SO_REUSEADDR, as most
+    programs dial): no listener on it, and no listener can bind it. Returns (server, dialer, accepted, port)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    d = socket.socket()
+    d.connect(srv.getsockname())
+    c, _ = srv.accept()
+    return srv, d, c, d.getsockname()[1]
+
+
+def test_a_probe_port_held_by_a_connection_moves_to_an_alternate_that_the_dialers_find() -> None:
+    """The probe port is random in the ephemeral range, where the node's own outgoing connections get theirs: a busy
+    node may hold it. Its listener takes the plan's next alternate, and a dialer refused on the probe port tries the
+    alternates at once (the audit said "probe listener could not start on this node", a false error)."""
+    held = _held_port()
+    port = held[3]
+    try:
+        socks, got, err = pr.bind_listeners([("127.0.0.1", port, "peer", False, [port + 1, port + 2])])
+        if err is not None and f"{port + 1}" in err:  # (the alternates are busy on this machine too: rare)
+            return
+        assert err is None and got == [("127.0.0.1", port + 1, "peer")], err
+        pid, fd = pr.fork_prober(socks, _args([{"name": "me", "address": "127.0.0.1", "port": port,
+                                                "alt_ports": [port + 1, port + 2], "kind": "peer"}], {"peer": 1}))
+        result, error = pr.wait_inline(pid, fd)
+        assert error is None and result["inbound"] == {"peer": 1}
+        (c,) = result["connects"]
+        assert c["ok"] and c["port"] == port + 1 and c["attempts"] == 2, c
+    finally:
+        for s in held[:3]:
+            s.close()
+
+
+def test_without_a_free_alternate_the_listener_names_every_port_it_tried() -> None:
+    held = [_held_port() for _ in range(3)]
+    a, b, c = (h[3] for h in held)
+    try:
+        socks, got, err = pr.bind_listeners([("127.0.0.1", a, "peer", False, [b, c])])
+        assert socks == [] and got == [] and err == f"cannot listen on 127.0.0.1:{a} (and {b}, {c}): Address already in use"
+    finally:
+        for h in held:
+            for s in h[:3]:
+                s.close()
+
+
+def test_a_refused_peer_with_no_listener_anywhere_is_reported_on_its_probe_port() -> None:
+    port = _free_port()
+    pid, fd = pr.fork_prober([], _args([{"name": "x", "address": "127.0.0.1", "port": port,
+                                         "alt_ports": [_free_port()], "kind": "peer"}], {}, wait=0.4, hold=0.8))
+    result, _ = pr.wait_inline(pid, fd)
+    (c,) = result["connects"]
+    assert not c["ok"] and "ECONNREFUSED" in c["error"] and c["port"] == port and c["attempts"] >= 4, c
+
+
 def _dial_late_listener(delay: float) -> tuple[dict[str, Any], float]:
     """A prober dialling a port whose listener comes up `delay` s later: its connect result, and when it was up."""
     late = _free_port()
@@ -217,6 +272,11 @@ def test_probe_plan_names_the_dialers_of_each_listener() -> None:
                              "master": []}
     p1 = pp.ddpfix_probe_plan(order, "n1", order, addrs, "n1", 29500, 2, 45678)
     assert [d["name"] for d in p1["sources"]["master"]] == order and p1["expect_master"] == 4
+    # the listener's alternates (its node may hold the probe port): the next ports, never the master port, and the
+    # same in every peer target that dials it
+    assert p3["alt_ports"] == [45679, 45680] and {tuple(t["alt_ports"]) for t in p3["targets"] if t["kind"] == "peer"} == {
+        (45679, 45680)}
+    assert pp.alternate_ports(29499, 29500) == [29501, 29502] and pp.alternate_ports(65535, 1024) == [1025, 1026]
     for me in order:  # every planned dial has its dialer among the target's sources
         for t in pp.ddpfix_probe_plan(order, me, order, addrs, "n1", 29500, 2, 45678)["targets"]:
             src = pp.ddpfix_probe_plan(order, t["name"], order, addrs, "n1", 29500, 2, 45678)["sources"][t["kind"]]
