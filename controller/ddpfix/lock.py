@@ -99,6 +99,19 @@ def cluster_key(addresses: Iterable[str]) -> str:
     return hashlib.sha256("\0".join(unique).encode()).hexdigest()[:16]
 
 
+#: How long a run that meets a held controller lock waits for its holder to write who it is (seconds).
+HOLDER_WAIT_S = 1.0
+
+
+def _holder_of(fd: int) -> dict[str, Any]:
+    """The holder a lock file names ({} while it is empty or half written)."""
+    try:
+        got = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
 @dataclass
 class ControllerLock:
     path: Path
@@ -108,17 +121,23 @@ class ControllerLock:
     def acquire(self, holder: dict[str, Any] | None = None) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        # The holder writes who it is right after its flock (and empties the file right before it lets go): a run
+        # that meets the lock in between reads nothing. It tries again for a moment, until it can name the holder
+        # or the lock is free.
+        deadline = time.monotonic() + HOLDER_WAIT_S
+        while True:
             try:
-                holder = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
-            except (OSError, ValueError):
-                holder = {}
-            os.close(fd)
-            raise DdpfixError(
-                f"another ddpfix run {HELD_TEXT} ({self.what}): {describe_holder(holder)} "
-                f"[lock: {self.path}]; this run changed nothing", ExitCode.LOCKED) from None
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                other = _holder_of(fd)
+                if not other and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                os.close(fd)
+                raise DdpfixError(
+                    f"another ddpfix run {HELD_TEXT} ({self.what}): {describe_holder(other)} "
+                    f"[lock: {self.path}]; this run changed nothing", ExitCode.LOCKED) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder or holder_info()) + "\n").encode(), 0)
         self.fd = fd

@@ -77,6 +77,47 @@ def test_lock_held_by_another_process_and_gone_with_it() -> None:
     ddlock.controller_lock(["n1", "n2"]).release()  # the holder died (kill -9): no stale lock
 
 
+def _flock_then_write(path: Path, delay: float, holder: dict[str, Any]) -> subprocess.Popen[str]:
+    """Another process that takes the lock file's flock and writes who it is `delay` s later (as a run does between
+    its flock and its pwrite, stretched)."""
+    code = ("import fcntl, json, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "os.ftruncate(fd, 0)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(float(sys.argv[2]))\n"
+            "os.pwrite(fd, sys.argv[3].encode(), 0)\n"
+            "time.sleep(30)\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-c", code, str(path), str(delay), json.dumps(holder)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_a_run_that_meets_the_lock_before_its_holder_wrote_waits_to_name_it(_state: Path) -> None:
+    """The holder writes who it is right after its flock: a second run meeting the lock in between read an empty file
+    and said "pid ?, started ?: ? (run ?)" (CI, two `remediate --apply -i ip1,ip2,ip3,` at once). It waits for the
+    name (up to HOLDER_WAIT_S), and still refuses when the holder never writes one."""
+    key = ddlock.cluster_key(["n1", "n2"])
+    path = _state / "locks" / f"cluster-{key}.lock"
+    for delay, named in ((0.3, True), (ddlock.HOLDER_WAIT_S + 2, False)):
+        p = _flock_then_write(path, delay, {"pid": 4242, "command": "ddpfix remediate --apply", "run_id": "r1"})
+        try:
+            assert p.stdout is not None and p.stdout.readline().strip() == "locked"
+            started = time.monotonic()
+            with pytest.raises(DdpfixError) as exc:
+                ddlock.controller_lock(["n2", "n1"])
+            waited = time.monotonic() - started
+            assert exc.value.code == ExitCode.LOCKED
+            if named:
+                assert "pid 4242" in str(exc.value) and "ddpfix remediate --apply" in str(exc.value), exc.value
+                assert waited < ddlock.HOLDER_WAIT_S
+            else:
+                assert "pid ?" in str(exc.value) and waited >= ddlock.HOLDER_WAIT_S
+        finally:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize("spelling", ["adhoc", "file"])
 def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_path: Path, spelling: str) -> None:
     """An ad-hoc host list (a new file per run) and an inventory file naming the same nodes share the lock."""
