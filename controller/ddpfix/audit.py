@@ -33,11 +33,12 @@ FACTS_MODULE = "ddpfix_node_facts"
 #: controller clock window, which the standalone analysis (action plugin) needs, and the set_fact that folds a
 #: detached prober's collected result into the facts (`fold_collected` does it from the collect task's event).
 CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark", "ddpfix_facts_fold")
-#: What the analysis of the facts loads (the checks, causes, matrix, report): imported inside the functions that use
-#: them, so that the CLI reaches ansible-playbook without them; the run's preload thread imports them while
-#: ansible-playbook starts (about 0.03-0.04 s of a 2-core controller's CLI start).
-ANALYSIS_MODULES = ("ddpfix.factguard.facts", "ddpfix.factguard.reach", "ddpfix.plan", "ddpfix.rules.engine",
-                    "ddpfix.causes", "ddpfix.matrix", "ddpfix.report")
+#: What a Context of the facts loads (the fact guards, the plan), and what an audit's analysis loads besides (the
+#: checks, causes, matrix, report): imported inside the functions that use them, so that the CLI reaches
+#: ansible-playbook without them; the run's preload thread imports them while ansible-playbook starts (about
+#: 0.03-0.04 s of a 2-core controller's CLI start). `collect` preloads the first, `run_audit` both.
+CONTEXT_MODULES = ("ddpfix.factguard.facts", "ddpfix.factguard.reach", "ddpfix.plan")
+ANALYSIS_MODULES = (*CONTEXT_MODULES, "ddpfix.rules.engine", "ddpfix.causes", "ddpfix.matrix", "ddpfix.report")
 #: Probe listener ports are picked per run inside the default ephemeral range (32768-60999), away from its ends.
 PROBE_PORTS = (40000, 59999)
 
@@ -104,7 +105,7 @@ def collect(
             verbosity=verbosity,
             on_event=progress.on_event if progress else None,
             name="audit",
-            preload=(*ANALYSIS_MODULES, *preload),
+            preload=(*CONTEXT_MODULES, *preload),
         )
     except DdpfixError as exc:
         if cluster is None and exc.code in (ExitCode.RUN_FAILED, ExitCode.INVALID_INPUT):
@@ -413,7 +414,8 @@ def clock_window(lo: object, hi: object) -> tuple[float, float] | None:
 
 def run_audit(cluster: Cluster | None, **kwargs: object) -> AuditResult:
     """The audit: facts and probes, then the checks. `cluster` None: the play derives it (see `collect`)."""
-    ctx, run = collect(cluster, **kwargs)  # type: ignore[arg-type]
+    preload = (*ANALYSIS_MODULES, *kwargs.pop("preload", ()))  # type: ignore[misc]
+    ctx, run = collect(cluster, preload=preload, **kwargs)  # type: ignore[arg-type]
     from ddpfix.rules.engine import run_checks  # CLI start: as audit_report's imports
 
     return AuditResult(ctx.cluster, ctx, run_checks(ctx), run)
