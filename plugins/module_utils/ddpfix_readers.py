@@ -213,7 +213,22 @@ def read_limits(p, got):
     """limits: the open-file limit of the SSH session and of each launcher unit."""
     units_nofile, whys = unit_nofile(p["launcher_units"])
     unread = [u for w in whys for u in _unread("nofile_units", w)]
-    return {"limits": {"nofile": nofile_limit(), "nofile_units": units_nofile}}, unread
+    dropins = nofile_dropins(p.get("nofile_path") or NOFILE_PATH, p["launcher_units"])
+    return {"limits": {"nofile": nofile_limit(), "nofile_units": units_nofile, "nofile_dropins": dropins}}, unread
+
+
+#: The open-file limit's drop-ins that `ddpfix remediate` writes (role ddpfix_limits, tasks_from nofile): the
+#: pam_limits file (the module's nofile_path, the role's ddpfix_limits_nofile_path) and one per launcher unit.
+NOFILE_PATH = "/etc/security/limits.d/90-ddpfix-nofile.conf"
+UNIT_NOFILE_PATH = "/etc/systemd/system/{}.d/90-ddpfix-nofile.conf"
+
+
+def nofile_dropins(path, units):
+    """For remediate's dry run, computed on the controller (no check-mode play): the open-file limit's drop-ins as
+    they are now (text None: unreadable or over PREVIEW_MAX) and what of them cannot be written (the pre-flight)."""
+    unit_files = {u: preview_file(UNIT_NOFILE_PATH.format(u)) for u in units or []}
+    return {"pam": preview_file(path), "units": unit_files,
+            "unwritable": unwritable([path] + [f["path"] for f in unit_files.values()], [])}
 
 
 def read_fabric(p, got):
@@ -337,14 +352,15 @@ def env_file_facts(path, text):
         # as the write's diff shows it (secret values ***), the cluster file next to it, and what of the two could
         # not be written (the write pre-flight). Left out over PREVIEW_MAX characters: the dry run then asks the node.
         "text": redact(text) if text is not None and len(text) <= PREVIEW_MAX else None,
-        "cluster_file": cluster_file_facts(os.path.join(os.path.dirname(path), "cluster.json")),
+        "cluster_file": preview_file(os.path.join(os.path.dirname(path), "cluster.json")),
         "unwritable": unwritable([path, os.path.join(os.path.dirname(path), "cluster.json")], []),
     }
 
 
-def cluster_file_facts(path):
-    """The cluster file ddpfix writes next to the env file: whether it exists and its text (not secret: the cluster's
-    view, names and addresses), None when unreadable or over PREVIEW_MAX."""
+def preview_file(path):
+    """A file ddpfix writes whose text is not secret (the cluster file next to the env file: the cluster's view, names
+    and addresses; the open-file limit's drop-ins): whether it exists and its text, None when unreadable or over
+    PREVIEW_MAX."""
     text, why = read_or_why(path)
     return {"path": path, "exists": os.path.lexists(path),
             "text": text if why is None and text is not None and len(text) <= PREVIEW_MAX else None}

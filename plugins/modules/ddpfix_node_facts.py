@@ -72,7 +72,11 @@ options:
       type: str, default: ''}
   fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
   launcher_units: {description: "systemd units that launch training; their LimitNOFILE is read (C(limits)), their
-      LimitMEMLOCK when RDMA devices exist.", type: list, elements: str, default: []}
+      LimitMEMLOCK when RDMA devices exist; their open-file limit drop-ins are read for remediate's dry run.",
+      type: list, elements: str, default: []}
+  nofile_path: {description: "The pam_limits drop-in of the open-file limit that remediate writes (the role
+      ddpfix_limits' ddpfix_limits_nofile_path); read, with the launcher units' drop-ins, for remediate's dry run
+      (C(limits.nofile_dropins))", type: str, default: /etc/security/limits.d/90-ddpfix-nofile.conf}
   probe_only:
     description:
       - Only probe (with I(probe)), reading no more than the interfaces and listening ports the probe needs, and return
@@ -113,7 +117,8 @@ ansible_facts:
       file), hosts_file_scope, hosts_block_sha256 (SHA-256 of ddpfix's managed block in /etc/hosts, null without
       one, so that nodes compare blocks without returning them),
     sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
-    C(limits) holds the open-file limit (RLIMIT_NOFILE) of the SSH session and of each launcher unit;
+    C(limits) holds the open-file limit (RLIMIT_NOFILE) of the SSH session and of each launcher unit, and
+    (nofile_dropins) the drop-ins remediate writes for it, as they are, and which of them cannot be written;
     C(sysctl.arp) net.ipv4.conf.{all,IFACE}.arp_ignore/arp_announce; C(torch) the torch version, CUDA/ROCm build and
     NCCL version of I(python) (C(cached) when read from the cache).
     C(shm) holds the size and free bytes of /dev/shm (statvfs), its mount type and options (mountinfo) and the GPUs
@@ -171,6 +176,7 @@ def main():
             dev_root=dict(type="str", default="/dev"),
             python=dict(type="str", default=""),
             launcher_units=dict(type="list", elements="str", default=[]),
+            nofile_path=dict(type="str", default="/etc/security/limits.d/90-ddpfix-nofile.conf"),
             fi_info=dict(type="str", default=""),
             probe_only=dict(type="bool", default=False),
             profile=dict(type="bool", default=False),
@@ -193,10 +199,11 @@ def main():
     try:
         out = {"probe": probe_only(p)} if p["probe_only"] else {
             "ansible_facts": {"ddpfix_node": collect(p, profile)}}
-        ef = out.get("ansible_facts", {}).get("ddpfix_node", {}).get("env_file")
-        if lock is not None and lock.get("unlocked") and isinstance(ef, dict):  # remediate's pre-flight: refused
-            ef["unwritable"] = dict(ef.get("unwritable") or {}, **{
-                p["lock_path"]: "the node lock cannot be taken: {}".format(lock["unlocked"])})
+        node = out.get("ansible_facts", {}).get("ddpfix_node", {})
+        for files in (node.get("env_file"), (node.get("limits") or {}).get("nofile_dropins")):
+            if lock is not None and lock.get("unlocked") and isinstance(files, dict):  # remediate's pre-flight: refused
+                files["unwritable"] = dict(files.get("unwritable") or {}, **{
+                    p["lock_path"]: "the node lock cannot be taken: {}".format(lock["unlocked"])})
     finally:
         if lock is not None and not detached:  # a detached prober's collect task releases it
             release_lock(p["lock_path"], holder)

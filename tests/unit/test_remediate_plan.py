@@ -173,3 +173,88 @@ def test_changes_of_one_change_per_file_only_for_node_files_other_tasks_one_each
     got = changes_of(run)
     assert [c.task for c in got] == [f"Fix {firewall_rules.PEER_PORTS_BLOCKED.id} | persisted", f"Fix {env_rules.INCONSISTENT.id} | env"]
     assert "+++ /etc/ddpfix/firewall.nft" in got[0].diff
+
+
+def _nofile_facts(sim: Sim, node: str, *, soft: int, pam_text: str | None, units: dict[str, str | None]) -> None:
+    """`limits` as ddpfix_readers reads them: the session's soft limit, the units' and the drop-ins as they are."""
+    unit_path = "/etc/systemd/system/{}.d/90-ddpfix-nofile.conf"
+    sim.node(node)["limits"] = {
+        "nofile": {"soft": soft, "hard": 524288, "source": "ssh session"},
+        "nofile_units": {u: {"soft": soft, "hard": 524288, "source": f"systemd unit {u}"} for u in units},
+        "nofile_dropins": {
+            "pam": {"path": "/etc/security/limits.d/90-ddpfix-nofile.conf", "exists": pam_text is not None,
+                    "text": pam_text},
+            "units": {u: {"path": unit_path.format(u), "exists": t is not None, "text": t} for u, t in units.items()},
+            "unwritable": {},
+        },
+    }
+
+
+def test_dry_run_preview_computes_the_open_file_limit_drop_ins_from_the_facts(sim: Sim) -> None:
+    """The open-file limit's fix (its finding fires on every node of a real fleet with the default 1024) is previewed
+    from the audit's facts like the env file: node1 has neither drop-in, node2 an older unit drop-in and the pam file
+    as ddpfix writes it, node3's facts come from an older ddpfix (no drop-ins read): only node3 goes to the play."""
+    from ddpfix.remediate import nofile_files
+    from ddpfix.rules import host as host_rules
+
+    units = {"trainer.service": None}
+    _nofile_facts(sim, "node1", soft=512, pam_text=None, units=units)
+    _nofile_facts(sim, "node2", soft=512, pam_text=None, units={"trainer.service": "[Service]\nLimitNOFILE=4096\n"})
+    _nofile_facts(sim, "node3", soft=512, pam_text=None, units=units)
+    sim.node("node3")["limits"].pop("nofile_dropins")
+    for n in ("node1", "node2", "node3"):
+        sim.node(n)["env_file"].update(cluster_file={"exists": False, "text": None}, unwritable={}, text=None,
+                                       exists=False)
+    ctx = sim.context()
+    plans, _ = build_plan(ctx, run_checks(ctx))
+    todo = {h: p for h, p in plans.items() if not p.empty}
+    assert all(p.nofile and p.env and p.previewable and not p.env_only for p in todo.values()), todo
+    pam_text = nofile_files(todo["node2"].nofile, ctx.facts["node2"]["limits"]["nofile_dropins"])[0][2]  # type: ignore[index]
+    sim.node("node2")["limits"]["nofile_dropins"]["pam"].update(exists=True, text=pam_text)
+    ctx = sim.context()
+    changes, failed, rest = preview(ctx, todo)
+    assert failed == {} and set(rest) == {"node3"}
+    got = [(c.host, c.task) for c in changes if c.rules == (host_rules.NOFILE_LOW.id,)]
+    fix = f"Fix {host_rules.NOFILE_LOW.id} |"
+    assert got == [("node1", f"{fix} Write /etc/security/limits.d/90-ddpfix-nofile.conf"),
+                   ("node1", f"{fix} LimitNOFILE drop-in for launcher units (trainer.service)"),
+                   ("node2", f"{fix} LimitNOFILE drop-in for launcher units (trainer.service)")], got
+    pam1 = next(c.diff for c in changes if c.host == "node1" and "limits.d" in c.task)
+    assert pam1.startswith("--- /dev/null") and "+*       soft    nofile     65536" in pam1, pam1
+    unit2 = next(c.diff for c in changes if c.host == "node2" and "trainer" in c.task)
+    assert "-LimitNOFILE=4096" in unit2 and "+LimitNOFILE=65536:" in unit2, unit2
+    # the apply still goes through the play for the drop-ins (only env-only nodes skip its pre-flight)
+    assert remediate_checked(ctx, todo) == []
+    # a drop-in the facts say cannot be written (or a node lock held): every node to the play, which words it
+    sim.node("node1")["limits"]["nofile_dropins"]["unwritable"] = {"/run/ddpfix.lock": "the node lock cannot be taken"}
+    ctx = sim.context()
+    assert facts_preflight(ctx, todo, nofile=True)[1]["node1"].startswith(
+        PREFLIGHT_STEP + ": cannot write: /run/ddpfix.lock (the node lock cannot be taken)")
+    assert preview(ctx, todo) == ([], {}, todo)
+
+
+def test_nofile_drop_ins_render_as_ansibles_template_module_writes_them(tmp_path: Path) -> None:
+    """The dry run's text of the drop-ins is the apply's: the role's templates through Ansible's own template module
+    (a local ad-hoc run, real Ansible, no hosts) give byte for byte what nofile_files renders."""
+    import subprocess
+    import sys
+
+    from ddpfix import paths
+    from ddpfix.remediate import nofile_files
+
+    nofile = {"soft": "65536", "hard": "1048576", "unit_hard": "infinity"}
+    files = nofile_files(nofile, {"pam": {"path": "/p", "exists": False, "text": None},
+                                  "units": {"a.service": {"path": "/u", "exists": False, "text": None}}})
+    assert files is not None
+    for name, (_, _, text) in zip(("nofile.conf.j2", "unit-nofile.conf.j2"), files, strict=True):
+        dest = tmp_path / name
+        src = paths.roles_dir() / "ddpfix_limits" / "templates" / name
+        run = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+             "-m", "ansible.builtin.template", "-a", f"src={src} dest={dest} mode=0644",
+             "-e", f"ansible_python_interpreter={sys.executable}", "-e", "ddpfix_limits_nofile=65536",
+             "-e", "ddpfix_limits_nofile_hard=1048576", "-e", "ddpfix_limits_nofile_unit_hard=infinity"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert dest.read_text() == text
+    assert nofile_files({**nofile, "soft": "99"}, {}) is None  # the role's input check refuses it: the play says so

@@ -92,16 +92,21 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
     if isinstance(f.get("shell_env"), Mapping):
         f["shell_env"] = check_shell_env(ck, f["shell_env"])
     # the files' text for the dry run's diff, checked above (preview_text_ok): lines, kept as lines
-    ef = f.get("env_file")
+    ef, lim = f.get("env_file"), f.get("limits")
     texts = {k: ef[k] for k in _PREVIEW_KEYS if k in ef} if isinstance(ef, Mapping) else {}
     if texts:
         f["env_file"] = {k: v for k, v in ef.items() if k not in texts}  # type: ignore[union-attr]
+    dropins = lim.get("nofile_dropins") if isinstance(lim, Mapping) else None
+    if dropins is not None:
+        f["limits"] = {k: v for k, v in lim.items() if k != "nofile_dropins"}  # type: ignore[union-attr]
     # what is left is well-formed or free text a node reports about itself: shown only, and then as one line
     shown = {k: v for k, v in f.items() if k not in PARSED_TEXT}
     if not printable_json(shown):
         f = {k: (v if k in PARSED_TEXT else neutral(v)) for k, v in f.items()}
     if texts:
         f["env_file"] = {**f["env_file"], **texts}
+    if dropins is not None:
+        f["limits"] = {**f["limits"], "nofile_dropins": dropins}
     return ck.problems, cast(NodeFacts, f)  # values as returned: every message shows them with repr()
 
 

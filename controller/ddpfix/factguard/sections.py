@@ -145,7 +145,40 @@ def check_limits(ck: Checker, lim: Mapping[str, Any]) -> dict[str, Any]:
         if ck.ok("limits.nofile_units", u, matches(_UNIT), "not a systemd unit name") and (
                 e := _rlimit_entry(ck, f"limits.nofile_units[{u}]", v)) is not None:
             out["nofile_units"][u] = e
+    dropins = check_nofile_dropins(lim.get("nofile_dropins"), out["nofile_units"])
+    if dropins is not None:
+        out["nofile_dropins"] = dropins
     return out
+
+
+#: where the role ddpfix_limits writes a launcher unit's open-file limit (its tasks_from nofile)
+UNIT_NOFILE_PATH = "/etc/systemd/system/{}.d/90-ddpfix-nofile.conf"
+
+
+def check_nofile_dropins(d: Any, units: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What remediate's dry run previews the open-file limit's fix from (ddpfix_readers.nofile_dropins): the pam_limits
+    drop-in and each launcher unit's (read by this run: the units of `limits.nofile_units`), their text and what of
+    them cannot be written. Anything ill-formed drops the whole entry: the dry run then asks the node itself."""
+    if not isinstance(d, Mapping):
+        return None
+
+    def file(f: Any, path_ok: Any) -> dict[str, Any] | None:
+        if (isinstance(f, Mapping) and isinstance(f.get("path"), str) and path_ok(f["path"])
+                and isinstance(f.get("exists"), bool) and preview_text_ok(f.get("text"), none=True)):
+            return {"path": f["path"], "exists": f["exists"], "text": f.get("text")}
+        return None
+
+    pam = file(d.get("pam"), lambda p: bool(_PATH.fullmatch(p)) and ".." not in p.split("/"))
+    got_units = d.get("units")
+    if pam is None or not isinstance(got_units, Mapping) or set(got_units) != set(units):
+        return None
+    unit_files = {u: file(f, lambda p, u=u: p == UNIT_NOFILE_PATH.format(u)) for u, f in got_units.items()}
+    uw = d.get("unwritable")
+    if any(f is None for f in unit_files.values()) or not (
+            isinstance(uw, Mapping) and all(preview_text_ok(k) and preview_text_ok(v) and "\n" not in k + v
+                                            for k, v in uw.items())):
+        return None
+    return {"pam": pam, "units": unit_files, "unwritable": {str(k): str(v) for k, v in uw.items()}}
 
 
 def check_arp(ck: Checker, arp: Any) -> dict[str, dict[str, int]]:

@@ -36,7 +36,10 @@ FREE_TEXT = ("errors", "unread", "firewall", "hosts_file", "time.chrony_tracking
              "cluster.source", "interfaces[].flags", "interfaces[].operstate", "env_file.owner", "hosts_file_scope",
              "fabric.memlock_units", "limits.nofile.source", "limits.nofile_units",
              # a file's text for the dry run's diff: shown only (never written, templated or run)
-             "env_file.text", "env_file.cluster_file.text")
+             "env_file.text", "env_file.cluster_file.text",
+             # what the dry run previews the open-file limit's drop-ins from: ill-formed, the whole entry is left out
+             # and the dry run asks the node (test_a_hostile_nofile_drop_in_is_left_to_the_play)
+             "limits.nofile_dropins")
 
 
 def _sim_with_fabric(tree: str) -> Sim:
@@ -55,13 +58,23 @@ def _sim_with_fabric(tree: str) -> Sim:
         # the launch-path facts (ddpfix_hostenv), with a low limit so that its fix is planned too
         sim.node(n)["limits"] = {"nofile": {"soft": 512, "hard": 524288, "source": "ssh session"},
                                  "nofile_units": {"torchrun.service": {"soft": 1024, "hard": 524288,
-                                                                       "source": "systemd unit torchrun.service"}}}
+                                                                       "source": "systemd unit torchrun.service"}},
+                                 "nofile_dropins": copy.deepcopy(NOFILE_DROPINS)}
         sim.node(n)["sysctl"]["arp"] = {"all": {"arp_ignore": 0, "arp_announce": 0},
                                         "eth0": {"arp_ignore": 0, "arp_announce": 0}}
         sim.node(n)["torch"] = {"python": "/opt/venv/bin/python", "version": "2.5.1+cu124", "cuda": "12.4",
                                 "hip": "6.2.41133-dd7f95766", "nccl": "2.21.5", "cached": False}
         sim.node(n).update(copy.deepcopy(HOSTENV))
     return sim
+
+
+#: the open-file limit's drop-ins as ddpfix_readers.nofile_dropins reads them (the unit's written by an older ddpfix)
+NOFILE_DROPINS = {
+    "pam": {"path": "/etc/security/limits.d/90-ddpfix-nofile.conf", "exists": False, "text": None},
+    "units": {"torchrun.service": {"path": "/etc/systemd/system/torchrun.service.d/90-ddpfix-nofile.conf",
+                                   "exists": True, "text": "# old\n[Service]\nLimitNOFILE=4096\n"}},
+    "unwritable": {},
+}
 
 
 #: the launch-path facts (ddpfix_launchenv): /dev/shm and a stray launcher variable in a profile.d script
@@ -209,3 +222,20 @@ def test_ansible_playbook_reads_the_extravars_as_literal_data(tmp_path: Path) ->
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert out.read_text() == f"{hostile}|{hostile}\n"
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    (["pam", "path"], "/etc/security/limits.d/{{ 7*191 }}.conf"),
+    (["pam", "path"], "/etc/../root/.ssh/authorized_keys"),
+    (["units", "torchrun.service", "path"], "/etc/passwd"),
+    (["units", "torchrun.service", "text"], "[Service]\x1b]0;owned\x07\n"),
+    (["unwritable"], {"/etc/x": "line\nbreak"}),
+    (["units"], {}),
+])
+def test_a_hostile_nofile_drop_in_is_left_to_the_play(where: list[str], value: Any) -> None:
+    """A drop-in entry the dry run cannot trust (a path other than the one the role writes, a control character in
+    the text or a reason, units other than those read) drops the whole entry: the dry run then asks the node."""
+    sim = _sim_with_fabric("roce")
+    assert sanitize_facts(sim.node("node2"))["limits"]["nofile_dropins"] == NOFILE_DROPINS
+    _set(sim.node("node2")["limits"]["nofile_dropins"], where, value)
+    assert "nofile_dropins" not in sanitize_facts(sim.node("node2"))["limits"]
