@@ -139,9 +139,10 @@ def ddpfix_cluster_addresses(hosts, hostvars):
     return out
 
 
-def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None):
+def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None, part="any"):
     """Whether any node of the facts play can need its follow-up (role ddpfix_facts, more.yml): the second probe
-    round at the nodes' cluster addresses, or the collection of probers left detached. Decided once per play, from
+    round at the nodes' cluster addresses (`part` 'cluster'), the collection of probers left detached ('collect'),
+    or either ('any'). Decided once per play, from
     the cluster view `view` (the audit play's first task's result `ddpfix_audit_cluster`, or the ddpfix CLI's extra
     var of that name; None: the first of `hosts` whose `hostvars` hold that result): the probes run (`probe`) and
     either the cluster network is not the inventory's (`probe_from_facts`, or its addresses and CIDR say so) or the
@@ -162,8 +163,11 @@ def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None):
                 break
     if view is None:
         return True
-    if view.get("probe_from_facts", ddpfix_probe_needs_facts(view.get("addresses"), view.get("cluster_cidr"))):
+    if part != "collect" and view.get(
+            "probe_from_facts", ddpfix_probe_needs_facts(view.get("addresses"), view.get("cluster_cidr"))):
         return True
+    if part == "cluster":
+        return False
     try:
         return len(view.get("order") or []) > int(forks)
     except (TypeError, ValueError):

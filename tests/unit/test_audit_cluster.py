@@ -80,16 +80,16 @@ def test_cluster_passed_by_the_cli_skips_the_play_task() -> None:
 def test_the_collect_round_runs_only_where_a_prober_was_detached() -> None:
     """The facts role's second round (collect a detached prober) is skipped on a node that left none (every node ran
     at once); the CLI leaves the round's tag alone."""
-    tasks = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "probe_more.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "collect.yml").read_text())
     (collect,) = [t for t in tasks if "ddpfix_facts_collect" in (t.get("tags") or [])]
     when = "(ansible_facts.ddpfix_node.probe.result_path | default(none)) is not none"
     assert collect["when"] == when
     assert "ddpfix_facts_collect" not in audit.CLI_SKIP_TAGS
-    # more.yml (main.yml's second half) includes that file only where it is needed: a second probe round, or a
+    # more.yml (main.yml's second half) includes each file only where it is needed: a second probe round, or a
     # detached prober to collect
     main = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "more.yml").read_text())
-    (include,) = [t for t in main if "ansible.builtin.include_tasks" in t]
-    assert include["ansible.builtin.include_tasks"]["file"] == "probe_more.yml" and when in include["when"]
+    includes = {t["ansible.builtin.include_tasks"]["file"]: t["when"] for t in main}
+    assert includes["collect.yml"] == when and "ddpfix_facts_probe_from_facts" in includes["probe_cluster.yml"]
 
 
 def test_facts_role_halves_run_in_the_role_and_in_the_audit_plays() -> None:
@@ -103,11 +103,15 @@ def test_facts_role_halves_run_in_the_role_and_in_the_audit_plays() -> None:
     assert any("ddpfix.cluster.ddpfix_node_facts" in t for t in facts)
     assert not any("ansible.builtin.include_tasks" in t for t in facts)  # no skipped round in the facts play
     plays = yaml.safe_load((ROOT / "playbooks" / "audit.yml").read_text())
-    facts_play, more_play = plays[0], plays[1]
+    facts_play, cluster_play, collect_play = plays[0], plays[1], plays[2]
     assert facts_play["tasks"][-1]["ansible.builtin.import_role"]["tasks_from"] == "facts"
-    assert more_play["tasks"][0]["ansible.builtin.import_role"]["tasks_from"] == "more"
-    assert "ddpfix.cluster.ddpfix_facts_more(" in more_play["hosts"] and more_play["vars"] == facts_play["vars"]
-    assert more_play["strategy"] == facts_play["strategy"] == "linear"
+    # each half of the follow-up a play of its own: a fleet (forks below the nodes, one network) pays no round of
+    # skipped second-probe tasks over its nodes before the collect
+    for play, part in ((cluster_play, "probe_cluster"), (collect_play, "collect")):
+        assert play["tasks"][0]["ansible.builtin.import_role"]["tasks_from"] == part
+        assert "ddpfix.cluster.ddpfix_facts_more(" in play["hosts"] and play["vars"] == facts_play["vars"]
+        assert play["strategy"] == facts_play["strategy"] == "linear"
+    assert "'cluster'))" in cluster_play["hosts"] and "'collect'))" in collect_play["hosts"]
 
 
 def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:
@@ -152,7 +156,7 @@ def _collect_task(status: str, probe: dict[str, Any]) -> TaskResult:
 def test_cli_folds_the_collected_probe_as_the_roles_set_fact_does() -> None:
     """The CLI leaves the fold set_fact out (--skip-tags ddpfix_facts_fold) and folds the collect task's result into
     the facts itself: the same facts as with the set_fact, never folded twice, nothing from a failed collect."""
-    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "probe_more.yml").read_text()
+    role = (ROOT / "roles" / "ddpfix_facts" / "tasks" / "collect.yml").read_text()
     assert "ddpfix_facts_fold" in audit.CLI_SKIP_TAGS and "tags: [ddpfix_facts_fold]" in role
     detached = {"mode": "detached", "result_path": "/run/ddpfix-probe-x/result.json", "pid": 7}
     result = {"connects": [{"ok": True}], "inbound": {"peer": 2}}

@@ -142,3 +142,8 @@ def test_facts_follow_up_play_only_for_clusters_that_can_need_it() -> None:
     # no view at all (--list-hosts, or the first task did not run): the follow-up decides per node
     assert more(None, 4, True, ["other"], hostvars) and more(None, 4, True, [], {})
     assert more(one_net, "not a number")
+    # each half of the follow-up on its own (the audit playbook's two plays)
+    assert more(one_net, 3, True, (), None, "collect") and not more(one_net, 3, True, (), None, "cluster")
+    mgmt = {**one_net, "probe_from_facts": True}
+    assert more(mgmt, 50, True, (), None, "cluster") and not more(mgmt, 50, True, (), None, "collect")
+    assert more(mgmt, 3, True, (), None, "cluster") and more(mgmt, 3, True, (), None, "collect")
