@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,19 +59,17 @@ class HostPlan:
                 and not self.limits and not self.nofile and not self.arp)
 
     @property
-    def env_only(self) -> bool:
-        """Its one fix is the env file (and the cluster file next to it)."""
-        return bool(self.env) and (
-            self.firewall == "none" and not self.hosts and not self.time and not self.pin_ifname
-            and not self.limits and not self.nofile and not self.arp)
-
-    @property
     def previewable(self) -> bool:
         """Its fixes are the env file (and the cluster file) and the open-file limit's drop-ins, or one of them: what
         remediate's dry run can compute from the audit's facts (`preview`)."""
         return bool(self.env or self.nofile) and (
             self.firewall == "none" and not self.hosts and not self.time and not self.pin_ifname
             and not self.limits and not self.arp)
+
+    @property
+    def env_only(self) -> bool:
+        """Its one fix is the env file (and the cluster file next to it)."""
+        return bool(self.env) and not self.nofile and self.previewable
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
@@ -449,6 +448,18 @@ _NOFILE_VALUES = {"soft": re.compile(r"[0-9]+"), "hard": re.compile(r"[0-9]+"),
                   "unit_hard": re.compile(r"[0-9]+|infinity")}
 
 
+@functools.cache
+def _limits_templates() -> Any:
+    """The role ddpfix_limits' templates as its template tasks render them (trim_blocks, the trailing newline kept):
+    one jinja2 environment per process, its templates compiled once for every node of a dry run."""
+    # CLI start: jinja2 loads only where a dry run renders a drop-in
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.roles_dir() / "ddpfix_limits" / "templates")),
+                              trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+                              autoescape=False)
+
+
 def nofile_files(nofile: Mapping[str, str],
                  dropins: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], str]] | None:
     """What the open-file limit's fix writes on a node, rendered from the role's own templates as its template tasks
@@ -458,12 +469,7 @@ def nofile_files(nofile: Mapping[str, str],
     if not all(rx.fullmatch(str(nofile.get(k, ""))) for k, rx in _NOFILE_VALUES.items()) or not (
             1024 <= int(nofile["soft"]) <= 1048576):
         return None
-    # CLI start: jinja2 loads only where a dry run renders a drop-in
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.roles_dir() / "ddpfix_limits" / "templates")),
-                             trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-                             autoescape=False)
+    env = _limits_templates()
     values = {"ddpfix_limits_nofile": str(nofile["soft"]), "ddpfix_limits_nofile_hard": str(nofile["hard"]),
               "ddpfix_limits_nofile_unit_hard": str(nofile["unit_hard"])}
     pam = dropins["pam"]

@@ -173,12 +173,10 @@ def check_nofile_dropins(d: Any, units: Mapping[str, Any]) -> dict[str, Any] | N
     if pam is None or not isinstance(got_units, Mapping) or set(got_units) != set(units):
         return None
     unit_files = {u: file(f, lambda p, u=u: p == UNIT_NOFILE_PATH.format(u)) for u, f in got_units.items()}
-    uw = d.get("unwritable")
-    if any(f is None for f in unit_files.values()) or not (
-            isinstance(uw, Mapping) and all(preview_text_ok(k) and preview_text_ok(v) and "\n" not in k + v
-                                            for k, v in uw.items())):
+    uw = unwritable_entry(d.get("unwritable"))
+    if any(f is None for f in unit_files.values()) or uw is None:
         return None
-    return {"pam": pam, "units": unit_files, "unwritable": {str(k): str(v) for k, v in uw.items()}}
+    return {"pam": pam, "units": unit_files, "unwritable": uw}
 
 
 def check_arp(ck: Checker, arp: Any) -> dict[str, dict[str, int]]:
@@ -272,13 +270,21 @@ def check_env_file(ck: Checker, ef: Mapping[str, Any]) -> dict[str, Any]:
         out["cluster_file"] = {"exists": cf["exists"], "text": cf.get("text")}
     else:
         out.pop("cluster_file", None)
-    uw = ef.get("unwritable")
-    if isinstance(uw, Mapping) and all(preview_text_ok(k) and preview_text_ok(v) and "\n" not in k + v
-                                       for k, v in uw.items()):
-        out["unwritable"] = {str(k): str(v) for k, v in uw.items()}
+    uw = unwritable_entry(ef.get("unwritable"))
+    if uw is not None:
+        out["unwritable"] = uw
     else:
         out.pop("unwritable", None)
     return out
+
+
+def unwritable_entry(uw: Any) -> dict[str, str] | None:
+    """A write pre-flight's result as a node reports it ({path: why it cannot be written}, shown in one line each),
+    or None when it is not one."""
+    if isinstance(uw, Mapping) and all(preview_text_ok(k) and preview_text_ok(v) and "\n" not in k + v
+                                       for k, v in uw.items()):
+        return {str(k): str(v) for k, v in uw.items()}
+    return None
 
 
 #: the most text of a file the facts carry (the node's PREVIEW_MAX)
