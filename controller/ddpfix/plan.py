@@ -32,14 +32,14 @@ CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD
 class NodePlan:
     name: str
     rank: int
+    #: the node's hostname as it reports it, when the inventory vouches for it (`vouched_names`), else None: only
+    #: such a name is written (hosts block, cluster file) or looked up for the node
     hostname: str | None
     address: str | None  # cluster address
     ifname: str | None
     env: dict[str, str]
     #: where `address` comes from: "facts" (the node was read) or "inventory" (not read: its ansible_host, in the CIDR)
     source: str | None = None
-    #: names other nodes' /etc/hosts already map to `address` (only for nodes not read, kept in the block)
-    known_names: tuple[str, ...] = ()
     comments: dict[str, str] = field(default_factory=dict)  # env key -> why it is there (in the block's comment)
 
 
@@ -69,17 +69,26 @@ def inventory_address(cluster: Cluster, name: str, cidr: str | None) -> str | No
     return _in_cidr(cluster.node(name).address, cidr)
 
 
-def _names_for(address: str, facts: Mapping[str, Mapping[str, Any] | None]) -> tuple[str, ...]:
-    """Valid, non-reserved names that the read nodes' /etc/hosts map to `address`, in order of appearance."""
-    out: list[str] = []
-    for f in facts.values():
-        for e in (f or {}).get("hosts_file") or []:
-            if e.get("addr") != address:
-                continue
-            for n in e.get("names") or []:
-                if isinstance(n, str) and is_hostname(n) and not is_reserved_name(n) and n not in out:
-                    out.append(n)
-    return tuple(out)
+def vouched_names(cluster: Cluster, name: str) -> frozenset[str]:
+    """The names (lower case) the inventory vouches for as node `name`'s own: its inventory name and, for each domain
+    of ddp_hosts_domains, the inventory name's short form under it (`gpu7` for `gpu7.dc1.example`) or, for a
+    one-label inventory name, the name under it (`gpu7.dc1.example` for `gpu7`). Nothing a node reports adds one."""
+    n = name.lower()
+    out = {n}
+    for d in cluster.hosts_domains:
+        if n.endswith("." + d) and len(n) > len(d) + 1:
+            out.add(n[: -len(d) - 1])
+        elif "." not in n:
+            out.add(f"{n}.{d}")
+    return frozenset(out)
+
+
+def vouched_hostname(cluster: Cluster, name: str, hostname: Any) -> str | None:
+    """`hostname` (what node `name` reports) when the inventory vouches for it (`vouched_names`), else None: a node
+    names only itself."""
+    if isinstance(hostname, str) and hostname and hostname.lower() in vouched_names(cluster, name):
+        return hostname
+    return None
 
 
 def cluster_nic(node_facts: Mapping[str, Any], *, address: str | None = None, cidr: str | None = None) -> str | None:
@@ -200,12 +209,11 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
         plans[node.name] = NodePlan(
             name=node.name,
             rank=node.rank,
-            hostname=(f or {}).get("hostname"),
+            hostname=vouched_hostname(cluster, node.name, (f or {}).get("hostname")),
             address=addr,
             ifname=ifname,
             env=env,
             source=source,
-            known_names=_names_for(addr, facts) if (addr and not f) else (),
             comments=comments,
         )
     return plans
@@ -382,27 +390,26 @@ def env_refusal(not_ours: Mapping[str, str]) -> str:
 
 
 def hosts_entries(plans: Mapping[str, NodePlan]) -> list[dict[str, Any]]:
-    """The managed /etc/hosts block: every node's hostname (and inventory name) -> its cluster address, in rank order.
+    """The managed /etc/hosts block: each node's names -> its cluster address, in rank order.
 
-    A node that was not read keeps its line: its inventory name and the names the read nodes' /etc/hosts already
-    map to its address (`known_names`). A hostname two nodes share (cloned VMs) is left out: it cannot map to both.
-    So are IP-literal inventory names, invalid names and the reserved loopback names (localhost, ip6-*)."""
+    A node's names are the ones the inventory vouches for and nothing else: its hostname when that is its inventory
+    name or, under ddp_hosts_domains, the inventory name's short form (`NodePlan.hostname`), and its inventory name.
+    A node that was not read has its inventory name only. A name two nodes would share (cloned VMs) is left out: it
+    cannot map to both. So are IP-literal inventory names, invalid names and the reserved loopback names (localhost,
+    ip6-*)."""
+    def candidates(p: NodePlan) -> list[str]:  # the hostname first (the canonical name), then the inventory name
+        return [p.hostname, p.name] if p.hostname and p.hostname.lower() != p.name.lower() else [p.hostname or p.name]
+
     counts: dict[str, int] = {}
     for p in plans.values():
-        if p.hostname:
-            counts[p.hostname] = counts.get(p.hostname, 0) + 1
-    read_names = {n for p in plans.values() if p.source != "inventory" for n in (p.hostname, p.name) if n}
+        for n in candidates(p):
+            counts[n.lower()] = counts.get(n.lower(), 0) + 1
     entries = []
     for p in sorted(plans.values(), key=lambda x: x.rank):
         if not p.address:
             continue
-        names: list[str] = []
-        kept = [k for k in p.known_names if k not in read_names]
-        for n in (p.hostname, *kept, p.name):
-            if (not n or n in names or counts.get(n, 0) > 1 or net.is_ip(n, scoped=False) or not is_hostname(n)
-                    or is_reserved_name(n)):
-                continue
-            names.append(n)
+        names = [n for n in candidates(p) if counts[n.lower()] == 1 and not net.is_ip(n, scoped=False)
+                 and is_hostname(n) and not is_reserved_name(n)]
         if names:
             entries.append({"address": p.address, "names": names})
     return entries

@@ -164,6 +164,21 @@ def check_ntp_server(value: Any) -> str:
     return s
 
 
+def check_hosts_domains(value: Any) -> tuple[str, ...]:
+    """ddp_hosts_domains: the DNS domains under which a node's hostname may be the short form of its inventory name
+    (or its inventory name the short form of its hostname); a list (or one domain), each an RFC 1123 name."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise refused(f"ddp_hosts_domains must be a list of DNS domains, got {value!r}")
+    out: list[str] = []
+    for item in items:
+        d = item.strip().strip(".").lower() if isinstance(item, str) else item
+        if not isinstance(d, str) or not d or not is_hostname(d):
+            raise refused(f"ddp_hosts_domains entry {item!r} is not a DNS domain (an RFC 1123 name)")
+        out.append(d)
+    return tuple(dict.fromkeys(out))
+
+
 def check_ifname(value: Any, host: str) -> str:
     s = str(value)
     prefix = next((p for p in ("^=", "^", "=") if s.startswith(p)), "")

@@ -17,6 +17,7 @@ from ddpfix.inventory.contract import (
     check_env_path,
     check_env_template,
     check_host_name,
+    check_hosts_domains,
     check_ifname,
     check_ntp_server,
     check_python,
@@ -87,6 +88,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         raise refused(f"ddp_ntp_servers must be a list, got {ntp!r}")
     ntp = [check_ntp_server(x) for x in ntp]
     local_master = bool_var(mv.get("ddp_ntp_local_master", False), "ddp_ntp_local_master")
+    hosts_domains = check_hosts_domains(mv.get("ddp_hosts_domains") or [])
 
     skip = parse_skip(mv.get("ddp_skip_findings") or [], "ddp_skip_findings")
     memlock = mv.get("ddp_memlock", "unlimited")
@@ -141,6 +143,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         firewall=firewall,
         ntp_servers=tuple(str(s) for s in ntp),
         ntp_local_master=local_master,
+        hosts_domains=hosts_domains,
         cidr_ack_broad=ack_broad,
         inventories=tuple(inventories),
         skip_findings=skip,

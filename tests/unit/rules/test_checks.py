@@ -338,6 +338,23 @@ def _(sim: Sim) -> Expect:
     return "node2", ["/etc/hosts: 127.0.1.1\tnode2"]
 
 
+@case(hosts_rules.NAME_UNVOUCHED.id)
+def _(sim: Sim) -> Expect:
+    """Issue 36: node3 calls itself pypi.org, on 127.0.1.1 (hosts.hostname-loopback is not raised for it: no fix
+    may write a name a node chose)."""
+    sim.node("node3")["hostname"] = "pypi.org"
+    sim.set_hosts_file("node3", DEBIAN_HOSTS.format(name="pypi.org") + "192.168.77.11\tnode1\n192.168.77.12\tnode2\n")
+    sim.node("node3")["resolve_self"] = {"pypi.org": ["127.0.1.1"]}
+    return "node3", ["hostname = pypi.org; inventory name node3", "getaddrinfo('pypi.org') on node3 = 127.0.1.1",
+                     "/etc/hosts: 127.0.1.1\tpypi.org"]
+
+
+@passing(hosts_rules.NAME_UNVOUCHED.id, "short-form-under-a-configured-domain")
+def _(sim: Sim) -> None:
+    sim.set_var(None, ddp_hosts_domains=["cluster.example"])
+    sim.node("node3")["hostname"] = "node3.cluster.example"
+
+
 @case(hosts_rules.PEER_UNRESOLVABLE.id)
 def _(sim: Sim) -> Expect:
     text = "127.0.0.1\tlocalhost\n192.168.77.12\tnode2\n192.168.77.13\tnode3\n"
