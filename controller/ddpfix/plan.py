@@ -5,6 +5,7 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env-file ch
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -44,11 +45,63 @@ class NodePlan:
 
 
 def effective_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> str | None:
-    """The inventory's ddp_cluster_cidr, else the on-link subnet of the master's address as the master sees it."""
+    """The inventory's ddp_cluster_cidr, else the network the controller derives (`derive_cidr`)."""
     if cluster.cluster_cidr:
         return cluster.cluster_cidr
-    mf = facts.get(cluster.master) or {}
-    return ((mf.get("cluster") or {}).get("cidr")) or None
+    return derive_cidr(cluster, facts)[0]
+
+
+def derive_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
+                ) -> tuple[str | None, dict[str, tuple[str, str, str]]]:
+    """Without ddp_cluster_cidr: (the cluster network, {node: (fact, value, why)} for each node whose claim of it,
+    `cluster.cidr`, is wider). The controller decides, from what it knows: the inventory's addresses (ansible_host;
+    a node named by a DNS name: its cluster address, and the master's address as most read nodes resolve its name)
+    and the prefixes of the interfaces that hold them, as the read nodes report them. A node votes with the network
+    of its interface holding its address when that network holds the master's address (it is on the master's link);
+    the network is the narrowest voted one that holds the addresses of more than half of the voters. One node cannot
+    widen it (a master saying /16 on a /24 cluster is outvoted) nor narrow it below the others' addresses. None when
+    the master was not read or no majority agrees: then ddp_cluster_cidr must say."""
+    if not facts.get(cluster.master):
+        return None, {}
+    master = net.ip(cluster.master_node.address, scoped=False) or _most_said(
+        [f.get("master_ip") for f in facts.values() if f])
+    votes: list[tuple[net.Address, net.Network]] = []
+    for node in cluster.nodes:
+        f = facts.get(node.name)
+        addr = net.ip(node.address, scoped=False) or net.ip(((f or {}).get("cluster") or {}).get("address"))
+        if master is not None and f and addr is not None and (p := _onlink(f, addr)) is not None and master in p:
+            votes.append((addr, p))
+    chosen = next((p for p in sorted({p for _, p in votes}, key=lambda p: -p.prefixlen)
+                   if 2 * sum(a in p for a, _ in votes) > len(votes)), None)
+    if chosen is None:
+        return None, {}
+    wide: dict[str, tuple[str, str, str]] = {}
+    for node in cluster.nodes:
+        claim = net.network(((facts.get(node.name) or {}).get("cluster") or {}).get("cidr"))
+        if claim is not None and claim.version == chosen.version and claim.prefixlen < chosen.prefixlen \
+                and chosen.subnet_of(claim):  # type: ignore[arg-type]
+            wide[node.name] = ("cluster.cidr", str(claim), (
+                f"wider than {chosen}, the cluster network the controller derives from the inventory's addresses "
+                "and the nodes' interface prefixes; a node does not choose what is opened on every node (set "
+                "ddp_cluster_cidr, or correct the prefix of the node's cluster interface)"))
+    return str(chosen), wide
+
+
+def _most_said(values: list[Any]) -> net.Address | None:
+    """The address more than half of `values` are (the master's address as the read nodes resolve its name)."""
+    addrs = [a for v in values if (a := net.ip(v, scoped=False)) is not None]
+    top = Counter(addrs).most_common(1)
+    return top[0][0] if top and 2 * top[0][1] > len(values) else None
+
+
+def _onlink(f: Mapping[str, Any], addr: net.Address) -> net.Network | None:
+    """The network of the node's interface address `addr` (its prefix as the node reports it), None when it holds
+    none."""
+    for i in f.get("interfaces") or []:
+        for a in i.get("addrs") or []:
+            if net.ip(a.get("local"), scoped=False) == addr and isinstance(a.get("prefixlen"), int):
+                return net.network(f"{addr}/{a['prefixlen']}")
+    return None
 
 
 def cluster_address(node_facts: Mapping[str, Any] | None, cidr: str | None) -> str | None:

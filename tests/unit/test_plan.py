@@ -308,9 +308,9 @@ def test_env_extra_is_added_with_its_comment(sim: Sim) -> None:
 
 
 def test_the_claim_is_a_finding_and_no_fix(sim: Sim) -> None:
-    """node3's pypi.org on 127.0.1.1 is hosts.name-unvouched (naming node and name), not hosts.hostname-loopback: the
+    """node3's pypi.org on 127.0.1.1 is NAME_UNVOUCHED (naming node and name), not HOSTNAME_LOOPBACK: the
     hosts fix, which that would turn on for every node, could write no name a node chose. node2's own hostname on
-    127.0.1.1 (the Debian default) stays the fixable hosts.hostname-loopback."""
+    127.0.1.1 (the Debian default) stays the fixable HOSTNAME_LOOPBACK."""
     from ddpfix.remediate import HOSTS_IDS
     from ddpfix.rules import hosts as hosts_rules
 

@@ -50,7 +50,7 @@ class Context:
         # CLI start: the guards and the plan load in the run's preload thread, while ansible-playbook starts
         from ddpfix.factguard.facts import guard_facts
         from ddpfix.factguard.reach import guard_reach
-        from ddpfix.plan import effective_cidr, plan_cluster
+        from ddpfix.plan import derive_cidr, effective_cidr, plan_cluster
 
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
@@ -68,6 +68,9 @@ class Context:
             if new := [p for p in problems if p not in seen]:
                 self.invalid[n] = [*seen, *new]
         self.cidr = effective_cidr(self.cluster, self.facts)
+        if not self.cluster.cluster_cidr:  # a node's claim of the cluster network wider than the derived one
+            for n, problem in derive_cidr(self.cluster, self.facts)[1].items():
+                self.invalid[n] = [*self.invalid.get(n, []), problem]
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts, self.reach, self.ifnames)
 

@@ -59,7 +59,7 @@ def test_hostname_loopback_fails_with_the_audits_id(sim: Sim, tmp_path: Path, mo
 def test_the_claim_and_the_domains_travel_in_the_cluster_file(sim: Sim, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """check --local judges a node's hostname as the audit does: ddp_hosts_domains is in the cluster file, and a
-    hostname the inventory does not vouch for is hosts.name-unvouched there too (the file names it nowhere)."""
+    hostname the inventory does not vouch for is NAME_UNVOUCHED there too (the file names it nowhere)."""
     sim.set_var(None, ddp_hosts_domains=["cluster.example"])
     sim.node("node2")["hostname"] = "node2.cluster.example"
     path = _cluster_file(sim, tmp_path)

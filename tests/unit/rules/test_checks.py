@@ -340,7 +340,7 @@ def _(sim: Sim) -> Expect:
 
 @case(hosts_rules.NAME_UNVOUCHED.id)
 def _(sim: Sim) -> Expect:
-    """Issue 36: node3 calls itself pypi.org, on 127.0.1.1 (hosts.hostname-loopback is not raised for it: no fix
+    """Issue 36: node3 calls itself pypi.org, on 127.0.1.1 (HOSTNAME_LOOPBACK is not raised for it: no fix
     may write a name a node chose)."""
     sim.node("node3")["hostname"] = "pypi.org"
     sim.set_hosts_file("node3", DEBIAN_HOSTS.format(name="pypi.org") + "192.168.77.11\tnode1\n192.168.77.12\tnode2\n")
