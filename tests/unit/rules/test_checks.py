@@ -150,6 +150,23 @@ def _(sim: Sim) -> Expect:
     return "node3", ["MODULE FAILURE", "rc=127", "/usr/bin/python3: not found"]
 
 
+#: ansible-core 2.21.5 refusing a node's Python 3.8, word for word: module_utils/basic.py's `_PY_MIN = (3, 9)` check
+#: (PyPI ansible-core 2.21.5, ansible/module_utils/basic.py lines 14-22; a module result of its own, no traceback),
+#: recorded with `ansible localhost -c local -m ping -e ansible_python_interpreter=/root/.pyenv/versions/3.8.18/bin/
+#: python3.8` under ansible-core 2.21.5 (ansible-core 2.20 dropped Python 3.8 on targets: its CHANGELOG-v2.20.rst)
+PYTHON_TOO_OLD = {
+    "failed": True, "changed": False,
+    "msg": "Ansible requires Python 3.9 or newer on the target. Current version: 3.8.18 (default, May  9 2026, "
+           "07:33:04) [GCC 12.2.0]",
+}
+
+
+@case(reachability_rules.PYTHON_UNSUPPORTED.id)
+def _(sim: Sim) -> Expect:
+    sim.set_module_failed("node2", dict(PYTHON_TOO_OLD))
+    return "node2", ["Ansible requires Python 3.9 or newer on the target. Current version: 3.8.18"]
+
+
 @case(reachability_rules.INCOMPLETE.id)
 def _(sim: Sim) -> Expect:
     _nonroot_firewall(sim, "node3")
@@ -875,6 +892,26 @@ def test_a_module_that_failed_by_itself_keeps_its_own_message() -> None:
         "res": {"failed": True, "msg": "nft -j list ruleset failed: Operation not permitted"}}})
     assert hosts["n1"].failed and not hosts["n1"].unreachable and not hosts["n1"].module_error
     assert hosts["n1"].message == "nft -j list ruleset failed: Operation not permitted"
+
+
+def test_a_python_the_ansible_core_dropped_is_one_line_naming_node_python_and_ansible_core(sim: Sim) -> None:
+    """ansible-core's refusal of a node's Python (2.20 dropped 3.8 on nodes) is its own finding, one line naming the
+    node, its Python and the ansible-core version, never MODULE_FAILED; the others are still fully audited."""
+    from ddpfix.rules.reachability import ansible_core_version, unsupported_python
+
+    sim.set_module_failed("node2", dict(PYTHON_TOO_OLD))
+    findings = sim.findings()
+    ids = {(f.id, f.host) for f in findings}
+    assert (reachability_rules.PYTHON_UNSUPPORTED.id, "node2") in ids
+    assert not any(h == "node2" for i, h in ids if i != reachability_rules.PYTHON_UNSUPPORTED.id)
+    f = next(f for f in findings if f.id == reachability_rules.PYTHON_UNSUPPORTED.id)
+    assert "\n" not in f.message and f.severity == Severity.ERROR
+    assert f"node2 ({sim.node('node2')['cluster']['address']})" in f.message
+    assert "Python 3.8.18 " in f.message and f"ansible-core {ansible_core_version()} " in f.message
+    assert "Python 3.9 or newer" in f.message
+    assert ansible_core_version()[:1].isdigit()
+    # anything else a module says is not read as a refusal
+    assert unsupported_python(INTERPRETER_EXIT_1["msg"]) is None and unsupported_python("") is None
 
 
 def test_unreachable_master_is_reported_and_checks_still_run(sim: Sim) -> None:
