@@ -7,8 +7,8 @@ nodes, `remediate --apply` fixes them, the re-audit is clean, `verify --torch` p
 changes nothing.
 
 Where the running ansible-core no longer runs modules on Python 3.8 (2.20 and later: its module_utils/basic.py
-`_PY_MIN`), the audit must say so for node2 in one finding (host.python-unsupported, naming the node, its Python and
-the ansible-core version) instead; node2 then gets the host's /usr/bin/python3 and the cycle goes on."""
+`_PY_MIN`), the audit must say so for node2 in one finding (reachability_rules.PYTHON_UNSUPPORTED, naming the node,
+its Python and the ansible-core version) instead; node2 then gets the host's /usr/bin/python3 and the cycle goes on."""
 
 from __future__ import annotations
 
