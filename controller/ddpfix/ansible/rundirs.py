@@ -17,6 +17,7 @@ from typing import Any
 from ddpfix import paths
 from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.safefile import write_atomic
 
 #: Run directories kept under the state dir (older ones are removed when a new run starts).
 KEEP_RUNS = int(os.environ.get("DDPFIX_KEEP_RUNS", "30"))
@@ -178,11 +179,7 @@ def redact_extravars(run_dir: Path) -> None:
         return
     scrubbed = scrub(data)
     if scrubbed != data:  # as it is (already `as_data`), atomically, 0600
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(scrubbed, f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(scrubbed), mode=0o600)
 
 
 def scrub(obj: Any) -> Any:

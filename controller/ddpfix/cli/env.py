@@ -8,7 +8,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -28,6 +27,7 @@ from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 from ddpfix.rules.context import not_read
 from ddpfix.rules.reachability import INVALID
+from ddpfix.safefile import write_atomic
 
 
 @click.command("env")
@@ -220,7 +220,4 @@ def sbatch_script(cluster: Cluster, script: tuple[str, ...]) -> str:
 
 def _atomic_write(path: Path, text: str) -> None:
     """`text` into `path`, atomically and 0600 (an env file may hold secrets: it is readable by its owner only)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600 from the start
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=0o600)
