@@ -88,8 +88,9 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     ddp_env_scope: node, --apply (the operator's, once) writes only per-node keys (interfaces, fabric) and the
     cluster file.
 
-    Secret-looking values (keys naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE, SESSION, or
-    URL userinfo) are printed as ***; --local-dir files hold them (mode 0600), --stdout --show-secrets prints them.
+    Secret-looking values (keys naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE, SESSION, PAT,
+    WEBHOOK; URL userinfo, webhook URLs, provider token formats) are printed as ***; --local-dir files hold them
+    (mode 0600), --stdout --show-secrets prints them.
     """
     if show_secrets and not to_stdout:
         raise DdpfixError("--show-secrets goes with --stdout --node NAME only (the other outputs never show secrets)",
