@@ -99,10 +99,8 @@ def discard_run_dir(run_dir: Path) -> None:
 def new_run_dir(name: str) -> Path:
     """A fresh run directory, 0700 under `runs/` (0700; created with the state directory, 0700, when missing): what
     ansible-runner, the fact cache and the extra vars write there is the run's alone."""
-    base = paths.state_dir() / "runs"
-    if base.is_dir():
-        prune_runs(base)
-    paths.private_dir(base)
+    base = paths.private_dir(paths.state_dir() / "runs", "run directories' directory")  # checked before pruning
+    prune_runs(base)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for n in range(1000):
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
