@@ -22,6 +22,7 @@ class Thresholds:
     max_skew_s: float = 1.0  # between nodes
     peer_port_samples: int = 5  # points of the ephemeral range evaluated per peer source
     max_sources: int = 8  # peer source addresses evaluated per node's firewall
+    firewall_budget_s: float = 10.0  # a node's whole firewall analysis; past it, its checks are not evaluated
 
 
 @dataclass
@@ -77,6 +78,9 @@ class Context:
         self._audited: list[tuple[str, NodeFacts]] = [
             (n.name, f) for n in self.cluster.nodes if (f := self.facts.get(n.name))
         ]
+        #: sources a check could not analyse on a node (source -> why), e.g. a firewall past its time budget:
+        #: listed by `unread` like the node's own unread sources, so the checks reading them are not evaluated
+        self.unanalysed: dict[str, dict[str, str]] = {}
         self.by_address: dict[str, str] = {}
         for name, node_plan in self.plan.items():
             if node_plan.address:
@@ -88,7 +92,7 @@ class Context:
 
     def unread(self, name: str) -> dict[str, str]:
         """source -> reason for every fact source that could not be read on `name` (empty: everything was read)."""
-        return unread_of(self.facts.get(name))
+        return {**unread_of(self.facts.get(name)), **self.unanalysed.get(name, {})}
 
     def in_cidr(self, addr: str | None) -> bool:
         return in_network(addr, self.net)
