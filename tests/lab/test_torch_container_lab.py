@@ -7,10 +7,10 @@ python3, the lab's venv interpreter, with an empty environment (as docker does: 
 reaches the container), and logs each start on the node. Image lab/pytorch:old reports torch 2.4.1 (a stand-in that
 prints what ddpfix's torch reader prints for a CUDA 12.1 build), any other image is not found (exit 125).
 
-- A: no ddp_python (python3, no torch): the audit exits 0, no facts.incomplete, the torch comparison is listed as
+- A: no ddp_python (python3, no torch): the audit exits 0, no incomplete-facts finding, the torch comparison is listed as
   not evaluated on every node with how to point ddp_python at the jobs' interpreter.
 - B: ddp_python the container argv (a YAML list): the audit reads torch's version through it (node2's older image
-  is told apart by env.torch-version-mismatch, each node's evidence naming the argv), and `verify --torch` runs its
+  is told apart by the torch-version finding, each node's evidence naming the argv), and `verify --torch` runs its
   all-reduce through it (the env file's values reach the container as arguments).
 """
 

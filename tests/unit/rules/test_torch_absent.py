@@ -1,5 +1,5 @@
 """No torch in ddp_python is not a host fault: the torch comparison is listed as not evaluated (with how to point
-ddpfix at the jobs' interpreter), never a facts.incomplete finding, never a failing audit; an interpreter that could
+ddpfix at the jobs' interpreter), never an incomplete-facts finding, never a failing audit; an interpreter that could
 not be run at all still is one (a broken container runtime, a timeout)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ddpfix.rules import env as env_rules
 from ddpfix.rules import reachability
 from ddpfix.rules.engine import not_evaluated, run_checks
 
-BASE = load(FIXTURES / "env.torch-version-mismatch" / "pass-node3-has-no-torch-not-evaluated-there.json")
+BASE = load(FIXTURES / env_rules.TORCH_VERSION_MISMATCH.id / "pass-node3-has-no-torch-not-evaluated-there.json")
 ABSENT = "torch is not installed for this interpreter"
 
 
@@ -62,7 +62,7 @@ def test_a_container_argv_without_torch_is_named_as_the_operator_wrote_it() -> N
 
 def test_an_interpreter_that_could_not_run_is_still_a_host_fault() -> None:
     """A runtime that failed (the image missing, the daemon down, a timeout): the node cannot run what the jobs
-    run, facts.incomplete as before, with the tool's own error."""
+    run, an incomplete-facts finding as before, with the tool's own error."""
     why = "Unable to find image 'nvcr.io/nvidia/pytorch:24.05-py3' locally"
     ctx = context(_cluster(["docker", "run", "nvcr.io/nvidia/pytorch:24.05-py3", "python3"], absent=False, why=why,
                            nodes=("node2",)))
@@ -72,7 +72,7 @@ def test_an_interpreter_that_could_not_run_is_still_a_host_fault() -> None:
 
 def test_absent_claimed_with_a_version_or_not_a_boolean_is_not_believed() -> None:
     doc = _cluster(nodes=("node3",))
-    _facts(doc, "node3")["torch"]["absent"] = "yes"  # not of the field's grammar: dropped, facts.invalid
+    _facts(doc, "node3")["torch"]["absent"] = "yes"  # not of the field's grammar: dropped, an invalid-facts finding
     ids = {(f.id, f.host) for f in run_checks(context(doc))}
     assert (reachability.INVALID.id, "node3") in ids and (reachability.INCOMPLETE.id, "node3") in ids
     doc = _cluster(nodes=("node3",))
