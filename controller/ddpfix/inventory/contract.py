@@ -16,6 +16,7 @@ from ddpfix import paths
 from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.factguard.grammar import is_hostname, one_line
+from ddpfix.model import pyargv
 from ddpfix.model.cluster import DEFAULT_ENV_PATH
 from ddpfix.model.net import is_ip, valid_ifname
 
@@ -62,7 +63,6 @@ PRIVATE_NETS = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0
 #: The broadest cluster CIDR accepted without the ack variable.
 MAX_PREFIX_WITHOUT_ACK = 16
 ACK_BROAD = "ddp_cluster_cidr_ack_broad"
-COMMAND = re.compile(r"^[A-Za-z0-9._+-]+$")
 ABS_PATH = re.compile(r"^(/[A-Za-z0-9._+@:-]+)+$")
 #: ddp_env_path must not lie under these (tmpfs, per-user, kernel trees).
 ENV_PATH_FORBIDDEN = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run/user")
@@ -249,14 +249,12 @@ def check_host_name(name: str) -> str:
     return name
 
 
-def check_python(value: Any, host: str) -> str:
-    s = str(value)
-    if not (ABS_PATH.match(s) or COMMAND.match(s)) or (s.startswith("/") and posixpath.normpath(s) != s):
-        raise refused(
-            f"ddp_python of {host} {s!r} must be an absolute path or a command name, "
-            "without whitespace or shell characters"
-        )
-    return s
+def check_python(value: Any, host: str, var: str = "ddp_python") -> list[str]:
+    """ddp_python (or a role's copy of it) as the argv the jobs' interpreter starts with (`ddpfix.model.pyargv`)."""
+    why = pyargv.argv_problem(value)
+    if why:
+        raise refused(f"{var} of {host} {pyargv.shown_value(value)} {why}")
+    return pyargv.argv(value)
 
 
 

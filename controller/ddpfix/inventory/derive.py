@@ -105,8 +105,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
             check_role_var(n, var, hv[var], specs[var])
         if hv.get("ddp_socket_ifname"):
             check_ifname(hv["ddp_socket_ifname"], n)
-        if "ddp_python" in hv:
-            check_python(hv["ddp_python"], n)
+        for var in ("ddp_python", "ddpfix_facts_python", "ddpfix_verify_python"):  # the roles' copies too
+            if var in hv and not (isinstance(hv[var], str) and "{{" in hv[var] and var != "ddp_python"):
+                check_python(hv[var], n, var)
         if "ddp_backup_keep" in hv:  # how many FILE.<pid>.<date>~ backups the roles keep per file they write
             int_var(hv["ddp_backup_keep"], f"ddp_backup_keep of {n}", 1, BACKUP_KEEP_MAX)
     ranks = _assign_ranks(names, master, hostvars)

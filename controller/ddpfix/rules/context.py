@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from ddpfix.model import pyargv
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.model.net import in_network
@@ -99,14 +100,36 @@ class Context:
 
 
 def unread_of(facts: Mapping[str, Any] | None) -> dict[str, str]:
-    """The node's unread fact sources (source -> reason), the firewall collector's included."""
+    """The node's unread fact sources (source -> reason), the firewall collector's included. No torch in ddp_python
+    is one (the torch comparison is not evaluated there), with what to do as its reason (`no_torch`)."""
     out: dict[str, str] = {}
     if not facts:
         return out
     for u in list(facts.get("unread") or []) + list((facts.get("firewall") or {}).get("unread") or []):
         if isinstance(u, Mapping) and u.get("source"):
             out.setdefault(str(u["source"]), str(u.get("reason") or "not read"))
+    if "torch" in out and torch_absent(facts):
+        out["torch"] = no_torch(facts)
     return out
+
+
+def torch_absent(facts: Mapping[str, Any] | None) -> bool:
+    """ddp_python ran on the node and has no torch: the jobs' torch lives elsewhere (a container image, a venv
+    ddp_python does not name), which is no fault of the host: its checks are not evaluated, and no finding says so."""
+    t = (facts or {}).get("torch")
+    return isinstance(t, Mapping) and t.get("absent") is True and not t.get("version")
+
+
+def no_torch(facts: Mapping[str, Any]) -> str:
+    python = ((facts.get("torch") or {}).get("python")) or pyargv.DEFAULT
+    return (f"no torch in ddp_python ({pyargv.shown(python)}), not a host fault: set ddp_python to the interpreter "
+            "the jobs run, a list for a container's, e.g. [docker, run, --rm, --network, host, IMAGE, python3] "
+            "(README \"Torch in containers\")")
+
+
+def host_faults(facts: Mapping[str, Any] | None, unread: Mapping[str, str]) -> dict[str, str]:
+    """`unread` without the sources whose absence is no fault of the node (torch not in ddp_python)."""
+    return {k: v for k, v in unread.items() if not (k == "torch" and torch_absent(facts))}
 
 
 def cluster_if(actual: str | None) -> str:
