@@ -100,8 +100,8 @@ def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers:
     active = active_firewalls(state)
     if "firewalld" in active:
         return "firewalld"
-    if "iptables" in active:
-        return "iptables"
+    if "iptables" in active:  # only the legacy tables hold rules: change those (iptables-legacy, its save file)
+        return "iptables" if (state.get("iptables") or "").strip() else "iptables-legacy"
     if "nft" in active:
         return "nftables"
     return "none"

@@ -202,6 +202,9 @@ def test_backend_follows_the_iptables_variant_that_blocks() -> None:
     assert firewall_backend({}, "iptables", {"iptables-legacy"}) == "iptables-legacy"
     assert firewall_backend({}, "iptables", {"iptables", "iptables-legacy"}) == "iptables"
     assert firewall_backend({}, "auto", {"nftables"}) == "nftables"
+    # no finding names a layer (a failed probe only): the legacy tables when they alone hold rules
+    assert firewall_backend({"iptables": "", "iptables_legacy": "*filter\n"}, "auto", set()) == "iptables-legacy"
+    assert firewall_backend({"iptables": "*filter\n", "iptables_legacy": "*filter\n"}, "auto", set()) == "iptables"
 
 
 # --------------------------------------------------------------------------- the module, on real nft (as root)
