@@ -1,0 +1,90 @@
+"""Issue 34: the evaluator's and the fixer's decisions on real rulesets from public sources (tests/fixtures/rulesets,
+each file citing its source), as ddpfix's collector read them once loaded the way their owner loads them at boot
+(record.sh, in a network namespace)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from unit_helpers import ROOT
+
+from ddpfix import firewall as evaluator
+from ddpfix.ansible import collection
+from ddpfix.remediate import firewall_backend
+from ddpfix.rules.firewall import active_firewalls
+
+RULESETS = ROOT / "tests" / "fixtures" / "rulesets"
+fw = collection.module_utils("ddpfix_fw")
+PEER, MASTER_PORT = "192.168.83.12", 29500
+
+
+def recorded(name: str) -> dict[str, Any]:
+    return json.loads((RULESETS / "recorded" / f"{name}.json").read_text())
+
+
+def test_every_ruleset_cites_its_source_and_is_recorded() -> None:
+    files = [p for p in RULESETS.iterdir() if p.is_file() and p.name not in ("record.sh", "SOURCES")]
+    assert len(files) >= 2
+    for p in files:
+        head = p.read_text()[:1500]
+        assert "Source" in head and "Adapted" in head, p.name
+        if p.suffix in (".rules", ".nft"):
+            assert (RULESETS / "recorded" / f"{p.name}.json").is_file(), p.name
+
+
+def test_legacy_kubeadm_node_blocks_in_the_legacy_tables_and_is_fixed_there() -> None:
+    st = recorded("kubeadm-iptables-services.legacy.rules")
+    v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
+    assert not v.allowed and v.decided and v.layer == "iptables-legacy"
+    assert firewall_backend(st, "auto", {v.layer}) == "iptables-legacy"
+    assert firewall_backend(st, "auto", set()) == "iptables-legacy"  # a failed probe alone
+    assert active_firewalls(st) == ["iptables"]
+    # ddpfix's line at the top of INPUT of the save file: kube-proxy's, flannel's and Docker's chains untouched
+    text = (RULESETS / "kubeadm-iptables-services.legacy.rules").read_text()
+    new, why = fw.iptables_persisted(text, "192.168.83.0/24")
+    assert why == "" and new is not None
+    added = [ln for ln in new.splitlines() if ln not in text.splitlines()]
+    assert added == ["-A INPUT -s 192.168.83.0/24 -m comment --comment ddpfix-cluster -j ACCEPT"]
+    fixed = dict(st, iptables_legacy=fw.iptables_persisted(st["iptables_legacy"], "192.168.83.0/24")[0])
+    assert evaluator.evaluate(fixed, PEER, MASTER_PORT, iface="eth0").allowed
+    assert not evaluator.evaluate(fixed, "198.51.100.7", MASTER_PORT, iface="eth0").allowed
+
+
+def test_native_table_named_like_iptables_nft_is_fixed_in_its_own_chains() -> None:
+    """`table ip filter` with INPUT/FORWARD/OUTPUT written by hand: iptables-save says the table is incompatible,
+    so it is nftables.service's; the fix goes into its INPUT chain."""
+    st = recorded("gentoo-ip-filter-uppercase.nft")
+    assert "incompatible" in st["iptables"]
+    v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
+    assert not v.allowed and v.layer == "nftables" and "INPUT policy drop" in v.evidence
+    assert firewall_backend(st, "auto", {v.layer}) == "nftables"
+    owned = fw.nft_iptables_owned(st["nft"], fw.iptables_nft_tables(st["iptables"]),
+                                  fw.iptables_nft_tables(st["ip6tables"]))
+    assert owned == set()
+    assert fw.nft_blocking_input_chains(st["nft"], owned) == [("ip", "filter", "INPUT")]
+    # what the persist module sees (the config alone, loaded in an empty ruleset): the same chain
+    assert fw.nft_blocking_input_chains(st["nft"]) == [("ip", "filter", "INPUT")]
+
+
+def test_iptables_nft_tables_are_left_to_the_iptables_backend() -> None:
+    """iptables-nft's table (iptables-save prints it as its own; its rules hold `xt` matches): never an nft fix."""
+    fx = ROOT / "tests" / "unit" / "fixtures" / "firewall"
+    ruleset = json.loads((fx / "ipt_cluster.nft.json").read_text())
+    ipt = (fx / "ipt_cluster.iptables-save").read_text()
+    assert fw.iptables_nft_tables(ipt) == {"filter"}
+    owned = fw.nft_iptables_owned(ruleset, fw.iptables_nft_tables(ipt), None)
+    assert ("ip", "filter") in owned and fw.nft_blocking_input_chains(ruleset, owned) == []
+    assert fw.nft_iptables_owned(ruleset, None, None) >= {("ip", "filter")}  # the xt matches alone tell
+
+
+@pytest.mark.parametrize("text, tables", [
+    ("# Table `filter' is incompatible, use 'nft' tool.\n", set()),
+    ("# Table `filter' contains incompatible base-chains, use 'nft' tool to list them.\n*filter\n:INPUT ACCEPT [0:0]\n"
+     "COMMIT\n", set()),
+    ("*nat\nCOMMIT\n*filter\nCOMMIT\n", {"nat", "filter"}),
+    ("", set()),
+])
+def test_iptables_nft_tables(text: str, tables: set[str]) -> None:
+    assert fw.iptables_nft_tables(text) == tables
