@@ -88,3 +88,51 @@ def test_iptables_nft_tables_are_left_to_the_iptables_backend() -> None:
 ])
 def test_iptables_nft_tables(text: str, tables: set[str]) -> None:
     assert fw.iptables_nft_tables(text) == tables
+
+
+def test_rate_limit_meter_ahead_of_an_accept_may_drop_never_a_certain_drop() -> None:
+    """Issue 34 item 4: `ct state new add @rate_limit { ip saddr limit rate over 2000/minute } drop` drops only
+    sources over the rate: ahead of the DDP ports' accept it makes them "may drop" (undecided), never refused."""
+    st = recorded("michns-rate-limits.nft")
+    meter = "nft inet filter input: ct state new add @rate_limit { ip saddr limit rate over 2000/minute } drop"
+    for port in (MASTER_PORT, 40000):
+        v = evaluator.evaluate(st, PEER, port, iface="eth0")
+        assert v.allowed and meter in v.undecided, (port, v)
+    v = evaluator.evaluate(st, PEER, 22, iface="eth0")  # accepted before any meter: decided
+    assert v.allowed and v.decided
+    v = evaluator.evaluate(st, PEER, 443, iface="eth0")  # a meter's accept, then the policy: may be accepted
+    assert not v.allowed and any("meter sni_limit" in u for u in v.undecided)
+    v = evaluator.evaluate(st, PEER, 8080, iface="eth0")  # refused by a plain drop whatever the meters do
+    assert not v.allowed and v.decided and "{ 23, 80, 8080 } drop" in v.evidence
+
+
+@pytest.mark.parametrize("stmt", [
+    {"set": {"op": "add", "elem": {"payload": {"protocol": "ip", "field": "saddr"}}, "set": "@rl",
+             "stmt": [{"limit": {"rate": 2000, "per": "minute", "inv": True}}]}},
+    {"meter": {"name": "m", "key": {"payload": {"protocol": "ip", "field": "saddr"}},
+               "stmt": {"limit": {"rate": 10, "per": "second"}}}},
+    {"quota": {"val": 10, "val_unit": "mbytes", "inv": True}},
+    {"ct count": {"val": 50}},
+])
+def test_conditional_statements_are_undecided(stmt: dict[str, Any]) -> None:
+    ruleset = {"nftables": [
+        {"chain": {"family": "inet", "table": "t", "name": "in", "type": "filter", "hook": "input", "prio": 0,
+                   "policy": "accept"}},
+        {"rule": {"family": "inet", "table": "t", "chain": "in", "handle": 2, "expr": [stmt, {"drop": None}]}}]}
+    v = evaluator.evaluate({"nft": ruleset}, PEER, MASTER_PORT)
+    assert v.allowed and len(v.undecided) == 1
+    plain = {"set": {"op": "add", "elem": {"payload": {"protocol": "ip", "field": "saddr"}}, "set": "@seen"}}
+    ruleset["nftables"][1]["rule"]["expr"] = [plain, {"drop": None}]  # a plain set add always goes on: a drop
+    assert not evaluator.evaluate({"nft": ruleset}, PEER, MASTER_PORT).allowed
+
+
+def test_iptables_hashlimit_limit_recent_may_drop() -> None:
+    """The iptables equivalents (-m hashlimit / limit / recent), in the legacy tables: undecided, not refused."""
+    st = recorded("syn-flood-hashlimit.legacy.rules")
+    v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
+    assert v.layer == "iptables-legacy" and any("--hashlimit-upto" in u for u in v.undecided), v
+    v = evaluator.evaluate(st, PEER, 22, iface="eth0")
+    assert {"--hashlimit-upto", "--limit 30/min"} <= {k for k in ("--hashlimit-upto", "--limit 30/min")
+                                                     if any(k in u for u in v.undecided)}, v
+    v = evaluator.evaluate(st, PEER, 443, iface="eth0")  # no accept for it: refused whatever the meters do
+    assert not v.allowed and v.decided
