@@ -21,11 +21,12 @@ PEER, MASTER_PORT = "192.168.83.12", 29500
 
 
 def recorded(name: str) -> dict[str, Any]:
-    return json.loads((RULESETS / "recorded" / f"{name}.json").read_text())
+    out: dict[str, Any] = json.loads((RULESETS / "recorded" / f"{name}.json").read_text())
+    return out
 
 
 def test_every_ruleset_cites_its_source_and_is_recorded() -> None:
-    files = [p for p in RULESETS.iterdir() if p.is_file() and p.name not in ("record.sh", "SOURCES")]
+    files = [p for p in RULESETS.iterdir() if p.is_file() and p.name != "record.sh" and p.suffix != ".ipset"]
     assert len(files) >= 2
     for p in files:
         head = p.read_text()[:1500]
@@ -136,3 +137,53 @@ def test_iptables_hashlimit_limit_recent_may_drop() -> None:
                                                      if any(k in u for u in v.undecided)}, v
     v = evaluator.evaluate(st, PEER, 443, iface="eth0")  # no accept for it: refused whatever the meters do
     assert not v.allowed and v.decided
+
+
+#: Every recorded ruleset: what the evaluator says of the master port from a peer (accepted / refused, "may" when
+#: a rule it cannot decide could turn it), the layer, and where the fix goes (the backend, and for nftables the
+#: chains that get ddpfix's rule).
+EXPECTED = {
+    "alemonmk-nixos-egress.nft": ("refused", "nftables", "nftables", [("inet", "global", "input")]),
+    "anydot-fail2ban-ipset.legacy.rules": ("accepted", "iptables-legacy", None, None),
+    "docker-kube-linuxkit.nft.rules": ("may", "iptables", None, None),  # kube-proxy's mark drop only
+    "elmasy-stateful-webserver.nft": ("refused", "nftables", "nftables", [("inet", "filter", "input")]),
+    "gentoo-ip-filter-uppercase.nft": ("refused", "nftables", "nftables", [("ip", "filter", "INPUT")]),
+    "honeynet-ssh-recent.nft.rules": ("refused", "iptables", "iptables", None),
+    "kubeadm-iptables-services.legacy.rules": ("refused", "iptables-legacy", "iptables-legacy", None),
+    "michns-rate-limits.nft": ("may", "nftables", None, None),
+    "syn-flood-hashlimit.legacy.rules": ("may", "iptables-legacy", None, None),
+    "wiki-priorities.nft": ("refused", "nftables", "nftables", [("inet", "filter", "services"),
+                                                               ("inet", "filter", "input")]),
+}
+
+
+def test_the_corpus_is_the_expected_one() -> None:
+    assert sorted(p.name[:-5] for p in (RULESETS / "recorded").glob("*.json")) == sorted(EXPECTED)
+    assert len(EXPECTED) >= 10
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_ruleset_verdict_and_fix(name: str) -> None:
+    verdict, layer, backend, chains = EXPECTED[name]
+    st = recorded(name)
+    assert not st["unread"] and not st["errors"]
+    v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
+    got = "may" if v.undecided else "accepted" if v.allowed else "refused"
+    assert (got, v.layer) == (verdict, layer), v
+    if backend is None:  # nothing certainly refuses the master port: nothing to fix
+        return
+    assert firewall_backend(st, "auto", {layer}) == backend
+    owned = fw.nft_iptables_owned(st["nft"], fw.iptables_nft_tables(st["iptables"]),
+                                  fw.iptables_nft_tables(st["ip6tables"]))
+    assert fw.nft_blocking_input_chains(st["nft"], owned) == (chains or [])
+    if backend.startswith("iptables"):  # the save file gets ddpfix's line and nothing else
+        text = (RULESETS / name).read_text()
+        new, why = fw.iptables_persisted(text, "192.168.83.0/24")
+        assert why == "" and new is not None
+        assert [ln for ln in new.splitlines() if ln not in text.splitlines()] == [
+            "-A INPUT -s 192.168.83.0/24 -m comment --comment ddpfix-cluster -j ACCEPT"]
+        live = fw.iptables_persisted(st["iptables_legacy" if layer == "iptables-legacy" else "iptables"],
+                                     "192.168.83.0/24")[0]
+        fixed = dict(st, **{"iptables_legacy" if layer == "iptables-legacy" else "iptables": live})
+        assert evaluator.evaluate(fixed, PEER, MASTER_PORT, iface="eth0").allowed
+        assert not evaluator.evaluate(fixed, "198.51.100.7", MASTER_PORT, iface="eth0").allowed
