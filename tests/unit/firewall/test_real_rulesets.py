@@ -12,7 +12,7 @@ from unit_helpers import ROOT
 
 from ddpfix import firewall as evaluator
 from ddpfix.ansible import collection
-from ddpfix.remediate import firewall_backend
+from ddpfix.remediate import firewall_backend, nft_unfixable
 from ddpfix.rules.firewall import active_firewalls
 
 RULESETS = ROOT / "tests" / "fixtures" / "rulesets"
@@ -187,3 +187,14 @@ def test_real_ruleset_verdict_and_fix(name: str) -> None:
         fixed = dict(st, **{"iptables_legacy" if layer == "iptables-legacy" else "iptables": live})
         assert evaluator.evaluate(fixed, PEER, MASTER_PORT, iface="eth0").allowed
         assert not evaluator.evaluate(fixed, "198.51.100.7", MASTER_PORT, iface="eth0").allowed
+
+
+def test_an_nft_block_ddpfix_cannot_fix_is_refused_naming_owner_and_command() -> None:
+    """Issue 34 item 5: the nftables backend picked, but no native input base chain that drops would take ddpfix's
+    rule (here iptables-nft claims the table): refused before anything changes, not "applied, not effective"."""
+    st = recorded("gentoo-ip-filter-uppercase.nft")
+    assert nft_unfixable(st, [], "node3", "192.168.83.0/24") == ""  # its own INPUT chain takes the rule
+    claimed = dict(st, iptables="*filter\n:INPUT DROP [0:0]\nCOMMIT\n")  # iptables-nft-save prints the table
+    why = nft_unfixable(claimed, [], "node3", "192.168.83.0/24")
+    assert why.startswith("firewall not changed: the blocking rule is in a table ddpfix does not own as nftables")
+    assert "ip filter" in why and "iptables -I INPUT -s 192.168.83.0/24 -j ACCEPT" in why
