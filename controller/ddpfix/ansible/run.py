@@ -121,6 +121,9 @@ def run_playbook(
             record_event(hosts, event)
         if on_event is not None:
             on_event(event)
+        if verbosity and event.get("stdout"):  # -v..-vvvv: Ansible's own output, live, as ansible-playbook shows it
+            sys.stderr.write(f"{event['stdout']}\n")
+            sys.stderr.flush()
         # what ansible-runner writes to job_events/ after this handler: secret-looking values redacted (the
         # TaskResults above keep the originals: the cluster view carries ddp_env_extra for the plan)
         if isinstance(data.get("res"), dict):
@@ -147,7 +150,7 @@ def run_playbook(
                 passwords=user_args.passwords(),  # -K: answered on ansible-playbook's terminal, in memory only
                 tags=tags,
                 skip_tags=skip_tags,
-                verbosity=verbosity if verbosity >= 3 else None,
+                verbosity=min(verbosity, 4) or None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
                          "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
                          "DDPFIX_LOCKED_FILE": str(locked_file)},
