@@ -44,3 +44,20 @@ def test_verbosity_reaches_ansible_and_its_output_is_shown_live(tmp_path: Path, 
         assert seen["live"] == ["", f"{SSH_LINE}\n", "ok: [node1]\n"]
     else:
         assert seen["live"] == ["", "", ""]
+
+
+def test_live_output_never_shows_a_secret_that_the_run_records_leave_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """A result holding ddp_env_extra's secret (the cluster view) is shown scrubbed, and the value is *** in every
+    later line (a -vvvv verbose line), as in the run directory's job events."""
+    from ddpfix.ansible.rundirs import LiveOutput, scrub
+
+    secret = "wandb-0123456789abcdef"
+    res = {"cluster": {"nodes": [{"name": "node1", "env_extra": [["WANDB_API_KEY", secret], ["A", "1"]]}]},
+           "hostvars": {"node1": {"ddp_env_extra": {"WANDB_API_KEY": secret}}}}
+    live = LiveOutput()
+    live.show(f"ok: [node1] => {res}", res, scrub(res))
+    live.show(f"<node1> PUT /tmp/x args={secret}")
+    live.show("ok: [node2]", {"a": 1}, scrub({"a": 1}))
+    err = capsys.readouterr().err
+    assert secret not in err and err.startswith("ok: [node1] => {") and '"A",\n' in err, err
+    assert "<node1> PUT /tmp/x args=***\n" in err and err.endswith("ok: [node2]\n")
