@@ -6,6 +6,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || exit 1
 DDPFIX=.venv/bin/ddpfix
+# verify --torch runs this interpreter (with torch) on the lab's nodes: the controller's .venv has no torch
+export DDPFIX_LAB_PYTHON=$PWD/.venv-node/bin/python
 LAB=demo
 INV=inventories/lab/hosts.yml
 SCENARIOS=${DDPFIX_DEMO_SCENARIOS:-firewalld-master,hostname-loopback,peer-mismatch,chrony-absent,env-wrong}

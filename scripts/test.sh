@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up .venv if needed, then run the whole test suite (unit tests + lab tests on real SSH hosts; needs root).
-# The whole suite (no arguments) also proves the oldest ansible-core ddpfix claims: scripts/test-oldest.sh (.venv-oldest:
+# Set up .venv and .venv-node if needed, then run the whole test suite (unit tests + lab tests on real SSH hosts; needs
+# root) on .venv (the newest Python and ansible-core CI runs); the lab nodes run .venv-node's Python (torch).
+# The whole suite (no arguments) also proves the oldest end ddpfix claims: scripts/test-oldest.sh (.venv-node:
 # the unit tests and the version smoke lab test) runs alongside it, in the background; its output follows the main
 # suite's, each line prefixed with "[oldest] ", and the run fails when either fails. DDPFIX_TEST_OLDEST=0 leaves it
 # out, DDPFIX_TEST_OLDEST=1 adds it to a run with arguments.
@@ -8,11 +9,12 @@ set -uo pipefail
 . "$(dirname "$0")/as-root.sh" "$@"  # as root as it is; else again through sudo
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || exit 1
+export DDPFIX_LAB_PYTHON=${DDPFIX_LAB_PYTHON:-$PWD/.venv-node/bin/python}  # the lab inventory's ddp_python
 oldest_pid=""
 if [ "${DDPFIX_TEST_OLDEST:-$([ "$#" -eq 0 ] && echo 1 || echo 0)}" = 1 ]; then
   oldest_log=$(mktemp /tmp/ddpfix-test-oldest.XXXXXX)
   oldest_start=$(date +%s)
-  ./scripts/test-oldest.sh >"$oldest_log" 2>&1 </dev/null &
+  DDPFIX_SETUP_DONE=1 ./scripts/test-oldest.sh >"$oldest_log" 2>&1 </dev/null &
   oldest_pid=$!
 fi
 .venv/bin/python -m pytest -q -ra --durations=25 "$@"

@@ -17,6 +17,18 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 6  # Ctrl-C/SIGTERM: running tasks finished, no new one started, changes so far listed
 
 
+#: What each exit code means, as `ddpfix --help` lists them.
+EXIT_CODE_MEANING: dict[ExitCode, str] = {
+    ExitCode.OK: "success: nothing at or above --fail-on, nothing (left) to change, every check passed",
+    ExitCode.FINDINGS: "findings at or above --fail-on, changes pending (dry run), or a check that failed",
+    ExitCode.INVALID_INPUT: "invalid input (inventory, options, variables): nothing was run or changed",
+    ExitCode.RUN_FAILED: "the run failed (Ansible, a node, or ddpfix itself; -v shows more)",
+    ExitCode.PREREQUISITE: "this machine lacks something (ansible-playbook, root, a package)",
+    ExitCode.LOCKED: "another ddpfix run holds the cluster's or a node's lock (the holder is named)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM): running tasks finished, the changes so far are listed",
+}
+
+
 class DdpfixError(Exception):
     """An error with a one-line message and the exit code it maps to."""
 

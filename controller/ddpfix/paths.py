@@ -46,9 +46,8 @@ def collections_dir() -> Path:
     The content root (`ansible_root()`) is the collection; Ansible finds it through a symlink
     `<state>/collections/<hash of the root>/ansible_collections/ddpfix/cluster`, made (or corrected) here."""
     target = ansible_root()
-    # one directory per content root: two installations (checkouts, venvs) of one user never repoint each other's link
-    base = private_dir(state_dir() / "collections", "collections directory")
-    base = base / hashlib.sha256(str(target).encode()).hexdigest()[:16]
+    private_dir(state_dir() / "collections", "collections directory")
+    base = collections_base()
     link = base.joinpath("ansible_collections", *COLLECTION)
     if not (link.is_symlink() and Path(os.readlink(link)) == target):
         link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -57,6 +56,12 @@ def collections_dir() -> Path:
         tmp.symlink_to(target, target_is_directory=True)
         os.replace(tmp, link)
     return base
+
+
+def collections_base() -> Path:
+    """Where `collections_dir` is (nothing is made here): one directory per content root, so two installations
+    (checkouts, venvs) of one user never repoint each other's link."""
+    return state_dir() / "collections" / hashlib.sha256(str(ansible_root()).encode()).hexdigest()[:16]
 
 
 def state_dir() -> Path:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner, Result
 
@@ -26,8 +27,26 @@ FAST_TORCH = {"ddpfix_verify_pg_timeout": 10, "ddpfix_verify_rdzv_timeout": 15, 
 #: The installed console script, run on this checkout's code (as a user runs it, in its own process).
 DDPFIX = str(Path(sys.executable).parent / "ddpfix")
 
-#: ddpfix inside a node: the checkout's package on PYTHONPATH, the controller's interpreter (the node sees /work).
-NODE_DDPFIX = ["env", f"PYTHONPATH={ROOT / 'controller'}", sys.executable, "-c", "from ddpfix.cli import main; main()"]
+#: The interpreter the lab's nodes run (the lab inventory's ddp_python, with torch): DDPFIX_LAB_PYTHON (scripts/test.sh
+#: sets it to .venv-node's, on Python 3.11 outside /root), else the controller's (the node sees /usr and /work).
+NODE_PYTHON = os.environ.get("DDPFIX_LAB_PYTHON") or sys.executable
+
+#: ddpfix inside a node: the checkout's package on PYTHONPATH, the nodes' interpreter.
+NODE_DDPFIX = ["env", f"PYTHONPATH={ROOT / 'controller'}", NODE_PYTHON, "-c", "from ddpfix.cli import main; main()"]
+
+
+def need_node_torch() -> None:
+    """Skip the test when the nodes' interpreter has no torch (the controller's need not have it)."""
+    r = subprocess.run([NODE_PYTHON, "-c", "import torch"], capture_output=True, text=True, check=False, timeout=120)
+    if r.returncode != 0:
+        pytest.skip(f"no torch in the lab nodes' interpreter {NODE_PYTHON} (DDPFIX_LAB_PYTHON)")
+
+
+def node_cuda() -> bool:
+    """Whether torch in the nodes' interpreter sees a GPU."""
+    r = subprocess.run([NODE_PYTHON, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
+                       text=True, check=False, timeout=120)
+    return r.stdout.strip() == "True"
 
 # ------------------------------------------------------------------ ddpfix in this process (click's runner)
 

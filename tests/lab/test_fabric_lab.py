@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import helpers as h
 import pytest
 from click.testing import CliRunner
 from helpers import ddpfix_json
@@ -154,14 +155,14 @@ def test_clean_lab_has_no_fabric_facts_or_findings(fabric_lab: Any) -> None:
 @pytest.mark.torch
 def test_verify_nccl_on_the_lab(fabric_lab: Any) -> None:
     """One real NCCL sweep where the nodes have a GPU; without one the command says so per node and the test skips."""
-    torch = pytest.importorskip("torch")
+    h.need_node_torch()
     apply_fabric(fabric_lab, "clean")
     r = CliRunner().invoke(cli, ["-i", str(fabric_lab.inventory), "env", "--apply"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     code, doc = ddpfix_json(str(fabric_lab.inventory), "verify", "--backend", "nccl", "--no-checks", "--sizes", "8M,64M",
                             "--iters", "5")
     gang = doc["nccl"]["gang"]
-    if not torch.cuda.is_available():
+    if not h.node_cuda():
         assert code == 1 and all(e.get("skipped") and "torch.cuda.is_available() is False" in e["error"] for e in gang), gang
         pytest.skip("no GPU on the lab nodes (torch.cuda.is_available() is False): the NCCL sweep itself is not run")
     assert code == 0, gang

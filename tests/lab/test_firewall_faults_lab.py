@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from helpers import NODE_DDPFIX, ddpfix_json, ids, put, set_host_vars, sh
+from helpers import NODE_DDPFIX, ddpfix_json, ids, need_node_torch, put, set_host_vars, sh
 
 from ddpfix import lab
 from ddpfix.cli import cli
@@ -408,7 +408,7 @@ def test_twelve_blocking_nodes_forks_1_converge_within_a_10s_revert(temp_lab: An
     """Issue 21, item 2: the play is far longer than the revert deadline (12 nodes one after another), but each node's
     arm, change, confirmation and cancel are one task of its own, so none is reverted. Kept cheap: the torch run and
     the second apply (idempotence, not lockout) use --forks 12."""
-    pytest.importorskip("torch")
+    need_node_torch()
     info = temp_lab(nodes=12, scenario="clean")
     block_every_node(info)
     doc = yaml.safe_load(info.inventory.read_text())

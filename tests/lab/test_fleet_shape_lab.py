@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids, need_node_torch
 from test_lab_scenarios import check_isolated_nic
 
 from ddpfix import lab
@@ -41,7 +41,7 @@ def env_of(info: Any, node: str) -> dict[str, str]:
 
 @pytest.mark.torch
 def test_management_and_data_network_fixed_end_to_end(temp_lab: Any) -> None:
-    pytest.importorskip("torch")
+    need_node_torch()
     info = temp_lab(nodes=3, scenario="multi-homed,iptables-worker2,isolated-nic", wait_sync=False)
     add_inventory_vars(info, FAST_TORCH)
     inv = str(info.inventory)

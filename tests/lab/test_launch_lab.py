@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import NODE_DDPFIX, ddpfix_proc
+from helpers import NODE_DDPFIX, NODE_PYTHON, ddpfix_proc
 
 from ddpfix import lab
 from ddpfix.rules import firewall as firewall_rules
@@ -20,7 +20,7 @@ from ddpfix.rules import hosts as hosts_rules
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = os.path.dirname(sys.executable)
+VENV_BIN = os.path.dirname(NODE_PYTHON)  # the nodes' venv: ddpfix and torchrun run inside the nodes
 
 
 def check_local(info, node: str, *extra: str) -> tuple[int, str, float]:
@@ -81,7 +81,7 @@ def test_blackholed_resolver_is_not_evaluated_within_the_deadline(clean_lab) -> 
     peers = [n.hostname for n in clean_lab.nodes if n.name != node]
     assert sh("if [ -e /etc/resolv.conf ] || [ -L /etc/resolv.conf ]; then cp -P /etc/resolv.conf "
               "/etc/resolv.conf.ddpfix-test; fi; cp /etc/hosts /etc/hosts.ddpfix-test").returncode == 0
-    hole = lab.node_popen(clean_lab.name, node, [sys.executable, "-c", BLACKHOLE], stdout=subprocess.DEVNULL,
+    hole = lab.node_popen(clean_lab.name, node, [NODE_PYTHON, "-c", BLACKHOLE], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
     try:
         drop = " ".join(f"-e {p}" for p in peers)

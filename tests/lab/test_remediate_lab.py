@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 import pytest
-from helpers import FAST_TORCH, add_inventory_vars, ddpfix, ddpfix_json, handmade_env, ids, snapshot
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix, ddpfix_json, handmade_env, ids, need_node_torch, snapshot
 
 from ddpfix import lab
 from ddpfix.rules import firewall as firewall_rules
@@ -71,7 +71,7 @@ SCENARIOS = ["nftables-worker2,env-wrong"]
 @pytest.mark.torch
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario_fixed_end_to_end(temp_lab: Any, scenario: str) -> None:
-    pytest.importorskip("torch")
+    need_node_torch()
     info = temp_lab(nodes=3, scenario=scenario, wait_sync=False)
     add_inventory_vars(info, FAST_TORCH)
     inv = str(info.inventory)
@@ -108,7 +108,7 @@ def broken(lab_factory: Any) -> Any:
 @pytest.mark.torch
 def test_broken_lab_audit_finds_every_fault_and_torch_fails(broken: Any) -> None:
     """The start of the `broken` lab's end-to-end cycle (before any test below changes it)."""
-    pytest.importorskip("torch")
+    need_node_torch()
     inv = str(broken.inventory)
     audit_finds(inv, BROKEN)
     torch_fails_with_causes(inv)
@@ -204,7 +204,7 @@ def test_symlinked_hosts_file_is_edited_at_its_target(broken: Any) -> None:
 @pytest.mark.torch
 def test_second_apply_changes_nothing_and_torch_passes(broken: Any) -> None:
     """The end of the `broken` lab's end-to-end cycle: a clean audit, torch passes, a second apply changes nothing."""
-    pytest.importorskip("torch")
+    need_node_torch()
     inv = str(broken.inventory)
     audit_clean_and_torch_passes(inv)
     second_apply_changes_nothing(inv, broken)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids, snapshot
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, handmade_env, ids, need_node_torch, snapshot
 
 from ddpfix import lab
 from ddpfix.lab.scenarios.sites import SSH_SETUPS
@@ -81,7 +81,7 @@ def check_setup(info: Any, setup: str) -> None:
 @pytest.mark.parametrize(("scenario", "fault"), CASES, ids=["+".join(setups(c)) for c, _ in CASES])
 def test_ssh_setup_audit_remediate_verify(temp_lab: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           scenario: str, fault: set[str]) -> None:
-    pytest.importorskip("torch")
+    need_node_torch()
     info = temp_lab(nodes=3, scenario=scenario, wait_sync=False)
     for setup in setups(scenario):
         check_setup(info, setup)

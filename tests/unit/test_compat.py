@@ -1,7 +1,8 @@
-"""Versions claimed = versions tested: pyproject.toml, meta/runtime.yml, the AWX execution environment and the
-README's compatibility table state one ansible-core range with an upper bound; CI runs its newest end (.venv) and its
-oldest end (.venv-oldest, scripts/setup-oldest.sh); the ansible-core these tests run on is inside it; and ddpfix uses
-no private ansible-core module or method, whose absence on another ansible-core would break it there."""
+"""Versions claimed = versions tested: pyproject.toml, meta/runtime.yml, the roles, the AWX execution environment and
+the README's compatibility table state one ansible-core range, open upwards; CI runs its newest end (.venv) and its
+oldest end (.venv-node, scripts/setup-node.sh), as the README's table says; the ansible-core these tests run on is
+inside it; and ddpfix uses no private ansible-core module or method, whose absence on another ansible-core would
+break it there."""
 
 from __future__ import annotations
 
@@ -20,45 +21,70 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The claimed ansible-core range: [lowest, upper bound) as (major, minor).
-CLAIMED = ((2, 17), (2, 20))
-#: The `ansible` package range whose collections go with it.
-CLAIMED_ANSIBLE = (10, 13)
+#: The claimed ansible-core range: its lowest (major, minor), and no upper bound (pip keeps a current Ansible).
+CLAIMED = (2, 19)
+#: The lowest `ansible` package (the collections that go with the lowest ansible-core).
+CLAIMED_ANSIBLE = 12
 
 
-def _range(spec: str) -> tuple[tuple[int, int], tuple[int, int]]:
+def _lowest(spec: str) -> tuple[int, int]:
+    """The lower bound of a requirement; one with an upper bound fails (it would make pip downgrade Ansible)."""
     lo = re.search(r">=\s*(\d+)\.(\d+)", spec)
-    hi = re.search(r"<\s*(\d+)\.(\d+)", spec)
-    assert lo and hi, f"no lower and upper bound in {spec!r}"
-    return (int(lo[1]), int(lo[2])), (int(hi[1]), int(hi[2]))
+    assert lo, f"no lower bound in {spec!r}"
+    assert "<" not in spec and "~=" not in spec and "==" not in spec, f"an upper bound in {spec!r}"
+    return int(lo[1]), int(lo[2])
 
 
 def _deps() -> list[str]:
     return list(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
 
 
-def test_pyproject_runtime_ee_and_readme_state_one_bounded_ansible_core_range() -> None:
+def test_pyproject_runtime_roles_ee_and_readme_state_one_open_ansible_core_range() -> None:
     (core,) = [d for d in _deps() if d.startswith("ansible-core")]
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["requires_ansible"]
-    assert _range(core) == _range(runtime) == CLAIMED
+    assert _lowest(core) == _lowest(runtime) == CLAIMED
     ee = yaml.safe_load((ROOT / "examples" / "awx" / "execution-environment.yml").read_text())
-    assert _range(ee["dependencies"]["ansible_core"]["package_pip"]) == _range(core)
+    assert _lowest(ee["dependencies"]["ansible_core"]["package_pip"]) == CLAIMED
+    for meta in sorted(ROOT.glob("roles/*/meta/main.yml")):
+        version = yaml.safe_load(meta.read_text())["galaxy_info"]["min_ansible_version"]
+        assert tuple(int(x) for x in str(version).split(".")) == CLAIMED, (meta, version)
     (pkg,) = [d for d in _deps() if re.match(r"ansible[<>=]", d)]
-    lo, hi = re.search(r">=\s*(\d+)", pkg), re.search(r"<\s*(\d+)", pkg)
-    assert lo and hi and (int(lo[1]), int(hi[1])) == CLAIMED_ANSIBLE
+    assert pkg == f"ansible>={CLAIMED_ANSIBLE}", pkg
     readme = (ROOT / "README.md").read_text()
-    assert "`ansible-core>=2.17,<2.20`" in readme and "| ansible-core | 2.17 to 2.19 (`ansible` 10 to 12) |" in readme
+    lo = f"{CLAIMED[0]}.{CLAIMED[1]}"
+    assert f"`ansible-core>={lo}`" in readme
+    assert f"| ansible-core | {lo} and later (`ansible` {CLAIMED_ANSIBLE} and later) |" in readme
+
+
+def _setting(script: str, name: str) -> str:
+    m = re.search(rf'^{name}="?([^"\n]*)"?$', (ROOT / "scripts" / script).read_text(), re.M)
+    assert m, (script, name)
+    return m[1]
+
+
+def test_readme_table_is_what_ci_runs() -> None:
+    """The controller Pythons and ansible-cores of the README's table are the ones scripts/setup.sh (.venv, the whole
+    suite: the newest) and scripts/setup-node.sh (.venv-node, the unit tests and the smoke lab test: the oldest)
+    install; the oldest is the claimed lower bound."""
+    newest_py, newest_core = _setting("setup.sh", "NEWEST_PYTHON"), _setting("setup.sh", "NEWEST_CORE")
+    oldest_py, oldest_core = _setting("setup-node.sh", "OLDEST_PYTHON"), _setting("setup-node.sh", "OLDEST_CORE")
+    assert oldest_core == f"ansible-core=={CLAIMED[0]}.{CLAIMED[1]}.*", oldest_core
+    assert _setting("setup-node.sh", "OLDEST_ANSIBLE") == f"ansible=={CLAIMED_ANSIBLE}.*"
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires == f">={oldest_py}", requires
+    core = {"newest": newest_core.split("==")[1].rstrip(".*"), "oldest": oldest_core.split("==")[1].rstrip(".*")}
+    readme = (ROOT / "README.md").read_text()
+    row = f"| controller Python | {oldest_py} to {newest_py} | CI runs {newest_py} (the whole suite) and {oldest_py} (the oldest end) |"
+    assert row in readme, row
+    assert (f"CI runs the whole suite on the newest, {core['newest']} on Python {newest_py} (`.venv`" in readme
+            and f"on the oldest, {core['oldest']} on Python {oldest_py}" in readme), core
 
 
 def test_ci_runs_the_oldest_end_of_the_range_next_to_the_main_suite() -> None:
-    """scripts/setup-oldest.sh pins the claimed lower bound (and the `ansible` package of its collections);
-    scripts/test.sh, CI's test command, starts scripts/test-oldest.sh alongside the main suite and fails with it."""
-    setup = (ROOT / "scripts" / "setup-oldest.sh").read_text()
-    lo = CLAIMED[0]
-    assert f'OLDEST_CORE="ansible-core=={lo[0]}.{lo[1]}.*"' in setup
-    assert f'OLDEST_ANSIBLE="ansible=={CLAIMED_ANSIBLE[0]}.*"' in setup
+    """scripts/test-oldest.sh runs the unit tests and the smoke lab test on .venv-node (the oldest end); scripts/test.sh,
+    CI's test command, starts it alongside the main suite and fails with it."""
     oldest = (ROOT / "scripts" / "test-oldest.sh").read_text()
-    assert "scripts/setup-oldest.sh" in oldest and ".venv-oldest/bin/python -m pytest" in oldest
+    assert "scripts/setup-node.sh" in oldest and ".venv-node/bin/python -m pytest" in oldest
     assert "tests/unit" in oldest and "tests/lab/test_version_smoke_lab.py" in oldest
     test_sh = (ROOT / "scripts" / "test.sh").read_text()
     assert "scripts/test-oldest.sh" in test_sh and "oldest_rc" in test_sh
@@ -66,9 +92,7 @@ def test_ci_runs_the_oldest_end_of_the_range_next_to_the_main_suite() -> None:
 
 def test_the_ansible_core_under_test_is_inside_the_claimed_range() -> None:
     version = tuple(int(x) for x in ansible.release.__version__.split(".")[:2])
-    (core,) = [d for d in _deps() if d.startswith("ansible-core")]
-    lo, hi = _range(core)
-    assert lo <= version < hi, ansible.release.__version__
+    assert version >= CLAIMED, ansible.release.__version__
 
 
 def _sources() -> list[Path]:
@@ -77,7 +101,7 @@ def _sources() -> list[Path]:
 
 def test_no_private_ansible_module_is_imported() -> None:
     """No `ansible._internal`, `ansible.cli.inventory._inventory_legacy` or any other `_`-name of ansible-core:
-    they change without notice between releases (2.19's `_inventory_legacy` does not exist on 2.17)."""
+    they change without notice between releases (2.19's `_inventory_legacy` did not exist on 2.17)."""
     bad = []
     for path in _sources():
         text = path.read_text()

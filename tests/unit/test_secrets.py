@@ -169,7 +169,11 @@ def _run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
     from ddpfix.ansible import collection
 
     mod = collection.module(name)
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_no_log": False}}
+    from ansible.module_utils.common import parameters
+
+    # ansible-core 2.21 returns `invocation` only when the controller asks (INJECT_INVOCATION): ask, as -v may
+    inject = {"_ansible_inject_invocation": True} if "inject_invocation" in parameters.PASS_VARS else {}
+    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_no_log": False, **inject}}
     monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
     monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)  # 2.19; older ansible-core has none
     monkeypatch.setattr(basic, "_PARSED_MODULE_ARGS", None, raising=False)
@@ -189,13 +193,24 @@ def _run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
     return out
 
 
+def _scratch_base() -> Path:
+    """The checkout, or (a checkout under /tmp, /var/tmp, ...) the first writable place outside the directories the
+    module refuses (ddpfix_envfile.FORBIDDEN_DIRS): the tests pass from a checkout anywhere."""
+    forbidden = [Path(d) for d in lib.FORBIDDEN_DIRS]
+    for base in (ROOT, Path.home(), Path("/var/lib"), Path("/srv"), Path("/opt")):
+        real = base.resolve()
+        if not any(real == f or f in real.parents for f in forbidden) and os.access(real, os.W_OK):
+            return real
+    pytest.skip("no writable directory outside " + ", ".join(lib.FORBIDDEN_DIRS))
+
+
 @pytest.fixture
 def scratch() -> Any:
     """A scratch directory outside /tmp (the module refuses env files under /tmp, /var/tmp, /run/user)."""
     import shutil
     import tempfile
 
-    d = Path(tempfile.mkdtemp(prefix=".test-secrets-", dir=ROOT))
+    d = Path(tempfile.mkdtemp(prefix=".test-secrets-", dir=_scratch_base()))
     try:
         yield d
     finally:

@@ -6,13 +6,14 @@ variables, which beat any ansible.cfg. So ddpfix finds the config file the user'
 does) and sets one of its own defaults only where neither that file nor the user's environment
 sets the same thing.
 
-Where Ansible looks (first existing, readable file wins), plus ddpfix's inventory-side file:
+ddpfix's addition on top of ansible-core's own search (`ansible.config.manager.find_ini_config_file`, the function
+`ansible-playbook` runs): an `ansible.cfg` next to the inventory (the `-i` directory, or the directory of an `-i` file)
+comes before the user-wide files, so an inventory directory can carry its own SSH settings. The order (first
+existing, readable file wins):
 
 1. `ANSIBLE_CONFIG` (a file, or a directory holding `ansible.cfg`);
-2. `./ansible.cfg` in the directory ddpfix runs in (skipped when that directory is world-writable,
-   as Ansible does);
-3. `ansible.cfg` next to the inventory (the `-i` directory, or the directory of an `-i` file) -
-   ddpfix's addition, so an inventory directory can carry its own SSH settings;
+2. `./ansible.cfg` in the directory ddpfix runs in (skipped when that directory is world-writable);
+3. `ansible.cfg` next to the inventory (ddpfix's addition);
 4. `~/.ansible.cfg`;
 5. `/etc/ansible/ansible.cfg`.
 """
@@ -22,7 +23,6 @@ from __future__ import annotations
 import configparser
 import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,30 +105,29 @@ def inventory_dirs(inventories: Sequence[str]) -> list[Path]:
     return out
 
 
-def find_config(inventories: Sequence[str] = (), environ: Mapping[str, str] | None = None,
-                cwd: str | os.PathLike[str] | None = None) -> Path | None:
-    """The ansible.cfg the user's Ansible would read from `cwd` (see the module docstring for the order)."""
-    env = os.environ if environ is None else environ
-    candidates: list[Path] = []
-    if "ANSIBLE_CONFIG" in env:
-        p = Path(env["ANSIBLE_CONFIG"]).expanduser()
-        p = (Path(cwd or os.getcwd()) / p) if not p.is_absolute() else p
-        candidates.append(p / "ansible.cfg" if p.is_dir() else p)
-    try:
-        here = Path(cwd or os.getcwd())
-        if not here.stat().st_mode & stat.S_IWOTH:
-            candidates.append(here / "ansible.cfg")
-    except OSError:
-        pass
-    candidates += [d / "ansible.cfg" for d in inventory_dirs(inventories)]
-    home = env.get("HOME")
-    if home:
-        candidates.append(Path(home) / ".ansible.cfg")
-    candidates.append(Path("/etc/ansible/ansible.cfg"))
-    for c in candidates:
+def find_config(inventories: Sequence[str] = ()) -> Path | None:
+    """The ansible.cfg the user's Ansible would read, from this process's environment and working directory:
+    ansible-core's own `find_ini_config_file`, with an inventory's ansible.cfg before the user-wide files (see the
+    module docstring)."""
+    from ansible.config.manager import find_ini_config_file  # loaded when a config is looked for (0.2-0.5 s)
+
+    found = find_ini_config_file()
+    if found is not None:
+        path = Path(found)
+        user_wide = {Path("~/.ansible.cfg").expanduser(), Path("/etc/ansible/ansible.cfg")}
+        named = os.environ.get("ANSIBLE_CONFIG")
+        if named is not None:
+            p = Path(named).expanduser()
+            named_path = p / "ansible.cfg" if p.is_dir() else p
+            if named_path.absolute() == path.absolute():
+                return path.resolve()
+        if path not in user_wide:
+            return path.resolve()
+    for d in inventory_dirs(inventories):
+        c = d / "ansible.cfg"
         if c.is_file() and os.access(c, os.R_OK):
             return c.resolve()
-    return None
+    return None if found is None else Path(found).resolve()
 
 
 def read_config(path: Path | None) -> UserConfig:
@@ -143,8 +142,8 @@ def read_config(path: Path | None) -> UserConfig:
     return UserConfig(path, parser)
 
 
-def load(inventories: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> UserConfig:
-    return read_config(find_config(inventories, environ))
+def load(inventories: Sequence[str] = ()) -> UserConfig:
+    return read_config(find_config(inventories))
 
 
 def user_inventory(environ: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None
@@ -157,7 +156,7 @@ def user_inventory(environ: Mapping[str, str] | None = None, cwd: str | os.PathL
     raw = env.get("ANSIBLE_INVENTORY", "").strip()
     base, origin = Path(cwd or os.getcwd()), "ANSIBLE_INVENTORY"
     if not raw:
-        cfg = read_config(find_config((), env, cwd))
+        cfg = read_config(find_config(()))
         raw = (cfg.parser.get("defaults", "inventory", raw=True, fallback="") or "").strip()
         if not raw or cfg.path is None:
             return "", ()

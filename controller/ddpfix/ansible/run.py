@@ -19,7 +19,15 @@ from ddpfix.ansible import args as ansibleargs
 from ddpfix.ansible import config as ansiblecfg
 from ddpfix.ansible.env import STRICT_INVENTORY, ansible_env, default_forks, working_dir
 from ddpfix.ansible.results import HostResult, RunResult, changed_before, lock_held_elsewhere, record_event, short_line
-from ddpfix.ansible.rundirs import new_run_dir, owner_only, private_umask, redact_extravars, scrub, write_extravars
+from ddpfix.ansible.rundirs import (
+    LiveOutput,
+    new_run_dir,
+    owner_only,
+    private_umask,
+    redact_extravars,
+    scrub,
+    write_extravars,
+)
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.lock import HELD_ENV, holder_info
 
@@ -114,6 +122,7 @@ def run_playbook(
     write_extravars(run_dir, {**user_args.extra_vars, "ddpfix_run_holder": holder_info(), **dict(extravars or {})})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
+    live = LiveOutput()
 
     def handler(event: dict[str, Any]) -> bool:
         data = event.get("event_data") or {}
@@ -123,10 +132,15 @@ def run_playbook(
             on_event(event)
         # what ansible-runner writes to job_events/ after this handler: secret-looking values redacted (the
         # TaskResults above keep the originals: the cluster view carries ddp_env_extra for the plan)
-        if isinstance(data.get("res"), dict):
-            scrubbed = scrub(data["res"])
-            if scrubbed != data["res"]:
-                data["res"] = scrubbed
+        res = data.get("res") if isinstance(data.get("res"), dict) else None
+        scrubbed = scrub(res) if res is not None else None
+        if event.get("stdout"):  # the event's display text, in job_events/ too, without those secrets
+            event["stdout"] = live.render(event["stdout"], res, scrubbed)
+            if verbosity:  # -v..-vvvv: Ansible's own output, live, as ansible-playbook shows it
+                sys.stderr.write(f"{event['stdout']}\n")
+                sys.stderr.flush()
+        if scrubbed is not None and scrubbed != res:
+            data["res"] = scrubbed
         return True
 
     started = time.monotonic()
@@ -147,7 +161,7 @@ def run_playbook(
                 passwords=user_args.passwords(),  # -K: answered on ansible-playbook's terminal, in memory only
                 tags=tags,
                 skip_tags=skip_tags,
-                verbosity=verbosity if verbosity >= 3 else None,
+                verbosity=min(verbosity, 4) or None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
                          "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
                          "DDPFIX_LOCKED_FILE": str(locked_file)},

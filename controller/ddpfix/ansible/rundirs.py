@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -201,3 +202,41 @@ def scrub(obj: Any) -> Any:
         return o
 
     return walk(obj)
+
+
+def _removed(orig: Any, scrubbed: Any) -> set[str]:
+    """The strings `scrub` replaced by *** as a whole (values of secret keys) in `orig`."""
+    if isinstance(orig, dict) and isinstance(scrubbed, dict):
+        return {s for k in orig.keys() & scrubbed.keys() for s in _removed(orig[k], scrubbed[k])}
+    if isinstance(orig, list) and isinstance(scrubbed, list):
+        return {s for a, b in zip(orig, scrubbed, strict=False) for s in _removed(a, b)}
+    if isinstance(orig, str) and scrubbed == "***" and orig not in ("", "***"):
+        return {orig}
+    return set()
+
+
+class LiveOutput:
+    """-v..-vvvv: Ansible's own display text of each event, live on stderr, without what `scrub` takes out of the
+    run's records: a result that held a secret is shown as its scrubbed JSON, and every secret value seen so far is
+    *** in each later line (the verbose lines of -vvv and -vvvv too)."""
+
+    def __init__(self) -> None:
+        self.secrets: set[str] = set()
+
+    def render(self, text: str, res: Any = None, scrubbed: Any = None) -> str:
+        """`text` without the secrets of `res` (as `scrubbed` leaves it) or of any earlier result."""
+        if not text:
+            return text
+        if scrubbed is not None and scrubbed != res:
+            self.secrets |= _removed(res, scrubbed)
+            head = text.split(" => ", 1)[0] if " => " in text else text.splitlines()[0]
+            text = f"{head} => {json.dumps(scrubbed, indent=4, sort_keys=True)}"
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
+    def show(self, text: str, res: Any = None, scrubbed: Any = None) -> None:
+        text = self.render(text, res, scrubbed)
+        if text:
+            sys.stderr.write(f"{text}\n")
+            sys.stderr.flush()

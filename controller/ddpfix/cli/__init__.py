@@ -14,7 +14,6 @@ from typing import Any, NoReturn
 import click
 from click.core import ParameterSource
 
-from ddpfix import __version__
 from ddpfix.ansible import args as ansibleargs
 from ddpfix.app import Application
 from ddpfix.cli.common import (
@@ -32,7 +31,7 @@ from ddpfix.cli.common import (
     check_user,
 )
 from ddpfix.cli.common import ask_become_pass as ask
-from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.errors import EXIT_CODE_MEANING, DdpfixError, ExitCode
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -125,8 +124,25 @@ class _Group(click.Group):
             _run_failed(ctx, exc)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="ddpfix")
+def _exit_codes_epilog() -> str:
+    lines = [f"  {int(code)}  {meaning}" for code, meaning in sorted(EXIT_CODE_MEANING.items())]
+    return "\b\nExit codes (every subcommand):\n" + "\n".join(lines)
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`ddpfix --version`: as `ansible --version`, the versions and the places in use."""
+    if not value or ctx.resilient_parsing:
+        return
+    # CLI start: --version only
+    from ddpfix.ansible.version import version_lines
+
+    click.echo("\n".join(version_lines()))
+    ctx.exit(0)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_exit_codes_epilog())
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show ddpfix's, ansible-core's and Python's versions, the config file and the collections in use.")
 @click.option("-i", "--inventory", "inventories", metavar="INV", multiple=True, envvar="DDPFIX_INVENTORY",
               help=f"{INVENTORY_HELP} [env: DDPFIX_INVENTORY, comma-separated].")
 @click.option("-l", "--limit", metavar="PATTERN", envvar="DDPFIX_LIMIT", help=f"{LIMIT_HELP} [env: DDPFIX_LIMIT].")

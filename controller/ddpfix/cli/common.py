@@ -33,7 +33,8 @@ LIMIT_HELP = "Ansible host pattern: restrict the run to matching hosts"
 FORKS_HELP = "Parallel SSH connections; default: one per host up to 50"
 SLURM_HELP = ("Inventory = this Slurm allocation (SLURM_JOB_NODELIST; master = first node); -i files then only "
               "add variables.")
-VERBOSE_HELP = "More output (and tracebacks of internal errors); -vvv passes -vvv to Ansible."
+VERBOSE_HELP = ("Ansible's own output, live on stderr, at this verbosity (-v to -vvvv, as ansible-playbook's), and "
+                "tracebacks of internal errors.")
 EXTRA_VARS_HELP = ("Extra variables as in ansible-playbook: key=value, YAML/JSON, or @file; repeatable, later wins; "
                    "ddp_* values count for the plan too; ddpfix_* names are refused")
 USER_HELP = "Connect as this user (ansible-playbook -u) [env: ANSIBLE_REMOTE_USER, read by Ansible]"

@@ -256,8 +256,9 @@ def write_inventory(rt: Runtime, inv_dir: Path) -> Path:
                         "ddp_master_port": plan.master_port,
                         "ddp_cluster_cidr": str(plan.subnet),
                         "ddp_ntp_local_master": True,
-                        # verify --torch runs this interpreter on the nodes (/usr and the checkout are shared)
-                        "ddp_python": sys.executable,
+                        # verify --torch runs this interpreter on the nodes (/usr and the checkout are shared,
+                        # /root is not): DDPFIX_LAB_PYTHON (scripts/setup-node.sh's), else the controller's
+                        "ddp_python": os.environ.get("DDPFIX_LAB_PYTHON") or sys.executable,
                         **plan.groupvars,
                     },
                 }

@@ -56,6 +56,31 @@ def test_config_search_order(home: Path, tmp_path: Path, monkeypatch: pytest.Mon
     assert h is not None
 
 
+def test_the_search_is_ansible_cores_own(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ansible-core's find_ini_config_file answers is used, except that an inventory's ansible.cfg comes before
+    the user-wide ~/.ansible.cfg and /etc/ansible/ansible.cfg."""
+    from ansible.config import manager
+
+    invdir = tmp_path / "inv"
+    nxt = cfg_file(invdir, "")
+    elsewhere = cfg_file(tmp_path / "elsewhere", "")
+    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: str(elsewhere))
+    assert ansiblecfg.find_config([str(invdir)]) == elsewhere.resolve()
+    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: "/etc/ansible/ansible.cfg")
+    assert ansiblecfg.find_config([str(invdir)]) == nxt.resolve()
+    assert ansiblecfg.find_config([]) == Path("/etc/ansible/ansible.cfg")
+    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: None)
+    assert ansiblecfg.find_config([str(invdir)]) == nxt.resolve()
+    assert ansiblecfg.find_config([]) is None
+    # ANSIBLE_CONFIG naming ~/.ansible.cfg itself: the user's choice stands
+    user = home / ".ansible.cfg"
+    user.write_text("")
+    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: str(user))
+    assert ansiblecfg.find_config([str(invdir)]) == nxt.resolve()
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(user))
+    assert ansiblecfg.find_config([str(invdir)]) == user.resolve()
+
+
 def test_world_writable_cwd_is_skipped_like_ansible(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cwd = tmp_path / "public"
     cfg_file(cwd, "[defaults]\nremote_user = eve\n")

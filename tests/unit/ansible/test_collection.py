@@ -15,7 +15,9 @@ from unit_helpers import ROOT
 import ddpfix
 
 
-def test_collection_builds_with_the_node_content_and_nothing_of_the_controller(tmp_path: Path) -> None:
+def test_collection_builds_with_the_node_content_and_the_controller_package_only(tmp_path: Path) -> None:
+    """The roles, plugins and playbooks, and controller/ddpfix (the package the action plugins import when no ddpfix
+    is installed, as in an execution environment built from the collection alone); no tests, inventories, scripts."""
     galaxy = Path(sys.executable).parent / "ansible-galaxy"
     r = subprocess.run([str(galaxy), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
                        capture_output=True, text=True, timeout=120)
@@ -29,7 +31,9 @@ def test_collection_builds_with_the_node_content_and_nothing_of_the_controller(t
                  "plugins/filter/ddpfix_probe_plan.py", "meta/runtime.yml",
                  "playbooks/audit.yml", "playbooks/remediate.yml", "roles/ddpfix_facts/tasks/main.yml"):
         assert must in names, must
-    assert not any(n.split("/")[0] in {"controller", "tests", "inventories", ".venv", "scripts"} for n in names)
+    assert "controller/ddpfix/pipeline.py" in names
+    assert not any(n.split("/")[0] in {"tests", "inventories", ".venv", "scripts"} for n in names)
+    assert {n.split("/")[1] for n in names if n.startswith("controller/")} == {"ddpfix"}
     assert not any(n.startswith("playbooks/collections") for n in names)
 
 

@@ -6,10 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddpfix import __version__, paths
 from ddpfix.cli import cli
+from ddpfix.errors import EXIT_CODE_MEANING, ExitCode
 
 
 def test_installed_console_script_runs_from_root_dir() -> None:
@@ -20,6 +22,37 @@ def test_installed_console_script_runs_from_root_dir() -> None:
         assert sub in r.stdout
     r = subprocess.run([str(exe), "--version"], cwd="/", capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and __version__ in r.stdout
+
+
+def test_version_names_what_ddpfix_runs_with_as_ansible_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ddpfix's, ansible-core's and Python's versions, the config file (ansible-core's search), the collection and the
+    collections path; nothing is created in the state directory."""
+    import ansible
+    import ansible.release
+
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(tmp_path / "state"))
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text("[defaults]\ncollections_path = /srv/collections\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
+    r = CliRunner().invoke(cli, ["--version"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == f"ddpfix {__version__}"
+    assert f"  ansible-core = {ansible.release.__version__} ({Path(ansible.__file__).parent})" in lines
+    assert f"  python = {sys.version.split()[0]} ({sys.executable})" in lines
+    assert f"  config file = {cfg.resolve()}" in lines
+    assert f"  ddpfix.cluster = {paths.ansible_root()}" in lines
+    assert f"  collections path = {paths.collections_base()}:/srv/collections" in lines
+    assert not (tmp_path / "state").exists()
+
+
+def test_help_lists_every_exit_code() -> None:
+    r = CliRunner().invoke(cli, ["--help"])
+    assert r.exit_code == 0
+    listed = [" ".join(ln.split()) for ln in r.output.split("Exit codes (every subcommand):", 1)[1].splitlines()]
+    for code in ExitCode:
+        assert f"{int(code)} {EXIT_CODE_MEANING[code]}" in listed, (code, listed)
+    assert set(EXIT_CODE_MEANING) == set(ExitCode)
 
 
 def test_ansible_content_found_through_the_package() -> None:
