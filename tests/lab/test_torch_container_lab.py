@@ -17,13 +17,12 @@ prints what ddpfix's torch reader prints for a CUDA 12.1 build), any other image
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from helpers import ddpfix_json
+from helpers import NODE_PYTHON, ddpfix_json
 
 from ddpfix import lab
 from ddpfix.rules import env as env_rules
@@ -48,7 +47,7 @@ image=$1; shift
 shift
 echo "$(hostname) $image $(printf '%s' "$2" | head -n 1)" >> {shlex.quote(str(log))}
 case $image in
-  {IMAGE}) exec env -i PATH=/usr/bin:/bin {shlex.quote(sys.executable)} "$@" ;;
+  {IMAGE}) exec env -i PATH=/usr/bin:/bin {shlex.quote(NODE_PYTHON)} "$@" ;;
   {OLD}) echo '{OLD_TORCH}'; exit 0 ;;
 esac
 echo "Unable to find image '$image' locally" >&2
