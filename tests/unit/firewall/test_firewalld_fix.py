@@ -142,3 +142,30 @@ def test_other_inputs_that_reach_a_command_refused(var: str, value: str) -> None
 @pytest.mark.parametrize("value", ["trusted", "internal", "my_zone-2", "x" * 17])
 def test_zone_names_accepted(value: str) -> None:
     check_role_var("node1", "ddpfix_firewall_zone", value, role_var_specs()["ddpfix_firewall_zone"])
+
+
+SHAPES = Path(__file__).resolve().parents[2] / "fixtures" / "rulesets" / "firewalld"
+
+
+def _direct(name: str) -> tuple[fwd.DirectRule, ...]:
+    """The `--direct --add-rule` lines of a shape file as firewalld lists them."""
+    out = []
+    for ln in (SHAPES / name).read_text().splitlines():
+        if "--direct --add-rule " in ln:
+            r = fwd.DirectRule.of(ln.split("--add-rule ", 1)[1])
+            assert r is not None, ln
+            out.append(r)
+    return tuple(out)
+
+
+def test_published_direct_output_rules_block_egress_and_are_refused(pol: fwd.Firewalld) -> None:
+    """tests/fixtures/rulesets/firewalld/direct-output-drop.sh (a published egress lock-down with direct rules):
+    established replies and http/dns pass, a connect to a peer hits the priority-99 DROP; ddpfix refuses by name."""
+    fw = dataclasses.replace(pol, policies={}, direct_rules=_direct("direct-output-drop.sh"))
+    ok = fwd.evaluate_egress(fw, Packet.of("192.168.83.11", 80, "eth0", dst="192.168.83.12"), "eth0")
+    assert ok.verdict == "accept" and "--dport 80" in ok.evidence
+    v = fwd.evaluate_egress(fw, Packet.of("192.168.83.11", 29500, "eth0", dst="192.168.83.12"), "eth0")
+    assert v.verdict == "drop" and v.evidence == "firewalld direct rule: ipv4 filter OUTPUT 99 -j DROP"
+    plan = fwd.plan_fix(fw, CIDR, node="node1", iface="eth0", own="192.168.83.11", peers=["192.168.83.12"],
+                        ports=PORTS, ingress=False, egress=True)
+    assert not plan.changes and "ipv4 filter OUTPUT 99 -j DROP" in plan.refusals[0]
