@@ -570,13 +570,16 @@ def _overlaps(a: str, cidr: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bo
 def ingress_zones(fw: Firewalld, cidr: str, iface: str | None) -> tuple[list[tuple[str, str]], str | None]:
     """Where packets from the cluster network land: [(zone, the source that binds it)] for every zone a source of
     which overlaps the cluster network (ZONE_CONFLICT: a network bound to one zone cannot be added to another), and
-    the zone the cluster interface is bound to explicitly (None: the default zone takes it)."""
+    the zone the cluster interface is bound to (None: unbound, or bound to the default zone, as NetworkManager binds
+    every interface it manages)."""
     net = ipaddress.ip_network(cidr, strict=False)
     bound = [(n, s) for n in sorted(fw.zones) for s in fw.zones[n].sources if _overlaps(s, net)]
     izone = None
     if iface is not None:
         izone = next((n for n in sorted(fw.zones) if any(iface_match(i, iface) for i in fw.zones[n].interfaces)),
                      None)
+    if izone is not None and izone == fw.default_zone:
+        izone = None  # NetworkManager binds every NIC to the default zone: no choice about the cluster's traffic
     return bound, izone
 
 
@@ -586,9 +589,10 @@ def plan_fix(fw: Firewalld, cidr: str, *, node: str, iface: str | None, own: str
     """Where and how firewalld on `node` must change so that the cluster network reaches `ports` (ingress) and the
     node reaches its peers' `ports` (egress), decided from its facts:
 
-    - ingress: a zone the cluster network (or a network containing or inside it) is a source of, or the zone the
-      cluster interface is bound to, gets a rich rule accepting the cluster network (never a conflicting binding);
-      otherwise the cluster network becomes a source of `zone` (None: the role's `ddpfix_firewall_zone`, trusted).
+    - ingress: a zone the cluster network (or a network containing or inside it) is a source of, or the zone other
+      than the default one that the cluster interface is bound to, gets a rich rule accepting the cluster network
+      (never a conflicting binding); otherwise the cluster network becomes a source of `zone` (None: the role's
+      `ddpfix_firewall_zone`, trusted), as ddpfix always did.
     - egress: each policy from HOST that drops or rejects a connect to a peer gets a rich rule accepting the
       cluster network as destination.
 

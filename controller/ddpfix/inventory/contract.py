@@ -207,6 +207,8 @@ ROLE_VAR_GRAMMAR: dict[str, tuple[re.Pattern[str], str]] = {
                              "an absolute path or a command name, without whitespace or shell characters"),
     "ddpfix_verify_nproc": (re.compile(r"^(?:gpu|cpu|auto|[1-9][0-9]{0,3})$"),
                             "torchrun's --nproc_per_node: gpu, cpu, auto or a number"),
+    # its keys become shell assignments (its values are quoted)
+    "ddpfix_verify_override": (re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$"), "a mapping of env names ([A-Z_][A-Z0-9_]*)"),
 }
 
 
@@ -239,7 +241,8 @@ def check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) ->
     if any(ord(c) < 32 or ord(c) == 127 for t in texts(value) for c in t):
         raise refused(f"{name} of {host} {shown} contains a newline or another control character")
     grammar = ROLE_VAR_GRAMMAR.get(name)
-    if grammar and not grammar[0].match(str(value)):
+    words = [str(k) for k in value] if isinstance(value, Mapping) else [str(value)]
+    if grammar and not all(grammar[0].match(w) for w in words):
         raise refused(f"{name} of {host} {shown} is not {grammar[1]}")
 
 

@@ -55,11 +55,12 @@ def test_bound_zone_gets_a_rich_rule_never_a_conflicting_source(pol: fwd.Firewal
 
 
 @pytest.mark.parametrize(("source", "expect"), [("192.168.0.0/16", ["internal"]),
-                                                ("192.168.83.0/26", ["internal", "public"])])
+                                                ("192.168.83.0/26", ["internal", ""])])
 def test_a_network_containing_or_inside_the_cluster_network(pol: fwd.Firewalld, source: str,
                                                             expect: list[str]) -> None:
-    """A wider source: its zone alone gets the rule; a narrower one: its zone, and the zone the rest of the cluster
-    network lands in (eth0 is bound to public in the recording) too."""
+    """A wider source: its zone alone gets the rule; a narrower one: its zone, and the rest of the cluster network
+    becomes a source of the configured zone ("": eth0 is bound to the default zone public, as NetworkManager binds
+    it, which is no choice about the cluster's traffic)."""
     z = dataclasses.replace(pol.zones["internal"], sources=(source,))
     fw = dataclasses.replace(pol, zones={**pol.zones, "internal": z})
     plan = fwd.plan_fix(fw, CIDR, node="n", iface="eth0", own="192.168.83.11", peers=["192.168.83.12"],
@@ -76,9 +77,10 @@ def test_cluster_interface_bound_to_a_zone() -> None:
 
 def test_nothing_bound_the_cluster_network_becomes_a_source_of_the_configured_zone(pol: fwd.Firewalld) -> None:
     fw = dataclasses.replace(pol, zones={"public": pol.zones["public"]})
-    # eth9: not bound, the default zone takes it
-    plan = fwd.plan_fix(fw, CIDR, node="n", iface="eth9", own="192.168.83.11", peers=["192.168.83.12"], ports=PORTS)
-    assert [c.to_vars() for c in plan.changes] == [{"zone": "", "source": CIDR}]
+    for iface in ("eth9", "eth0"):  # not bound; bound to the default zone (public)
+        plan = fwd.plan_fix(fw, CIDR, node="n", iface=iface, own="192.168.83.11", peers=["192.168.83.12"],
+                            ports=PORTS)
+        assert [c.to_vars() for c in plan.changes] == [{"zone": "", "source": CIDR}]
 
 
 def test_egress_policy_gets_a_destination_rule(pol: fwd.Firewalld) -> None:
@@ -132,8 +134,9 @@ def test_hostile_zone_names_refused_before_any_contact(value: str) -> None:
 
 @pytest.mark.parametrize(("var", "value"), [("ddpfix_verify_python", "python3; id"),
                                             ("ddpfix_verify_python", "docker run x"),
-                                            ("ddpfix_verify_nproc", "1 --foo")])
-def test_other_inputs_that_reach_a_command_refused(var: str, value: str) -> None:
+                                            ("ddpfix_verify_nproc", "1 --foo"),
+                                            ("ddpfix_verify_override", {"X=1; id #": "1"})])
+def test_other_inputs_that_reach_a_command_refused(var: str, value: object) -> None:
     with pytest.raises(DdpfixError) as exc:
         check_role_var("node1", var, value, role_var_specs()[var])
     assert exc.value.code == ExitCode.INVALID_INPUT and var in str(exc.value)
@@ -142,6 +145,8 @@ def test_other_inputs_that_reach_a_command_refused(var: str, value: str) -> None
 @pytest.mark.parametrize("value", ["trusted", "internal", "my_zone-2", "x" * 17])
 def test_zone_names_accepted(value: str) -> None:
     check_role_var("node1", "ddpfix_firewall_zone", value, role_var_specs()["ddpfix_firewall_zone"])
+    check_role_var("node1", "ddpfix_verify_override", {"NNODES": "2", "MASTER_ADDR": "10.0.0.1"},
+                   role_var_specs()["ddpfix_verify_override"])
 
 
 SHAPES = Path(__file__).resolve().parents[2] / "fixtures" / "rulesets" / "firewalld"
