@@ -40,7 +40,8 @@ class LabPool:
         return f"t{os.getpid() % 100000}-{LabPool._counter}"
 
     def make(self, nodes: int = 3, scenario: str = "clean", ifnames: str | None = None, *,
-             name: str | None = None, subnet: str | None = None, wait_sync: bool = True):
+             name: str | None = None, subnet: str | None = None, wait_sync: bool = True,
+             pythons: dict[str, str] | None = None):
         from ddpfix import lab
         from ddpfix.errors import ExitCode
 
@@ -50,7 +51,8 @@ class LabPool:
         self.names.append(name)
         for net in candidates:
             try:
-                return lab.up(name, nodes, scenario, net, ifnames, self.base_dir / name, wait_sync=wait_sync)
+                return lab.up(name, nodes, scenario, net, ifnames, self.base_dir / name, wait_sync=wait_sync,
+                              pythons=pythons)
             except lab.LabError as exc:  # subnet taken by another lab/developer: try the next one
                 last = exc
                 if exc.code != ExitCode.INVALID_INPUT or "overlaps" not in str(exc) or subnet:

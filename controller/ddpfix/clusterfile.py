@@ -42,7 +42,7 @@ def text(content: dict[str, Any]) -> str:
 def build(ctx: Context) -> dict[str, Any]:
     """The file's content: the same on every node (no timestamps, so rewriting it is idempotent)."""
     c = ctx.cluster
-    return {
+    doc = {
         "schema": SCHEMA,
         "master": c.master,
         "master_port": c.master_port,
@@ -61,6 +61,9 @@ def build(ctx: Context) -> dict[str, Any]:
             for n in c.nodes
         ],
     }
+    if c.hosts_domains:  # only when set: the files of clusters without it stay as they were
+        doc["hosts_domains"] = list(c.hosts_domains)
+    return doc
 
 
 def _bad(path: str, why: str) -> DdpfixError:
@@ -136,6 +139,8 @@ def load(path: str, *, trusted: bool = True) -> tuple[Cluster, dict[str, Any]]:
               "ddp_env_path": doc.get("env_path"), "ddp_env_process_vars": doc.get("env_process_vars", False),
               "ddp_env_scope": doc.get("env_scope") or "cluster", "ddp_job_port_range": doc.get("job_port_range"),
               "ddp_skip_findings": doc.get("skip_findings") or [], "ddp_cluster_cidr_ack_broad": True}
+    if doc.get("hosts_domains"):
+        common["ddp_hosts_domains"] = doc["hosts_domains"]
     for hv in hostvars.values():
         hv.update(common)
     data = {"ddp_nodes": {"hosts": list(hostvars)}, "_meta": {"hostvars": hostvars}}

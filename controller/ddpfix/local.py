@@ -26,15 +26,15 @@ from ddpfix.rules.context import Context, HostFacts
 from ddpfix.rules.engine import from_placeholder as _from_placeholder
 from ddpfix.rules.env import check_env
 from ddpfix.rules.firewall import check_firewall
-from ddpfix.rules.hosts import check_hostnames, check_resolution
+from ddpfix.rules.hosts import check_claims, check_hostnames, check_resolution
 from ddpfix.rules.net import check_master_addr, check_sysctls
 from ddpfix.rules.netif import check_interfaces
 from ddpfix.rules.reachability import check_facts
 from ddpfix.rules.time import check_time
 
 #: The audit's checks that need only this node's facts and the cluster file (no probe connects, no peer's facts).
-LOCAL_CHECKS = (check_facts, check_hostnames, check_resolution, check_firewall, check_time, check_interfaces,
-                check_master_addr, check_sysctls, check_env)
+LOCAL_CHECKS = (check_facts, check_hostnames, check_claims, check_resolution, check_firewall, check_time,
+                check_interfaces, check_master_addr, check_sysctls, check_env)
 #: Findings that say nothing about this node's health in a prolog or health check: the master port is in use
 #: while the job runs; the others compare nodes, which one node cannot see.
 NOT_LOCAL = registry.scoped("cluster", "idle")  # the rules' scope (ddpfix.model.finding.SCOPES)

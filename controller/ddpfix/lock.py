@@ -119,7 +119,7 @@ class ControllerLock:
     what: str = "this cluster"
 
     def acquire(self, holder: dict[str, Any] | None = None) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        paths.private_dir(self.path.parent, "locks directory")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         # The holder writes who it is right after its flock (and empties the file right before it lets go): a run
         # that meets the lock in between reads nothing. It tries again for a moment, until it can name the holder
@@ -200,6 +200,10 @@ def hold_for_playbook(addresses: Sequence[str]) -> str | None:
     playbook = os.getppid()
     started = _pid_start(playbook)
     path = paths.state_dir() / "locks" / f"cluster-{key}.lock"
+    try:  # a locks directory that is not private (or cannot be made): the playbook's run goes on without it
+        paths.private_dir(path.parent, "locks directory")
+    except DdpfixError as exc:
+        return f"ddpfix: controller lock not taken: {exc}; only the node locks keep runs apart"
     try:
         holder = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):

@@ -5,6 +5,7 @@ Pure functions; the same plan drives `env`, `remediate`, the audit's env-file ch
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -32,23 +33,75 @@ CLUSTER_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "WORLD
 class NodePlan:
     name: str
     rank: int
+    #: the node's hostname as it reports it, when the inventory vouches for it (`vouched_names`), else None: only
+    #: such a name is written (hosts block, cluster file) or looked up for the node
     hostname: str | None
     address: str | None  # cluster address
     ifname: str | None
     env: dict[str, str]
     #: where `address` comes from: "facts" (the node was read) or "inventory" (not read: its ansible_host, in the CIDR)
     source: str | None = None
-    #: names other nodes' /etc/hosts already map to `address` (only for nodes not read, kept in the block)
-    known_names: tuple[str, ...] = ()
     comments: dict[str, str] = field(default_factory=dict)  # env key -> why it is there (in the block's comment)
 
 
 def effective_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]) -> str | None:
-    """The inventory's ddp_cluster_cidr, else the on-link subnet of the master's address as the master sees it."""
+    """The inventory's ddp_cluster_cidr, else the network the controller derives (`derive_cidr`)."""
     if cluster.cluster_cidr:
         return cluster.cluster_cidr
-    mf = facts.get(cluster.master) or {}
-    return ((mf.get("cluster") or {}).get("cidr")) or None
+    return derive_cidr(cluster, facts)[0]
+
+
+def derive_cidr(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
+                ) -> tuple[str | None, dict[str, tuple[str, str, str]]]:
+    """Without ddp_cluster_cidr: (the cluster network, {node: (fact, value, why)} for each node whose claim of it,
+    `cluster.cidr`, is wider). The controller decides, from what it knows: the inventory's addresses (ansible_host;
+    a node named by a DNS name: its cluster address, and the master's address as most read nodes resolve its name)
+    and the prefixes of the interfaces that hold them, as the read nodes report them. A node votes with the network
+    of its interface holding its address when that network holds the master's address (it is on the master's link);
+    the network is the narrowest voted one that holds the addresses of more than half of the voters. One node cannot
+    widen it (a master saying /16 on a /24 cluster is outvoted) nor narrow it below the others' addresses. None when
+    the master was not read or no majority agrees: then ddp_cluster_cidr must say."""
+    if not facts.get(cluster.master):
+        return None, {}
+    master = net.ip(cluster.master_node.address, scoped=False) or _most_said(
+        [f.get("master_ip") for f in facts.values() if f])
+    votes: list[tuple[net.Address, net.Network]] = []
+    for node in cluster.nodes:
+        f = facts.get(node.name)
+        addr = net.ip(node.address, scoped=False) or net.ip(((f or {}).get("cluster") or {}).get("address"))
+        if master is not None and f and addr is not None and (p := _onlink(f, addr)) is not None and master in p:
+            votes.append((addr, p))
+    chosen = next((p for p in sorted({p for _, p in votes}, key=lambda p: -p.prefixlen)
+                   if 2 * sum(a in p for a, _ in votes) > len(votes)), None)
+    if chosen is None:
+        return None, {}
+    wide: dict[str, tuple[str, str, str]] = {}
+    for node in cluster.nodes:
+        claim = net.network(((facts.get(node.name) or {}).get("cluster") or {}).get("cidr"))
+        if claim is not None and claim.version == chosen.version and claim.prefixlen < chosen.prefixlen \
+                and chosen.subnet_of(claim):  # type: ignore[arg-type]
+            wide[node.name] = ("cluster.cidr", str(claim), (
+                f"wider than {chosen}, the cluster network the controller derives from the inventory's addresses "
+                "and the nodes' interface prefixes; a node does not choose what is opened on every node (set "
+                "ddp_cluster_cidr, or correct the prefix of the node's cluster interface)"))
+    return str(chosen), wide
+
+
+def _most_said(values: list[Any]) -> net.Address | None:
+    """The address more than half of `values` are (the master's address as the read nodes resolve its name)."""
+    addrs = [a for v in values if (a := net.ip(v, scoped=False)) is not None]
+    top = Counter(addrs).most_common(1)
+    return top[0][0] if top and 2 * top[0][1] > len(values) else None
+
+
+def _onlink(f: Mapping[str, Any], addr: net.Address) -> net.Network | None:
+    """The network of the node's interface address `addr` (its prefix as the node reports it), None when it holds
+    none."""
+    for i in f.get("interfaces") or []:
+        for a in i.get("addrs") or []:
+            if net.ip(a.get("local"), scoped=False) == addr and isinstance(a.get("prefixlen"), int):
+                return net.network(f"{addr}/{a['prefixlen']}")
+    return None
 
 
 def cluster_address(node_facts: Mapping[str, Any] | None, cidr: str | None) -> str | None:
@@ -69,17 +122,26 @@ def inventory_address(cluster: Cluster, name: str, cidr: str | None) -> str | No
     return _in_cidr(cluster.node(name).address, cidr)
 
 
-def _names_for(address: str, facts: Mapping[str, Mapping[str, Any] | None]) -> tuple[str, ...]:
-    """Valid, non-reserved names that the read nodes' /etc/hosts map to `address`, in order of appearance."""
-    out: list[str] = []
-    for f in facts.values():
-        for e in (f or {}).get("hosts_file") or []:
-            if e.get("addr") != address:
-                continue
-            for n in e.get("names") or []:
-                if isinstance(n, str) and is_hostname(n) and not is_reserved_name(n) and n not in out:
-                    out.append(n)
-    return tuple(out)
+def vouched_names(cluster: Cluster, name: str) -> frozenset[str]:
+    """The names (lower case) the inventory vouches for as node `name`'s own: its inventory name and, for each domain
+    of ddp_hosts_domains, the inventory name's short form under it (`gpu7` for `gpu7.dc1.example`) or, for a
+    one-label inventory name, the name under it (`gpu7.dc1.example` for `gpu7`). Nothing a node reports adds one."""
+    n = name.lower()
+    out = {n}
+    for d in cluster.hosts_domains:
+        if n.endswith("." + d) and len(n) > len(d) + 1:
+            out.add(n[: -len(d) - 1])
+        elif "." not in n:
+            out.add(f"{n}.{d}")
+    return frozenset(out)
+
+
+def vouched_hostname(cluster: Cluster, name: str, hostname: Any) -> str | None:
+    """`hostname` (what node `name` reports) when the inventory vouches for it (`vouched_names`), else None: a node
+    names only itself."""
+    if isinstance(hostname, str) and hostname and hostname.lower() in vouched_names(cluster, name):
+        return hostname
+    return None
 
 
 def cluster_nic(node_facts: Mapping[str, Any], *, address: str | None = None, cidr: str | None = None) -> str | None:
@@ -200,12 +262,11 @@ def plan_cluster(cluster: Cluster, facts: Mapping[str, Mapping[str, Any] | None]
         plans[node.name] = NodePlan(
             name=node.name,
             rank=node.rank,
-            hostname=(f or {}).get("hostname"),
+            hostname=vouched_hostname(cluster, node.name, (f or {}).get("hostname")),
             address=addr,
             ifname=ifname,
             env=env,
             source=source,
-            known_names=_names_for(addr, facts) if (addr and not f) else (),
             comments=comments,
         )
     return plans
@@ -382,27 +443,26 @@ def env_refusal(not_ours: Mapping[str, str]) -> str:
 
 
 def hosts_entries(plans: Mapping[str, NodePlan]) -> list[dict[str, Any]]:
-    """The managed /etc/hosts block: every node's hostname (and inventory name) -> its cluster address, in rank order.
+    """The managed /etc/hosts block: each node's names -> its cluster address, in rank order.
 
-    A node that was not read keeps its line: its inventory name and the names the read nodes' /etc/hosts already
-    map to its address (`known_names`). A hostname two nodes share (cloned VMs) is left out: it cannot map to both.
-    So are IP-literal inventory names, invalid names and the reserved loopback names (localhost, ip6-*)."""
+    A node's names are the ones the inventory vouches for and nothing else: its hostname when that is its inventory
+    name or, under ddp_hosts_domains, the inventory name's short form (`NodePlan.hostname`), and its inventory name.
+    A node that was not read has its inventory name only. A name two nodes would share (cloned VMs) is left out: it
+    cannot map to both. So are IP-literal inventory names, invalid names and the reserved loopback names (localhost,
+    ip6-*)."""
+    def candidates(p: NodePlan) -> list[str]:  # the hostname first (the canonical name), then the inventory name
+        return [p.hostname, p.name] if p.hostname and p.hostname.lower() != p.name.lower() else [p.hostname or p.name]
+
     counts: dict[str, int] = {}
     for p in plans.values():
-        if p.hostname:
-            counts[p.hostname] = counts.get(p.hostname, 0) + 1
-    read_names = {n for p in plans.values() if p.source != "inventory" for n in (p.hostname, p.name) if n}
+        for n in candidates(p):
+            counts[n.lower()] = counts.get(n.lower(), 0) + 1
     entries = []
     for p in sorted(plans.values(), key=lambda x: x.rank):
         if not p.address:
             continue
-        names: list[str] = []
-        kept = [k for k in p.known_names if k not in read_names]
-        for n in (p.hostname, *kept, p.name):
-            if (not n or n in names or counts.get(n, 0) > 1 or net.is_ip(n, scoped=False) or not is_hostname(n)
-                    or is_reserved_name(n)):
-                continue
-            names.append(n)
+        names = [n for n in candidates(p) if counts[n.lower()] == 1 and not net.is_ip(n, scoped=False)
+                 and is_hostname(n) and not is_reserved_name(n)]
         if names:
             entries.append({"address": p.address, "names": names})
     return entries

@@ -129,11 +129,29 @@ def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers:
     active = active_firewalls(state)
     if "firewalld" in active:
         return "firewalld"
-    if "iptables" in active:
-        return "iptables"
+    if "iptables" in active:  # only the legacy tables hold rules: change those (iptables-legacy, its save file)
+        return "iptables" if (state.get("iptables") or "").strip() else "iptables-legacy"
     if "nft" in active:
         return "nftables"
     return "none"
+
+
+def nft_unfixable(state: Mapping[str, Any], findings: Iterable[Finding], name: str, cidr: str) -> str:
+    """Why ddpfix cannot fix `name`'s nftables block (refused before anything changes), or "": no native input base
+    chain that drops would take ddpfix's rule (the blocking table is iptables-nft's, firewalld's, or on a hook ddpfix
+    does not change). Names the rule, its owner and what an operator would run."""
+    fw = module_utils("ddpfix_fw")
+    nft = state.get("nft") or {}
+    owned = fw.nft_iptables_owned(nft, fw.iptables_nft_tables(state.get("iptables")),
+                                  fw.iptables_nft_tables(state.get("ip6tables")))
+    if fw.nft_blocking_input_chains(nft, owned):
+        return ""
+    ev = next((f.evidence for f in findings if f.host == name and f.id in FIREWALL_IDS), "the blocking rule")
+    return (f"firewall not changed: {ev} is in a table ddpfix does not own as nftables ("
+            f"{', '.join(' '.join(k) for k in sorted(owned)) or 'no native input base chain that drops'}); "
+            f"add the accept where its owner keeps it (iptables-nft: iptables -I INPUT -s {cidr} -j ACCEPT and "
+            f"its save file; a native table: nft insert rule <family> <table> <chain> ip saddr {cidr} accept in "
+            "the file nftables.service loads)")
 
 
 def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | None = None,
@@ -192,6 +210,11 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         if blocks:
             layers = {dict(f.fix_vars).get("layer", "") for f in fl if f.host == name and f.id in FIREWALL_IDS}
             hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall, layers)
+            why = nft_unfixable(facts.get("firewall") or {}, fl, name, ctx.cidr or "CIDR") if (
+                hp.firewall == "nftables") else ""
+            if why:
+                hp.firewall = "none"
+                hp.notes.append(why)
             unread_fw = sorted(s for s in ctx.unread(name) if s in FIREWALL_SOURCES)
             if hp.firewall == "none" and unread_fw:
                 hp.notes.append(

@@ -103,11 +103,8 @@ class ActionModule(ActionBase):
     @staticmethod
     def _write(path: str, text: str) -> str:
         path = os.path.abspath(os.path.expanduser(path))
-        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
+        try:  # a private temporary file, then a rename: never through a planted link
+            ddpfix("ddpfix.safefile").write_atomic(path, text)
         except OSError as exc:
             raise AnsibleActionFail(f"ddpfix_report: cannot write {path}: {exc.strerror}") from None
         return path

@@ -58,7 +58,7 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
       reports only names that resolve differently and routes that deviate;
     - hosts_addresses: the addresses of hosts outside the play (--limit) this node reports the /etc/hosts lines of
       (each such address by two of the play's hosts, round-robin: O(N) lines in all), as it does for the addresses
-      it dials, so that the hosts block keeps the names the cluster already gives a node that was not read.
+      it dials (shown as evidence; the hosts block names a node that was not read by its inventory name only).
     """
     addresses = addresses or {}
     port = int(port) if int(port) != int(master_port) else int(port) + 1  # the master's listener has the master port

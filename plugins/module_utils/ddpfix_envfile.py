@@ -12,7 +12,8 @@ with ``adopt`` (``ddp_env_adopt: true``) or when it lies in ddpfix's own directo
 written there by hand before ddpfix ran), and then only by adding the block and neutralising duplicates.
 
 Secret-looking values (``is_secret``: a key naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE or
-SESSION, any case, or a value holding URL userinfo ``scheme://user[:password]@``) never leave the node: diffs and
+SESSION, any case, or PAT, WEBHOOK or HOOK_URL as a word; or a value holding URL userinfo ``scheme://user[:password]@``,
+a webhook URL, a URL query credential or a provider's token format: ``SECRET_VALUE_RE``) never leave the node: diffs and
 facts carry ``***`` instead, and the facts carry a salted HMAC of each (``secret_digests``) so that the controller
 can tell whether the node holds the planned value without seeing it.
 """
@@ -35,8 +36,40 @@ REDACTED = "***"
 #: A key whose name contains one of these (any case) holds a secret. Substrings, not words: PGPASSWORD, APIKEY and
 #: MYSQL_PWD are secrets, and so (false positives that only hide a value) are MONKEY and KEYBOARD.
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "PWD", "AUTH", "CREDENTIAL", "DSN", "COOKIE", "SESSION")
+#: A key with one of these as a word (between underscores or at an end) holds a secret: GH_PAT, GITLAB_PAT (not
+#: PATH, PYTHONPATH).
+SECRET_KEY_WORDS_RE = re.compile(r"(?:^|_)(?:PAT|WEBHOOK|HOOK_URL)(?:_|$)")
 #: A value with URL userinfo (``scheme://user:password@host``, also a bare token ``https://TOKEN@host``) is secret.
 URL_USERINFO_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")
+#: A value holding one of these is secret whatever its key: webhook URLs (their path is the credential), URL query
+#: credentials, and the token formats of common providers (their documented prefixes). Matched anywhere in the value,
+#: so a token inside a URL or a command line is found too; ``redact`` replaces each match by ***.
+SECRET_VALUE_RE = re.compile("|".join([
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/[^\s\"']+",  # Slack incoming webhooks / workflows
+    r"(?:discord(?:app)?\.com|canary\.discord\.com)/api/webhooks/[^\s\"']+",  # Discord webhooks
+    r"[A-Za-z0-9.-]*\.webhook\.office\.com/[^\s\"']+",  # Microsoft Teams incoming webhooks
+    r"outlook\.office(?:365)?\.com/webhook/[^\s\"']+",
+    r"chat\.googleapis\.com/v1/spaces/[^\s\"']*[?&]key=[^\s\"']+",  # Google Chat webhooks
+    r"api\.telegram\.org/bot[0-9]+:[A-Za-z0-9_-]+",  # Telegram bot token in its URL
+    r"[?&](?:access_token|auth|token|api_?key|apikey|key|sig|signature|secret|password|passwd|pwd)=[^&#\s\"']+",
+    r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}",  # GitHub tokens
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",  # GitHub fine-grained PAT
+    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack bot/user/app tokens
+    r"\bxapp-[0-9]+-[A-Za-z0-9-]{10,}",
+    r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",  # AWS access key ids
+    r"\bglpat-[A-Za-z0-9_-]{20,}",  # GitLab personal access tokens
+    r"\bgl(?:dt|rt|ptt|cbt|oas)-[A-Za-z0-9_-]{20,}",  # other GitLab tokens
+    r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",  # OpenAI / Anthropic API keys
+    r"\bhf_[A-Za-z0-9]{30,}",  # Hugging Face tokens
+    r"\bpypi-AgE[A-Za-z0-9_-]{20,}",  # PyPI API tokens
+    r"\bnpm_[A-Za-z0-9]{36}\b",  # npm tokens
+    r"\bAIza[0-9A-Za-z_-]{35}",  # Google API keys
+    r"\b(?:sk|rk)_live_[0-9A-Za-z]{20,}",  # Stripe secret keys
+    r"\bSG\.[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}",  # SendGrid
+    r"\bdop_v1_[a-f0-9]{64}",  # DigitalOcean
+    r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+",  # a JSON web token
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+]))
 #: Keys the whole-file format held; dropped when such a file is converted to the block.
 OLD_KEYS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE", "RANK",
             "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -60,9 +93,9 @@ def is_secret(key, value=None):
     """Whether `key` (with `value`, when given) is secret-looking: the one place that decides it, for the node modules
     and the controller alike."""
     k = str(key).upper()
-    if any(w in k for w in SECRET_WORDS):
+    if any(w in k for w in SECRET_WORDS) or SECRET_KEY_WORDS_RE.search(k):
         return True
-    return value is not None and bool(URL_USERINFO_RE.search(str(value)))
+    return value is not None and bool(URL_USERINFO_RE.search(str(value)) or SECRET_VALUE_RE.search(str(value)))
 
 
 def secret_digest(salt, value):
@@ -314,7 +347,7 @@ def redact(text):
             if is_secret(key, "\n".join([line[idx:], *chunk[1:]])):
                 out.append(line[:idx] + REDACTED)
                 continue
-        out.extend(URL_USERINFO_RE.sub(_userinfo_redacted, ln) for ln in chunk)
+        out.extend(SECRET_VALUE_RE.sub(REDACTED, URL_USERINFO_RE.sub(_userinfo_redacted, ln)) for ln in chunk)
     return "\n".join(out) + ("\n" if str(text).endswith("\n") else "")
 
 

@@ -204,13 +204,14 @@ def fi_info_efa(timeout=5, path=None):
 
 
 def nccl_version(python, timeout=20):
-    """The NCCL version torch was built with, from `python` (ddp_python); (version, why-not)."""
-    if not python:
+    """The NCCL version torch was built with, from `python` (ddp_python: a word or an argv list); (version, why-not)."""
+    argv = [python] if isinstance(python, str) else list(python or [])
+    if not argv or not all(isinstance(a, str) and a for a in argv):
         return None, "no ddp_python"
-    rc, out, err = run_command([python, "-c", NCCL_VERSION_CODE], timeout)
+    rc, out, err = run_command([*argv, "-c", NCCL_VERSION_CODE], timeout)
     if rc != 0:
         line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), f"rc={rc}")
-        return None, f"{python}: {line[:200]}"
+        return None, f"{' '.join(argv)}: {line[:200]}"
     v = out.strip().splitlines()[-1] if out.strip() else ""
     return (v if re.match(r"^\d+(\.\d+)*$", v) else None), (None if v else "no version printed")
 

@@ -26,7 +26,7 @@ State contract (``"schema": "ddpfix.firewall/v1"``)::
                               "ports": [[p, proto]], "protocols": [...], "rich_rules": [...]}},  # >= 0.9
           "direct_rules": [[ipv, table, chain, priority, [arg, ...]], ...]},
       "iptables": str | None,          # `iptables-save` text (all tables)
-      "iptables_legacy": str | None,   # `iptables-legacy-save` when both exist
+      "iptables_legacy": str | None,   # `iptables-legacy-save` when it holds tables iptables-save did not print
       "ip6tables": str | None,         # `ip6tables-save` text
       "nft": {"nftables": [...]} | None,   # `nft -j list ruleset`
       "nft_text": str | None,          # `nft -a list ruleset` (rule text for evidence)
@@ -149,8 +149,12 @@ def collect(run=None, use_dbus=True, proc="/proc"):
     def iptables(r):
         ipt = r.text(["iptables-save"], "iptables-save", "iptables")
         state["iptables"] = ipt
-        if ipt is not None and "iptables-legacy tables present" in ipt:
-            state["iptables_legacy"] = r.text(["iptables-legacy-save"], "iptables-legacy-save", "iptables-legacy")
+        # The legacy tables are read whenever iptables-legacy-save exists: iptables-nft's "iptables-legacy tables
+        # present" warning goes to stderr (1.8.9) or stdout (older), and is no proof either way. Kept only when it
+        # holds a table and is not what iptables-save printed already (iptables itself the legacy variant).
+        legacy = r.text(["iptables-legacy-save"], "iptables-legacy-save", "iptables-legacy")
+        if legacy is not None and "*" in legacy and _same_save(legacy) != _same_save(ipt):
+            state["iptables_legacy"] = legacy
 
     def ip6tables(r):
         state["ip6tables"] = r.text(["ip6tables-save"], "ip6tables-save", "ip6tables")
@@ -184,6 +188,12 @@ def collect(run=None, use_dbus=True, proc="/proc"):
     if "iptables-save" in missing and "nft" in missing:
         state["unread"].append({"source": "netfilter", "reason": "neither iptables-save nor nft is installed"})
     return state
+
+
+def _same_save(text):
+    """iptables-save text without what differs between two reads of the same tables (comments, counters)."""
+    lines = (re.sub(r"\[\d+:\d+\]", "", ln).strip() for ln in (text or "").splitlines())
+    return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
 def _first_line(text):

@@ -21,7 +21,6 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_block import
 
 COMMENT = "ddpfix-cluster"
 SKIP_NFT_TABLES = {("inet", "firewalld"), ("ip", "firewalld"), ("ip6", "firewalld")}
-IPTABLES_NFT_CHAINS = {"INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"}
 #: A run id as it goes into a rule's comment (nft and iptables both take it unescaped; comments stay short).
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
 
@@ -169,18 +168,41 @@ def _is_drop_expr(expr):
     return "'drop'" in text or "'reject'" in text
 
 
-def nft_blocking_input_chains(ruleset):
+def iptables_nft_tables(save_text):
+    """The tables `iptables-nft-save` prints as its own (`*filter`, ...): those iptables-nft can read. A table it
+    cannot (hand-written in nft, whatever its chain names) shows as "# Table `filter' is incompatible"."""
+    lines = (save_text or "").splitlines()
+    foreign = {m.group(1) for ln in lines for m in [re.match(r"# Table `([^']+)' .*incompatible", ln)] if m}
+    return {ln[1:].strip() for ln in lines if ln.startswith("*")} - foreign
+
+
+def nft_iptables_owned(ruleset, ip_tables=None, ip6_tables=None):
+    """(family, table) of the nft tables iptables-nft owns, by evidence: listed by `iptables-nft-save` (ip) /
+    `ip6tables-nft-save` (ip6) as their own (None: that tool is not installed, so iptables-nft wrote nothing), or
+    holding an `xt` expression (a match or target only iptables-nft writes). Never by chain names: a native
+    `table ip filter` with chains INPUT/FORWARD/OUTPUT is nftables.service's."""
+    owned = {("ip", t) for t in ip_tables or ()} | {("ip6", t) for t in ip6_tables or ()}
+    for it in _items(ruleset):
+        r = it.get("rule")
+        if r and r.get("family") in ("ip", "ip6") and "'xt'" in repr(r.get("expr")):
+            owned.add((r["family"], r.get("table")))
+    return owned
+
+
+def nft_blocking_input_chains(ruleset, iptables_owned=()):
     """Native nftables base chains on the input hook (ip/inet) that can drop: policy drop, or a drop/reject
     rule of their own (a chain that only jumps elsewhere, like kube-proxy's, is left alone). firewalld's tables and
-    iptables-nft's chains are skipped (those layers have their own backends)."""
+    the tables iptables-nft owns (`iptables_owned`, from `nft_iptables_owned`) are skipped: those layers have their
+    own backends."""
     items = _items(ruleset)
     chains = []
+    owned = set(map(tuple, iptables_owned))
     for it in items:
         c = it.get("chain")
         if not c or c.get("hook") != "input" or c.get("family") not in ("ip", "inet"):
             continue
         key = (c["family"], c["table"], c["name"])
-        if (c["family"], c["table"]) in SKIP_NFT_TABLES or c["name"] in IPTABLES_NFT_CHAINS:
+        if (c["family"], c["table"]) in SKIP_NFT_TABLES or (c["family"], c["table"]) in owned:
             continue
         blocks = c.get("policy") == "drop"
         if not blocks:

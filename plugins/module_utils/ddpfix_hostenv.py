@@ -206,41 +206,65 @@ def _cache_write(cdir, path, key, result):
         pass
 
 
+def python_argv(python):
+    """ddp_python as the argv it is started with: a string is one word (an interpreter's path or command name), a list
+    the jobs' own launch (`docker run --rm --network host IMAGE python3`); None when it is neither."""
+    if isinstance(python, str):
+        return [python] if python else None
+    if isinstance(python, (list, tuple)) and python and all(isinstance(a, str) and a for a in python):
+        return list(python)
+    return None
+
+
+def python_shown(argv):
+    """The argv as one line for reasons and reports (each word as it is, space-separated; the controller validated
+    them: no control characters)."""
+    return " ".join(argv)
+
+
 def torch_info(python, cache_dir=TORCH_CACHE_DIR, timeout=TORCH_TIMEOUT):
-    """{python, version, cuda, hip, nccl, cached} of torch under `python`, and why it could not be read (None: read).
-    A missing interpreter, one that fails, or one without torch: the reason, never a version."""
-    info = {"python": python or None, "version": None, "cuda": None, "hip": None, "nccl": None, "cached": False}
-    if not python:
+    """{python, version, cuda, hip, nccl, cached, absent} of torch under `python` (ddp_python: a path or command name,
+    or an argv list such as a container runtime's), and why it could not be read (None: read). A missing
+    interpreter, one that fails, or one without torch: the reason, never a version; `absent` is true only when the
+    interpreter ran and has no torch (not a host fault: the controller lists the torch comparison as not evaluated).
+    An argv of more than one word (a container) is not cached: its import path is the image's, not this host's."""
+    argv = python_argv(python)
+    shown = python_shown(argv) if argv else None
+    info = {"python": (argv[0] if len(argv) == 1 else argv) if argv else None, "version": None, "cuda": None,
+            "hip": None, "nccl": None, "cached": False, "absent": False}
+    if not argv:
         return info, "no interpreter given (ddp_python)"
-    exe = _resolve_python(python)
+    exe = _resolve_python(argv[0])
     if not exe or not os.access(exe, os.X_OK):
-        return info, f"{python}: no such interpreter on this node"
+        what = "interpreter" if len(argv) == 1 else "command"
+        return info, f"{argv[0]}: no such {what} on this node"
     try:  # the environment that changes the interpreter's import path is part of the key
         key = [exe, os.path.realpath(exe), *_stat_key(exe), os.getcwd(),
                *(os.environ.get(v) for v in ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE"))]
     except OSError as exc:
-        return info, "{}: {}".format(python, getattr(exc, "strerror", None) or exc)
-    cdir = _cache_dir(cache_dir) if cache_dir else None
+        return info, "{}: {}".format(shown, getattr(exc, "strerror", None) or exc)
+    cdir = _cache_dir(cache_dir) if cache_dir and len(argv) == 1 else None
     cpath = os.path.join(cdir, hashlib.sha256(exe.encode()).hexdigest()[:32] + ".json") if cdir else None
     result = _cache_read(cpath, key) if cpath else None
     if result is not None:
         info["cached"] = True
     else:
-        rc, out, err = run_command([python, "-c", TORCH_INFO_CODE], timeout)
+        rc, out, err = run_command([*argv, "-c", TORCH_INFO_CODE], timeout)
         if rc != 0:
             line = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), f"rc={rc}")
-            return info, f"{python}: {line[:200]}"
+            return info, f"{shown}: {line[:200]}"
         try:
             result = json.loads((out.strip().splitlines() or [""])[-1])
         except ValueError:
             result = None
         if not isinstance(result, dict):
-            return info, f"{python}: printed no torch version ({out.strip()[:80]!r})"
+            return info, f"{shown}: printed no torch version ({out.strip()[:80]!r})"
         if cpath and ((result.get("version") and not result.get("error")) or _unchanged(result.get("absent"))):
             _cache_write(cdir, cpath, key, result)
     for k in ("version", "cuda", "hip", "nccl"):
         v = result.get(k)
         info[k] = v if isinstance(v, str) and v else None
     if result.get("error") or not info["version"]:
-        return info, f"{python}: {str(result.get('error') or 'no torch version')[:200]}"
+        info["absent"] = isinstance(result.get("absent"), list) and not info["version"]
+        return info, f"{shown}: {str(result.get('error') or 'no torch version')[:200]}"
     return info, None

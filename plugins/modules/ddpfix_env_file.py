@@ -27,9 +27,10 @@ description:
     file others may read (mode C(o+r)) that holds a secret-looking value after the change loses its bits for
     others (e.g. 0644 -> 0640), and the result says so in C(mode_tightened) and a warning.
   - Secret-looking values (a key naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE or SESSION, any
-    case, or a value with URL userinfo C(scheme://user:password@)) appear as C(***) in the diff and in the returned
-    arguments; I(values) and I(body) are not logged in the node's journal (C(NOT_LOGGING_PARAMETER)); the file's
-    content is not returned otherwise.
+    case, or PAT or WEBHOOK as a word; a value with URL userinfo C(scheme://user:password@), a webhook URL, a URL
+    query credential or a provider's token format such as C(ghp_), C(xoxb-), C(AKIA), C(glpat-), C(sk-), C(hf_))
+    appear as C(***) in the diff and in the returned arguments; I(values) and I(body) are not logged in the node's
+    journal (C(NOT_LOGGING_PARAMETER)); the file's content is not returned otherwise.
   - The backup (C(FILE.<pid>.<date>~) next to the file) gets the file's new mode; only the newest I(backup_keep)
     backups of the file are kept.
   - Supports check mode and diff mode.

@@ -63,14 +63,28 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_bins,
     iptables_blocks,
     iptables_has_rule,
+    iptables_nft_tables,
     iptables_rule,
     is_ddpfix_comment,
     nft_blocking_input_chains,
     nft_has_rule,
+    nft_iptables_owned,
     nft_rule_args,
     rule_argument_spec,
     ufw_allows,
 )
+
+
+def _nft_save(module, tool):
+    """The tables `TOOL-nft-save` claims (None when it is not installed: iptables-nft wrote no table)."""
+    exe = module.get_bin_path(f"{tool}-nft-save")
+    if not exe:
+        return None
+    rc, out, err = module.run_command([exe])
+    if rc != 0:
+        module.fail_json(msg=f"{tool}-nft-save failed: {err.strip()} (cannot tell iptables-nft's tables from native "
+                         "ones; nothing was changed)")
+    return iptables_nft_tables(out)
 
 
 def main():
@@ -133,7 +147,8 @@ def main():
         if rc != 0:
             module.fail_json(msg=f"nft -j list ruleset failed: {err.strip()}")
         ruleset = json.loads(out or "{}")
-        chains = nft_blocking_input_chains(ruleset)
+        chains = nft_blocking_input_chains(ruleset, nft_iptables_owned(ruleset, _nft_save(module, "iptables"),
+                                                                       _nft_save(module, "ip6tables")))
         result["chains"] = [" ".join(c) for c in chains]
         for f, t, c in chains:
             if not nft_has_rule(ruleset, (f, t, c), cidr):

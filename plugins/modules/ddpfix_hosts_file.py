@@ -12,7 +12,8 @@ short_description: Managed /etc/hosts block for a training cluster
 description:
   - Ensures a block between C(# BEGIN ddpfix managed block) and C(# END ddpfix managed block) with exactly I(entries).
   - Removes every name the block manages from all other lines (the Debian C(127.0.1.1 HOSTNAME) line, stale entries),
-    dropping lines left without names. C(localhost) lines are otherwise left alone.
+    dropping lines left without names. C(localhost) lines are otherwise left alone, and so is every line that names
+    none of the block's names (the controller passes only the names the inventory vouches for).
   - >-
     Never manages the reserved names (C(localhost), C(localhost.localdomain), C(localhost4*), C(localhost6*), C(ip6-*)):
     an entry naming one, or with a name that is not an RFC 1123 host name or an address that is not an IP address,

@@ -67,9 +67,10 @@ options:
       tree)., type: str, default: /sys}
   dev_root: {description: Root of the device tree the fabric facts read (C(<dev_root>/infiniband/uverbs*))., type: str,
       default: /dev}
-  python: {description: "Interpreter with torch (ddp_python): started once for torch's version, CUDA build and NCCL
-      version (C(torch)), cached in /run/ddpfix/torch by its path and mtime; its NCCL version also serves C(fabric).",
-      type: str, default: ''}
+  python: {description: "Interpreter with torch (ddp_python): a path or command name, or the argv the jobs start it
+      with (a list, e.g. a container runtime's C([docker, run, --rm, --network, host, IMAGE, python3])), run without a
+      shell: started once for torch's version, CUDA build and NCCL version (C(torch)), a single word cached in
+      /run/ddpfix/torch by its path and mtime; its NCCL version also serves C(fabric).", type: raw, default: ''}
   fi_info: {description: Path of libfabric's fi_info (empty - PATH, then /opt/amazon/efa/bin)., type: str, default: ''}
   launcher_units: {description: "systemd units that launch training; their LimitNOFILE is read (C(limits)), their
       LimitMEMLOCK when RDMA devices exist; their open-file limit drop-ins are read for remediate's dry run.",
@@ -120,7 +121,7 @@ ansible_facts:
     C(limits) holds the open-file limit (RLIMIT_NOFILE) of the SSH session and of each launcher unit, and
     (nofile_dropins) the drop-ins remediate writes for it, as they are, and which of them cannot be written;
     C(sysctl.arp) net.ipv4.conf.{all,IFACE}.arp_ignore/arp_announce; C(torch) the torch version, CUDA/ROCm build and
-    NCCL version of I(python) (C(cached) when read from the cache).
+    NCCL version of I(python) (C(cached) when read from the cache; C(absent) when the interpreter ran and has no torch).
     C(shm) holds the size and free bytes of /dev/shm (statvfs), its mount type and options (mountinfo) and the GPUs
     the NVIDIA driver lists; C(shell_env) the assignments of launcher variables (MASTER_ADDR, MASTER_PORT, NODE_RANK,
     RANK, WORLD_SIZE, LOCAL_RANK, PET_*, *_SOCKET_IFNAME, ...) in /etc/environment, /etc/profile, /etc/bash.bashrc,
@@ -174,7 +175,7 @@ def main():
             probe=dict(type="dict", default=None),
             sysfs_root=dict(type="str", default="/sys"),
             dev_root=dict(type="str", default="/dev"),
-            python=dict(type="str", default=""),
+            python=dict(type="raw", default=""),
             launcher_units=dict(type="list", elements="str", default=[]),
             nofile_path=dict(type="str", default="/etc/security/limits.d/90-ddpfix-nofile.conf"),
             fi_info=dict(type="str", default=""),

@@ -166,6 +166,46 @@ def test_undecided_rule_is_a_finding_in_no_probe_audit_and_check_local(docker_la
         sh(info, master, "ipset destroy ok 2>/dev/null || true")
 
 
+#: The issue 36 (item 3) rule text: a two-rule `goto` loop (95.8 s per packet before, and read as a pass). No
+#: kernel holds it (iptables-restore refuses a loop with ELOOP), so the node's `iptables-save` is a stand-in that
+#: prints it: a hostile or broken node's text, which is what the evaluator must survive.
+GOTO_LOOP = ("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:LOOP_A - [0:0]\n"
+             ":LOOP_B - [0:0]\n-A INPUT -j LOOP_A\n-A LOOP_A -g LOOP_B\n-A LOOP_B -g LOOP_A\nCOMMIT\n")
+
+
+def test_a_goto_loop_in_a_nodes_iptables_ends_the_audit_with_its_firewall_not_evaluated(docker_lab: Any) -> None:
+    """Issue 36, item 3 (this module's lab, after the tests above): the master's `iptables-save` (a stand-in on
+    the PATH of the Python Ansible runs there) prints a `goto` loop. `audit` (probes on) ends within 60 s; that
+    node's firewall is undecided, naming the loop, and its firewall checks are listed as not evaluated (the
+    probes that connected do not decide rules no kernel holds); the other nodes are analysed as usual."""
+    info, inv = docker_lab, str(docker_lab.inventory)
+    node = info.master
+    put(info, node, "/etc/ddpfix-lab/loop.rules", GOTO_LOOP)
+    put(info, node, "/etc/ddpfix-lab/fakebin/iptables-save", "#!/bin/sh\nexec cat /etc/ddpfix-lab/loop.rules\n")
+    put(info, node, "/etc/ddpfix-lab/python3-fakeipt",
+        '#!/bin/sh\nPATH=/etc/ddpfix-lab/fakebin:$PATH exec /usr/bin/python3 "$@"\n')
+    sh(info, node, "chmod 755 /etc/ddpfix-lab/fakebin/iptables-save /etc/ddpfix-lab/python3-fakeipt")
+    original = info.inventory.read_text()
+    set_host_vars(info, node, {"ansible_python_interpreter": "/etc/ddpfix-lab/python3-fakeipt"})
+    try:
+        start = time.monotonic()
+        code, doc = ddpfix_json(inv, "audit")
+        took = time.monotonic() - start
+        assert took < 60, took
+        got = [f for f in doc["findings"] if f["host"] == node and f["id"].startswith("firewall.")]
+        assert got and {f["id"] for f in got} == {firewall_rules.UNDECIDED.id}, doc["findings"]
+        loop = "-A LOOP_B -g LOOP_A (goto LOOP_A: reached again on the same path (a loop)"
+        assert all(loop in f["evidence"] for f in got), got
+        assert code == 1
+        blind = {x["id"]: x["reason"] for x in doc["hosts"][node]["not_evaluated"]}
+        for rule in (firewall_rules.MASTER_PORT_BLOCKED, firewall_rules.PEER_PORTS_BLOCKED):
+            assert "a loop" in blind.get(rule.id, ""), blind
+        assert not [f for f in doc["findings"] if f["host"] != node and "a loop" in f["evidence"]]
+    finally:
+        info.inventory.write_text(original)
+        sh(info, node, "rm -rf /etc/ddpfix-lab/fakebin /etc/ddpfix-lab/python3-fakeipt /etc/ddpfix-lab/loop.rules")
+
+
 #: node1's config, the issue's layout: `flush ruleset`, a glob include, then the table (policy drop).
 GLOB_FIRST = """#!/usr/sbin/nft -f
 flush ruleset

@@ -15,7 +15,7 @@ import yaml
 from helpers import sh
 
 from ddpfix import lab
-from ddpfix.lab.scenarios.hosts import WRONG_PEER_ADDR
+from ddpfix.lab.scenarios.hosts import CLAIMED_NAME, WRONG_PEER_ADDR
 from ddpfix.lab.scenarios.inplace import apply_fabric
 from ddpfix.lab.scenarios.netif import PUBLIC_MASTER_ADDR
 from ddpfix.lab.scenarios.registry import SCENARIOS
@@ -149,6 +149,13 @@ def check_hostname_loopback(info) -> None:
         assert f"127.0.1.1\t{n.hostname}" in sh(info, n.name, "cat /etc/hosts").stdout
     assert resolve(info, "node1", "node1") == [info.nodes[0].address]
     assert resolve(info, "node1", info.nodes[-1].hostname) == [info.nodes[-1].address]
+
+
+def check_hostname_claim(info) -> None:
+    assert sh(info, "node3", "hostname; cat /etc/hostname").stdout.split() == [CLAIMED_NAME, CLAIMED_NAME]
+    assert resolve(info, "node3", CLAIMED_NAME) == ["127.0.1.1"]
+    assert resolve(info, "node1", CLAIMED_NAME) == ["203.0.113.80"] and resolve(info, "node1", "nfs01") == ["10.0.0.5"]
+    assert resolve(info, "node1", "node3") == [info.nodes[2].address]
 
 
 def check_peer_unresolvable(info) -> None:
@@ -476,6 +483,7 @@ CHECKS: dict[str, Callable] = {
     "nftables-worker2": check_nftables_worker2,
     "clock-skew": check_clock_skew,
     "hostname-loopback": check_hostname_loopback,
+    "hostname-claim": check_hostname_claim,
     "peer-unresolvable": check_peer_unresolvable,
     "peer-mismatch": check_peer_mismatch,
     "duplicate-hostname": check_duplicate_hostname,
@@ -529,8 +537,8 @@ FABRIC_SCENARIOS = [s for s in CHECKS if s.startswith("fabric-")]
 
 
 #: Scenarios whose check runs inside another lab test's lab (no bring-up of their own): isolated-nic in
-#: tests/lab/test_fleet_shape_lab.py, on the data network.
-CHECKED_ELSEWHERE = frozenset({"isolated-nic"})
+#: tests/lab/test_fleet_shape_lab.py, on the data network; hostname-claim in tests/lab/test_validate_lab.py.
+CHECKED_ELSEWHERE = frozenset({"isolated-nic", "hostname-claim"})
 
 
 @pytest.mark.lab

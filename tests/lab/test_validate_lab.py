@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers import ddpfix, ddpfix_json, snapshot
+from test_lab_scenarios import check_hostname_claim
 
 from ddpfix import lab
 from ddpfix.rules import env as env_rules
@@ -103,6 +104,33 @@ def test_hostile_hostname_fact_reaches_no_node(temp_lab, hostname: str) -> None:
     code, _out, err = ddpfix(inv, "env", "--apply")  # env files neither
     assert code == 2 and "node2 returned hostname" in err, err
     assert snapshot(info) == before
+
+
+def test_a_node_claiming_a_name_gets_it_written_nowhere(temp_lab) -> None:
+    """Issue 36 item 1: node3 calls itself pypi.org (on 127.0.1.1), node1 maps node2's name wrongly (a hosts fix is
+    due on every node) and no node has an env file (remediate writes it and the cluster file). After `remediate
+    --apply` (exit 0: the claim is not ddpfix's to fix) no node's /etc/hosts block or cluster file names pypi.org,
+    every operator line for a name ddpfix does not manage is as it was, and the re-audit names the claim."""
+    from ddpfix.lab.scenarios.hosts import CLAIMED_NAME
+
+    info = temp_lab(nodes=3, scenario="hostname-claim,peer-mismatch")
+    check_hostname_claim(info)  # the scenario's own check (test_lab_scenarios.CHECKED_ELSEWHERE)
+    managed = {n.name for n in info.nodes}
+    before = {n.name: lab.node_exec(info.name, n.name, ["cat", "/etc/hosts"]).stdout for n in info.nodes}
+    code, doc = ddpfix_json(str(info.inventory), "remediate", "--apply")
+    assert code == 0, (code, doc["remaining_fixable"], doc["failed_hosts"], doc["refused"])
+    claims = [f for f in doc["findings"] if f["id"] == hosts_rules.NAME_UNVOUCHED.id]
+    assert [f["host"] for f in claims] == ["node3"] and f"hostname {CLAIMED_NAME}" in claims[0]["message"], claims
+    assert not [f for f in doc["findings"] if f["id"] == hosts_rules.HOSTNAME_LOOPBACK.id], doc["findings"]
+    for node in info.nodes:
+        block = _block(info, node.name)
+        assert len(block) == 3 and CLAIMED_NAME not in " ".join(block), (node.name, block)
+        cluster = lab.node_exec(info.name, node.name, ["cat", "/etc/ddpfix/cluster.json"]).stdout
+        assert '"schema"' in cluster and CLAIMED_NAME not in cluster, (node.name, cluster)
+        after = lab.node_exec(info.name, node.name, ["cat", "/etc/hosts"]).stdout.splitlines()
+        kept = [ln for ln in before[node.name].splitlines() if ln.strip() and not set(ln.split()[1:]) & managed]
+        assert [ln for ln in after if ln in kept] == kept, (node.name, kept, after)
+        assert any(CLAIMED_NAME in ln for ln in kept), kept  # the operator's lines for pypi.org: still there
 
 
 def test_env_limit_writes_only_limited_nodes_with_whole_cluster_values(temp_lab) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 
 import pytest
-from unit_helpers import Sim, nodeinfo
+from unit_helpers import Sim, hosts_file_module, nodeinfo
 
-from ddpfix.plan import CLUSTER_KEYS, effective_cidr, hosts_block, plan_cluster, render_env
+from ddpfix.plan import CLUSTER_KEYS, effective_cidr, hosts_block, hosts_entries, plan_cluster, render_env
 
 
 def _plan(sim: Sim):
@@ -125,10 +126,61 @@ def test_render_env_and_hosts_block(sim: Sim) -> None:
     assert hosts_block(plans) == "192.168.77.11 node1\n192.168.77.12 node2\n192.168.77.13 node3"
 
 
-def test_hosts_block_names_hostname_and_inventory_name(sim: Sim) -> None:
+def test_hosts_block_names_only_what_the_inventory_vouches_for(sim: Sim) -> None:
+    """A hostname that is not the node's inventory name (or its short form under ddp_hosts_domains) is no name of
+    the cluster's: the block carries the inventory name alone."""
     sim.node("node2")["hostname"] = "gpu-b07"
-    block = hosts_block(_plan(sim))
-    assert "192.168.77.12 gpu-b07 node2" in block.splitlines()
+    plans = _plan(sim)
+    assert plans["node2"].hostname is None
+    assert "192.168.77.12 node2" in hosts_block(plans).splitlines() and "gpu-b07" not in hosts_block(plans)
+
+
+def test_hosts_domains_vouch_for_the_short_form_and_the_fqdn(sim: Sim) -> None:
+    hv = sim.inventory["_meta"]["hostvars"]
+    hv["node2.dc1.example"] = hv.pop("node2")
+    sim.inventory["ddp_nodes"]["hosts"] = ["node1", "node2.dc1.example", "node3"]
+    sim.set_var(None, ddp_hosts_domains=["DC1.example."])
+    sim.docs["node2.dc1.example"] = sim.docs.pop("node2")
+    sim.node("node2.dc1.example")["hostname"] = "node2"  # the short form of its inventory name
+    sim.node("node3")["hostname"] = "node3.dc1.example"  # its inventory name under the domain
+    plans = _plan(sim)
+    assert (plans["node2.dc1.example"].hostname, plans["node3"].hostname) == ("node2", "node3.dc1.example")
+    assert hosts_block(plans).splitlines()[1:] == ["192.168.77.12 node2 node2.dc1.example",
+                                                   "192.168.77.13 node3.dc1.example node3"]
+    sim.node("node3")["hostname"] = "node3.dc2.example"  # not a configured domain
+    assert _plan(sim)["node3"].hostname is None
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, ["dc1 example"], ["{{ x }}"], [""], ["10.0.0.1"]])
+def test_hosts_domains_refused(sim: Sim, value: object) -> None:
+    from ddpfix.errors import DdpfixError
+
+    sim.set_var(None, ddp_hosts_domains=value)
+    with pytest.raises(DdpfixError, match="ddp_hosts_domains"):
+        sim.cluster()
+
+
+def test_a_node_claiming_another_name_is_written_nowhere(sim: Sim) -> None:
+    """Issue 36 item 1 on the recorded cluster: node3 reports the hostname pypi.org (on 127.0.1.1) and then node1's
+    name: neither reaches the block or the cluster file, and the renderer leaves the operator's lines for names
+    it does not manage as they were."""
+    from ddpfix import clusterfile
+    from ddpfix.rules.context import Context, HostFacts
+
+    render = hosts_file_module().render
+    operator = "127.0.0.1\tlocalhost\n10.0.0.5 nfs01 storage\n203.0.113.80 pypi.org  # mirror\n"
+    for claim in ("pypi.org", "nfs01", "node1"):
+        sim.node("node3")["hostname"] = claim
+        sim.set_hosts_file("node3", f"127.0.0.1 localhost\n127.0.1.1 {claim}\n")
+        plans = _plan(sim)
+        entries = hosts_entries(plans)
+        assert entries == [{"address": f"192.168.77.1{i}", "names": [f"node{i}"]} for i in (1, 2, 3)], entries
+        text, removed = render(operator, entries)
+        assert text.startswith(operator) and removed == [], text
+        ctx = Context(sim.cluster(), {n: HostFacts(n, node=d["node"], probe=d["probe"]) for n, d in sim.docs.items()})
+        doc = clusterfile.build(ctx)
+        assert claim not in json.dumps(doc["nodes"]) or claim == "node1", doc
+        assert [n["hostname"] for n in doc["nodes"]] == ["node1", "node2", None]
 
 
 # ---------------------------------------------------------------- partial runs (--limit, unreachable nodes)
@@ -153,17 +205,14 @@ def test_master_outside_cidr_in_inventory_gives_no_master_addr(sim: Sim) -> None
     assert plans["node2"].env["MASTER_ADDR"] == "" and plans["node1"].address is None
 
 
-def test_unread_node_keeps_its_hosts_line_with_known_names(sim: Sim) -> None:
-    """node3 is down: its line stays in the block, with the names the read nodes already map to its address."""
-    sim.node("node3")["hostname"] = "gpu-c"
-    sim.set_hosts_file("node1", "127.0.0.1 localhost\n192.168.77.13 gpu-c node3 ip6-bogus\n")
-    full = hosts_block(_plan(sim))
+def test_unread_node_is_named_by_the_inventory_only(sim: Sim) -> None:
+    """node3 is down: its line stays in the block with its inventory name; what the read nodes' /etc/hosts map to
+    its address (an operator's `registry.internal`, `ldap`) is no name ddpfix writes."""
+    sim.set_hosts_file("node1", "127.0.0.1 localhost\n192.168.77.13 registry.internal ldap node3 ip6-bogus\n")
     facts = {n: d["node"] for n, d in sim.docs.items()}
     facts["node3"] = None
     partial = hosts_block(plan_cluster(sim.cluster(), facts))
-    assert "192.168.77.13 gpu-c node3" in full.splitlines()
-    assert "192.168.77.13 gpu-c node3" in partial.splitlines()
-    assert "localhost" not in partial and "ip6-" not in partial
+    assert partial == hosts_block(_plan(sim)) == "192.168.77.11 node1\n192.168.77.12 node2\n192.168.77.13 node3"
 
 
 def test_invalid_facts_are_reported_and_never_planned(sim: Sim) -> None:
@@ -256,3 +305,22 @@ def test_env_extra_is_added_with_its_comment(sim: Sim) -> None:
     p = _plan(sim)["node1"]
     assert (p.env["NCCL_DEBUG"], p.env["NCCL_IB_TIMEOUT"]) == ("WARN", "22")
     assert "# NCCL_DEBUG: ddp_env_extra (inventory)\nNCCL_DEBUG=WARN\n" in render_env(p)
+
+
+def test_the_claim_is_a_finding_and_no_fix(sim: Sim) -> None:
+    """node3's pypi.org on 127.0.1.1 is NAME_UNVOUCHED (naming node and name), not HOSTNAME_LOOPBACK: the
+    hosts fix, which that would turn on for every node, could write no name a node chose. node2's own hostname on
+    127.0.1.1 (the Debian default) stays the fixable HOSTNAME_LOOPBACK."""
+    from ddpfix.remediate import HOSTS_IDS
+    from ddpfix.rules import hosts as hosts_rules
+
+    sim.node("node3")["hostname"] = "pypi.org"
+    sim.node("node3")["resolve_self"] = {"pypi.org": ["127.0.1.1"]}
+    got = {(f.id, f.host): f for f in sim.findings()}
+    claim = got[(hosts_rules.NAME_UNVOUCHED.id, "node3")]
+    assert "node3 reports the hostname pypi.org" in claim.message and "127.0.1.1" in claim.message
+    assert "pypi.org" in claim.fix and not claim.rule.fixable
+    assert not {i for i, _ in got} & HOSTS_IDS
+    sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
+    got = {(f.id, f.host) for f in sim.findings()}
+    assert (hosts_rules.HOSTNAME_LOOPBACK.id, "node2") in got and (hosts_rules.HOSTNAME_LOOPBACK.id, "node3") not in got

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from ddpfix import clusterfile
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.remediate import (
     PREFLIGHT_STEP,
+    HostPlan,
     build_plan,
     facts_preflight,
     preflight,
@@ -97,6 +99,52 @@ def test_preflight_refuses_bad_facts_and_unacknowledged_broad_cidr(sim: Sim) -> 
     sim.set_var(None, ddp_cluster_cidr="")
     with pytest.raises(DdpfixError, match=r"the master node1 was not read \(set ddp_cluster_cidr"):
         preflight(_ctx(sim, ["node2"]), {}, apply=True)
+
+
+def _claim(sim: Sim, node: str, cidr: str, address: str | None = None) -> None:
+    """`node` says the cluster network is `cidr`, its cluster interface carrying that prefix (a consistent lie),
+    optionally with another address on it."""
+    f = sim.node(node)
+    net = ipaddress.ip_network(cidr)
+    eth0 = sim.iface(node)
+    for a in eth0["addrs"]:
+        if a.get("family") == "inet":
+            a["prefixlen"] = net.prefixlen
+            a["local"] = address or a["local"]
+    f["cluster"] = dict(f["cluster"], cidr=cidr, address=address or f["cluster"]["address"])
+
+
+def test_a_master_claiming_a_wider_network_is_refused_and_the_controllers_network_used(sim: Sim) -> None:
+    """Issue 36 item 4: without ddp_cluster_cidr the master says 192.168.0.0/16 for a /24 cluster. The controller's
+    network (the inventory's addresses, the prefixes the nodes agree on) is the /24; the master's claim is
+    INVALID for the master, and remediate refuses before anything runs."""
+    _claim(sim, "node1", "192.168.0.0/16")
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    assert ctx.cidr == "192.168.77.0/24" and remediate_extravars(ctx, {})["ddpfix_cidr"] == "192.168.77.0/24"
+    assert [p[:2] for p in ctx.invalid["node1"]] == [("cluster.cidr", "192.168.0.0/16")] and set(ctx.invalid) == {"node1"}
+    (bad,) = [f for f in run_checks(ctx) if f.id == reachability_rules.INVALID.id]
+    assert bad.host == "node1" and "wider than 192.168.77.0/24" in bad.message, bad
+    with pytest.raises(DdpfixError) as exc:
+        preflight(ctx, {"node1": HostPlan(firewall="iptables")}, apply=False)
+    assert exc.value.code == ExitCode.INVALID_INPUT and "node1 returned cluster.cidr '192.168.0.0/16'" in str(exc.value)
+    # the inventory decides: with ddp_cluster_cidr the claims are not judged
+    sim.set_var(None, ddp_cluster_cidr="192.168.77.0/24")
+    assert _ctx(sim, ["node1", "node2", "node3"]).invalid == {}
+
+
+def test_one_node_cannot_widen_or_narrow_the_derived_network(sim: Sim) -> None:
+    """A worker on a far address of a /16 it claims, then a worker claiming a /30 around the master: outvoted, the
+    network stays the /24 the others' prefixes and addresses agree on; only a wider claim is invalid."""
+    sim.set_var("node3", ansible_host="192.168.200.13")
+    _claim(sim, "node3", "192.168.0.0/16", "192.168.200.13")
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    assert ctx.cidr == "192.168.77.0/24" and set(ctx.invalid) == {"node3"} and ctx.plan["node3"].address is None
+    sim.set_var("node3", ansible_host="192.168.77.13")
+    _claim(sim, "node3", "192.168.77.8/30", "192.168.77.13")
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    assert ctx.cidr == "192.168.77.0/24" and ctx.invalid == {}
+    # a single node decides for itself only; no vote without the master's facts
+    assert _ctx(sim, ["node1"]).cidr == "192.168.77.0/24" and _ctx(sim, ["node2", "node3"]).cidr is None
 
 
 def test_dry_run_preview_computes_env_and_cluster_file_diffs_from_the_facts(sim: Sim) -> None:

@@ -60,7 +60,7 @@ def test_a_user_with_sudo_runs_the_script_again_through_sudo(tmp_path: Path) -> 
     r = _run(tmp_path, 1000, True)
     assert r.returncode == 0 and "ran:" not in r.stdout, r.stdout + r.stderr
     log = (tmp_path / "sudo.log").read_text()
-    assert log == (f"sudo --preserve-env=DDPFIX_DEMO_SCENARIOS,DDPFIX_STATE_DIR,PYTHON -- "
+    assert log == (f"sudo --preserve-env=DDPFIX_DEMO_SCENARIOS,PYTHON -- "
                    f"{os.path.realpath(tmp_path / 'scripts' / 'needs-root.sh')} -k lab\n")
 
 

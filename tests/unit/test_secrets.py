@@ -46,8 +46,37 @@ CASES = [
     ("CONTACT", "ops@example.com", False), ("DOCS", "https://example.com/a@b", False),  # @ in the path: no userinfo
 ]
 
+#: Secrets by what they are (issue 36 item 7): a key that names none of the words above, a value in a provider's
+#: documented format (the examples of Slack's, Discord's, GitHub's, AWS's, GitLab's, OpenAI's and Hugging Face's
+#: docs, with the placeholders filled to the format's length).
+SLACK_HOOK = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+DISCORD_HOOK = "https://discord.com/api/webhooks/123456789012345678/Abc_defGhIJklmNOPqrstUVwxyz0123456789-abcdEFGH"
+GH_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+FORMAT_CASES = [
+    ("SLACK_WEBHOOK_URL", SLACK_HOOK, True), ("NOTIFY", SLACK_HOOK, True), ("DISCORD_WEBHOOK", "x", True),
+    ("ALERTS", DISCORD_HOOK, True), ("CHAT", "https://discordapp.com/api/webhooks/1/abc", True),
+    ("TEAMS", "https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/123/456", True),
+    ("GH_PAT", "x", True), ("GITLAB_PAT", "x", True), ("PAT", "x", True),
+    ("GIT_HELPER", GH_TOKEN, True), ("REPO_ACCESS", "gho_" + "x" * 36, True),
+    ("FINE_GRAINED", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", True),
+    ("SLACK_BOT", "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", True),
+    ("SLACK_USER", "xoxp-123456789012-123456789012-123456789012-abcdef", True),
+    ("AWS_ACCESS_KEY_ID_X", "AKIAIOSFODNN7EXAMPLE", True), ("S3_ID", "AKIAIOSFODNN7EXAMPLE", True),
+    ("GL", "glpat-xxxxxxxxxxxxxxxxxxxx", True), ("OPENAI", "sk-proj-abcdefghijklmnopqrstuvwxyz0123", True),
+    ("ANTHROPIC", "sk-ant-api03-abcdefghijklmnopqrstuvwxyz", True),
+    ("HF_HUB", "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", True),
+    ("PIP_EXTRA_INDEX", "https://pypi.example/simple?token=s3cr3t", True),
+    ("BLOB", "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig=abc%2Bdef", True),
+    ("CMD", f"git clone https://x-access-token:{GH_TOKEN}@github.com/o/r", True),
+    # not secrets: paths, words containing a token's letters, a plain URL
+    ("PATH", "/usr/local/bin:/usr/bin", False), ("PYTHONPATH", "/opt/x", False), ("LD_LIBRARY_PATH", "/a", False),
+    ("NCCL_NET_PLUGIN", "aws-ofi", False), ("TASK", "disk-benchmark-with-a-very-long-name", False),
+    ("WANDB_BASE_URL", "https://api.wandb.ai", False), ("HOOKS_DIR", "/etc/hooks", False),
+    ("SLACK_CHANNEL", "#ml-alerts", False), ("HF_HOME", "/data/hf", False), ("MODEL", "sk-learn", False),
+]
 
-@pytest.mark.parametrize(("key", "value", "secret"), CASES)
+
+@pytest.mark.parametrize(("key", "value", "secret"), CASES + FORMAT_CASES)
 def test_secret_detection_table(key: str, value: str, secret: bool) -> None:
     assert lib.is_secret(key, value) is secret
     line = f"{key}={value}\n"
@@ -57,6 +86,15 @@ def test_secret_detection_table(key: str, value: str, secret: bool) -> None:
         assert lib.redact_values({key: value}) == {key: "***"}
     else:
         assert red == line and lib.redact_values({key: value}) == {key: value}
+
+
+def test_tokens_and_webhooks_are_redacted_in_any_line() -> None:
+    """A token or webhook outside an assignment (a comment, a command line) is replaced by *** where it stands."""
+    text = f"# notify {SLACK_HOOK} on failure\n# run: huggingface-cli login --token hf_{'a' * 34}\nA=1\n"
+    red = lib.redact(text)
+    assert "XXXXXXXX" not in red and "hf_aaa" not in red and red.endswith("A=1\n")
+    assert red.startswith("# notify https://*** on failure\n# run: huggingface-cli login --token ***\n")
+    assert lib.redact_values({"X": GH_TOKEN, "Y": "plain"}) == {"X": "***", "Y": "plain"}
 
 
 def test_name_rule_needs_no_value_and_is_case_insensitive() -> None:

@@ -205,3 +205,14 @@ hostile = st.one_of(
     st.text(min_size=300, max_size=600),
     st.text(max_size=40),
 )
+
+
+#: ansible-core 2.21.5 refusing a node's Python 3.8, word for word: module_utils/basic.py's `_PY_MIN = (3, 9)` check
+#: (PyPI ansible-core 2.21.5, ansible/module_utils/basic.py lines 14-22; a module result of its own, no traceback),
+#: recorded with `ansible localhost -c local -m ping -e ansible_python_interpreter=/root/.pyenv/versions/3.8.18/bin/
+#: python3.8` under ansible-core 2.21.5 (ansible-core 2.20 dropped Python 3.8 on targets: its CHANGELOG-v2.20.rst)
+PYTHON_TOO_OLD = {
+    "failed": True, "changed": False,
+    "msg": "Ansible requires Python 3.9 or newer on the target. Current version: 3.8.18 (default, May  9 2026, "
+           "07:33:04) [GCC 12.2.0]",
+}

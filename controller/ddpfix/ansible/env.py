@@ -84,11 +84,11 @@ def ansible_env(run_dir: Path, forks: int, inventories: Sequence[str] = (),
 def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
     """ddpfix's own Ansible settings, before the user's configuration is applied."""
     state = paths.state_dir()
-    cp_dir = paths.private_dir(state / "cp")
+    cp_dir = paths.private_dir(state / "cp", "SSH control path directory")
     ansible_bin = _ensure_ansible_on_path()
     return {
         "PATH": f"{ansible_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "ANSIBLE_HOME": str(state / "ansible"),
+        "ANSIBLE_HOME": str(paths.private_dir(state / "ansible", "Ansible home (ANSIBLE_HOME)")),
         "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
         "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_dir()),
         "ANSIBLE_FORKS": str(forks),

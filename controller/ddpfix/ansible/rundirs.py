@@ -17,6 +17,7 @@ from typing import Any
 from ddpfix import paths
 from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.safefile import write_atomic
 
 #: Run directories kept under the state dir (older ones are removed when a new run starts).
 KEEP_RUNS = int(os.environ.get("DDPFIX_KEEP_RUNS", "30"))
@@ -98,10 +99,8 @@ def discard_run_dir(run_dir: Path) -> None:
 def new_run_dir(name: str) -> Path:
     """A fresh run directory, 0700 under `runs/` (0700; created with the state directory, 0700, when missing): what
     ansible-runner, the fact cache and the extra vars write there is the run's alone."""
-    base = paths.state_dir() / "runs"
-    if base.is_dir():
-        prune_runs(base)
-    paths.private_dir(base)
+    base = paths.private_dir(paths.state_dir() / "runs", "run directories' directory")  # checked before pruning
+    prune_runs(base)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for n in range(1000):
         d = base / (f"{stamp}-{name}" if n == 0 else f"{stamp}-{name}-{n}")
@@ -178,11 +177,7 @@ def redact_extravars(run_dir: Path) -> None:
         return
     scrubbed = scrub(data)
     if scrubbed != data:  # as it is (already `as_data`), atomically, 0600
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(scrubbed, f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(scrubbed), mode=0o600)
 
 
 def scrub(obj: Any) -> Any:

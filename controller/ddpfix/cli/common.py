@@ -18,6 +18,7 @@ from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.formats import FORMATS, output_format
 from ddpfix.inventory.derive import load_cluster
 from ddpfix.model.cluster import Cluster
+from ddpfix.safefile import write_atomic
 
 #: What `emit` needs, not imported with the CLI: a run imports it while ansible-playbook starts (runner `preload`);
 #: rich only for the table (json, text and the file formats do not use it).
@@ -239,11 +240,8 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None, exit_line: str | Non
         doc["duration_s"] = round(max(time.monotonic() - app.started, 0.0), 3)
     ffmt, output = output_target(fmt, output)
     if output:
-        path = Path(output)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            tmp.write_text(render(doc, ffmt))
-            tmp.replace(path)
+        try:  # a private temporary file, then a rename: never through a planted link (ddpfix.safefile)
+            write_atomic(output, render(doc, ffmt))
         except OSError as exc:
             raise DdpfixError(f"cannot write {output}: {exc.strerror}", ExitCode.INVALID_INPUT) from exc
         if fmt in ("html", "junit", "prometheus"):

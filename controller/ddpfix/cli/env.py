@@ -8,7 +8,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -28,6 +27,7 @@ from ddpfix.progress import Progress
 from ddpfix.remediate import HostPlan, master_unknown, run_remediation
 from ddpfix.rules.context import not_read
 from ddpfix.rules.reachability import INVALID
+from ddpfix.safefile import write_atomic
 
 
 @click.command("env")
@@ -88,8 +88,9 @@ def command(app: Application, apply: bool, local_dir: str | None, allow_partial:
     ddp_env_scope: node, --apply (the operator's, once) writes only per-node keys (interfaces, fabric) and the
     cluster file.
 
-    Secret-looking values (keys naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE, SESSION, or
-    URL userinfo) are printed as ***; --local-dir files hold them (mode 0600), --stdout --show-secrets prints them.
+    Secret-looking values (keys naming KEY, TOKEN, SECRET, PASS, PWD, AUTH, CREDENTIAL, DSN, COOKIE, SESSION, PAT,
+    WEBHOOK; URL userinfo, webhook URLs, provider token formats) are printed as ***; --local-dir files hold them
+    (mode 0600), --stdout --show-secrets prints them.
     """
     if show_secrets and not to_stdout:
         raise DdpfixError("--show-secrets goes with --stdout --node NAME only (the other outputs never show secrets)",
@@ -220,7 +221,4 @@ def sbatch_script(cluster: Cluster, script: tuple[str, ...]) -> str:
 
 def _atomic_write(path: Path, text: str) -> None:
     """`text` into `path`, atomically and 0600 (an env file may hold secrets: it is readable by its owner only)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600 from the start
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=0o600)

@@ -12,6 +12,7 @@ import yaml
 
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.slurm import inventory_from_allocation, inventory_yaml, parse_het_groups
+from ddpfix.safefile import write_atomic
 
 
 @click.group("inventory")
@@ -41,9 +42,10 @@ def slurm(nodelist: str | None, vars_file: str | None, output: str | None, het_g
     source = f"--nodelist {nodelist}" if nodelist is not None else "SLURM_JOB_NODELIST"
     text = inventory_yaml(data, source)
     if output:
-        tmp = Path(f"{output}.tmp")
-        tmp.write_text(text)
-        tmp.replace(output)
+        try:  # a private temporary file, then a rename: never through a planted link (ddpfix.safefile)
+            write_atomic(output, text)
+        except OSError as exc:
+            raise DdpfixError(f"cannot write {output}: {exc.strerror}", ExitCode.INVALID_INPUT) from exc
         click.echo(f"ddpfix: wrote {output} ({len(data['ddp_nodes']['hosts'])} nodes)", err=True)
     else:
         sys.stdout.write(text)

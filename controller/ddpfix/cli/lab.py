@@ -55,6 +55,9 @@ class _ScenarioHelp(click.Command):
               help="Private IPv4 lab network; node1 gets .11, node2 .12, ...")
 @click.option("--ifnames", default="eth0", show_default=True, metavar="IF[,IF...]",
               help="Cluster interface names, cycled over the nodes (e.g. eth0,ens5).")
+@click.option("--python", "pythons", default="", metavar="NODE=3.X[,...]",
+              help="Nodes that run a pyenv build (/root/.pyenv/versions, made visible read-only in the node) as "
+                   "ansible_python_interpreter, e.g. node2=3.8,node3=3.13; the others run /usr/bin/python3.")
 @click.option("--name", default=DEFAULT_NAME, show_default=True, help=_NAME_HELP)
 @click.option("--inventory-dir", default="inventories/lab", show_default=True, type=click.Path(file_okay=False),
               help="Where to write hosts.yml (relative to the current directory).")
@@ -62,12 +65,12 @@ class _ScenarioHelp(click.Command):
               help="Wait until chrony reports every clock synchronised.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_obj
-def up_cmd(app: Application, nodes: int, scenario: str, subnet: str, ifnames: str, name: str, inventory_dir: str,
-           wait_sync: bool, fmt: str) -> None:
+def up_cmd(app: Application, nodes: int, scenario: str, subnet: str, ifnames: str, pythons: str, name: str,
+           inventory_dir: str, wait_sync: bool, fmt: str) -> None:
     """Create a lab and write its Ansible inventory (group ddp_nodes)."""
 
     try:
-        info = lab.up(name, nodes, scenario, subnet, ifnames, inventory_dir, wait_sync=wait_sync)
+        info = lab.up(name, nodes, scenario, subnet, ifnames, inventory_dir, wait_sync=wait_sync, pythons=pythons)
     except lab.LabError as exc:
         app.abort(str(exc), exc.code)
     if fmt == "json":

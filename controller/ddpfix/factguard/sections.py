@@ -16,6 +16,7 @@ from ddpfix.factguard.grammar import (
     matches,
     optional,
 )
+from ddpfix.model import pyargv
 from ddpfix.model.net import is_ip, valid_ifname
 
 #: RDMA device and driver names (kernel IB_DEVICE_NAME_MAX 64: mlx5_0, rxe0, efa_0, irdma1, bnxt_re0, rocep1s0f0)
@@ -121,8 +122,6 @@ def check_fabric(ck: Checker, fab: Mapping[str, Any]) -> dict[str, Any]:
 #: torch's version (PEP 440 as torch prints it: 2.13.0+cpu, 2.5.0a0+git1a2b3c4, 2.4.0.dev20240101+cu121)
 _TORCH_VERSION = re.compile(r"\d+(\.\d+){0,3}(\.?(a|b|rc|dev|post)\d*)*(\+[A-Za-z0-9.]{1,40})?")
 _HIP_VERSION = re.compile(r"\d+(\.\d+){0,3}(-[0-9a-f]{1,40})?")
-#: an interpreter path as the inventory's ddp_python is checked: absolute and normalized, or a bare command name
-_PYTHON = re.compile(r"(/[A-Za-z0-9._+@-]+)+|[A-Za-z0-9._+-]{1,255}")
 _RLIMIT = int_in(-1, 2**63 - 1)
 
 
@@ -198,9 +197,11 @@ def check_arp(ck: Checker, arp: Any) -> dict[str, dict[str, int]]:
 def check_torch(ck: Checker, t: Mapping[str, Any]) -> dict[str, Any]:
     """torch's build as ddp_python reported it; an ill-formed version drops the whole entry (it is compared)."""
     out = dict(t)
-    if not ck.ok("torch.python", t.get("python"), optional(matches(_PYTHON)),
-                 "not an interpreter path or command name"):
+    if not ck.ok("torch.python", t.get("python"), lambda v: v is None or pyargv.argv_problem(v) is None,
+                 "not a ddp_python (an interpreter path, a command name or an argv list)"):
         out["python"] = None
+    if not ck.ok("torch.absent", t.get("absent"), lambda v: v is None or isinstance(v, bool), "not a boolean"):
+        out["absent"] = False
     for key, rx, why in (("version", _TORCH_VERSION, "not a torch version"), ("cuda", _VERSION, "not a CUDA version"),
                          ("hip", _HIP_VERSION, "not a ROCm version"), ("nccl", _VERSION, "not an NCCL version")):
         if not ck.ok(f"torch.{key}", t.get(key), optional(matches(rx)), why):

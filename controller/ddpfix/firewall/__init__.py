@@ -16,7 +16,7 @@ from ddpfix.firewall.ruleset import (
     sample_ports,
     world_open,
 )
-from ddpfix.firewall.verdict import Action, LayerResult, Packet, Verdict
+from ddpfix.firewall.verdict import Action, BudgetExceeded, LayerResult, Packet, Verdict, budget
 
-__all__ = ["SCHEMA", "TEST_NET_SOURCES", "Action", "LayerResult", "Packet", "Ruleset", "Rulesets", "State", "Verdict",
-           "evaluate", "ports_blocked", "sample_ports", "world_open"]
+__all__ = ["SCHEMA", "TEST_NET_SOURCES", "Action", "BudgetExceeded", "LayerResult", "Packet", "Ruleset", "Rulesets",
+           "State", "Verdict", "budget", "evaluate", "ports_blocked", "sample_ports", "world_open"]

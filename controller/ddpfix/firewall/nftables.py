@@ -28,6 +28,8 @@ from ddpfix.model.net import Address
 #: Statements that do not end the rule (they count, log, set metadata, ... and the rule goes on).
 CONTINUE = frozenset({"counter", "log", "meta", "ct", "mangle", "notrack", "set", "quota",
                       "dup", "comment", "synproxy", "continue"})
+#: Statements that are conditions on traffic the dump cannot show: the rule goes on only while they hold.
+CONDITIONAL = frozenset({"xt", "limit", "quota", "meter", "ct count"})
 _HOOKS = {"prerouting": 0, "input": 1}
 #: A counter's values in `nft list` text: they change with traffic, not with the rules (evidence shows `counter`).
 COUNTERS = re.compile(r"counter packets \d+ bytes \d+")
@@ -289,7 +291,10 @@ def _rule(rule: dict[str, Json], pkt: Packet, sets: dict[str, list[Json] | None]
             return ways(hit) if hit else (("nomatch", None),)
         elif (v := _verdict(e)) is not None:
             return ways(v)
-        elif k in ("xt", "limit") or k not in CONTINUE:
+        elif k in CONDITIONAL or k not in CONTINUE or (k in ("set", "map") and isinstance(e[k], dict)
+                                                       and e[k].get("stmt")):
+            # a rate/quota/connection-count condition (`limit rate over`, `quota`, a meter, `add @s { ip saddr
+            # limit rate over N }`): whether it lets the rule go on depends on traffic the dump cannot show
             unknown = True
     return (("nomatch", None),)
 

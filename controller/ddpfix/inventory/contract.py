@@ -16,6 +16,7 @@ from ddpfix import paths
 from ddpfix.ansible import collection
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.factguard.grammar import is_hostname, one_line
+from ddpfix.model import pyargv
 from ddpfix.model.cluster import DEFAULT_ENV_PATH
 from ddpfix.model.net import is_ip, valid_ifname
 
@@ -62,7 +63,6 @@ PRIVATE_NETS = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0
 #: The broadest cluster CIDR accepted without the ack variable.
 MAX_PREFIX_WITHOUT_ACK = 16
 ACK_BROAD = "ddp_cluster_cidr_ack_broad"
-COMMAND = re.compile(r"^[A-Za-z0-9._+-]+$")
 ABS_PATH = re.compile(r"^(/[A-Za-z0-9._+@:-]+)+$")
 #: ddp_env_path must not lie under these (tmpfs, per-user, kernel trees).
 ENV_PATH_FORBIDDEN = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run/user")
@@ -164,6 +164,21 @@ def check_ntp_server(value: Any) -> str:
     return s
 
 
+def check_hosts_domains(value: Any) -> tuple[str, ...]:
+    """ddp_hosts_domains: the DNS domains under which a node's hostname may be the short form of its inventory name
+    (or its inventory name the short form of its hostname); a list (or one domain), each an RFC 1123 name."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise refused(f"ddp_hosts_domains must be a list of DNS domains, got {value!r}")
+    out: list[str] = []
+    for item in items:
+        d = item.strip().strip(".").lower() if isinstance(item, str) else item
+        if not isinstance(d, str) or not d or not is_hostname(d):
+            raise refused(f"ddp_hosts_domains entry {item!r} is not a DNS domain (an RFC 1123 name)")
+        out.append(d)
+    return tuple(dict.fromkeys(out))
+
+
 def check_ifname(value: Any, host: str) -> str:
     s = str(value)
     prefix = next((p for p in ("^=", "^", "=") if s.startswith(p)), "")
@@ -255,14 +270,12 @@ def check_host_name(name: str) -> str:
     return name
 
 
-def check_python(value: Any, host: str) -> str:
-    s = str(value)
-    if not (ABS_PATH.match(s) or COMMAND.match(s)) or (s.startswith("/") and posixpath.normpath(s) != s):
-        raise refused(
-            f"ddp_python of {host} {s!r} must be an absolute path or a command name, "
-            "without whitespace or shell characters"
-        )
-    return s
+def check_python(value: Any, host: str, var: str = "ddp_python") -> list[str]:
+    """ddp_python (or a role's copy of it) as the argv the jobs' interpreter starts with (`ddpfix.model.pyargv`)."""
+    why = pyargv.argv_problem(value)
+    if why:
+        raise refused(f"{var} of {host} {pyargv.shown_value(value)} {why}")
+    return pyargv.argv(value)
 
 
 

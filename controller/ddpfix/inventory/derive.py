@@ -17,6 +17,7 @@ from ddpfix.inventory.contract import (
     check_env_path,
     check_env_template,
     check_host_name,
+    check_hosts_domains,
     check_ifname,
     check_ntp_server,
     check_python,
@@ -87,6 +88,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         raise refused(f"ddp_ntp_servers must be a list, got {ntp!r}")
     ntp = [check_ntp_server(x) for x in ntp]
     local_master = bool_var(mv.get("ddp_ntp_local_master", False), "ddp_ntp_local_master")
+    hosts_domains = check_hosts_domains(mv.get("ddp_hosts_domains") or [])
 
     skip = parse_skip(mv.get("ddp_skip_findings") or [], "ddp_skip_findings")
     memlock = mv.get("ddp_memlock", "unlimited")
@@ -103,8 +105,9 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
             check_role_var(n, var, hv[var], specs[var])
         if hv.get("ddp_socket_ifname"):
             check_ifname(hv["ddp_socket_ifname"], n)
-        if "ddp_python" in hv:
-            check_python(hv["ddp_python"], n)
+        for var in ("ddp_python", "ddpfix_facts_python", "ddpfix_verify_python"):  # the roles' copies too
+            if var in hv and not (isinstance(hv[var], str) and "{{" in hv[var] and var != "ddp_python"):
+                check_python(hv[var], n, var)
         if "ddp_backup_keep" in hv:  # how many FILE.<pid>.<date>~ backups the roles keep per file they write
             int_var(hv["ddp_backup_keep"], f"ddp_backup_keep of {n}", 1, BACKUP_KEEP_MAX)
     ranks = _assign_ranks(names, master, hostvars)
@@ -141,6 +144,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
         firewall=firewall,
         ntp_servers=tuple(str(s) for s in ntp),
         ntp_local_master=local_master,
+        hosts_domains=hosts_domains,
         cidr_ack_broad=ack_broad,
         inventories=tuple(inventories),
         skip_findings=skip,

@@ -44,8 +44,10 @@ try:
     fields = stat[stat.rindex(")") + 2:].split()
     info = {"pid": host_pid, "ppid": int(fields[1]), "start": int(fields[19])}
 
-    for src, dst in cfg["binds"]:
+    for src, dst, *opts in cfg["binds"]:
         run("mount", "--bind", src, dst)
+        if "ro" in opts:
+            run("mount", "-o", "remount,bind,ro", dst)
     # an explicit size (a limit, nothing is reserved), so that the audit's /dev/shm size check does not depend on this
     # machine's RAM (tmpfs defaults to half of it); the shm-small scenario remounts it smaller
     run("mount", "-t", "tmpfs", "-o", "nosuid,nodev,mode=1777,size=4g", "tmpfs", "/dev/shm")

@@ -124,6 +124,15 @@ def _node_exec(init_pid: int, argv: Sequence[str], *, input: str | None = None, 
     return _run(_node_argv(init_pid, argv), input=input, check=check, timeout=timeout)
 
 
+def _python_binds(d: Path, n: NodePlan) -> list[list[str]]:
+    """A node's pyenv build, read-only at its own path under the node's private /root: first onto the node's copy
+    (still reachable before /root is replaced), then, once it is, from there to the same path."""
+    if not n.python_home:
+        return []
+    inside = str(d / "root" / Path(n.python_home).relative_to("/root"))
+    return [[n.python_home, inside, "ro"], [inside, n.python_home, "ro"]]
+
+
 def _start_nodes(rt: Runtime) -> None:
     sdir, plan = rt.sdir, rt.plan
     launches = []
@@ -134,9 +143,11 @@ def _start_nodes(rt: Runtime) -> None:
             "lab_dir": str(sdir),
             "run": str(d / "run"),
             "hostname": n.hostname,
-            "binds": [[str(d / "etc"), "/etc"], [str(d / "root"), "/root"], [str(d / "home"), "/home"],
+            "binds": [*_python_binds(d, n)[:1],
+                      [str(d / "etc"), "/etc"], [str(d / "root"), "/root"], [str(d / "home"), "/home"],
                       [str(d / "log"), "/var/log"],
-                      [str(d / "chrony"), "/var/lib/chrony"], [str(d / "machine-id"), "/var/lib/dbus/machine-id"]],
+                      [str(d / "chrony"), "/var/lib/chrony"], [str(d / "machine-id"), "/var/lib/dbus/machine-id"],
+                      *_python_binds(d, n)[1:]],
         }
         argv = [
             "nsenter",

@@ -49,7 +49,7 @@ from ddpfix.lab.nodefiles import (
     write_inventory,
 )
 from ddpfix.lab.plan import plan_lab
-from ddpfix.lab.prerequisites import check_prerequisites
+from ddpfix.lab.prerequisites import check_prerequisites, python_home
 from ddpfix.lab.system import (
     SSH_PORT,
     LabState,
@@ -73,15 +73,19 @@ from ddpfix.lab.system import (
 def up(name: str = DEFAULT_NAME, nodes: int = DEFAULT_NODES, scenario: str | Sequence[str] | None = None,
        subnet: str = DEFAULT_SUBNET, ifnames: str | Sequence[str] | None = None,
        inventory_dir: str | os.PathLike[str] | None = None, *, wait_sync: bool = True,
-       sync_timeout: float = 30.0) -> LabInfo:
+       sync_timeout: float = 30.0, pythons: str | Mapping[str, str] | None = None) -> LabInfo:
     """Create lab `name` and write `<inventory_dir>/hosts.yml`; return what was built.
 
     Raises LabError: INVALID_INPUT for bad options or when the lab already exists,
     PREREQUISITE when not root or a package is missing, RUN_FAILED when building fails (then
     everything created so far has been removed again). With `wait_sync`, waits (up to
-    `sync_timeout`) until every chronyd reports a synchronised clock."""
-    plan = plan_lab(name, nodes, scenario, subnet, ifnames)
+    `sync_timeout`) until every chronyd reports a synchronised clock. `pythons` ({"node2": "3.8"} or
+    "node2=3.8,..."): those nodes run that pyenv build as ansible_python_interpreter."""
+    plan = plan_lab(name, nodes, scenario, subnet, ifnames, pythons)
     check_prerequisites(plan.scenarios)
+    for n in plan.nodes:
+        if n.python:
+            n.python_home = str(python_home(n.python))
     inv_dir = Path(inventory_dir if inventory_dir is not None else Path("inventories") / "lab").absolute()
     with _locked(name):
         if state_dir(name).exists() or _lab_netns(name) or _link_exists(host_link(name)):

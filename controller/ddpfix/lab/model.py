@@ -26,6 +26,9 @@ ENV_PATH = "/etc/ddpfix/ddp.env"
 NODE_TMPDIR = "/run/tmp"
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_NODES = 64
+#: pyenv's builds (`pyenv install 3.8`): a node with `python` set sees its build here, read-only, at the same path (its
+#: libpython is found through that path), and runs it as ansible_python_interpreter
+PYENV_VERSIONS = Path("/root/.pyenv/versions")
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 
@@ -124,6 +127,17 @@ class NodePlan:
     extra_nics: list[ExtraNic] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # extra files in the node's /etc copy: path -> text
     tasks: list[Callable[[Runtime, NodePlan], None]] = field(default_factory=list)  # after sshd is up
+    # ansible_python_interpreter: a pyenv version ("3.8" or "3.8.18"; None: the host's /usr/bin/python3); `up`
+    # resolves it to `python_home` (a directory under PYENV_VERSIONS) and bind-mounts that into the node
+    python: str | None = None
+    python_home: str | None = None
+
+    @property
+    def interpreter(self) -> str | None:
+        """The node's ansible_python_interpreter when `python` is set (after `up` resolved it)."""
+        if self.python_home is None:
+            return None
+        return f"{self.python_home}/bin/python{'.'.join(Path(self.python_home).name.split('.')[:2])}"
 
 
 @dataclass

@@ -83,6 +83,8 @@ def prepare_node_files(rt: Runtime, n: NodePlan) -> None:
         p = d / sub
         p.mkdir(exist_ok=True)
         p.chmod(mode)
+    if n.python_home:  # the mount point of the node's pyenv build (daemons._start_nodes binds it, read-only)
+        (d / "root" / Path(n.python_home).relative_to("/root")).mkdir(parents=True)
     for skel in (".bashrc", ".profile"):
         if Path("/etc/skel", skel).exists():
             shutil.copy2(Path("/etc/skel", skel), d / "root" / skel)
@@ -235,7 +237,8 @@ def write_inventory(rt: Runtime, inv_dir: Path) -> Path:
     sdir, plan = rt.sdir, rt.plan
     hosts: dict[str, dict[str, Any]] = {}
     for n in plan.nodes:
-        hosts[n.name] = {"ansible_host": str(n.address), **n.hostvars}
+        hosts[n.name] = {"ansible_host": str(n.address), **n.hostvars,
+                         **({"ansible_python_interpreter": n.interpreter} if n.interpreter else {})}
     doc = {
         "all": {
             "children": {

@@ -3,7 +3,8 @@ the text of the files a node starts with."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 
 from ddpfix.errors import ExitCode
 from ddpfix.lab import scenarios as _scn
@@ -23,8 +24,10 @@ from ddpfix.lab.model import (
 
 
 def plan_lab(name: str = DEFAULT_NAME, nodes: int = DEFAULT_NODES, scenario: str | Sequence[str] | None = None,
-             subnet: str = DEFAULT_SUBNET, ifnames: str | Sequence[str] | None = None) -> LabPlan:
-    """Validate the options and build the plan (pure: creates nothing)."""
+             subnet: str = DEFAULT_SUBNET, ifnames: str | Sequence[str] | None = None,
+             pythons: str | Mapping[str, str] | None = None) -> LabPlan:
+    """Validate the options and build the plan (pure: creates nothing). `pythons`: the nodes that run a pyenv build
+    as ansible_python_interpreter, `{"node2": "3.8"}` or "node2=3.8,node3=3.9" (`--python`)."""
     validate_name(name)
     if not 1 <= nodes <= MAX_NODES:
         raise LabError(f"--nodes must be between 1 and {MAX_NODES}", ExitCode.INVALID_INPUT)
@@ -61,7 +64,30 @@ def plan_lab(name: str = DEFAULT_NAME, nodes: int = DEFAULT_NODES, scenario: str
         n.hosts = [(a, list(h)) for a, h in base] + [(str(m.address), [m.hostname]) for m in plan.nodes]
     for s in names:
         _scn.SCENARIOS[s].apply(plan)
+    for node, version in parse_pythons(pythons).items():
+        if node not in {n.name for n in plan.nodes}:
+            raise LabError(f"invalid --python {node}={version}: the lab has no node {node!r}", ExitCode.INVALID_INPUT)
+        plan.node(node).python = version
     return plan
+
+
+_PYTHON_RE = re.compile(r"^3\.[0-9]{1,2}(\.[0-9]{1,2})?$")
+
+
+def parse_pythons(pythons: str | Mapping[str, str] | None) -> dict[str, str]:
+    """`--python NODE=VERSION[,NODE=VERSION...]` (or a mapping) -> {node: version}; a version is 3.X or 3.X.Y."""
+    if isinstance(pythons, str):
+        items = [(k.strip(), v.strip()) for k, _, v in (p.partition("=") for p in pythons.split(",") if p.strip())]
+    else:
+        items = list((pythons or {}).items())
+    out: dict[str, str] = {}
+    for node, value in items:
+        version = str(value)
+        if not node or not _PYTHON_RE.match(version):
+            raise LabError(f"invalid --python {node.strip()}={version}: use NODE=3.X or NODE=3.X.Y, e.g. node2=3.8",
+                           ExitCode.INVALID_INPUT)
+        out[node] = version
+    return out
 
 
 def hosts_text(node: NodePlan) -> str:

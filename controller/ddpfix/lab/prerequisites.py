@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
+from pathlib import Path
 
 from ddpfix.errors import ExitCode
-from ddpfix.lab.model import NODE_PATH, LabError
+from ddpfix.lab.model import NODE_PATH, PYENV_VERSIONS, LabError
 
 # binary -> Debian package providing it
 _REQUIRED = {
@@ -63,3 +64,19 @@ def check_prerequisites(scenarios: Sequence[str] = ()) -> None:
         raise LabError(
             f"missing {what}: install the Debian package(s) {pkgs} (apt-get install {pkgs})", ExitCode.PREREQUISITE
         )
+
+
+def python_home(version: str, versions: Path = PYENV_VERSIONS) -> Path:
+    """The pyenv build a node asks for (`--python node2=3.8`): `versions/3.8.18` for "3.8" (the newest 3.8.Y there),
+    `versions/3.8.18` for "3.8.18"; LabError(PREREQUISITE) naming the pyenv command when there is none."""
+    def key(p: Path) -> tuple[int, ...]:
+        return tuple(int(x) for x in p.name.split("."))
+
+    found = sorted((p for p in (versions.iterdir() if versions.is_dir() else ())
+                    if p.name.count(".") == 2 and p.name.replace(".", "").isdigit()
+                    and (p.name == version or p.name.startswith(version + "."))
+                    and (p / "bin" / f"python{'.'.join(p.name.split('.')[:2])}").exists()), key=key)
+    if not found:
+        raise LabError(f"no pyenv build of Python {version} in {versions}: install one (pyenv install {version})",
+                       ExitCode.PREREQUISITE)
+    return found[-1]

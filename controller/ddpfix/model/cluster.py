@@ -41,6 +41,8 @@ class Cluster:
     firewall: str = "auto"
     ntp_servers: tuple[str, ...] = ()
     ntp_local_master: bool = False
+    #: ddp_hosts_domains: a node's hostname may be its inventory name's short form under one of these (or the reverse)
+    hosts_domains: tuple[str, ...] = ()
     cidr_ack_broad: bool = False  # ddp_cluster_cidr_ack_broad: a public or broader-than-/16 CIDR is intended
     inventories: tuple[str, ...] = field(default=())
     skip_findings: tuple[str, ...] = ()  # ddp_skip_findings: accepted findings, `ID` or `ID@HOST`

@@ -193,7 +193,7 @@ class NodeFacts(TypedDict, total=False):
     env_file: EnvFile
     fabric: dict[str, Any]  # RDMA devices, GPUs, EFA, NCCL version, memlock (the ddpfix_fabric module_utils)
     limits: dict[str, Any]  # {nofile: {soft, hard, source}, nofile_units: {unit: {...}}} (-1: unlimited)
-    torch: dict[str, Any] | None  # {python, version, cuda, hip, nccl, cached} of ddp_python; None: not asked
+    torch: dict[str, Any] | None  # {python, version, cuda, hip, nccl, cached, absent} of ddp_python; None: not asked
     shm: dict[str, Any]  # /dev/shm size, free bytes, mount, GPUs seen (ddpfix_launchenv.shm_facts)
     shell_env: dict[str, Any]  # launcher variables set in shell start files (ddpfix_launchenv.stray_env_facts)
     probe: ProbeListener

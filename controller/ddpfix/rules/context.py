@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from ddpfix.model import pyargv
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.model.net import in_network
@@ -22,6 +23,7 @@ class Thresholds:
     max_skew_s: float = 1.0  # between nodes
     peer_port_samples: int = 5  # points of the ephemeral range evaluated per peer source
     max_sources: int = 8  # peer source addresses evaluated per node's firewall
+    firewall_budget_s: float = 10.0  # a node's whole firewall analysis; past it, its checks are not evaluated
 
 
 @dataclass
@@ -50,7 +52,7 @@ class Context:
         # CLI start: the guards and the plan load in the run's preload thread, while ansible-playbook starts
         from ddpfix.factguard.facts import guard_facts
         from ddpfix.factguard.reach import guard_reach
-        from ddpfix.plan import effective_cidr, plan_cluster
+        from ddpfix.plan import derive_cidr, effective_cidr, plan_cluster
 
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed
@@ -68,12 +70,18 @@ class Context:
             if new := [p for p in problems if p not in seen]:
                 self.invalid[n] = [*seen, *new]
         self.cidr = effective_cidr(self.cluster, self.facts)
+        if not self.cluster.cluster_cidr:  # a node's claim of the cluster network wider than the derived one
+            for n, problem in derive_cidr(self.cluster, self.facts)[1].items():
+                self.invalid[n] = [*self.invalid.get(n, []), problem]
         self.net = ipaddress.ip_network(self.cidr) if self.cidr else None
         self.plan: dict[str, NodePlan] = plan_cluster(self.cluster, self.facts, self.reach, self.ifnames)
 
         self._audited: list[tuple[str, NodeFacts]] = [
             (n.name, f) for n in self.cluster.nodes if (f := self.facts.get(n.name))
         ]
+        #: sources a check could not analyse on a node (source -> why), e.g. a firewall past its time budget:
+        #: listed by `unread` like the node's own unread sources, so the checks reading them are not evaluated
+        self.unanalysed: dict[str, dict[str, str]] = {}
         self.by_address: dict[str, str] = {}
         for name, node_plan in self.plan.items():
             if node_plan.address:
@@ -85,21 +93,43 @@ class Context:
 
     def unread(self, name: str) -> dict[str, str]:
         """source -> reason for every fact source that could not be read on `name` (empty: everything was read)."""
-        return unread_of(self.facts.get(name))
+        return {**unread_of(self.facts.get(name)), **self.unanalysed.get(name, {})}
 
     def in_cidr(self, addr: str | None) -> bool:
         return in_network(addr, self.net)
 
 
 def unread_of(facts: Mapping[str, Any] | None) -> dict[str, str]:
-    """The node's unread fact sources (source -> reason), the firewall collector's included."""
+    """The node's unread fact sources (source -> reason), the firewall collector's included. No torch in ddp_python
+    is one (the torch comparison is not evaluated there), with what to do as its reason (`no_torch`)."""
     out: dict[str, str] = {}
     if not facts:
         return out
     for u in list(facts.get("unread") or []) + list((facts.get("firewall") or {}).get("unread") or []):
         if isinstance(u, Mapping) and u.get("source"):
             out.setdefault(str(u["source"]), str(u.get("reason") or "not read"))
+    if "torch" in out and torch_absent(facts):
+        out["torch"] = no_torch(facts)
     return out
+
+
+def torch_absent(facts: Mapping[str, Any] | None) -> bool:
+    """ddp_python ran on the node and has no torch: the jobs' torch lives elsewhere (a container image, a venv
+    ddp_python does not name), which is no fault of the host: its checks are not evaluated, and no finding says so."""
+    t = (facts or {}).get("torch")
+    return isinstance(t, Mapping) and t.get("absent") is True and not t.get("version")
+
+
+def no_torch(facts: Mapping[str, Any]) -> str:
+    python = ((facts.get("torch") or {}).get("python")) or pyargv.DEFAULT
+    return (f"no torch in ddp_python ({pyargv.shown(python)}), not a host fault: set ddp_python to the interpreter "
+            "the jobs run, a list for a container's, e.g. [docker, run, --rm, --network, host, IMAGE, python3] "
+            "(README \"Torch in containers\")")
+
+
+def host_faults(facts: Mapping[str, Any] | None, unread: Mapping[str, str]) -> dict[str, str]:
+    """`unread` without the sources whose absence is no fault of the node (torch not in ddp_python)."""
+    return {k: v for k, v in unread.items() if not (k == "torch" and torch_absent(facts))}
 
 
 def cluster_if(actual: str | None) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddpfix.envtemplate import judge as env_judge
+from ddpfix.model import pyargv
 from ddpfix.model.finding import Explains, Finding, Severity
 from ddpfix.plan import CLUSTER_KEYS, LAUNCH_KEYS
 from ddpfix.rules.context import SRC_ENV, Context
@@ -140,8 +141,10 @@ def _describe(t: tuple[str, str, str]) -> str:
     return f"torch {t[0]} ({t[1]}, NCCL {t[2]})"
 
 
-def _pip(python: str, version: str) -> str:
+def _pip(python: str | list[str], version: str) -> str:
     base, _, local = version.partition("+")
+    if not isinstance(python, str):  # a container's interpreter: the image is what changes
+        return f"run an image with torch=={base} in ddp_python ({pyargv.shown(python)})"
     index = f" --index-url https://download.pytorch.org/whl/{local}" if re.fullmatch(r"cpu|cu\d+|rocm[\d.]+", local) \
         else ""
     return f"{python} -m pip install torch=={base}{index}"
@@ -157,12 +160,12 @@ def _pip(python: str, version: str) -> str:
 )
 def check_torch_versions(ctx: Context) -> Iterable[Finding]:
     read: dict[str, tuple[str, str, str]] = {}
-    pythons: dict[str, str] = {}
+    pythons: dict[str, str | list[str]] = {}
     for name, f in ctx.audited():
         t = f.get("torch")
         if isinstance(t, Mapping) and t.get("version") and "torch" not in ctx.unread(name):
             read[name] = _triple(t)
-            pythons[name] = str(t.get("python") or "python3")
+            pythons[name] = t.get("python") or pyargv.DEFAULT
     if len(set(read.values())) < 2:
         return
     master = ctx.cluster.master
@@ -179,7 +182,7 @@ def check_torch_versions(ctx: Context) -> Iterable[Finding]:
         yield finding(
             "env.torch-version-mismatch", name,
             f"{name} runs {_describe(got)}, {ref} runs {_describe(want)}",
-            f"{pythons[name]} on {name}: {_describe(got)}; {others}",
+            f"{pyargv.shown(pythons[name])} on {name}: {_describe(got)}; {others}",
             node=name, ref=ref, want=_describe(want), pip=_pip(pythons[name], want[0]),
         )
 

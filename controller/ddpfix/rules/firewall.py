@@ -7,7 +7,7 @@ from typing import Any
 
 from ddpfix import firewall
 from ddpfix.firewall import firewalld as fwd
-from ddpfix.firewall.verdict import Packet
+from ddpfix.firewall.verdict import LOOP, Packet
 from ddpfix.model.finding import Explains, Finding, Severity
 from ddpfix.rules.context import SRC_IFACES, Context, past
 from ddpfix.rules.probes import MASTER_PORT_UNREACHABLE, PEER_UNREACHABLE, probe_not_evaluated
@@ -19,6 +19,8 @@ E, W = Severity.ERROR, Severity.WARNING
 
 #: The firewall layers the node's collector reads (its `unread` sources, see the ddpfix_firewall module_utils).
 FIREWALL_SOURCES = frozenset({"firewalld", "iptables", "ip6tables", "iptables-legacy", "nft", "netfilter"})
+#: The source a node's firewall analysis past its time budget is listed under (its checks: not evaluated).
+BUDGET_SOURCE = "netfilter"
 
 
 def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
@@ -137,26 +139,47 @@ def check_firewall(ctx: Context) -> Iterable[Finding]:
     candidates = [a for name, _ in ctx.audited() if (a := ctx.plan[name].address)]
     candidates = candidates[: ctx.thresholds.max_sources + 1]
     # nodes with the same rule set, interface, sources, port range and role get the same answers: asked once
-    outcomes: dict[tuple[Any, ...], list[_Outcome]] = {}
+    outcomes: dict[tuple[Any, ...], list[_Outcome] | str] = {}  # str: why not evaluated
     for name, f in ctx.audited():
-        skey, rs = memo.ruleset(f.get("firewall") or {})
-        cl: Mapping[str, Any] = f.get("cluster") or {}
-        iface = cl.get("ifname")
-        own = ctx.plan[name].address
-        dst = own if rs.uses_dst else None  # the packet's destination matters only to rules that match on it
-        sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
-        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
-        lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
-        master = name == ctx.cluster.master
-        key = (skey, iface, tuple(sources), int(lo), int(hi), master, dst)
-        if key not in outcomes:
+        try:  # the node's whole firewall analysis, bounded in time: past it, not evaluated (never a pass)
+            with firewall.budget(ctx.thresholds.firewall_budget_s):
+                found = list(_node_firewall(ctx, memo, outcomes, candidates, name, f))
+        except firewall.BudgetExceeded as exc:
+            ctx.unanalysed.setdefault(name, {})[BUDGET_SOURCE] = (
+                f"the firewall analysis ran past its budget of {ctx.thresholds.firewall_budget_s:g} s ({exc})")
+            continue
+        yield from found
+
+
+def _node_firewall(ctx: Context, memo: _FirewallMemo, outcomes: dict[tuple[Any, ...], list[_Outcome] | str],
+                   candidates: list[str], name: str, f: Mapping[str, Any]) -> Iterable[Finding]:
+    """The firewall findings of node `name` (its rule set parsed, its packets evaluated, probes consulted); raises
+    `firewall.BudgetExceeded` past the enclosing budget, and again for any node with the same answers."""
+    skey, rs = memo.ruleset(f.get("firewall") or {})
+    cl: Mapping[str, Any] = f.get("cluster") or {}
+    iface = cl.get("ifname")
+    own = ctx.plan[name].address
+    dst = own if rs.uses_dst else None  # the packet's destination matters only to rules that match on it
+    sources = [a for a in candidates if a != own][: ctx.thresholds.max_sources] or ([own] if own else [])
+    sysctl: Mapping[str, Any] = f.get("sysctl") or {}
+    lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
+    master = name == ctx.cluster.master
+    key = (skey, iface, tuple(sources), int(lo), int(hi), master, dst)
+    if key not in outcomes:
+        try:
             outcomes[key] = list(
                 _firewall_outcomes(ctx, memo, skey, rs, iface, sources, (int(lo), int(hi)), master, dst)
             )
-        for out in outcomes[key]:
-            fid, summary, evidence, details = _probe_decides(ctx, memo, skey, rs, name, iface, dst, out)
-            if fid:
-                yield finding(fid, name, summary, evidence, **{k: v for k, v in details.items() if k != "_pairs"})
+        except firewall.BudgetExceeded as exc:
+            outcomes[key] = str(exc)
+            raise
+    done = outcomes[key]
+    if isinstance(done, str):
+        raise firewall.BudgetExceeded(done)
+    for out in done:
+        fid, summary, evidence, details = _probe_decides(ctx, memo, skey, rs, name, iface, dst, out)
+        if fid:
+            yield finding(fid, name, summary, evidence, **{k: v for k, v in details.items() if k != "_pairs"})
 
 
 #: The undecided findings and the check each stands for (listed per host as not evaluated, never as a pass).
@@ -268,6 +291,8 @@ def _probe_decides(
     if fid not in UNDECIDED_IDS:
         return out
     details = {**details, "node": name}
+    if any(LOOP in u for _, _, v in details.get("_pairs") or [] for u in v.undecided):
+        return fid, summary, evidence, details  # rules as read that no kernel holds: no probe of one port decides
     master = details.get("check") == _BLOCKED[True]
     connected: list[str] = []
     for src, port, v in details.get("_pairs") or []:

@@ -64,7 +64,8 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
             by_mid.setdefault(f["machine_id"], []).append(name)
         addrs = (f.get("resolve_self") or {}).get(hn) or []
         loop = [a for a in addrs if is_loopback(a)]
-        if loop:
+        if loop and ctx.plan[name].hostname:  # a name the inventory vouches for: the hosts fix writes it (else
+            # hosts.name-unvouched says so: no fix of ddpfix's may write a name a node chose)
             yield finding(
                 "hosts.hostname-loopback",
                 name,
@@ -89,6 +90,42 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
                 f"machine-id {mid} is shared by {', '.join(names)}",
                 f"/etc/machine-id = {mid} on {', '.join(names)}",
             )
+
+
+@rules(
+    NAME_UNVOUCHED := Rule(
+        "hosts.name-unvouched",
+        W,
+        "a node reports a hostname the inventory does not vouch for (neither its inventory name nor, under "
+        "ddp_hosts_domains, that name's short form): ddpfix writes it into no /etc/hosts block or cluster file and "
+        "changes no line that names it",
+        "Nothing of ddpfix's maps {claimed} to {node}, on any node. If {claimed} is {node}'s real hostname, name the "
+        "node {claimed} in the inventory (its address in ansible_host) or list its domain in ddp_hosts_domains; "
+        "otherwise give {node} its own name (hostnamectl set-hostname {node}) and find what set {claimed}. Not "
+        "changed automatically.",
+    ),
+)
+def check_claims(ctx: Context) -> Iterable[Finding]:
+    """A node names only itself: a hostname it reports that the inventory does not vouch for (`plan.vouched_names`)
+    is no name of the cluster's. The plan leaves it out of every file; this finding names the node and the name."""
+    domains = ", ".join(ctx.cluster.hosts_domains) or "none"
+    for name, f in ctx.audited():
+        hn = f.get("hostname")
+        if not hn or ctx.plan[name].hostname:
+            continue
+        addrs = (f.get("resolve_self") or {}).get(hn) or []
+        loop = [a for a in addrs if is_loopback(a)]
+        yield finding(
+            "hosts.name-unvouched",
+            name,
+            f"{name} reports the hostname {hn}, which the inventory does not vouch for: written nowhere"
+            + (f" (it resolves to {loop[0]} on {name}: Gloo without GLOO_SOCKET_IFNAME would advertise loopback)"
+               if loop else ""),
+            f"hostname = {hn}; inventory name {name}; ddp_hosts_domains: {domains}; getaddrinfo({hn!r}) on {name} = "
+            f"{', '.join(addrs) or 'no address'}; {hosts_lines(f, hn)}",
+            claimed=hn,
+            node=name,
+        )
 
 
 @rules(
@@ -137,9 +174,11 @@ def check_hostnames(ctx: Context) -> Iterable[Finding]:
     ),
 )
 def check_resolution(ctx: Context) -> Iterable[Finding]:
-    """The resolution matrix: every node resolves every peer's hostname to that peer's cluster address."""
-    counts = Counter(f.get("hostname") for _, f in ctx.audited() if f.get("hostname"))
-    peers = {f.get("hostname"): name for name, f in ctx.audited() if f.get("hostname")}
+    """The resolution matrix: every node resolves every peer's hostname to that peer's cluster address (the
+    hostnames the inventory vouches for: `NodePlan.hostname`)."""
+    vouched = {name: hn for name, _ in ctx.audited() if (hn := ctx.plan[name].hostname)}
+    counts = Counter(vouched.values())
+    peers = {hn: name for name, hn in vouched.items()}
     dup = {hn for hn, c in counts.items() if c > 1}
     want_of = {hn: ctx.plan[peer].address for hn, peer in peers.items() if hn not in dup}
     families: dict[str, set[int]] = {}

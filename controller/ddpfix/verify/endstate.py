@@ -78,11 +78,7 @@ def _control_dir() -> Path:
     cp = paths.state_dir() / "cp"
     if len(str(cp)) > 40:
         cp = Path("/tmp") / f"ddpfix-cp-{os.getuid()}"
-    cp.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = cp.stat()
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise RuntimeError(f"{cp} is not a private directory of this user: remove it or set DDPFIX_STATE_DIR")
-    return cp
+    return paths.private_dir(cp, "SSH control path directory")
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
 
 #: The role that launches torchrun, and the module its launch task runs (one launch task runs per play: the backend's).
 VERIFY_ROLE = "ddpfix_verify"
-TORCHRUN_MODULE = "shell"
+TORCHRUN_MODULE = "command"
 
 
 def torchrun_result(hr: HostResult | None) -> dict[str, Any]:

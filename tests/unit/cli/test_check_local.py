@@ -56,6 +56,21 @@ def test_hostname_loopback_fails_with_the_audits_id(sim: Sim, tmp_path: Path, mo
     assert ids == [hosts_rules.HOSTNAME_LOOPBACK.id]
 
 
+def test_the_claim_and_the_domains_travel_in_the_cluster_file(sim: Sim, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """check --local judges a node's hostname as the audit does: ddp_hosts_domains is in the cluster file, and a
+    hostname the inventory does not vouch for is NAME_UNVOUCHED there too (the file names it nowhere)."""
+    sim.set_var(None, ddp_hosts_domains=["cluster.example"])
+    sim.node("node2")["hostname"] = "node2.cluster.example"
+    path = _cluster_file(sim, tmp_path)
+    cluster, doc = clusterfile.load(str(path))
+    assert cluster.hosts_domains == ("cluster.example",) and doc["nodes"][1]["hostname"] == "node2.cluster.example"
+    assert local.failures(_local_findings(sim, path, "node2", monkeypatch)) == []
+    sim.node("node2")["hostname"] = "pypi.org"
+    ids = [f.id for f in local.failures(_local_findings(sim, path, "node2", monkeypatch))]
+    assert ids == [hosts_rules.NAME_UNVOUCHED.id]
+
+
 def test_peer_resolution_and_env_drift_fail(sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _cluster_file(sim, tmp_path)
     sim.probe("node3")["resolve"]["node1"] = ["10.9.9.9"]

@@ -61,7 +61,8 @@ def test_hostile_node_values_never_escape(case: tuple[str, str, list[Any]], valu
 INVENTORY_VARS = ("ddp_master", "ddp_master_port", "ddp_cluster_cidr", "ddp_cluster_cidr_ack_broad", "ddp_node_rank",
                   "ddp_nproc_per_node", "ddp_env_path", "ddp_env_adopt", "ddp_env_process_vars", "ddp_env_template",
                   "ddp_firewall", "ddp_ntp_servers", "ddp_ntp_local_master", "ddp_skip_findings", "ddp_memlock",
-                  "ddp_socket_ifname", "ddp_python", "ddp_nccl_ib_hca", "ddp_nccl_ib_gid_index", "ddp_backup_keep")
+                  "ddp_socket_ifname", "ddp_python", "ddp_nccl_ib_hca", "ddp_nccl_ib_gid_index", "ddp_backup_keep",
+                  "ddp_hosts_domains")
 
 
 def _role_vars() -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from unit_helpers import (
+    PYTHON_TOO_OLD,
     ROOT,
     Sim,
     _add_mgmt_hca,
@@ -148,6 +149,12 @@ def _(sim: Sim) -> Expect:
                                     "module_stderr": "/bin/sh: 1: /usr/bin/python3: not found\n",
                                     "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error"})
     return "node3", ["MODULE FAILURE", "rc=127", "/usr/bin/python3: not found"]
+
+
+@case(reachability_rules.PYTHON_UNSUPPORTED.id)
+def _(sim: Sim) -> Expect:
+    sim.set_module_failed("node2", dict(PYTHON_TOO_OLD))
+    return "node2", ["Ansible requires Python 3.9 or newer on the target. Current version: 3.8.18"]
 
 
 @case(reachability_rules.INCOMPLETE.id)
@@ -336,6 +343,23 @@ def _(sim: Sim) -> Expect:
     sim.set_hosts_file("node2", text)
     sim.node("node2")["resolve_self"] = {"node2": ["127.0.1.1"]}
     return "node2", ["/etc/hosts: 127.0.1.1\tnode2"]
+
+
+@case(hosts_rules.NAME_UNVOUCHED.id)
+def _(sim: Sim) -> Expect:
+    """Issue 36: node3 calls itself pypi.org, on 127.0.1.1 (HOSTNAME_LOOPBACK is not raised for it: no fix
+    may write a name a node chose)."""
+    sim.node("node3")["hostname"] = "pypi.org"
+    sim.set_hosts_file("node3", DEBIAN_HOSTS.format(name="pypi.org") + "192.168.77.11\tnode1\n192.168.77.12\tnode2\n")
+    sim.node("node3")["resolve_self"] = {"pypi.org": ["127.0.1.1"]}
+    return "node3", ["hostname = pypi.org; inventory name node3", "getaddrinfo('pypi.org') on node3 = 127.0.1.1",
+                     "/etc/hosts: 127.0.1.1\tpypi.org"]
+
+
+@passing(hosts_rules.NAME_UNVOUCHED.id, "short-form-under-a-configured-domain")
+def _(sim: Sim) -> None:
+    sim.set_var(None, ddp_hosts_domains=["cluster.example"])
+    sim.node("node3")["hostname"] = "node3.cluster.example"
 
 
 @case(hosts_rules.PEER_UNRESOLVABLE.id)
@@ -875,6 +899,26 @@ def test_a_module_that_failed_by_itself_keeps_its_own_message() -> None:
         "res": {"failed": True, "msg": "nft -j list ruleset failed: Operation not permitted"}}})
     assert hosts["n1"].failed and not hosts["n1"].unreachable and not hosts["n1"].module_error
     assert hosts["n1"].message == "nft -j list ruleset failed: Operation not permitted"
+
+
+def test_a_python_the_ansible_core_dropped_is_one_line_naming_node_python_and_ansible_core(sim: Sim) -> None:
+    """ansible-core's refusal of a node's Python (2.20 dropped 3.8 on nodes) is its own finding, one line naming the
+    node, its Python and the ansible-core version, never MODULE_FAILED; the others are still fully audited."""
+    from ddpfix.rules.reachability import ansible_core_version, unsupported_python
+
+    sim.set_module_failed("node2", dict(PYTHON_TOO_OLD))
+    findings = sim.findings()
+    ids = {(f.id, f.host) for f in findings}
+    assert (reachability_rules.PYTHON_UNSUPPORTED.id, "node2") in ids
+    assert not any(h == "node2" for i, h in ids if i != reachability_rules.PYTHON_UNSUPPORTED.id)
+    f = next(f for f in findings if f.id == reachability_rules.PYTHON_UNSUPPORTED.id)
+    assert "\n" not in f.message and f.severity == Severity.ERROR
+    assert f"node2 ({sim.node('node2')['cluster']['address']})" in f.message
+    assert "Python 3.8.18 " in f.message and f"ansible-core {ansible_core_version()} " in f.message
+    assert "Python 3.9 or newer" in f.message
+    assert ansible_core_version()[:1].isdigit()
+    # anything else a module says is not read as a refusal
+    assert unsupported_python(INTERPRETER_EXIT_1["msg"]) is None and unsupported_python("") is None
 
 
 def test_unreachable_master_is_reported_and_checks_still_run(sim: Sim) -> None:

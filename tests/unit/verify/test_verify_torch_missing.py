@@ -20,7 +20,7 @@ GLOO_WAIT = "torch.distributed.DistStoreError: Timed out after 31 seconds waitin
 def _results(sim: Any, monkeypatch: pytest.MonkeyPatch, stderr: dict[str, str]) -> list[dict[str, Any]]:
     hosts = {h: HostResult(h, tasks=[TaskResult("Verify | torchrun all-reduce on every node at once, from the env file",
                                                  "ok", {"rc": 1, "stdout": "", "stderr": err},
-                                                 action="ansible.builtin.shell", role="ddpfix_verify")])
+                                                 action="ansible.builtin.command", role="ddpfix_verify")])
              for h, err in stderr.items()}
     run = RunResult("successful", 0, {}, hosts, Path("/nonexistent"), 1.0)
     monkeypatch.setattr(verify, "run_playbook", lambda *a, **k: run)

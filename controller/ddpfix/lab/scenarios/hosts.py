@@ -8,13 +8,16 @@ import hashlib
 from typing import TYPE_CHECKING
 
 from ddpfix.lab.model import LabPlan, NodePlan
-from ddpfix.lab.scenarios.registry import scenario, second
+from ddpfix.lab.scenarios.registry import last, scenario, second
 from ddpfix.rules import hosts as hosts_rules
 
 if TYPE_CHECKING:
     from ddpfix.lab.daemons import Runtime
 
 WRONG_PEER_ADDR = "198.51.100.7"  # TEST-NET-2: configuration text only, never contacted
+CLAIMED_NAME = "pypi.org"  # the name the hostname-claim node calls itself: never resolved nor contacted by the lab
+#: the operator's own /etc/hosts lines for names ddpfix does not manage (RFC 1918 / TEST-NET-3 text, never contacted)
+OPERATOR_LINES = (("10.0.0.5", ["nfs01", "storage"]), ("203.0.113.80", [CLAIMED_NAME, "files.pythonhosted.org"]))
 
 
 
@@ -36,6 +39,27 @@ def _hostname_loopback(plan: LabPlan) -> None:
         at = next((i + 1 for i, (a, _) in enumerate(hosts) if a == "127.0.0.1"), 0)
         hosts.insert(at, ("127.0.1.1", [node.hostname]))
         node.hosts = hosts
+
+
+@scenario(
+    "hostname-claim",
+    f"the highest-address node calls itself {CLAIMED_NAME}, on 127.0.1.1; every /etc/hosts holds operator lines",
+    (hosts_rules.NAME_UNVOUCHED.id,),
+    min_nodes=2,
+)
+def _hostname_claim(plan: LabPlan) -> None:
+    """A node naming things for others (issue 36): nodeN's hostname (UTS and /etc/hostname) is pypi.org, which its
+    /etc/hosts maps to 127.0.1.1 (Debian-style). Every node's /etc/hosts also holds the operator's own lines for
+    names ddpfix does not manage: `10.0.0.5 nfs01 storage` and, on the others, a mirror `203.0.113.80 pypi.org
+    files.pythonhosted.org` (text only, never contacted). Finding: hosts_rules.NAME_UNVOUCHED on nodeN; ddpfix writes
+    pypi.org nowhere and leaves those lines as they are."""
+    claimer = last(plan)
+    claimer.hostname = CLAIMED_NAME
+    for node in plan.nodes:
+        node.hosts += [(a, list(names)) for a, names in OPERATOR_LINES
+                       if node is not claimer or CLAIMED_NAME not in names]
+    at = next((i + 1 for i, (a, _) in enumerate(claimer.hosts) if a == "127.0.0.1"), 0)
+    claimer.hosts.insert(at, ("127.0.1.1", [CLAIMED_NAME]))
 
 
 @scenario(

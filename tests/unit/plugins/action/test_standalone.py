@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unit_helpers import FACTS, ROOT
+from unit_helpers import FACTS, PYTHON_TOO_OLD, ROOT
 
 from ddpfix.audit import NOT_RUN, audit_report, failing, host_facts, hosts_from_vars
 from ddpfix.errors import DdpfixError
@@ -107,6 +107,25 @@ def test_hosts_from_vars_names_a_module_failure_as_the_cli_does() -> None:
     ids = {(f.id, f.host) for f in run_checks(Context(cluster, hosts))}
     assert ((reachability_rules.MODULE_FAILED.id, n2) in ids and not any(i == reachability_rules.UNREACHABLE.id for i, _ in ids)
             and hosts[n1].reachable and hosts[n3].reachable)
+
+
+def test_hosts_from_vars_names_a_python_the_ansible_core_dropped_as_the_cli_does() -> None:
+    """The standalone play's view of a node whose Python ansible-core refused (2.21.5 on Python 3.8): the same one
+    finding as the CLI's, reachability_rules.PYTHON_UNSUPPORTED, with ansible-core's message as its evidence."""
+    from ddpfix.rules.context import Context
+    from ddpfix.rules.engine import run_checks
+
+    cluster, nodes = _recorded()
+    n2 = cluster.names[1]
+    hv: dict[str, Any] = {n: {"ansible_facts": {"ddpfix_node": nodes[n]["node"]}, "ddpfix_audit_in_run": True,
+                              "ddpfix_facts_result": {"ansible_facts": {"ddpfix_node": nodes[n]["node"]}}}
+                          for n in cluster.names}
+    hv[n2]["ddpfix_facts_result"] = dict(PYTHON_TOO_OLD)
+    hosts = hosts_from_vars(cluster, hv, from_run=True)
+    assert hosts[n2].failed and hosts[n2].error.startswith("Ansible requires Python 3.9 or newer on the target.")
+    found = [f for f in run_checks(Context(cluster, hosts)) if f.host == n2]
+    assert [f.id for f in found] == [reachability_rules.PYTHON_UNSUPPORTED.id], found
+    assert "Python 3.8.18" in found[0].message
 
 
 def test_controller_window_of_the_facts_is_read_for_time_skew() -> None:

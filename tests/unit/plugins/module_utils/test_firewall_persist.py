@@ -108,7 +108,14 @@ RULESET = {"nftables": [
 
 
 def test_nft_blocking_chains_are_native_input_chains_that_drop() -> None:
-    assert fw.nft_blocking_input_chains(RULESET) == [("inet", "filter", "input"), ("inet", "hostfw", "input")]
+    owned = fw.nft_iptables_owned(RULESET)  # ip filter: iptables-nft's by its xt match, not by the name INPUT
+    assert owned == {("ip", "filter")}
+    assert fw.nft_blocking_input_chains(RULESET, owned) == [("inet", "filter", "input"), ("inet", "hostfw", "input")]
+    native = {"nftables": [i for i in RULESET["nftables"] if "DOCKER-USER" not in str(i)]}
+    assert fw.nft_iptables_owned(native, set()) == set()  # iptables-nft-save: "table filter is incompatible"
+    assert ("ip", "filter", "INPUT") in fw.nft_blocking_input_chains(native, set())
+    assert fw.nft_blocking_input_chains(native, fw.nft_iptables_owned(native, {"filter"})) == [
+        ("inet", "filter", "input"), ("inet", "hostfw", "input")]  # iptables-nft-save prints it: iptables-nft's
 
 
 def test_nft_tagged_rules_by_comment() -> None:
@@ -202,6 +209,9 @@ def test_backend_follows_the_iptables_variant_that_blocks() -> None:
     assert firewall_backend({}, "iptables", {"iptables-legacy"}) == "iptables-legacy"
     assert firewall_backend({}, "iptables", {"iptables", "iptables-legacy"}) == "iptables"
     assert firewall_backend({}, "auto", {"nftables"}) == "nftables"
+    # no finding names a layer (a failed probe only): the legacy tables when they alone hold rules
+    assert firewall_backend({"iptables": "", "iptables_legacy": "*filter\n"}, "auto", set()) == "iptables-legacy"
+    assert firewall_backend({"iptables": "*filter\n", "iptables_legacy": "*filter\n"}, "auto", set()) == "iptables"
 
 
 # --------------------------------------------------------------------------- the module, on real nft (as root)

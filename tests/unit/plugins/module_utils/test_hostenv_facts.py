@@ -67,6 +67,30 @@ def test_torch_absent_cached_until_a_directory_of_the_import_path_changes(tmp_pa
     assert not fresh["cached"] and fresh["version"] == "2.4.1+cu121" and why_fresh is None
 
 
+def test_an_argv_runs_as_a_container_runtime_would_never_cached(tmp_path: Path) -> None:
+    """ddp_python as a list: a stand-in runtime `ctr run --rm IMAGE python3 -c CODE` that execs the image's Python
+    (one with torch) with the words after the image; started without a shell, every audit (the image's import path
+    is not this host's: no cache)."""
+    h = hostenv()
+    exe = fake_torch(tmp_path)
+    log = tmp_path / "ctr.log"
+    ctr = tmp_path / "ctr"
+    ctr.write_text(f"#!/bin/sh\necho \"$1 $2 $3 $4 $5\" >> {log}\n[ \"$1 $2 $3\" = 'run --rm IMAGE' ] || exit 125\n"
+                   f"shift 4\nexec {exe} \"$@\"\n")
+    ctr.chmod(0o755)
+    argv = [str(ctr), "run", "--rm", "IMAGE", "python3"]
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        info, why = h.torch_info(argv, str(cache))
+        assert why is None and info["version"] == "2.4.1+cu121" and not info["cached"] and info["python"] == argv
+    assert len(log.read_text().splitlines()) == 2 and not list(cache.glob("*.json"))
+    info, why = h.torch_info([str(ctr), "run", "--rm", "OTHER", "python3"], None)
+    assert why and why.startswith(f"{ctr} run --rm OTHER python3: rc=125") and info["absent"] is False
+    info, why = h.torch_info(["no-such-runtime-xyz", "run", "IMAGE", "python3"], None)
+    assert why == "no-such-runtime-xyz: no such command on this node"
+    assert h.python_argv(["a", 1]) is None and h.python_argv("python3") == ["python3"] and h.python_argv([]) is None
+
+
 def test_a_tampered_or_foreign_cache_is_not_used(tmp_path: Path) -> None:
     h = hostenv()
     exe = fake_torch(tmp_path)
@@ -90,12 +114,12 @@ def test_missing_interpreter_and_missing_torch_are_reasons_never_versions(tmp_pa
     bare.chmod(0o755)
     if os.system(f"{bare} -c 'import torch' 2>/dev/null") != 0:
         info, why = h.torch_info(str(bare), None)
-        assert info["version"] is None and why and "torch is not installed" in why
+        assert info["version"] is None and why and "torch is not installed" in why and info["absent"] is True
     junk = tmp_path / "junk"
     junk.write_text("#!/bin/sh\necho 2.18.1\n")  # a stand-in that prints something else
     junk.chmod(0o755)
     info, why = h.torch_info(str(junk), None)
-    assert info["version"] is None and why and "printed no torch version" in why
+    assert info["version"] is None and why and "printed no torch version" in why and info["absent"] is False
     assert h.torch_info(None)[1] == "no interpreter given (ddp_python)"
 
 
