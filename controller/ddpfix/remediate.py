@@ -16,12 +16,13 @@ from ddpfix.ansible.run import run_playbook
 from ddpfix.audit import AuditResult
 from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.firewall import firewalld as fwd
 from ddpfix.inventory.contract import ACK_BROAD, cidr_needs_ack
 from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
 from ddpfix.progress import Progress
 from ddpfix.rules.context import Context, not_read
-from ddpfix.rules.firewall import FIREWALL_SOURCES, active_firewalls
+from ddpfix.rules.firewall import EGRESS_BLOCKED, FIREWALL_SOURCES, active_firewalls
 from ddpfix.rules.host import NOFILE_LOW
 from ddpfix.rules.reachability import INCOMPLETE, INVALID
 from ddpfix.rules.registry import RULES, fixed_by
@@ -29,6 +30,7 @@ from ddpfix.rules.registry import RULES, fixed_by
 # Which findings turn on which part of the plan: from the rule registry (each rule's Remedy.plan).
 FIREWALL_IDS = fixed_by("firewall", on_target=False)  # fixed on the finding's host
 PROBE_IDS = fixed_by("firewall", on_target=True)  # fixed on the node the probe could not reach
+EGRESS_IDS = frozenset({EGRESS_BLOCKED.id})  # fixed on the sending node, in what restricts its egress
 HOSTS_IDS = fixed_by("hosts")
 TIME_IDS = fixed_by("time")
 LIMITS_IDS = fixed_by("limits")
@@ -52,6 +54,9 @@ class HostPlan:
     nofile: dict[str, str] = field(default_factory=dict)  # {soft, hard, unit_hard}: NOFILE_IDS; empty: off
     arp: list[str] = field(default_factory=list)  # cluster interfaces given arp_ignore 1/arp_announce 2 (ARP_IDS)
     notes: list[str] = field(default_factory=list)
+    #: firewalld: the changes `firewalld_fix` planned ({zone|policy, source|rich_rule}); empty: the cluster CIDR as a
+    #: source of the role's ddpfix_firewall_zone
+    firewalld: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -75,7 +80,8 @@ class HostPlan:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
                 "env_comment": self.env_comment,
                 "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits,
-                "nofile": self.nofile, "arp": self.arp}
+                "nofile": self.nofile, "arp": self.arp, "firewalld": self.firewalld,
+                "firewalld_files": firewalld_files(self.firewalld)}
 
 
 @dataclass
@@ -84,6 +90,29 @@ class Change:
     task: str
     diff: str
     rules: tuple[str, ...] = ()  # the ids of the findings the change fixes (its task's rule-id tags, or its file's)
+
+
+def firewalld_files(changes: Iterable[Mapping[str, str]]) -> list[str]:
+    """The permanent configuration files firewalld writes for the planned changes (the write pre-flight's)."""
+    return sorted({f"/etc/firewalld/zones/{c['zone']}.xml" if "zone" in c else
+                   f"/etc/firewalld/policies/{c['policy']}.xml" for c in changes if c.get("zone", "x")})
+
+
+def firewalld_fix(ctx: Context, name: str, facts: Mapping[str, Any], ingress: bool,
+                  egress: bool) -> tuple[list[dict[str, str]], list[str]]:
+    """firewalld on `name`: the changes that let the cluster in (and out) where the node's configuration keeps it,
+    or the refusals naming what ddpfix cannot change (`ddpfix.firewall.firewalld.plan_fix`)."""
+    fw = (facts.get("firewall") or {}).get("firewalld")
+    if not isinstance(fw, Mapping) or not ctx.cidr:
+        return [], []
+    own = ctx.plan[name].address
+    peers = [a for n, _ in ctx.audited() if n != name and (a := ctx.plan[n].address)][: ctx.thresholds.max_sources]
+    lo, hi = (facts.get("sysctl") or {}).get("ip_local_port_range", [32768, 60999])
+    plan = fwd.plan_fix(fwd.Firewalld.of(fw), ctx.cidr, node=name, iface=(facts.get("cluster") or {}).get("ifname"),
+                        own=own, peers=peers or ([own] if own else []),
+                        ports=[ctx.cluster.master_port, int(lo), (int(lo) + int(hi)) // 2, int(hi)],
+                        ingress=ingress, egress=egress)
+    return [c.to_vars() for c in plan.changes], plan.refusals
 
 
 def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers: set[str]) -> str:
@@ -133,9 +162,12 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
     ids_by_host: dict[str | None, set[str]] = {}
     for f in fl:
         ids_by_host.setdefault(f.host, set()).add(f.id)
+    # a connect that the dialler's own egress refused (EGRESS_IDS) says nothing about its target
+    egress_blocked = {f.host for f in fl if f.id in EGRESS_IDS}
     failed_targets = {
         c.get("name")
-        for h in ctx.hosts.values()
+        for n, h in ctx.hosts.items()
+        if n not in egress_blocked
         for c in ((h.probe or {}).get("connects") or [])
         if not c.get("ok")
     }
@@ -194,6 +226,14 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                     "traffic is blocked but no firewalld/iptables/nftables rule set was found to change: "
                     "check host-external firewalls (security groups) by hand"
                 )
+            if hp.firewall == "firewalld":
+                egress = EGRESS_IDS & mine
+                ingress = bool((mine & FIREWALL_IDS) - EGRESS_IDS) or name in failed_targets
+                hp.firewalld, refused = firewalld_fix(ctx, name, facts, ingress, bool(egress))
+                if refused:  # nothing of this node's firewall is changed
+                    refusals.extend(refused)
+                    hp.firewall, hp.firewalld = "none", []
+                    hp.notes.append("firewall not changed: " + refused[0])
         hp.hosts = hosts_needed
         hp.limits = bool(mine & LIMITS_IDS)
         hp.nofile, hp.arp = host_setting_fixes(fl, name)

@@ -25,6 +25,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "backend": {"type": "str", "required": True, "choices": ["firewalld", "ufw", "iptables", "nftables"]},
     "cidr": {"type": "str", "required": True},
     "zone": {"type": "str", "default": "trusted"},
+    "firewalld_changes": {"type": "list", "elements": "dict", "default": []},
     "iptables_variant": {"type": "str", "default": "auto", "choices": ["auto", "legacy", "nft"]},
     "iptables": {"type": "str", "default": "iptables"},
     "timeout": {"type": "int", "required": True},
@@ -43,8 +44,8 @@ def change_call(args: dict[str, Any], tag: str) -> tuple[str, dict[str, Any]]:
     """The module (and its arguments) that makes the runtime change; its rules carry `tag`."""
     backend, cidr = args["backend"], args["cidr"]
     if backend == "firewalld":
-        return "ansible.posix.firewalld", {"zone": args["zone"], "source": cidr, "state": "enabled",
-                                           "permanent": False, "immediate": True}
+        return "ddpfix.cluster.ddpfix_fw_firewalld", {"changes": args.get("firewalld_changes") or [], "cidr": cidr,
+                                                      "zone": args["zone"], "permanent": False}
     if backend == "ufw":
         return "community.general.ufw", {"rule": "allow", "from_ip": cidr, "comment": tag}
     return "ddpfix.cluster.ddpfix_fw_rule", {"backend": backend, "cidr": cidr,
@@ -76,7 +77,7 @@ def guarded_change(args: dict[str, Any], call: Callable[[str, dict[str, Any]], d
         return call(module, module_args)
     timeout = int(args["timeout"])
     guard = {"backend": args["backend"], "cidr": args["cidr"], "comment": tag, "zone": args["zone"],
-             "iptables": args["iptables"]}
+             "iptables": args["iptables"], "changes": args.get("firewalld_changes") or []}
     by_itself = (f"reverted: the revert armed on the node removes this run's change (rules tagged {tag}, nothing "
                  f"else) by itself {timeout} s after the change")
 

@@ -20,7 +20,11 @@ State contract (``"schema": "ddpfix.firewall/v1"``)::
                            "rich_rules": ["rule family=...", ...],
                            "ingress_priority": int}},   # active zones + default
           "services": {NAME: {"ports": [[p, proto]], "protocols": [...],
-                              "includes": [...]}}},
+                              "includes": [...]}},
+          "policies": {NAME: {"target": "CONTINUE"|"ACCEPT"|"DROP"|"REJECT", "priority": int,
+                              "ingress_zones": [...], "egress_zones": [...], "services": [...],
+                              "ports": [[p, proto]], "protocols": [...], "rich_rules": [...]}},  # >= 0.9
+          "direct_rules": [[ipv, table, chain, priority, [arg, ...]], ...]},
       "iptables": str | None,          # `iptables-save` text (all tables)
       "iptables_legacy": str | None,   # `iptables-legacy-save` when it holds tables iptables-save did not print
       "ip6tables": str | None,         # `ip6tables-save` text
@@ -48,6 +52,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 import re
+import shlex
 import subprocess
 import threading
 
@@ -234,7 +239,8 @@ def _norm_zone(d):
 
 def _collect_firewalld(run, use_dbus, errors):
     fw = {"running": True, "version": None, "source": "dbus" if use_dbus else "cli",
-          "default_zone": None, "allow_zone_drifting": False, "zones": {}, "services": {}}
+          "default_zone": None, "allow_zone_drifting": False, "zones": {}, "services": {}, "policies": {},
+          "direct_rules": []}
     try:
         with open("/etc/firewalld/firewalld.conf") as fh:
             m = re.search(r"^\s*AllowZoneDrifting\s*=\s*(\S+)", fh.read(), re.M)
@@ -247,11 +253,13 @@ def _collect_firewalld(run, use_dbus, errors):
             get_service = _collect_firewalld_dbus(fw)
         except Exception as exc:  # noqa: BLE001 - ImportError, DBusException, FirewallError: use firewall-cmd
             errors.append(f"firewalld D-Bus client unavailable, using firewall-cmd: {exc}")
-            fw.update(zones={}, source="cli")
+            fw.update(zones={}, policies={}, direct_rules=[], source="cli")
     get_service = get_service or _collect_firewalld_cli(fw, run)
+    if fw["source"] == "cli":
+        _collect_firewalld_cli_more(fw, run, errors)
     # services used by the zones directly or in rich rules, with their includes
     todo = set()
-    for z in fw["zones"].values():
+    for z in list(fw["zones"].values()) + list(fw["policies"].values()):
         todo.update(z["services"])
         for r in z["rich_rules"]:
             todo.update(re.findall(r'service name="?([^"\s]+)', r))
@@ -282,24 +290,94 @@ def _collect_firewalld_dbus(fw):
     fw["default_zone"] = str(client.getDefaultZone())
     for name in sorted(set(client.getActiveZones() or {}) | {fw["default_zone"]}):
         fw["zones"][name] = _norm_zone(client.getZoneSettings(name).getSettingsDict())
+    if hasattr(client, "getPolicies"):  # firewalld >= 0.9
+        for name in sorted(client.getPolicies() or []):
+            fw["policies"][str(name)] = _norm_policy(client.getPolicySettings(name).getSettingsDict())
+    fw["direct_rules"] = _norm_direct(client.getAllRules() or [])
     return lambda name: client.getServiceSettings(name).getSettingsDict()
 
 
-def parse_list_all(text):
-    """Parse `firewall-cmd --list-all-zones` / `--zone=Z --list-all` output -> {zone: dict}
-    (contract zone dicts plus "_flags", e.g. "default, active")."""
-    zones, cur, key = {}, None, None
+def _norm_policy(d):
+    """Policy settings (D-Bus dict or parsed text) -> the contract's policy dict."""
+    pairs = lambda v: [[str(p), str(q)] for p, q in (v or [])]  # noqa: E731
+    try:
+        prio = int(d.get("priority") if d.get("priority") not in (None, "") else -1)
+    except (TypeError, ValueError):
+        prio = -1
+    return {"target": str(d.get("target") or "CONTINUE"), "priority": prio,
+            "ingress_zones": [str(z) for z in d.get("ingress_zones") or []],
+            "egress_zones": [str(z) for z in d.get("egress_zones") or []],
+            "services": [str(x) for x in d.get("services") or []], "ports": pairs(d.get("ports")),
+            "protocols": [str(x) for x in d.get("protocols") or []],
+            "rich_rules": [str(x) for x in d.get("rich_rules") or d.get("rules_str") or []]}
+
+
+def _norm_direct(rules):
+    """(ipv, table, chain, priority, args) of each direct rule (D-Bus tuples, or `--get-all-rules` lines)."""
+    out = []
+    for r in rules:
+        if isinstance(r, str):
+            try:
+                r = shlex.split(r)
+            except ValueError:
+                continue
+            r = [*r[:4], r[4:]] if len(r) >= 4 else r
+        if isinstance(r, (list, tuple)) and len(r) == 5:
+            try:
+                out.append([str(r[0]), str(r[1]), str(r[2]), int(r[3]), [str(a) for a in r[4]]])
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def parse_list_all_policies(text):
+    """Parse `firewall-cmd --list-all-policies` output -> {policy: contract policy dict}."""
+    out = {}
+    for name, d in _list_all_blocks(text).items():
+        out[name] = _norm_policy(dict(d, target=(d.get("target") or [None])[0],
+                                      priority=(d.get("priority") or [None])[0],
+                                      ingress_zones=d.get("ingress-zones"), egress_zones=d.get("egress-zones"),
+                                      ports=[p.split("/", 1) for p in d.get("ports") or [] if "/" in p],
+                                      rich_rules=d.get("rich rules")))
+    return out
+
+
+def _list_all_blocks(text):
+    """`firewall-cmd --list-all-*` text -> {name: {key: [values], "rich rules": [rule lines], "_flags": str}}."""
+    blocks, cur, key = {}, None, None
     for line in text.splitlines():
         if not line.strip():
             continue
         if not line[0].isspace():
             name = line.split()[0]
-            cur, key = zones.setdefault(name, {"_flags": line[len(name):].strip(" ()")}), None
+            cur, key = blocks.setdefault(name, {"_flags": line[len(name):].strip(" ()")}), None
         elif cur is not None and line.startswith("\t") and key == "rich rules":
             cur[key].append(line.strip())
         elif cur is not None and ":" in line:
             key, _, val = line.strip().partition(":")
             cur[key] = [] if key == "rich rules" else val.split()
+    return blocks
+
+
+def _collect_firewalld_cli_more(fw, run, errors):
+    """Policies (firewalld >= 0.9) and direct rules from firewall-cmd's text output."""
+    fc = _which("firewall-cmd")
+    rc, out, err = run([fc, "--list-all-policies"], timeout=15)
+    if rc == 0:
+        fw["policies"] = parse_list_all_policies(out)
+    elif "--list-all-policies" not in err:  # an older firewalld has no policies (usage error)
+        errors.append(f"firewall-cmd --list-all-policies: rc={rc} {_first_line(err)}")
+    rc, out, err = run([fc, "--direct", "--get-all-rules"], timeout=15)
+    if rc == 0:
+        fw["direct_rules"] = _norm_direct(out.splitlines())
+    else:
+        errors.append(f"firewall-cmd --direct --get-all-rules: rc={rc} {_first_line(err)}")
+
+
+def parse_list_all(text):
+    """Parse `firewall-cmd --list-all-zones` / `--zone=Z --list-all` output -> {zone: dict}
+    (contract zone dicts plus "_flags", e.g. "default, active")."""
+    zones = _list_all_blocks(text)
     out = {}
     def pp(z, k):
         return [p.split("/", 1) for p in z.get(k) or [] if "/" in p]

@@ -396,3 +396,45 @@ def ufw_allows(user_rules, cidr):
                 and want.broadcast_address <= net.broadcast_address):
             return True
     return False
+
+
+# --------------------------------------------------------------------------- firewalld
+
+#: A firewalld zone or policy name (firewall-cmd's limit: it becomes part of nft chain names).
+FIREWALLD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,17}$")
+#: The only rich rules ddpfix adds: the cluster network as source (a zone) or destination (a policy from HOST).
+RICH_FROM = 'rule family="ipv4" source address="{cidr}" accept'
+RICH_TO = 'rule family="ipv4" destination address="{cidr}" accept'
+
+
+def fwd_changes(changes, cidr, zone):
+    """The firewalld changes of the plan, checked: each a dict with `zone` or `policy` (a firewalld name) and
+    `source` (the cluster network) or `rich_rule` (one of ddpfix's two rules for the cluster network). An empty
+    plan, or a source for the zone "": the cluster network as a source of `zone`. ValueError naming what is wrong."""
+    net = str(ipaddress.ip_network(cidr, strict=False))
+    out = []
+    for c in changes or [{"zone": zone, "source": net}]:
+        if not isinstance(c, dict):
+            raise ValueError(f"a firewalld change must be a dict, got {c!r}")
+        kind = "zone" if "zone" in c else "policy"
+        name = c.get(kind)
+        if kind == "zone" and name == "" and "source" in c:
+            name = zone  # the plan's "no zone holds the cluster network": the configured zone
+        if not isinstance(name, str) or not FIREWALLD_NAME.match(name):
+            raise ValueError(f"firewalld {kind} name {name!r} is not 1-17 letters, digits, '_' or '-'")
+        if "source" in c:
+            if kind != "zone" or c["source"] != net:
+                raise ValueError(f"only the cluster network {net} becomes a zone source, got {c!r}")
+            out.append((kind, name, "source", net))
+        elif c.get("rich_rule") in (RICH_FROM.format(cidr=net), RICH_TO.format(cidr=net)):
+            out.append((kind, name, "rich-rule", c["rich_rule"]))
+        else:
+            raise ValueError(f"only ddpfix's rich rules for {net} are added, got {c.get('rich_rule')!r}")
+    return out
+
+
+def fwd_argv(change, op, permanent):
+    """firewall-cmd's argument list to query/add/remove one checked change (`fwd_changes`): a list, never a
+    string a shell or a split would see."""
+    kind, name, what, value = change
+    return ["firewall-cmd", *(["--permanent"] if permanent else []), f"--{kind}={name}", f"--{op}-{what}={value}"]

@@ -13,7 +13,7 @@ short_description: One node's guarded runtime firewall change - arm the revert, 
 description:
   - An action plugin. For the node it runs on, in this one task - arms the node's automatic revert
     (M(ddpfix.cluster.ddpfix_fw_guard), I(timeout) seconds), makes the runtime change (M(ddpfix.cluster.ddpfix_fw_rule)
-    for C(iptables)/C(nftables), M(ansible.posix.firewalld) with C(permanent=false), M(community.general.ufw)), drops
+    for C(iptables)/C(nftables), M(ddpfix.cluster.ddpfix_fw_firewalld) at runtime, M(community.general.ufw)), drops
     the SSH connection (ControlPersist master included) and cancels the revert through a NEW connection from the
     controller, retried until I(confirm_timeout) seconds after the change.
   - The span from a node's arm to its cancel is that node's alone (a few seconds), whatever the number of nodes,
@@ -27,7 +27,14 @@ description:
 options:
   backend: {description: Layer to change., type: str, required: true, choices: [firewalld, ufw, iptables, nftables]}
   cidr: {description: Cluster network (the only source given access)., type: str, required: true}
-  zone: {description: firewalld zone that gets I(cidr) as a source., type: str, default: trusted}
+  zone: {description: firewalld zone that gets I(cidr) as a source (when I(firewalld_changes) is empty)., type: str,
+         default: trusted}
+  firewalld_changes:
+    description: firewalld - the changes of the plan (M(ddpfix.cluster.ddpfix_fw_firewalld)'s I(changes)), made at
+      runtime; the revert removes exactly them.
+    type: list
+    elements: dict
+    default: []
   iptables_variant:
     description: iptables flavour for M(ddpfix.cluster.ddpfix_fw_rule).
     type: str

@@ -24,7 +24,12 @@ options:
   cidr: {description: Cluster network., type: str, required: true}
   comment: {description: "Tag of the rules a revert removes: this run's (C(ddpfix-cluster:RUN)).", type: str,
             default: ddpfix-cluster}
-  zone: {description: firewalld zone., type: str, default: trusted}
+  zone: {description: firewalld zone (when I(changes) is empty)., type: str, default: trusted}
+  changes:
+    description: firewalld - the changes this run made at runtime (see M(ddpfix.cluster.ddpfix_fw_firewalld)).
+    type: list
+    elements: dict
+    default: []
   iptables: {description: iptables command of the variant that was changed., type: str, default: iptables}
   timeout: {description: Seconds until the revert runs., type: int, default: 90}
   pidfile: {description: PID file of the armed process., type: path, default: /run/ddpfix-firewall-revert.pid}
@@ -44,6 +49,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
+    fwd_argv,
+    fwd_changes,
     iptables_tagged,
     is_ddpfix_comment,
     nft_tagged,
@@ -79,9 +86,10 @@ def revert(p):
                 if _run(argv)[0] == 0:
                     done.append(" ".join(argv))
     elif backend == "firewalld":
-        argv = ["firewall-cmd", "--zone={}".format(p["zone"]), f"--remove-source={cidr}"]
-        if _run(argv)[0] == 0:
-            done.append(" ".join(argv))
+        for change in fwd_changes(p["changes"], cidr, p["zone"]):
+            argv = fwd_argv(change, "remove", False)
+            if _run(argv)[0] == 0:
+                done.append(" ".join(argv))
     elif backend == "ufw":
         argv = ["ufw", "delete", "allow", "from", cidr]
         if _run(argv)[0] == 0:
@@ -181,6 +189,7 @@ def main():
             cidr=dict(type="str", required=True),
             comment=dict(type="str", default="ddpfix-cluster"),
             zone=dict(type="str", default="trusted"),
+            changes=dict(type="list", elements="dict", default=[]),
             iptables=dict(type="str", default="iptables"),
             timeout=dict(type="int", default=90),
             pidfile=dict(type="path", default="/run/ddpfix-firewall-revert.pid"),
@@ -191,6 +200,11 @@ def main():
     if not is_ddpfix_comment(p["comment"]):
         module.fail_json(msg=f"comment must be ddpfix-cluster or a run's tag (ddpfix-cluster:RUN), "
                              f"got {p['comment']!r}")
+    if p["backend"] == "firewalld":
+        try:
+            fwd_changes(p["changes"], p["cidr"], p["zone"])
+        except ValueError as exc:
+            module.fail_json(msg=f"{exc}; nothing changed")
     if p["state"] == "armed":
         if p["timeout"] < 5:
             module.fail_json(msg=f"ddpfix_firewall_revert_timeout must be at least 5 seconds, got {p['timeout']}")

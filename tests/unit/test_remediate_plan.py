@@ -306,3 +306,47 @@ def test_nofile_drop_ins_render_as_ansibles_template_module_writes_them(tmp_path
         assert run.returncode == 0, run.stdout + run.stderr
         assert dest.read_text() == text
     assert nofile_files({**nofile, "soft": "99"}, {}) is None  # the role's input check refuses it: the play says so
+
+
+def _fwdpol(cidr: str, **changes: object) -> dict[str, object]:
+    """The recorded firewalld 1.3.3 state of record-fwd-policy.sh (internal holds the network, policy
+    egress-lockdown from HOST rejects), for the recorded cluster's network and interface."""
+    import json
+
+    st = json.loads((Path(__file__).parent / "fixtures" / "firewall" / "fwdpol_cli.json").read_text())
+    fw = json.loads(json.dumps(st["firewalld"]).replace("192.168.83.0/24", cidr))
+    fw.update(changes)
+    return {**st, "firewalld": fw, "iptables": "", "nft": None, "nft_text": None}
+
+
+def test_plan_fixes_firewalld_in_the_bound_zone_and_the_egress_policy(sim: Sim) -> None:
+    """Issue 34: node1's cluster network is a source of `internal` and a policy from HOST rejects what it sends: the
+    plan puts a rich rule in each (no source in trusted); the role's pre-flight gets both permanent files."""
+    sim.node("node1")["firewall"] = _fwdpol("192.168.77.0/24")
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    findings = run_checks(ctx)
+    got = {(f.id, f.host) for f in findings}
+    assert {(firewall_rules.MASTER_PORT_BLOCKED.id, "node1"), (firewall_rules.EGRESS_BLOCKED.id, "node1")} <= got
+    plans, refusals = build_plan(ctx, findings)
+    assert refusals == []
+    p = plans["node1"]
+    assert p.firewall == "firewalld" and p.firewalld == [
+        {"zone": "internal", "rich_rule": 'rule family="ipv4" source address="192.168.77.0/24" accept'},
+        {"policy": "egress-lockdown", "rich_rule": 'rule family="ipv4" destination address="192.168.77.0/24" accept'}]
+    assert p.to_vars()["firewalld_files"] == ["/etc/firewalld/policies/egress-lockdown.xml",
+                                              "/etc/firewalld/zones/internal.xml"]
+    # the peers node1 could not reach are not told to look at their security groups
+    assert plans["node2"].firewall == "none" and not plans["node2"].notes
+
+
+def test_plan_refuses_what_firewalld_must_keep(sim: Sim) -> None:
+    deny = 'rule priority="-10" family="ipv4" source address="192.168.77.0/24" port port="29500" protocol="tcp" drop'
+    st = _fwdpol("192.168.77.0/24")
+    st["firewalld"]["zones"]["internal"]["rich_rules"] = [deny]  # type: ignore[index]
+    st["firewalld"]["policies"] = {}  # type: ignore[index]
+    sim.node("node1")["firewall"] = st
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    plans, refusals = build_plan(ctx, run_checks(ctx))
+    assert plans["node1"].firewall == "none" and plans["node1"].firewalld == []
+    assert len(refusals) == 1 and deny in refusals[0] and "/etc/firewalld/zones/internal.xml" in refusals[0]
+    assert "firewall-cmd --permanent --zone=internal --add-rich-rule=" in refusals[0]

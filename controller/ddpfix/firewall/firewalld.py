@@ -3,9 +3,11 @@ services, protocols and target like firewalld's generated rules do."""
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +66,70 @@ class Service:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """A firewalld policy (firewalld >= 0.9): traffic from its ingress zones to its egress zones (`HOST`: the node
+    itself, `ANY`: every zone). Target CONTINUE passes the packet on to the next policy."""
+
+    name: str
+    target: str = "CONTINUE"  # CONTINUE, ACCEPT, DROP, REJECT
+    priority: int = -1
+    ingress_zones: tuple[str, ...] = ()
+    egress_zones: tuple[str, ...] = ()
+    services: tuple[str, ...] = ()
+    ports: Pairs = ()
+    protocols: tuple[str, ...] = ()
+    rich_rules: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, name: str, d: Mapping[str, Any]) -> Policy:
+        try:
+            prio = int(str(d.get("priority") if d.get("priority") is not None else -1))
+        except (TypeError, ValueError):
+            prio = -1
+        return cls(name, str(d.get("target") or "CONTINUE"), prio, _strs(d.get("ingress_zones")),
+                   _strs(d.get("egress_zones")), _strs(d.get("services")), _pairs(d.get("ports")),
+                   _strs(d.get("protocols")), _strs(d.get("rich_rules")))
+
+    def as_zone(self) -> Zone:
+        """The policy's rules as a zone's (same elements, same order); CONTINUE is no verdict."""
+        target = "default" if self.target == "CONTINUE" else self.target
+        return Zone(self.name, target, services=self.services, ports=self.ports,
+                    protocols=self.protocols, rich_rules=self.rich_rules)
+
+
+@dataclass(frozen=True)
+class DirectRule:
+    """A firewalld direct rule (`firewall-cmd --direct --get-all-rules`): iptables arguments in a chain."""
+
+    ipv: str
+    table: str
+    chain: str
+    priority: int
+    args: tuple[str, ...]
+
+    @classmethod
+    def of(cls, v: Any) -> DirectRule | None:
+        if isinstance(v, str):
+            try:
+                v = shlex.split(v)
+            except ValueError:
+                return None
+            v = [*v[:4], v[4:]] if len(v) >= 4 else v
+        if not isinstance(v, (list, tuple)) or len(v) != 5:
+            return None
+        try:
+            prio = int(v[3])
+        except (TypeError, ValueError):
+            return None
+        args = tuple(str(a) for a in v[4]) if isinstance(v[4], (list, tuple)) else tuple(shlex.split(str(v[4])))
+        return cls(str(v[0]), str(v[1]), str(v[2]), prio, args)
+
+    @property
+    def text(self) -> str:
+        return f"{self.ipv} {self.table} {self.chain} {self.priority} {shlex.join(self.args)}"
+
+
+@dataclass(frozen=True)
 class Firewalld:
     """The ``firewalld`` part of the node's firewall facts."""
 
@@ -73,17 +139,23 @@ class Firewalld:
     allow_zone_drifting: bool = False
     zones: dict[str, Zone] = field(default_factory=dict)
     services: dict[str, Service] = field(default_factory=dict)
+    policies: dict[str, Policy] = field(default_factory=dict)
+    direct_rules: tuple[DirectRule, ...] = ()
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> Firewalld:
         zones: Mapping[Any, Any] = d["zones"] if isinstance(d.get("zones"), Mapping) else {}
         services: Mapping[Any, Any] = d["services"] if isinstance(d.get("services"), Mapping) else {}
+        policies: Mapping[Any, Any] = d["policies"] if isinstance(d.get("policies"), Mapping) else {}
+        direct = d["direct_rules"] if isinstance(d.get("direct_rules"), list) else []
         return cls(bool(d.get("running", True)), None if d.get("version") is None else str(d.get("version")),
                    None if d.get("default_zone") is None else str(d.get("default_zone")),
                    bool(d.get("allow_zone_drifting")),
                    {str(n): Zone.of(str(n), z) for n, z in zones.items() if isinstance(z, Mapping)},
                    {str(n): Service(_pairs(s.get("ports")), _strs(s.get("protocols")), _strs(s.get("includes")))
-                    for n, s in services.items() if isinstance(s, Mapping)})
+                    for n, s in services.items() if isinstance(s, Mapping)},
+                   {str(n): Policy.of(str(n), x) for n, x in policies.items() if isinstance(x, Mapping)},
+                   tuple(r for r in (DirectRule.of(x) for x in direct) if r is not None))
 
     @property
     def active(self) -> bool:
@@ -271,8 +343,8 @@ def _action(a: str | None) -> Action:
 
 
 def _eval_zone(fw: Firewalld, z: Zone, why: str, pkt: Packet, notes: list[str],
-               maybe: list[tuple[Action, str]]) -> tuple[Action | None, bool, str]:
-    head = f"firewalld zone {z.name!r} ({why})"
+               maybe: list[tuple[Action, str]], kind: str = "zone") -> tuple[Action | None, bool, str]:
+    head = f"firewalld {kind} {z.name!r} ({why})"
     parsed = [(x, parse_rich(x)) for x in z.rich_rules]
     notes.extend(f"unparsable rich rule {x!r}" for x, r in parsed if r is None)
     terminal = [r for _, r in parsed if r is not None and r.action in ("accept", "reject", "drop")]
@@ -338,3 +410,258 @@ def port_marks(fw: Firewalld) -> set[int]:
         for p, _ in s.ports:
             marks.update(int(x) for x in re.findall(r"\d+", p))
     return marks
+
+
+# ---------------------------------------------------------------- egress: policies from HOST, direct OUTPUT rules
+
+
+def egress_zone(fw: Firewalld, dst: Any, oif: str | None) -> str | None:
+    """The zone firewalld classifies a packet the node sends by: the zone a source of which holds the destination,
+    else the zone of the outgoing interface, else the default zone."""
+    for name in sorted(fw.zones, key=lambda n: (fw.zones[n].ingress_priority, n)):
+        if any(in_net(dst, s) for s in fw.zones[name].sources):
+            return name
+    if oif is not None:
+        for name in sorted(fw.zones):
+            if any(iface_match(i, oif) for i in fw.zones[name].interfaces):
+                return name
+    return fw.default_zone
+
+
+def host_policies(fw: Firewalld, ezone: str | None) -> list[Policy]:
+    """The policies a packet the node itself sends into `ezone` meets, in firewalld's order (priority, name)."""
+    return sorted((p for p in fw.policies.values() if "HOST" in p.ingress_zones
+                   and ("ANY" in p.egress_zones or (ezone is not None and ezone in p.egress_zones))),
+                  key=lambda p: (p.priority, p.name))
+
+
+_DIRECT_PLAIN = {"-m": {"tcp", "comment", "conntrack", "state"}}
+
+
+def _direct_match(r: DirectRule, pkt: Packet, oif: str | None) -> bool | None:
+    """Whether a direct OUTPUT rule matches the packet (None: a match this model does not know)."""
+    a, i, res = list(r.args), 0, []
+    while i < len(a):
+        k = a[i]
+        v = a[i + 1] if i + 1 < len(a) else ""
+        if k == "!":
+            return None
+        if k in ("-j", "--jump"):
+            i += 2
+            continue
+        if k in ("-d", "--destination"):
+            res.append(in_net(pkt.dst, v) if pkt.dst is not None else None)
+        elif k in ("-s", "--source"):
+            res.append(in_net(pkt.src, v))
+        elif k in ("-p", "--protocol"):
+            res.append(v == pkt.proto)
+        elif k in ("--dport", "--destination-port"):
+            res.append(in_ports(pkt.dport, v, ":"))
+        elif k in ("-o", "--out-interface"):
+            res.append(None if oif is None else iface_match(v, oif))
+        elif k == "--comment":
+            pass
+        elif k in ("--ctstate", "--state"):
+            res.append("NEW" in v.split(","))
+        elif k == "-m" and v in _DIRECT_PLAIN["-m"]:
+            pass
+        else:
+            return None
+        i += 2
+    return tri_and(res)
+
+
+def direct_target(r: DirectRule) -> str:
+    a = list(r.args)
+    for k in ("-j", "--jump"):
+        if k in a and a.index(k) + 1 < len(a):
+            return a[a.index(k) + 1]
+    return ""
+
+
+def evaluate_egress(fw: Firewalld, pkt: Packet, oif: str | None) -> LayerResult:
+    """Would firewalld let the node send a NEW packet `pkt` (src: the node's address, dst: the peer's) out of
+    `oif`? Direct rules of the OUTPUT chain first (priority order), then the policies whose ingress zone is HOST
+    and whose egress zone is the packet's (or ANY), each by its rich rules, ports, services, protocols and target
+    (CONTINUE: on to the next policy); no verdict: accepted (firewalld lets the host send by default)."""
+    notes: list[str] = []
+    maybe: list[tuple[Action, str]] = []
+    fam = f"ipv{pkt.family}"
+    for r in sorted((r for r in fw.direct_rules if r.ipv == fam and r.table == "filter" and r.chain == "OUTPUT"),
+                    key=lambda r: r.priority):
+        t = direct_target(r)
+        if t not in ("ACCEPT", "DROP", "REJECT"):
+            continue
+        m = _direct_match(r, pkt, oif)
+        verdict: Action = "accept" if t == "ACCEPT" else "drop" if t == "DROP" else "reject"
+        if m is None:
+            maybe.append((verdict, f"direct rule {r.text}"))
+        elif m:
+            return _settled(fw, pkt, verdict, True, f"firewalld direct rule: {r.text}", notes, maybe, [])
+    ez = egress_zone(fw, pkt.dst, oif)
+    for p in host_policies(fw, ez):
+        v, explicit, ev = _eval_zone(fw, p.as_zone(), f"ingress HOST, egress {ez}", pkt, notes, maybe, "policy")
+        if v is not None:
+            return _settled(fw, pkt, v, explicit, ev, notes, maybe, [])
+    return _settled(fw, pkt, "accept", False, f"firewalld: no policy from HOST to {ez} decides it", notes, maybe, [])
+
+
+# ---------------------------------------------------------------- the fix: where the owner keeps it
+
+#: The rich rules ddpfix adds: the cluster network only, nothing else about the packet.
+RICH_FROM = 'rule family="ipv4" source address="{cidr}" accept'
+RICH_TO = 'rule family="ipv4" destination address="{cidr}" accept'
+
+
+@dataclass(frozen=True)
+class Change:
+    """One firewalld change: a source of a zone, or a rich rule of a zone or policy (runtime and permanent)."""
+
+    kind: str  # "zone" | "policy"
+    name: str
+    source: str = ""
+    rich_rule: str = ""
+    why: str = ""
+
+    def to_vars(self) -> dict[str, str]:
+        return {self.kind: self.name, **({"source": self.source} if self.source else {"rich_rule": self.rich_rule})}
+
+    @property
+    def command(self) -> str:
+        """What an operator would run to make it (permanent, then a reload)."""
+        what = f"--add-source={self.source}" if self.source else f"--add-rich-rule={shlex.quote(self.rich_rule)}"
+        return f"firewall-cmd --permanent --{self.kind}={self.name} {what} && firewall-cmd --reload"
+
+
+@dataclass
+class FixPlan:
+    changes: list[Change] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+
+
+def _with(fw: Firewalld, changes: Iterable[Change]) -> Firewalld:
+    """The firewalld state after `changes` (to prove they let the cluster through before planning them)."""
+    zones, policies = dict(fw.zones), dict(fw.policies)
+    for c in changes:
+        if c.kind == "zone":
+            name = c.name or "trusted"
+            z = zones.get(name) or Zone(name, "ACCEPT" if name == "trusted" else "default")
+            zones[name] = dataclasses.replace(
+                z, sources=z.sources + ((c.source,) if c.source else ()),
+                rich_rules=z.rich_rules + ((c.rich_rule,) if c.rich_rule else ()))
+        elif c.name in policies:
+            p = policies[c.name]
+            policies[c.name] = dataclasses.replace(p, rich_rules=(*p.rich_rules, c.rich_rule))
+    return dataclasses.replace(fw, zones=zones, policies=policies)
+
+
+def _owner(kind: str, name: str) -> str:
+    return f"owner: firewalld, /etc/firewalld/{kind.replace('policy', 'policie')}s/{name}.xml"
+
+
+def _overlaps(a: str, cidr: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool | None:
+    try:
+        n = ipaddress.ip_network(a, strict=False)
+        return n.version == cidr.version and n.overlaps(cidr)
+    except (TypeError, ValueError):
+        return None  # ipset:NAME, a MAC address
+
+
+def ingress_zones(fw: Firewalld, cidr: str, iface: str | None) -> tuple[list[tuple[str, str]], str | None]:
+    """Where packets from the cluster network land: [(zone, the source that binds it)] for every zone a source of
+    which overlaps the cluster network (ZONE_CONFLICT: a network bound to one zone cannot be added to another), and
+    the zone the cluster interface is bound to (None: unbound, or bound to the default zone, as NetworkManager binds
+    every interface it manages)."""
+    net = ipaddress.ip_network(cidr, strict=False)
+    bound = [(n, s) for n in sorted(fw.zones) for s in fw.zones[n].sources if _overlaps(s, net)]
+    izone = None
+    if iface is not None:
+        izone = next((n for n in sorted(fw.zones) if any(iface_match(i, iface) for i in fw.zones[n].interfaces)),
+                     None)
+    if izone is not None and izone == fw.default_zone:
+        izone = None  # NetworkManager binds every NIC to the default zone: no choice about the cluster's traffic
+    return bound, izone
+
+
+def plan_fix(fw: Firewalld, cidr: str, *, node: str, iface: str | None, own: str | None, peers: Iterable[str],
+             ports: Iterable[int], zone: str | None = None, ingress: bool = True,
+             egress: bool = False) -> FixPlan:
+    """Where and how firewalld on `node` must change so that the cluster network reaches `ports` (ingress) and the
+    node reaches its peers' `ports` (egress), decided from its facts:
+
+    - ingress: a zone the cluster network (or a network containing or inside it) is a source of, or the zone other
+      than the default one that the cluster interface is bound to, gets a rich rule accepting the cluster network
+      (never a conflicting binding); otherwise the cluster network becomes a source of `zone` (None: the role's
+      `ddpfix_firewall_zone`, trusted), as ddpfix always did.
+    - egress: each policy from HOST that drops or rejects a connect to a peer gets a rich rule accepting the
+      cluster network as destination.
+
+    Each plan is proven on the model (the changes applied, every sampled packet accepted); what they cannot let
+    through (a deny rich rule of a lower priority, a direct rule) is refused, naming the zone, policy or rule, its
+    owner and the command an operator would run."""
+    out = FixPlan()
+    peers, ports = [p for p in peers if p], sorted(set(ports))
+    if ingress:
+        bound, izone = ingress_zones(fw, cidr, iface)
+        targets = list(dict.fromkeys(n for n, _ in bound))
+        net = ipaddress.ip_network(cidr, strict=False)
+        covered = any(ipaddress.ip_network(s, strict=False).supernet_of(net)  # type: ignore[arg-type]
+                      for _, s in bound if _overlaps(s, net))
+        if not covered and izone is not None:
+            targets.append(izone)
+        for n in dict.fromkeys(targets):
+            if fw.zones[n].target != "ACCEPT":
+                why = ("source " + ", ".join(s for z, s in bound if z == n)) if any(z == n for z, _ in bound) \
+                    else f"interface {iface}"
+                out.changes.append(Change("zone", n, rich_rule=RICH_FROM.format(cidr=cidr), why=why))
+        if not covered and izone is None:  # "": the role's ddpfix_firewall_zone (trusted)
+            out.changes.append(Change("zone", zone or "", source=cidr, why="no zone holds the cluster network"))
+        after = _with(fw, out.changes)
+        for src in peers:
+            for port in ports:
+                pkt = Packet.of(src, port, iface, dst=own)
+                v = evaluate(after, pkt)
+                if v.verdict != "accept" or v.undecided:
+                    cause = "; ".join(v.undecided) or v.evidence
+                    z = next((c for c in out.changes), None)
+                    fix = Change(z.kind if z else "zone", (z.name if z else zone) or "trusted",
+                                 rich_rule=f'rule priority="-32768" family="ipv4" source address="{cidr}" accept')
+                    out.refusals.append(
+                        f"{node}: firewalld still refuses TCP {src} -> {port} after ddpfix's change ({cause}; "
+                        f"{_owner(fix.kind, fix.name)}): ddpfix does not override it; an operator would run: "
+                        f"{fix.command}")
+                    out.changes = [c for c in out.changes if c.kind != "zone"]
+                    break
+            if out.refusals:
+                break
+    if egress and own:
+        fixes: list[Change] = []
+        for dst in peers:
+            for port in ports:
+                pkt = Packet.of(own, port, iface, dst=dst)
+                v = evaluate_egress(_with(fw, fixes), pkt, iface)
+                if v.verdict == "accept" and not v.undecided:
+                    continue
+                pol = next((p for p in host_policies(fw, egress_zone(fw, pkt.dst, iface))
+                            if v.evidence.startswith(f"firewalld policy {p.name!r}")), None)
+                if pol is None or v.undecided:
+                    cause = "; ".join(v.undecided) or v.evidence
+                    rule = f"ipv4 filter OUTPUT -1 -d {cidr} -j ACCEPT"
+                    out.refusals.append(
+                        f"{node}: egress TCP {own} -> {dst}:{port} refused by {cause} (owner: firewalld, "
+                        "/etc/firewalld/direct.xml): ddpfix does not change direct rules; an operator would run: "
+                        f"firewall-cmd --permanent --direct --add-rule {rule} && firewall-cmd --reload")
+                    return out
+                fixes.append(Change("policy", pol.name, rich_rule=RICH_TO.format(cidr=cidr),
+                                    why=f"policy {pol.name} ({pol.target}) restricts what the node sends"))
+                v2 = evaluate_egress(_with(fw, fixes), pkt, iface)
+                if v2.verdict != "accept" or v2.undecided:
+                    fix = dataclasses.replace(fixes[-1], rich_rule=(
+                        f'rule priority="-32768" family="ipv4" destination address="{cidr}" accept'))
+                    out.refusals.append(
+                        f"{node}: egress TCP {own} -> {dst}:{port} still refused by {v2.evidence} after ddpfix's "
+                        f"change ({_owner('policy', pol.name)}): ddpfix does not override it; an operator would run: "
+                        f"{fix.command}")
+                    return out
+        out.changes += list(dict.fromkeys(fixes))
+    return out

@@ -211,9 +211,26 @@ def role_var_specs() -> dict[str, dict[str, Any]]:
     return out
 
 
+#: A firewalld zone or policy name as firewall-cmd takes it (a zone becomes a file name and an nft chain name, which
+#: limits it to 17 characters): letters, digits, `_` and `-`.
+FIREWALLD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,17}$")
+#: The grammar of every role input that reaches a command on a node (besides its type): name -> (pattern, what it
+#: is). Checked before any node is contacted; the role checks it again before its first command (ansible-playbook).
+ROLE_VAR_GRAMMAR: dict[str, tuple[re.Pattern[str], str]] = {
+    "ddpfix_firewall_zone": (FIREWALLD_NAME, "a firewalld zone name: 1-17 letters, digits, '_' or '-'"),
+    "ddpfix_verify_python": (re.compile(r"^(?:[A-Za-z0-9._+-]+|(?:/[A-Za-z0-9._+@:-]+)+)$"),
+                             "an absolute path or a command name, without whitespace or shell characters"),
+    "ddpfix_verify_nproc": (re.compile(r"^(?:gpu|cpu|auto|[1-9][0-9]{0,3})$"),
+                            "torchrun's --nproc_per_node: gpu, cpu, auto or a number"),
+    # its keys become shell assignments (its values are quoted)
+    "ddpfix_verify_override": (re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$"), "a mapping of env names ([A-Z_][A-Z0-9_]*)"),
+}
+
+
 def check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) -> None:
     """One role input set in the inventory: its declared type (and choices), one line of text without control
-    characters. A value that is still a template (Ansible renders it when the play runs) is left to the role."""
+    characters, and for an input that reaches a command its grammar (`ROLE_VAR_GRAMMAR`). A value that is still a
+    template (Ansible renders it when the play runs) is left to the role."""
     if isinstance(value, str) and ("{{" in value or "{%" in value):
         return
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # ansible-core: slow (CLI start)
@@ -238,6 +255,10 @@ def check_role_var(host: str, name: str, value: Any, spec: Mapping[str, Any]) ->
 
     if any(ord(c) < 32 or ord(c) == 127 for t in texts(value) for c in t):
         raise refused(f"{name} of {host} {shown} contains a newline or another control character")
+    grammar = ROLE_VAR_GRAMMAR.get(name)
+    words = [str(k) for k in value] if isinstance(value, Mapping) else [str(value)]
+    if grammar and not all(grammar[0].match(w) for w in words):
+        raise refused(f"{name} of {host} {shown} is not {grammar[1]}")
 
 
 def check_host_name(name: str) -> str:

@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ddpfix import firewall
-from ddpfix.firewall.verdict import LOOP
+from ddpfix.firewall import firewalld as fwd
+from ddpfix.firewall.verdict import LOOP, Packet
 from ddpfix.model.finding import Explains, Finding, Severity
 from ddpfix.rules.context import SRC_IFACES, Context, past
 from ddpfix.rules.probes import MASTER_PORT_UNREACHABLE, PEER_UNREACHABLE, probe_not_evaluated
@@ -321,3 +322,58 @@ def _probe_decides(
     if connected and len(connected) == len(details.get("_pairs") or []):
         return "", "", "", {}  # the probes decided: accepted
     return fid, summary, evidence, details
+
+
+# ---------------------------------------------------------------- egress (the sending node's own firewall)
+
+
+@rules(
+    EGRESS_BLOCKED := Rule(
+        "firewall.egress-blocked",
+        E,
+        "a node's own firewalld (a policy from HOST, or a direct OUTPUT rule) refuses the connects it makes to its "
+        "peers' master port / ephemeral range",
+        "Let {node} send to {cidr}: ddpfix remediate adds `rule family=\"ipv4\" destination address=\"{cidr}\" "
+        "accept` to the policy that refuses it ({where}); a direct rule is not changed (the refusal names it).",
+        remedies=(FIREWALL,),
+        reads=frozenset({"firewalld"}) | SRC_IFACES,
+        sound_on_partial=True,
+        explains=(Explains(MASTER_PORT_UNREACHABLE.id, "dialler"), Explains(PEER_UNREACHABLE.id, "dialler")),
+    ),
+)
+def check_egress(ctx: Context) -> Iterable[Finding]:
+    """Each node's firewalld egress (policies whose ingress zone is HOST, direct OUTPUT rules) for a connect from the
+    node's cluster address to each peer's (bounded like the ingress check) on the master port (to the master) and
+    the ends and middle of the ephemeral range."""
+    addrs = [(n, a) for n, _ in ctx.audited() if (a := ctx.plan[n].address)][: ctx.thresholds.max_sources + 1]
+    master = ctx.cluster.master
+    for name, f in ctx.audited():
+        state = f.get("firewall") or {}
+        fw = state.get("firewalld") if isinstance(state, Mapping) else None
+        own = ctx.plan[name].address
+        if not own or not isinstance(fw, Mapping) or not (fw.get("policies") or fw.get("direct_rules")):
+            continue
+        model = fwd.Firewalld.of(fw)
+        if not model.active:
+            continue
+        cl: Mapping[str, Any] = f.get("cluster") or {}
+        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
+        iface = cl.get("ifname")
+        lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
+        for peer, dst in addrs:
+            if peer == name:
+                continue
+            ports = ([ctx.cluster.master_port] if peer == master else []) + [int(lo), (int(lo) + int(hi)) // 2, int(hi)]
+            hit = None
+            for port in ports:
+                v = fwd.evaluate_egress(model, Packet.of(own, port, iface, dst=dst), iface)
+                if v.verdict != "accept" and not v.undecided:
+                    hit = (port, v)
+                    break
+            if hit:
+                port, v = hit
+                where = v.evidence.split(" (", 1)[0].removeprefix("firewalld ")
+                yield finding(EGRESS_BLOCKED.id, name, f"TCP {own} -> {dst}:{port} ({peer}) would be "
+                              f"{past(v.verdict)} by this node's own firewalld ({where})", v.evidence,
+                              node=name, cidr=ctx.cidr, where=where, layer="firewalld")
+                break

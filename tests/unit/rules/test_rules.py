@@ -174,8 +174,12 @@ def test_only_accepts_fixable_ids(tmp_path: Path) -> None:
 def test_causes_graph_is_declared_on_the_rules() -> None:
     """Rule.explains is the causes graph (ddpfix.causes reads it): each consequence's causes in precedence order."""
     assert rules.explained_by() == {
-        probes_rules.MASTER_PORT_UNREACHABLE.id: [(firewall_rules.MASTER_PORT_BLOCKED.id, "master"), (net_rules.VIA_GATEWAY.id, "host")],
-        probes_rules.PEER_UNREACHABLE.id: [(firewall_rules.PEER_PORTS_BLOCKED.id, "target"), (net_rules.VIA_GATEWAY.id, "dialler")],
+        probes_rules.MASTER_PORT_UNREACHABLE.id: [(firewall_rules.MASTER_PORT_BLOCKED.id, "master"),
+                                                  (firewall_rules.EGRESS_BLOCKED.id, "dialler"),
+                                                  (net_rules.VIA_GATEWAY.id, "host")],
+        probes_rules.PEER_UNREACHABLE.id: [(firewall_rules.PEER_PORTS_BLOCKED.id, "target"),
+                                           (firewall_rules.EGRESS_BLOCKED.id, "dialler"),
+                                           (net_rules.VIA_GATEWAY.id, "dialler")],
         hosts_rules.PEER_UNRESOLVABLE.id: [(hosts_rules.PEER_UNRESOLVABLE.id, "host")],
         hosts_rules.PEER_MISMATCH.id: [(hosts_rules.PEER_MISMATCH.id, "host")],
         time_rules.SKEW.id: [(time_rules.NO_DAEMON.id, "any"), (time_rules.UNSYNCHRONIZED.id, "any")],

@@ -163,8 +163,9 @@ def test_check_mode_runs_only_the_change_and_firewalld_ufw_modules() -> None:
     res = change.guarded_change(ARGS, node.call, node.reconnect, check_mode=True)
     assert [s for s, _ in node.log] == ["ddpfix_fw_rule"] and "diff" in res
     assert change.change_call({**ARGS, "backend": "firewalld"}, TAG) == (
-        "ansible.posix.firewalld", {"zone": "trusted", "source": CIDR, "state": "enabled", "permanent": False,
-                                    "immediate": True})
+        "ddpfix.cluster.ddpfix_fw_firewalld", {"changes": [], "cidr": CIDR, "zone": "trusted", "permanent": False})
+    planned = [{"zone": "internal", "rich_rule": f'rule family="ipv4" source address="{CIDR}" accept'}]
+    assert change.change_call({**ARGS, "backend": "firewalld", "firewalld_changes": planned}, TAG)[1]["changes"] == planned
     assert change.change_call({**ARGS, "backend": "ufw"}, TAG)[1]["comment"] == TAG
 
 

@@ -105,7 +105,7 @@ def test_module_is_stdlib_only_and_py37_syntax():
     tree = ast.parse(src, feature_version=(3, 7))  # the nodes' Python floor (ansible-core 2.17, pyproject.toml)
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert mods <= {"__future__", "json", "os", "re", "subprocess", "threading", "firewall"}
+    assert mods <= {"__future__", "json", "os", "re", "shlex", "subprocess", "threading", "firewall"}
 
 
 def test_default_run_missing_binary_and_timeout():
