@@ -48,6 +48,20 @@ def test_a_tag_list_is_marked_once_however_often_it_is_generated() -> None:
     assert yaml.safe_load(once)[0]["tags"][0] == "hosts"  # the markers are comments: the YAML is the same
 
 
+def test_an_entry_holding_a_generated_intersect_list_is_marked() -> None:
+    """A Jinja expression has no room for a comment: the YAML entry that holds an id-holding `intersect([...])` list
+    stands between the markers (once however many lists it holds); an entry whose lists hold no id is left alone."""
+    text = ("- vars:\n    a: >-\n      {{ t | intersect(['hosts', 'hosts.gone']) | length > 0\n"
+            "         and s | intersect(['hosts']) | length == 0 }}\n    b: \"{{ s | intersect(['env']) }}\"\n  when: a\n")
+    once = tags.sync_text(text, None)
+    assert once.count(tags.BEGIN_INTERSECT) == 1 and once.count(tags.END) == 1
+    assert once.index(tags.BEGIN_INTERSECT) < once.index("    a: >-") < once.index(tags.END) < once.index("    b:")
+    assert tags.sync_text(once, None) == once
+    assert yaml.safe_load(once) == yaml.safe_load(tags._MARKER.sub("", once))
+    remediate = (ROOT / "playbooks" / "remediate.yml").read_text()
+    assert remediate.count(tags.BEGIN_INTERSECT) >= 1
+
+
 def test_the_files_module_ids_need_their_markers() -> None:
     text = (ROOT / tags.WHAT_FILE).read_text()
     assert tags.sync_what(text) == text
