@@ -48,7 +48,7 @@ def test_no_torch_anywhere_is_not_evaluated_and_no_finding() -> None:
         (item,) = [i for i in ne[n] if i["id"] == env_rules.TORCH_VERSION_MISMATCH.id]
         assert "no torch in ddp_python (python3), not a host fault" in item["reason"]
         assert "[docker, run, --rm, --network, host, IMAGE, python3]" in item["reason"]
-        assert 'README "Torch in containers"' in item["reason"]
+        assert 'docs/launch.md, "Torch in containers"' in item["reason"]
 
 
 def test_a_container_argv_without_torch_is_named_as_the_operator_wrote_it() -> None:
