@@ -371,10 +371,17 @@ def check_egress(ctx: Context) -> Iterable[Finding]:
             yield finding(EGRESS_BLOCKED.id, name, f"TCP {own} -> {dst}:{port} ({peer}) would be "
                           f"{past(v.verdict)} by this node's own {v.layer} ({where})", v.evidence,
                           node=name, cidr=ctx.cidr, where=where, layer=v.layer or "")
-        elif undecided:
+        elif undecided and not _probes_connected(ctx, name):
             peer, dst, port, v = undecided
             ctx.unanalysed.setdefault(name, {})[EGRESS_SOURCE] = (
                 f"undecided: TCP {own} -> {dst}:{port} ({peer}) meets a rule ddpfix does not model: {v.undecided[0]}")
+
+
+def _probes_connected(ctx: Context, name: str) -> bool:
+    """Whether node `name`'s own probe connected to every peer it tried (then its egress lets them out: the probes
+    decide what the rules could not)."""
+    connects = list((ctx.hosts[name].probe or {}).get("connects") or []) if name in ctx.hosts else []
+    return bool(connects) and all(c.get("ok") for c in connects)
 
 
 def egress_where(v: firewall.Verdict) -> str:

@@ -169,9 +169,14 @@ def test_egress_only_leaves_input_alone_and_undecided_is_not_evaluated(sim: Sim)
                                                             "right": 1}})
     drop["nftables"][2]["rule"]["expr"][0], drop["nftables"][2]["rule"]["expr"][1] = (
         drop["nftables"][2]["rule"]["expr"][1], drop["nftables"][2]["rule"]["expr"][0])
+    ctx = _ctx(sim)  # node3's own probes connected to every peer: they decide it
+    findings = run_checks(ctx)
+    assert not [f for f in findings if f.id == firewall_rules.EGRESS_BLOCKED.id]
+    assert firewall_rules.EGRESS_BLOCKED.id not in {x["id"] for x in not_evaluated(ctx, findings).get("node3", [])}
+    sim.probe("node3")["connects"] = []  # not probed: not evaluated, with the rule
     ctx = _ctx(sim)
     findings = run_checks(ctx)
     assert not [f for f in findings if f.id == firewall_rules.EGRESS_BLOCKED.id]
     ne = {x["id"]: x["reason"] for x in not_evaluated(ctx, findings).get("node3", [])}
-    assert "undecided" in ne[firewall_rules.EGRESS_BLOCKED.id]
+    assert "undecided" in ne[firewall_rules.EGRESS_BLOCKED.id] and "meta" in ne[firewall_rules.EGRESS_BLOCKED.id]
     assert not [f for f in findings if f.id == "facts.incomplete" and f.host == "node3"]
