@@ -188,8 +188,9 @@ def test_real_rulesets_audit_fix_reboot(rulesets_lab: Any) -> None:
 #: 10.0.0.0/8), its uplink the cluster interface, and SSH from the controller (which sits inside the cluster
 #: network) kept open both ways. Shares the module's lab; loads its own table on node3 first.
 EGRESS_NODE = "node3"
-#: A private destination outside the cluster /24 that the table drops (nothing holds it: the kernel's verdict is the
-#: error, EPERM from the output hook, not a timeout).
+#: A private destination outside the cluster /24 that the table drops: an address of the host's end of the lab's
+#: uplink with no listener, so a connect that leaves the node is refused (RST) and one its output chain drops times
+#: out; node1 (no egress rule) connecting to it is the control.
 EGRESS_OUTSIDE = "192.168.254.34"
 EGRESS_BOOT = "nft flush ruleset && nft -f /etc/nftables.conf"
 EGRESS_ONLY = ("--only", ",".join((ONLY[1], firewall_rules.EGRESS_BLOCKED.id)))
@@ -226,13 +227,20 @@ def test_nixos_egress_ruleset_audit_fix_reboot(rulesets_lab: Any) -> None:
     peers = [n for n in addr if n != node]
     targets = [(addr[p], port) for p in peers for port in ports]
     outside = (EGRESS_OUTSIDE, info.master_port)
+    hl = lab.host_link(info.name)
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", hl], capture_output=True, text=True, check=True)
+    ctl = out.stdout.split(" inet ", 1)[1].split("/", 1)[0]
+    subprocess.run(["ip", "addr", "replace", f"{EGRESS_OUTSIDE}/32", "dev", hl], check=True)
+    for n in addr:
+        sh(info, n, f"ip route replace {EGRESS_OUTSIDE}/32 via {ctl}")
     listeners = [lab.node_popen(info.name, n, ["python3", "-c", LISTEN, *map(str, ports)]) for n in peers]
     t0 = time.monotonic()
     try:
         time.sleep(1)
         before = rules_now(info, node)
-        got = egress_connects(info, node, [*targets, outside])  # node3's own output chain refuses them
-        assert all("Operation not permitted" in got[t] for t in [*targets, outside]), got
+        got = egress_connects(info, node, [*targets, outside])  # node3's own output chain drops them
+        assert all("timed out" in got[t] for t in [*targets, outside]), got
+        assert "refused" in egress_connects(info, "node1", [outside])[outside]  # the control: it gets there
         code, doc = ddpfix_json(inv, "audit")
         eg = [f for f in doc["findings"] if f["id"] == firewall_rules.EGRESS_BLOCKED.id]
         assert code == 1 and [f["host"] for f in eg] == [node], doc["findings"]
@@ -250,7 +258,8 @@ def test_nixos_egress_ruleset_audit_fix_reboot(rulesets_lab: Any) -> None:
                 sh(info, node, EGRESS_BOOT)
             got = egress_connects(info, node, [*targets, outside])
             assert all(got[t] == "ok" for t in targets), (phase, got)
-            assert "Operation not permitted" in got[outside], (phase, got)  # outside the cluster: still dropped
+            assert "timed out" in got[outside], (phase, got)  # outside the cluster: still dropped
+            assert "refused" in egress_connects(info, "node1", [outside])[outside]
             assert subprocess.run(info.ssh_argv(node, "true"), capture_output=True, timeout=60).returncode == 0
             code, doc = ddpfix_json(inv, "audit")
             assert not [f for f in doc["findings"] if f["id"] in EGRESS_ONLY[1]], (phase, doc["findings"])
@@ -264,4 +273,5 @@ def test_nixos_egress_ruleset_audit_fix_reboot(rulesets_lab: Any) -> None:
         for p in listeners:
             p.kill()
             p.wait()
+        subprocess.run(["ip", "addr", "del", f"{EGRESS_OUTSIDE}/32", "dev", hl], check=False)
         print(f"nixos egress lab case: {time.monotonic() - t0:.0f} s", file=sys.stderr)

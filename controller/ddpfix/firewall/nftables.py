@@ -142,7 +142,7 @@ def _left(left: Json, pkt: Packet) -> Field:
             return "?", None
         if proto != "th" and proto != pkt.proto:
             return "false", None  # e.g. icmpv6 type / udp dport on a TCP packet
-        return ("port", pkt.dport) if fld == "dport" else ("port", None)
+        return ("port", pkt.dport) if fld == "dport" else ("sport", None) if fld == "sport" else ("port", None)
     if isinstance(left, dict) and isinstance(left.get("meta"), dict):
         inner: Field = ("iface", pkt.iface) if not pkt.out else ("str", "")  # a sent packet has no input interface
         meta: dict[str, Field] = {
@@ -200,10 +200,24 @@ def _elem_match(kind: str, val: Any, el: Json) -> bool | None:
     return el == val if isinstance(el, (str, int)) else None
 
 
+def _privileged_only(elems: list[Json] | None) -> bool:
+    """Whether every element is a port (or range of ports) below 1024."""
+    def low(e: Json) -> bool:
+        if isinstance(e, dict) and isinstance(e.get("range"), list) and len(e["range"]) == 2:
+            return all(isinstance(x, int) and 0 <= x < 1024 for x in e["range"])
+        return isinstance(e, int) and not isinstance(e, bool) and 0 <= e < 1024
+    return bool(elems) and all(low(e) for e in elems or [])
+
+
 def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json] | None]) -> bool | None:
     kind, val = _left(m.get("left"), pkt)
     if kind == "false":
         return False
+    if kind == "sport":  # the dialer's source port is an unprivileged one (of its ephemeral range)
+        op = m.get("op", "==")
+        if op in ("==", "!=", "in") and _privileged_only(_elems(m.get("right"), sets)):
+            return op == "!="
+        return None
     if (val is None and kind != "iface") or kind == "?":
         return None
     op: Json = m.get("op", "==")

@@ -180,3 +180,18 @@ def test_egress_only_leaves_input_alone_and_undecided_is_not_evaluated(sim: Sim)
     ne = {x["id"]: x["reason"] for x in not_evaluated(ctx, findings).get("node3", [])}
     assert "undecided" in ne[firewall_rules.EGRESS_BLOCKED.id] and "meta" in ne[firewall_rules.EGRESS_BLOCKED.id]
     assert not [f for f in findings if f.id == "facts.incomplete" and f.host == "node3"]
+
+
+def test_a_privileged_source_port_match_never_matches_a_dialer() -> None:
+    """`tcp sport 22 accept` (replies of the node's sshd) never matches the node's own connects, whose source port
+    is an unprivileged one; `tcp sport 2000` may: undecided, as in iptables (`--sport`)."""
+    chain = {"chain": {"family": "inet", "table": "t", "name": "o", "type": "filter", "hook": "output", "prio": 0,
+                       "policy": "drop"}}
+
+    def rule(right: Any) -> dict[str, Any]:
+        return {"rule": {"family": "inet", "table": "t", "chain": "o", "handle": 3, "expr": [
+            {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "sport"}}, "right": right}},
+            {"accept": None}]}}
+    for right, decided in ((22, True), ({"set": [22, {"range": [80, 443]}]}, True), (2000, False)):
+        v = Ruleset({"nft": {"nftables": [chain, rule(right)]}}).evaluate(out("10.0.0.1", "10.0.0.2", 29500))
+        assert not v.allowed and v.decided == decided, (right, v)
