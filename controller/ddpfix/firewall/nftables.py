@@ -214,9 +214,9 @@ def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json] | None]) 
     if kind == "false":
         return False
     if kind == "sport":  # the dialer's source port is an unprivileged one (of its ephemeral range)
-        op = m.get("op", "==")
-        if op in ("==", "!=", "in") and _privileged_only(_elems(m.get("right"), sets)):
-            return op == "!="
+        sop = str(m.get("op", "=="))
+        if sop in ("==", "!=", "in") and _privileged_only(_elems(m.get("right"), sets)):
+            return sop == "!="
         return None
     if (val is None and kind != "iface") or kind == "?":
         return None

@@ -1,5 +1,5 @@
 """Issue 34 (egress, nftables and iptables): a node's own output-hook chains / iptables OUTPUT refuse its connects to
-its peers: the audit says so on that node (firewall.egress-blocked), the plan puts an accept of TCP to the cluster
+its peers: the audit says so on that node (the egress finding), the plan puts an accept of TCP to the cluster
 CIDR on the master port and ephemeral range at the top of the chain that refuses it (proven by the same evaluator),
 and refuses what it does not change. Inputs: the real NixOS table of tests/fixtures/rulesets (alemonmk-nixos-egress,
 its source cited there), the real kubeadm legacy tables, and the recorded iptables-save format."""
@@ -17,6 +17,7 @@ from ddpfix.firewall.ruleset import Ruleset
 from ddpfix.firewall.verdict import Packet
 from ddpfix.remediate import build_plan
 from ddpfix.rules import firewall as firewall_rules
+from ddpfix.rules import reachability as reachability_rules
 from ddpfix.rules.context import Context, HostFacts
 from ddpfix.rules.engine import not_evaluated, run_checks
 
@@ -179,7 +180,7 @@ def test_egress_only_leaves_input_alone_and_undecided_is_not_evaluated(sim: Sim)
     assert not [f for f in findings if f.id == firewall_rules.EGRESS_BLOCKED.id]
     ne = {x["id"]: x["reason"] for x in not_evaluated(ctx, findings).get("node3", [])}
     assert "undecided" in ne[firewall_rules.EGRESS_BLOCKED.id] and "meta" in ne[firewall_rules.EGRESS_BLOCKED.id]
-    assert not [f for f in findings if f.id == "facts.incomplete" and f.host == "node3"]
+    assert not [f for f in findings if f.id == reachability_rules.INCOMPLETE.id and f.host == "node3"]
 
 
 def test_a_privileged_source_port_match_never_matches_a_dialer() -> None:
