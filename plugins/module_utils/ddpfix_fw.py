@@ -163,13 +163,13 @@ def iptables_persisted(text, cidr, comment=COMMENT, line=None):
 # The controller's plan (ddpfix.firewall.egressfix) names the chains that refuse the node's connects to its peers and
 # the ports; ddpfix adds one accept per chain: TCP to the cluster CIDR on those ports, at the top of the chain.
 
-_PORTS = re.compile(r"^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?){0,6}$")
+_PORTS = re.compile(r"[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?){0,6}")
 
 
 def egress_ports(spec):
     """'29500,32768-60999' -> [(29500, 29500), (32768, 60999)]: at most 7 ports or ranges (iptables multiport's
     limit is 15 ports, a range counting two), each 1-65535. ValueError naming what is wrong."""
-    if not isinstance(spec, str) or not _PORTS.match(spec):
+    if not isinstance(spec, str) or not _PORTS.fullmatch(spec):
         raise ValueError(f"egress ports must be 'PORT[-PORT],...' (at most 7), got {spec!r}")
     out = []
     for part in spec.split(","):
@@ -189,10 +189,10 @@ def egress_change(change, cidr):
     backend = change.get("backend")
     ipaddress.ip_network(cidr, strict=False)
     ports = egress_ports(change.get("ports"))
-    name = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+    name = re.compile(r"[A-Za-z0-9_.-]{1,64}")
     if backend == "nftables":
         fam, table, chain = (str(change.get(k) or "") for k in ("family", "table", "chain"))
-        if fam not in ("ip", "inet") or not name.match(table) or not name.match(chain):
+        if fam not in ("ip", "inet") or not name.fullmatch(table) or not name.fullmatch(chain):
             raise ValueError(f"nftables egress change needs family ip|inet and plain table/chain names, got {change!r}")
         if (fam, table) in SKIP_NFT_TABLES:
             raise ValueError(f"firewalld's table {fam} {table} is changed through firewalld, not nft")

@@ -196,3 +196,25 @@ def test_a_privileged_source_port_match_never_matches_a_dialer() -> None:
     for right, decided in ((22, True), ({"set": [22, {"range": [80, 443]}]}, True), (2000, False)):
         v = Ruleset({"nft": {"nftables": [chain, rule(right)]}}).evaluate(out("10.0.0.1", "10.0.0.2", 29500))
         assert not v.allowed and v.decided == decided, (right, v)
+
+
+def test_node_side_checks_every_planned_change_before_any_command() -> None:
+    """The plan reaches the node as data: each change is checked against its grammar and passed as argv."""
+    ok = {"backend": "nftables", "family": "inet", "table": "global", "chain": "output", "ports": "29500,32768-60999"}
+    assert fw.egress_change(ok, CIDR) == ("nftables", "inet", "global", "output", [(29500, 29500), (32768, 60999)])
+    assert fw.egress_change({"backend": "iptables-legacy", "chain": "OUTPUT", "ports": "29500"}, CIDR)[3] == "OUTPUT"
+    for bad in ({**ok, "chain": "output; flush ruleset"}, {**ok, "chain": "output\n"}, {**ok, "ports": "29500\n"}, {**ok, "table": "a b"}, {**ok, "family": "ip6"},
+                {**ok, "table": "firewalld"}, {**ok, "ports": "0-70000"}, {**ok, "ports": "1,2,3,4,5,6,7,8"},
+                {**ok, "ports": "22 accept"}, {"backend": "iptables", "chain": "INPUT", "ports": "1"}, "x"):
+        try:
+            fw.egress_change(bad, CIDR)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad!r}")
+    # the live check finds ddpfix's accept (any run's tag) only ahead of the drop
+    rule = egressfix._nft_rule(egressfix.EgressChange("nftables", "inet", "t", "o", "29500"), CIDR, [(29500, 29500)])
+    drop = {"rule": {"family": "inet", "table": "t", "chain": "o", "expr": [{"drop": None}]}}
+    rule["rule"]["comment"] = "ddpfix-cluster:run1"
+    assert fw.nft_has_egress({"nftables": [rule, drop]}, ("inet", "t", "o"), CIDR)
+    assert not fw.nft_has_egress({"nftables": [drop, rule]}, ("inet", "t", "o"), CIDR)
+    assert not fw.nft_has_egress({"nftables": [rule, drop]}, ("inet", "t", "o"), "192.168.78.0/24")
