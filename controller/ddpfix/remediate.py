@@ -17,6 +17,7 @@ from ddpfix.audit import AuditResult
 from ddpfix.envtemplate import render_body, template_path, write_needed
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.firewall import firewalld as fwd
+from ddpfix.firewall.egressfix import egress_fix
 from ddpfix.inventory.contract import ACK_BROAD, cidr_needs_ack
 from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal, envfile_lib, hosts_entries, redact_env
@@ -57,6 +58,9 @@ class HostPlan:
     #: firewalld: the changes `firewalld_fix` planned ({zone|policy, source|rich_rule}); empty: the cluster CIDR as a
     #: source of the role's ddpfix_firewall_zone
     firewalld: list[dict[str, str]] = field(default_factory=list)
+    #: nftables/iptables: the egress accepts `egressfix.egress_fix` planned ({backend, family, table, chain, ports})
+    egress: list[dict[str, str]] = field(default_factory=list)
+    ingress: bool = True  # nftables/iptables: whether the cluster is let in too (False: only egress is fixed)
 
     @property
     def empty(self) -> bool:
@@ -80,7 +84,8 @@ class HostPlan:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
                 "env_comment": self.env_comment,
                 "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits,
-                "nofile": self.nofile, "arp": self.arp, "firewalld": self.firewalld,
+                "nofile": self.nofile, "arp": self.arp, "firewalld": self.firewalld, "egress": self.egress,
+                "ingress": self.ingress,
                 "firewalld_files": firewalld_files(self.firewalld)}
 
 
@@ -210,8 +215,9 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
         if blocks:
             layers = {dict(f.fix_vars).get("layer", "") for f in fl if f.host == name and f.id in FIREWALL_IDS}
             hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall, layers)
+            hp.ingress = bool((mine & FIREWALL_IDS) - EGRESS_IDS) or name in failed_targets
             why = nft_unfixable(facts.get("firewall") or {}, fl, name, ctx.cidr or "CIDR") if (
-                hp.firewall == "nftables") else ""
+                hp.firewall == "nftables" and hp.ingress) else ""
             if why:
                 hp.firewall = "none"
                 hp.notes.append(why)
@@ -233,6 +239,12 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
                 if refused:  # nothing of this node's firewall is changed
                     refusals.extend(refused)
                     hp.firewall, hp.firewalld = "none", []
+                    hp.notes.append("firewall not changed: " + refused[0])
+            elif hp.firewall != "none" and EGRESS_IDS & mine:  # nftables / iptables: ddpfix.firewall.egressfix
+                hp.egress, refused = egress_fix(ctx, name, facts, hp.firewall)
+                if refused:  # nothing of this node's firewall is changed
+                    refusals.extend(refused)
+                    hp.firewall, hp.egress = "none", []
                     hp.notes.append("firewall not changed: " + refused[0])
         hp.hosts = hosts_needed
         hp.limits = bool(mine & LIMITS_IDS)

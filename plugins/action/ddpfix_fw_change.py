@@ -27,6 +27,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "zone": {"type": "str", "default": "trusted"},
     "firewalld_changes": {"type": "list", "elements": "dict", "default": []},
     "iptables_variant": {"type": "str", "default": "auto", "choices": ["auto", "legacy", "nft"]},
+    "egress": {"type": "list", "elements": "dict", "default": []},
+    "ingress": {"type": "bool", "default": True},
     "iptables": {"type": "str", "default": "iptables"},
     "timeout": {"type": "int", "required": True},
     "confirm_timeout": {"type": "int", "default": 0},
@@ -49,7 +51,8 @@ def change_call(args: dict[str, Any], tag: str) -> tuple[str, dict[str, Any]]:
     if backend == "ufw":
         return "community.general.ufw", {"rule": "allow", "from_ip": cidr, "comment": tag}
     return "ddpfix.cluster.ddpfix_fw_rule", {"backend": backend, "cidr": cidr,
-                                             "iptables_variant": args["iptables_variant"], "comment": tag}
+                                             "iptables_variant": args["iptables_variant"], "comment": tag,
+                                             "egress": args.get("egress") or [], "ingress": args.get("ingress", True)}
 
 
 def confirm_window(args: dict[str, Any]) -> int:

@@ -82,15 +82,15 @@ def _filter_section(lines):
     return None
 
 
-def _iptables_input_rules(save_text):
-    """Every INPUT rule of the filter table: (argument list after `INPUT`, its comment or None)."""
+def _iptables_input_rules(save_text, chain="INPUT"):
+    """Every INPUT (`chain`) rule of the filter table: (argument list after the chain, its comment or None)."""
     lines = save_text.splitlines()
     sec = _filter_section(lines)
     out = []
     if sec is None:
         return out
     for ln in lines[sec[0]:sec[1]]:
-        if not ln.startswith("-A INPUT "):
+        if not ln.startswith(f"-A {chain} "):
             continue
         try:
             args = shlex.split(ln)[2:]
@@ -101,9 +101,10 @@ def _iptables_input_rules(save_text):
     return out
 
 
-def iptables_tagged(save_text, comment=COMMENT):
-    """Every INPUT rule of the filter table tagged with `comment`, as `-D` argument lists (after `INPUT`)."""
-    return [args for args, c in _iptables_input_rules(save_text) if c == comment]
+def iptables_tagged(save_text, comment=COMMENT, chain="INPUT"):
+    """Every INPUT (`chain`) rule of the filter table tagged with `comment`, as `-D` argument lists (after the
+    chain)."""
+    return [args for args, c in _iptables_input_rules(save_text, chain) if c == comment]
 
 
 def _iptables_shape(args):
@@ -136,8 +137,9 @@ def iptables_blocks(save_text):
     return False
 
 
-def iptables_persisted(text, cidr, comment=COMMENT):
-    """The rules file text with ddpfix's line at the top of the filter table's INPUT rules.
+def iptables_persisted(text, cidr, comment=COMMENT, line=None):
+    """The rules file text with ddpfix's line (`line`: another of ddpfix's lines, e.g. `iptables_egress_line`) at
+    the top of the filter table's INPUT (its own chain's) rules.
 
     Returns (new_text, reason): new_text is None when the file needs no change (reason "") or cannot take the rule
     (reason says why: no `*filter` section, whose restore would replace the live filter table)."""
@@ -146,7 +148,7 @@ def iptables_persisted(text, cidr, comment=COMMENT):
     if sec is None:
         return None, "has no *filter table section"
     start, end = sec
-    want = iptables_line(cidr, comment)
+    want = line or iptables_line(cidr, comment)
     for ln in lines[start:end]:
         if ln.strip() == want:
             return None, ""
@@ -155,6 +157,115 @@ def iptables_persisted(text, cidr, comment=COMMENT):
         at += 1
     new = [*lines[:at], want, *lines[at:]]
     return "\n".join(new) + "\n", ""
+
+
+# --------------------------------------------------------------------------- egress (the node's own connects)
+# The controller's plan (ddpfix.firewall.egressfix) names the chains that refuse the node's connects to its peers and
+# the ports; ddpfix adds one accept per chain: TCP to the cluster CIDR on those ports, at the top of the chain.
+
+_PORTS = re.compile(r"[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?){0,6}")
+
+
+def egress_ports(spec):
+    """'29500,32768-60999' -> [(29500, 29500), (32768, 60999)]: at most 7 ports or ranges (iptables multiport's
+    limit is 15 ports, a range counting two), each 1-65535. ValueError naming what is wrong."""
+    if not isinstance(spec, str) or not _PORTS.fullmatch(spec):
+        raise ValueError(f"egress ports must be 'PORT[-PORT],...' (at most 7), got {spec!r}")
+    out = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if not 1 <= a <= b <= 65535:
+            raise ValueError(f"egress port range {part!r} is not within 1-65535")
+        out.append((a, b))
+    return out
+
+
+def egress_change(change, cidr):
+    """One planned egress change, checked: {backend: nftables|iptables|iptables-legacy, family, table, chain,
+    ports}. -> (backend, family, table, chain, [(lo, hi)]). ValueError naming what is wrong."""
+    if not isinstance(change, dict):
+        raise ValueError(f"an egress change must be a dict, got {change!r}")
+    backend = change.get("backend")
+    ipaddress.ip_network(cidr, strict=False)
+    ports = egress_ports(change.get("ports"))
+    name = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+    if backend == "nftables":
+        fam, table, chain = (str(change.get(k) or "") for k in ("family", "table", "chain"))
+        if fam not in ("ip", "inet") or not name.fullmatch(table) or not name.fullmatch(chain):
+            raise ValueError(f"nftables egress change needs family ip|inet and plain table/chain names, got {change!r}")
+        if (fam, table) in SKIP_NFT_TABLES:
+            raise ValueError(f"firewalld's table {fam} {table} is changed through firewalld, not nft")
+        return backend, fam, table, chain, ports
+    if backend in ("iptables", "iptables-legacy") and change.get("chain") == "OUTPUT":
+        return backend, "", "filter", "OUTPUT", ports
+    raise ValueError(f"egress changes go to an nftables chain or iptables OUTPUT, got {change!r}")
+
+
+def iptables_egress_rule(cidr, ports, comment=COMMENT):
+    """The egress accept, as iptables arguments after `OUTPUT` (as iptables-save prints them)."""
+    spec = ",".join(str(a) if a == b else f"{a}:{b}" for a, b in ports)
+    return ["-d", cidr, "-p", "tcp", "-m", "multiport", "--dports", spec, "-m", "comment", "--comment", comment,
+            "-j", "ACCEPT"]
+
+
+def iptables_egress_line(cidr, ports, comment=COMMENT):
+    return "-A OUTPUT " + " ".join(iptables_egress_rule(cidr, ports, comment))
+
+
+def _iptables_dst(args):
+    for i, a in enumerate(args[:-1]):
+        if a == "-d":
+            with contextlib.suppress(ValueError):
+                return ipaddress.ip_network(args[i + 1], strict=False)
+    return None
+
+
+def iptables_has_egress(save_text, cidr):
+    """Whether the filter table's OUTPUT chain has ddpfix's accept to `cidr`, whichever run added it."""
+    want = ipaddress.ip_network(cidr, strict=False)
+    return any(is_ddpfix_comment(c) and _iptables_dst(args) == want and args[-2:] == ["-j", "ACCEPT"]
+               for args, c in _iptables_input_rules(save_text, "OUTPUT"))
+
+
+def nft_egress_args(cidr, ports, comment=COMMENT):
+    """The egress accept, as nft arguments after `insert rule FAMILY TABLE CHAIN`."""
+    spec = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ports)
+    return ["ip", "daddr", cidr, "tcp", "dport", "{ " + spec + " }", "accept", "comment", f'"{comment}"']
+
+
+def nft_egress_line(family, table, chain, cidr, ports, comment=COMMENT):
+    return "insert rule {} {} {} {}".format(family, table, chain, " ".join(nft_egress_args(cidr, ports, comment)))
+
+
+def _nft_daddr(expr):
+    for e in expr or []:
+        m = e.get("match") if isinstance(e, dict) else None
+        left = m.get("left") if isinstance(m, dict) else None
+        if isinstance(left, dict) and left.get("payload") == {"protocol": "ip", "field": "daddr"}:
+            right = m.get("right")
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                if isinstance(right, dict) and isinstance(right.get("prefix"), dict):
+                    return ipaddress.ip_network("{}/{}".format(right["prefix"]["addr"], right["prefix"]["len"]),
+                                                strict=False)
+                return ipaddress.ip_network(right, strict=False)
+    return None
+
+
+def nft_has_egress(ruleset, chain, cidr, comment=None):
+    """Whether `chain` (family, table, name) has ddpfix's accept to `cidr` (tagged `comment`, or by any run) ahead of
+    its first drop/reject rule."""
+    want = ipaddress.ip_network(cidr, strict=False)
+    for it in _items(ruleset):
+        r = it.get("rule")
+        if not r or (r.get("family"), r.get("table"), r.get("chain")) != tuple(chain):
+            continue
+        tagged = r.get("comment") == comment if comment else is_ddpfix_comment(r.get("comment"))
+        if tagged and {"accept": None} in (r.get("expr") or []) and _nft_daddr(r.get("expr")) == want:
+            return True
+        if _is_drop_expr(r.get("expr")):
+            return False
+    return False
 
 
 # --------------------------------------------------------------------------- nftables
@@ -268,13 +379,16 @@ NFT_SNIPPET_MARK = "# Managed by ddpfix: lets the cluster network in"
 NFT_INCLUDE_DIR = "/etc"
 
 
-def nft_snippet(chains, cidr, comment=COMMENT):
-    """The include file: only ddpfix's rule, inserted into chains the main config has defined by then."""
+def nft_snippet(chains, cidr, comment=COMMENT, egress=()):
+    """The include file: only ddpfix's rules (`egress`: checked egress changes, `egress_change`), inserted into
+    chains the main config has defined by then."""
     out = ["#!/usr/sbin/nft -f",
            NFT_SNIPPET_MARK + " (loaded by an include at the end of the main config, after its tables).",
            "# Only ddpfix's own rule lives here; remove the include block from the main config to drop it."]
     for fam, table, chain in chains:
         out.append("insert rule {} {} {} {}".format(fam, table, chain, " ".join(nft_rule_args(cidr, comment))))
+    for _backend, fam, table, chain, ports in egress:
+        out.append(nft_egress_line(fam, table, chain, cidr, ports, comment))
     return "\n".join(out) + "\n"
 
 

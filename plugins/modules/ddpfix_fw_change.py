@@ -40,6 +40,13 @@ options:
     type: str
     default: auto
     choices: [auto, legacy, nft]
+  egress:
+    description: nftables/iptables - the planned egress accepts (M(ddpfix.cluster.ddpfix_fw_rule)'s I(egress)).
+    type: list
+    elements: dict
+    default: []
+  ingress: {description: Whether the cluster is let in too (M(ddpfix.cluster.ddpfix_fw_rule)'s I(ingress))., type: bool,
+            default: true}
   iptables: {description: iptables command of the variant the revert removes the rule with., type: str,
              default: iptables}
   timeout: {description: Seconds from the arm until the node reverts by itself (at least 5)., type: int,

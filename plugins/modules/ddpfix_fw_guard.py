@@ -81,10 +81,11 @@ def revert(p):
         ipt = p["iptables"]
         rc, out, _ = _run([ipt + "-save", "-t", "filter"])
         if rc == 0:
-            for args in iptables_tagged(out, comment):
-                argv = [ipt, "-D", "INPUT", *args]
-                if _run(argv)[0] == 0:
-                    done.append(" ".join(argv))
+            for chain in ("INPUT", "OUTPUT"):  # OUTPUT: the egress accepts
+                for args in iptables_tagged(out, comment, chain):
+                    argv = [ipt, "-D", chain, *args]
+                    if _run(argv)[0] == 0:
+                        done.append(" ".join(argv))
     elif backend == "firewalld":
         for change in fwd_changes(p["changes"], cidr, p["zone"]):
             argv = fwd_argv(change, "remove", False)

@@ -33,11 +33,22 @@ description:
   - Old files are backed up and stay when validation fails (the module then fails with the tool's error). Files are
     written atomically; symlinks are followed to the real file. Check and diff mode (validation runs in check mode
     too, from a temporary directory).
+  - I(egress) - the egress accepts the controller planned (M(ddpfix.cluster.ddpfix_fw_rule)'s I(egress)) are
+    persisted the same way - an C(insert rule) line per nft chain in the include file (proven ahead of the drop of
+    that chain once loaded as boot loads it), a C(-A OUTPUT) line at the top of the C(*filter) section of the save
+    file. With I(ingress) false, the input rule is persisted only where a file of ddpfix's already holds it.
   - When nothing can be persisted, returns I(runtime_only) saying why.
 options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
   cidr: {description: Cluster network., type: str, required: true}
   comment: {description: Tag of the rule., type: str, default: ddpfix-cluster}
+  egress:
+    description: "The planned egress accepts: C({backend: nftables|iptables|iptables-legacy, family, table, chain,
+      ports})."
+    type: list
+    elements: dict
+    default: []
+  ingress: {description: Whether the input rule is persisted too., type: bool, default: true}
   nft_layouts: {description: "nftables: list of {config, include}.", type: list, elements: dict, default: []}
   iptables_paths:
     description: "iptables: rules files (each edited only if present)."
@@ -64,10 +75,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_backup import backup as backup_file
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     block_include,
+    egress_change,
     glob_matches,
+    iptables_egress_line,
+    iptables_line,
     iptables_persisted,
     is_ddpfix_snippet,
     nft_blocking_input_chains,
+    nft_has_egress,
     nft_include_path,
     nft_includes,
     nft_rule_ahead,
@@ -192,16 +207,27 @@ def nftables(module, p, result):
         _fail_tool(module, f"nft -f {config} does not load in an empty ruleset (as at boot) even without ddpfix's "
                            "rule", err, result)
     # chains whose config already lets the cluster in with ddpfix's rule (a dump of the running rule set) need none
-    chains = [c for c in nft_blocking_input_chains(ruleset) if not nft_rule_ahead(ruleset, c, p["comment"])]
     old_snip = _read(include) if os.path.exists(include) else ""
-    snippet = nft_snippet(chains, p["cidr"], p["comment"]) if chains else ""
-    new_main = with_include(base_main, include) if chains else base_main
-    if chains:
+    chains = [c for c in nft_blocking_input_chains(ruleset) if not nft_rule_ahead(ruleset, c, p["comment"])]
+    if not p["ingress"] and " saddr " not in old_snip:  # only egress, and no input rule of ddpfix's persisted yet
+        chains = []
+    egress = [e for e in p["egress_checked"] if e[0] == "nftables"
+              and not nft_has_egress(ruleset, e[1:4], p["cidr"], p["comment"])]
+    missing = [" ".join(e[1:4]) for e in egress if not any(
+        it.get("chain", {}).get("name") == e[3] and it["chain"].get("table") == e[2]
+        and it["chain"].get("family") == e[1] for it in ruleset.get("nftables", []) if isinstance(it, dict))]
+    if missing:
+        module.fail_json(msg=f"nft -f {config} (loaded as at boot) has no chain {', '.join(missing)}: the egress "
+                             "accept for it cannot be persisted there (nothing was written)", **result)
+    snippet = nft_snippet(chains, p["cidr"], p["comment"], egress) if chains or egress else ""
+    new_main = with_include(base_main, include) if snippet else base_main
+    if snippet:
         rc, loaded, err = _boot_load(module, config, base_main, legacy, snippet, include)
         if rc != 0:
             _fail_tool(module, f"nft -f {config} with ddpfix's include {include} does not load in an empty ruleset "
                                "(as at boot)", err, result)
-        behind = [" ".join(c) for c in chains if not nft_rule_ahead(loaded, c, p["comment"])]
+        behind = [" ".join(c) for c in chains if not nft_rule_ahead(loaded, c, p["comment"])] + [
+            " ".join(e[1:4]) for e in egress if not nft_has_egress(loaded, e[1:4], p["cidr"], p["comment"])]
         if behind:
             _fail_tool(module, f"nft -f {config} with ddpfix's include {include} loads, but ddpfix's rule is not "
                                "ahead of the drop in " + ", ".join(behind), "(the config reorders or flushes it)",
@@ -245,6 +271,10 @@ def _backup(module, p, path):
     return backup_file(module, path, max(1, p["backup_keep"]))[0]
 
 
+def ipt_input_line(p):
+    return iptables_line(p["cidr"], p["comment"])
+
+
 def iptables(module, p, result):
     existing = [x for x in p["iptables_paths"] if os.path.exists(x)]
     if not existing:
@@ -255,7 +285,13 @@ def iptables(module, p, result):
     todo, skipped = [], []
     for path in existing:
         old = _read(path)
-        new, why = iptables_persisted(old, p["cidr"], p["comment"])
+        new, why = (iptables_persisted(old, p["cidr"], p["comment"]) if p["ingress"] or ipt_input_line(p) in old
+                    else (None, ""))
+        for backend, _f, _t, _c, ports in p["egress_checked"]:
+            if not why and backend != "nftables":
+                more, why = iptables_persisted(new or old, p["cidr"], p["comment"],
+                                               line=iptables_egress_line(p["cidr"], ports, p["comment"]))
+                new = more or new
         if why:
             skipped.append(f"{path} {why}")
             continue
@@ -291,11 +327,17 @@ def main():
             iptables_paths=dict(type="list", elements="path", default=[]),
             iptables_restore=dict(type="str", default="iptables-restore"),
             backup_keep=dict(type="int", default=5),
+            egress=dict(type="list", elements="dict", default=[]),
+            ingress=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
     p = module.params
     result = dict(changed=False, files=[], diff=[], runtime_only="", backup_files=[])
+    try:
+        p["egress_checked"] = [egress_change(c, p["cidr"]) for c in p["egress"]]
+    except ValueError as exc:
+        module.fail_json(msg=f"egress: {exc}", **result)
     if p["backend"] == "nftables":
         nftables(module, p, result)
     else:

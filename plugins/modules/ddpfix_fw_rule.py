@@ -22,6 +22,11 @@ description:
     C(ufw) - with I(plan_only) only (community.general.ufw adds the rule): reads ufw's own rules file
     I(ufw_rules), whose C(### tuple ###) lines are what C(ufw status) lists, and reports C(pending) unless one rule
     allows every protocol and port from a network containing the CIDR (a rule for port 22 only does not count).
+  - I(egress) - the accepts the controller planned for the node's own connects to its peers
+    (the egress finding) - for each, C(ip daddr CIDR tcp dport { PORTS } accept comment "COMMENT") at the top of
+    that nft chain, or
+    C(-d CIDR -p tcp -m multiport --dports PORTS -m comment --comment COMMENT -j ACCEPT) at the top of OUTPUT of that
+    iptables backend, unless ddpfix's accept to CIDR is there already. With I(ingress) false only these are added.
   - Never removes or edits a rule and writes no file (the role's ddpfix_fw_persist does that). Check and diff mode.
 options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables, ufw]}
@@ -36,6 +41,14 @@ options:
     default: auto
     choices: [auto, legacy, nft]
   plan_only: {description: Change nothing and report C(pending) (changed stays false)., type: bool, default: false}
+  egress:
+    description: "The planned egress accepts: C({backend: nftables|iptables|iptables-legacy, family, table, chain,
+      ports}) (ports C(29500,32768-60999))."
+    type: list
+    elements: dict
+    default: []
+  ingress: {description: Whether to let the cluster in (false - only the I(egress) accepts)., type: bool,
+            default: true}
   ufw_rules: {description: "ufw: its IPv4 user rules file.", type: path, default: /etc/ufw/user.rules}
 """
 
@@ -60,13 +73,18 @@ import json
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
+    egress_change,
     iptables_bins,
     iptables_blocks,
+    iptables_egress_rule,
+    iptables_has_egress,
     iptables_has_rule,
     iptables_nft_tables,
     iptables_rule,
     is_ddpfix_comment,
     nft_blocking_input_chains,
+    nft_egress_args,
+    nft_has_egress,
     nft_has_rule,
     nft_iptables_owned,
     nft_rule_args,
@@ -87,10 +105,39 @@ def _nft_save(module, tool):
     return iptables_nft_tables(out)
 
 
+def _egress_cmds(module, egress, cidr, comment, result):
+    """The commands that add the planned egress accepts missing from the live rule set."""
+    cmds, nft_live, ipt_live = [], None, {}
+    for backend, fam, table, chain, ports in egress:
+        if backend == "nftables":
+            nft = module.get_bin_path("nft", required=True)
+            if nft_live is None:
+                rc, out, err = module.run_command([nft, "-j", "list", "ruleset"])
+                if rc != 0:
+                    module.fail_json(msg=f"nft -j list ruleset failed: {err.strip()}")
+                nft_live = json.loads(out or "{}")
+            result["chains"].append(f"{fam} {table} {chain}")
+            if not nft_has_egress(nft_live, (fam, table, chain), cidr):
+                cmds.append([nft, "insert", "rule", fam, table, chain, *nft_egress_args(cidr, ports, comment)])
+            continue
+        ipt, ipt_save, _ = iptables_bins("legacy" if backend == "iptables-legacy" else "auto")
+        exe, save = module.get_bin_path(ipt, required=True), module.get_bin_path(ipt_save, required=True)
+        if ipt not in ipt_live:
+            rc, out, err = module.run_command([save, "-t", "filter"])
+            if rc != 0:
+                module.fail_json(msg=f"{ipt_save} -t filter failed: {err.strip()}")
+            ipt_live[ipt] = out
+        if not iptables_has_egress(ipt_live[ipt], cidr):
+            cmds.append([exe, "-I", "OUTPUT", "1", *iptables_egress_rule(cidr, ports, comment)])
+    return cmds
+
+
 def main():
     spec = rule_argument_spec(
         iptables_variant=dict(type="str", default="auto", choices=["auto", "legacy", "nft"]),
         plan_only=dict(type="bool", default=False),
+        egress=dict(type="list", elements="dict", default=[]),
+        ingress=dict(type="bool", default=True),
         ufw_rules=dict(type="path", default="/etc/ufw/user.rules"),
     )
     spec["backend"]["choices"] = ["iptables", "nftables", "ufw"]
@@ -118,10 +165,14 @@ def main():
         except ValueError as exc:
             module.fail_json(msg=f"cidr {cidr!r}: {exc}")
         module.exit_json(changed=False, chains=[], iptables="iptables", pending=not allowed)
+    try:
+        egress = [egress_change(c, cidr) for c in p["egress"]]
+    except ValueError as exc:
+        module.fail_json(msg=f"egress: {exc}")
     ipt, ipt_save, _ = iptables_bins(p["iptables_variant"])
     result = dict(changed=False, chains=[], iptables=ipt)
-    cmds = []
-    if p["backend"] == "iptables":
+    cmds = _egress_cmds(module, egress, cidr, comment, result)
+    if p["ingress"] and p["backend"] == "iptables":
         exe = module.get_bin_path(ipt, required=True)
         save = module.get_bin_path(ipt_save, required=True)
         rc, out, err = module.run_command([save, "-t", "filter"])
@@ -141,7 +192,7 @@ def main():
                     break
         if not iptables_has_rule(out, cidr):
             cmds.append([exe, "-I", "INPUT", "1", *iptables_rule(cidr, comment)])
-    else:
+    elif p["ingress"]:
         nft = module.get_bin_path("nft", required=True)
         rc, out, err = module.run_command([nft, "-j", "list", "ruleset"])
         if rc != 0:
@@ -149,7 +200,7 @@ def main():
         ruleset = json.loads(out or "{}")
         chains = nft_blocking_input_chains(ruleset, nft_iptables_owned(ruleset, _nft_save(module, "iptables"),
                                                                        _nft_save(module, "ip6tables")))
-        result["chains"] = [" ".join(c) for c in chains]
+        result["chains"] += [" ".join(c) for c in chains]
         for f, t, c in chains:
             if not nft_has_rule(ruleset, (f, t, c), cidr):
                 cmds.append([nft, "insert", "rule", f, t, c, *nft_rule_args(cidr, comment)])

@@ -135,7 +135,8 @@ ansible_facts:
         C(memlock_units), C(nofile_units), C(arp), C(torch), C(shm), C(shell_env), and the firewall layers C(firewalld),
         C(iptables),
     C(ip6tables), C(iptables-legacy), C(nft), C(netfilter)); the value kept for an unread source is a placeholder, never
-    evidence of "nothing there".
+    evidence of "nothing there". The controller adds C(egress) for a node whose own firewall's egress it read but
+    could not decide (a rule it does not model, its time budget).
   returned: always
   type: dict
 """

@@ -180,3 +180,98 @@ def test_real_rulesets_audit_fix_reboot(rulesets_lab: Any) -> None:
             p.wait()
         subprocess.run(["ip", "addr", "del", f"{OUTSIDE}/32", "dev", lab.host_link(info.name)], check=False)
         print(f"real rulesets lab: {time.monotonic() - t0:.0f} s after the lab was up", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- egress (nftables): a node's own output chain
+#: Issue 34, egress: node3 loads a NixOS host's table (alemonmk-nixos-egress.nft) whose output chain drops private
+#: networks on its uplink. Adapted for the lab only: the private network it drops is the lab's (192.168.0.0/16 for
+#: 10.0.0.0/8), its uplink the cluster interface, and SSH from the controller (which sits inside the cluster
+#: network) kept open both ways. Shares the module's lab; loads its own table on node3 first.
+EGRESS_NODE = "node3"
+#: A private destination outside the cluster /24 that the table drops: an address of the host's end of the lab's
+#: uplink with no listener, so a connect that leaves the node is refused (RST) and one its output chain drops times
+#: out; node1 (no egress rule) connecting to it is the control.
+EGRESS_OUTSIDE = "192.168.254.34"
+EGRESS_BOOT = "nft flush ruleset && nft -f /etc/nftables.conf"
+EGRESS_ONLY = ("--only", ",".join((ONLY[1], firewall_rules.EGRESS_BLOCKED.id)))
+
+
+def nixos_egress_ruleset(info: Any) -> str:
+    text = (RULESETS / "alemonmk-nixos-egress.nft").read_text()
+    text = text.replace("10.0.0.0/8", "192.168.0.0/16").replace('"eth0"', f'"{info.node(EGRESS_NODE).ifname}"')
+    text = text.replace("\t\ttcp dport 444 counter accept\n",
+                        f"\t\ttcp dport 444 counter accept\n\t\ttcp dport {info.ssh_port} accept\n")
+    return text.replace("hook output priority filter; policy accept;\n",
+                        f"hook output priority filter; policy accept;\n\t\ttcp sport {info.ssh_port} accept\n")
+
+
+def egress_connects(info: Any, node: str, targets: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """Real TCP connects from `node`: target -> "ok" or the error the kernel gave."""
+    argv = ["python3", "-c", CONNECT, "-", *[f"{h}:{p}" for h, p in targets]]
+    out: dict[tuple[str, int], str] = {}
+    for ln in lab.node_exec(info.name, node, argv, timeout=120).stdout.splitlines():
+        target, rest = ln.split(" ", 1)
+        h, p = target.rsplit(":", 1)
+        out[(h, int(p))] = "ok" if rest == "ok" else rest
+    return out
+
+
+def test_nixos_egress_ruleset_audit_fix_reboot(rulesets_lab: Any) -> None:
+    info, inv, node = rulesets_lab, str(rulesets_lab.inventory), EGRESS_NODE
+    addr = {n.name: n.address for n in info.nodes}
+    sh(info, node, "rm -f /etc/nftables.conf /etc/ddpfix/firewall.nft /etc/iptables/rules.v4 /etc/sysconfig/iptables")
+    put(info, node, "/etc/nftables.conf", nixos_egress_ruleset(info))
+    sh(info, node, EGRESS_BOOT)
+    lo, hi = (int(x) for x in sh(info, node, "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split())
+    ports = [info.master_port, (lo + hi) // 2]
+    peers = [n for n in addr if n != node]
+    targets = [(addr[p], port) for p in peers for port in ports]
+    outside = (EGRESS_OUTSIDE, info.master_port)
+    hl = lab.host_link(info.name)
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", hl], capture_output=True, text=True, check=True)
+    ctl = out.stdout.split(" inet ", 1)[1].split("/", 1)[0]
+    subprocess.run(["ip", "addr", "replace", f"{EGRESS_OUTSIDE}/32", "dev", hl], check=True)
+    for n in addr:
+        sh(info, n, f"ip route replace {EGRESS_OUTSIDE}/32 via {ctl}")
+    listeners = [lab.node_popen(info.name, n, ["python3", "-c", LISTEN, *map(str, ports)]) for n in peers]
+    t0 = time.monotonic()
+    try:
+        time.sleep(1)
+        before = rules_now(info, node)
+        got = egress_connects(info, node, [*targets, outside])  # node3's own output chain drops them
+        assert all("timed out" in got[t] for t in [*targets, outside]), got
+        assert "refused" in egress_connects(info, "node1", [outside])[outside]  # the control: it gets there
+        code, doc = ddpfix_json(inv, "audit")
+        eg = [f for f in doc["findings"] if f["id"] == firewall_rules.EGRESS_BLOCKED.id]
+        assert code == 1 and [f["host"] for f in eg] == [node], doc["findings"]
+        assert 'nft inet global output: oifname' in eg[0]["evidence"], eg
+
+        code, applied = ddpfix_json(inv, "remediate", "--apply", *EGRESS_ONLY)
+        left = [f for f in applied["remaining_fixable"] if f["id"] in EGRESS_ONLY[1]]
+        assert not applied["failed_hosts"] and not left and applied["changed"][node], (
+            applied["failed_hosts"], applied.get("notes"), left, applied["changed"])
+        code, again = ddpfix_json(inv, "remediate", "--apply", *EGRESS_ONLY)
+        assert not again["failed_hosts"] and sum(again["changed"].values()) == 0, again["changes"]
+
+        for phase in ("applied", "rebooted"):
+            if phase == "rebooted":  # nftables.service's boot path: flush, load the config (and ddpfix's include)
+                sh(info, node, EGRESS_BOOT)
+            got = egress_connects(info, node, [*targets, outside])
+            assert all(got[t] == "ok" for t in targets), (phase, got)
+            assert "timed out" in got[outside], (phase, got)  # outside the cluster: still dropped
+            assert "refused" in egress_connects(info, "node1", [outside])[outside]
+            assert subprocess.run(info.ssh_argv(node, "true"), capture_output=True, timeout=60).returncode == 0
+            code, doc = ddpfix_json(inv, "audit")
+            assert not [f for f in doc["findings"] if f["id"] in EGRESS_ONLY[1]], (phase, doc["findings"])
+            now = rules_now(info, node)
+            kept = [ln for ln in before.splitlines() if ln.strip() and not ln.startswith("#")]
+            assert all(ln in now for ln in kept), (phase, [ln for ln in kept if ln not in now])
+        snippet = sh(info, node, "cat /etc/ddpfix/firewall.nft").stdout
+        assert f"insert rule inet global output ip daddr {info.subnet} tcp dport" in snippet, snippet
+        assert "include" in sh(info, node, "cat /etc/nftables.conf").stdout
+    finally:
+        for p in listeners:
+            p.kill()
+            p.wait()
+        subprocess.run(["ip", "addr", "del", f"{EGRESS_OUTSIDE}/32", "dev", hl], check=False)
+        print(f"nixos egress lab case: {time.monotonic() - t0:.0f} s", file=sys.stderr)

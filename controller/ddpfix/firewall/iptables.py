@@ -123,6 +123,8 @@ def _option(o: Option, pkt: Packet) -> bool | None:
             return True if a.endswith("/0") else None
         r = in_net(pkt.dst, a)
     elif name == "-i":
+        r = iface_match(a, pkt.iface) if not pkt.out else False  # a packet the node sends has no input interface
+    elif name == "-o" and pkt.out:
         r = iface_match(a, pkt.iface)
     elif name == "-p":
         a = a.lower()
@@ -160,8 +162,8 @@ def _option(o: Option, pkt: Packet) -> bool | None:
         except ValueError:
             return None
         r = None if addr is None else lo.version == addr.version == hi.version and lo <= addr <= hi  # type: ignore[operator]
-    elif name == "--dst-type":
-        r = "LOCAL" in a.split(",")
+    elif name == "--dst-type":  # received: for a local address; sent: to a unicast peer
+        r = ("UNICAST" if pkt.out else "LOCAL") in a.split(",")
     elif name == "--pkt-type":
         r = a == "unicast"
     elif name == "-f":
@@ -171,9 +173,9 @@ def _option(o: Option, pkt: Packet) -> bool | None:
     return None if r is None else r != o.negated
 
 
-def is_active(chains: dict[str, Chain]) -> bool:
-    """Whether the filter table has an INPUT chain that can refuse anything."""
-    inp = chains.get("INPUT")
+def is_active(chains: dict[str, Chain], base: str = "INPUT") -> bool:
+    """Whether the filter table has an INPUT (`base`) chain that can refuse anything."""
+    inp = chains.get(base)
     return inp is not None and (bool(inp.rules) or inp.policy not in ("ACCEPT", "-"))
 
 
@@ -183,12 +185,14 @@ UNMODELLED_TARGET: tuple[Alt, ...] = ((None, None), ("drop", None), ("accept", N
 
 
 def evaluate(chains: dict[str, Chain], pkt: Packet, label: str) -> LayerResult | None:
-    """Walk filter INPUT like the kernel. -> the layer's result, or None (no filter table / nothing in INPUT).
+    """Walk filter INPUT (a packet the node sends, `Packet.out`: OUTPUT) like the kernel. -> the layer's result, or
+    None (no filter table / nothing in that chain).
 
     A rule with a match the evaluator does not model (``-m set``, ``recent``, ``hashlimit``, ``string``, ``u32``,
     ``bpf``, ``connlimit``, ``limit``, source ports, ...) or an unknown target is undecided: both ways are walked,
     and when they end differently the rule is named in ``undecided``."""
-    if not is_active(chains):
+    base = "OUTPUT" if pkt.out else "INPUT"
+    if not is_active(chains, base):
         return None
     empty = Chain()
 
@@ -207,14 +211,14 @@ def evaluate(chains: dict[str, Chain], pkt: Packet, label: str) -> LayerResult |
         else:  # a target the evaluator does not model
             return UNMODELLED_TARGET, ref
         return ((alt,) if m else ((None, None), alt)), ref
-    paths, complete = walk("INPUT", lambda c: chains.get(c, empty).rules, decide)
-    pol = chains["INPUT"].policy
+    paths, complete = walk(base, lambda c: chains.get(c, empty).rules, decide)
+    pol = chains[base].policy
     policy: Action = "drop" if pol == "DROP" else "reject" if pol == "REJECT" else "accept"
     nominal, undecided, others = settle(paths, complete, policy)
     notes = tuple(f"not evaluated (cannot change this verdict): {r}" for r in others)
     if nominal.verdict and nominal.evidence is not None:
         return LayerResult(label, nominal.verdict, True, nominal.evidence, notes, undecided)
-    return LayerResult(label, policy, policy != "accept", f"{label} filter INPUT policy {pol}", notes, undecided)
+    return LayerResult(label, policy, policy != "accept", f"{label} filter {base} policy {pol}", notes, undecided)
 
 
 def port_marks(text: str | None) -> set[int]:

@@ -31,6 +31,8 @@ CONTINUE = frozenset({"counter", "log", "meta", "ct", "mangle", "notrack", "set"
 #: Statements that are conditions on traffic the dump cannot show: the rule goes on only while they hold.
 CONDITIONAL = frozenset({"xt", "limit", "quota", "meter", "ct count"})
 _HOOKS = {"prerouting": 0, "input": 1}
+#: The hooks a packet the node sends passes (`Packet.out`), in order; chains of type route on output can drop too.
+_OUT_HOOKS = {"output": 0, "postrouting": 1}
 #: A counter's values in `nft list` text: they change with traffic, not with the rules (evidence shows `counter`).
 COUNTERS = re.compile(r"counter packets \d+ bytes \d+")
 
@@ -140,12 +142,15 @@ def _left(left: Json, pkt: Packet) -> Field:
             return "?", None
         if proto != "th" and proto != pkt.proto:
             return "false", None  # e.g. icmpv6 type / udp dport on a TCP packet
-        return ("port", pkt.dport) if fld == "dport" else ("port", None)
+        return ("port", pkt.dport) if fld == "dport" else ("sport", None) if fld == "sport" else ("port", None)
     if isinstance(left, dict) and isinstance(left.get("meta"), dict):
+        inner: Field = ("iface", pkt.iface) if not pkt.out else ("str", "")  # a sent packet has no input interface
         meta: dict[str, Field] = {
-            "iifname": ("iface", pkt.iface), "iif": ("iface", pkt.iface), "l4proto": ("proto", pkt.proto),
+            "iifname": inner, "iif": inner, "l4proto": ("proto", pkt.proto),
             "protocol": ("str", "ip" if pkt.family == 4 else "ip6"), "nfproto": ("str", f"ipv{pkt.family}"),
             "pkttype": ("str", "host")}
+        if pkt.out:
+            meta.update({"oifname": ("iface", pkt.iface), "oif": ("iface", pkt.iface)})
         return meta.get(left["meta"].get("key"), ("?", None))
     if isinstance(left, dict) and isinstance(left.get("ct"), dict):  # a NEW, non-DNATed connection
         ct: dict[str, Field] = {"state": ("str", "new"), "status": ("flags", set()), "direction": ("str", "original")}
@@ -195,10 +200,24 @@ def _elem_match(kind: str, val: Any, el: Json) -> bool | None:
     return el == val if isinstance(el, (str, int)) else None
 
 
+def _privileged_only(elems: list[Json] | None) -> bool:
+    """Whether every element is a port (or range of ports) below 1024."""
+    def low(e: Json) -> bool:
+        if isinstance(e, dict) and isinstance(e.get("range"), list) and len(e["range"]) == 2:
+            return all(isinstance(x, int) and 0 <= x < 1024 for x in e["range"])
+        return isinstance(e, int) and not isinstance(e, bool) and 0 <= e < 1024
+    return bool(elems) and all(low(e) for e in elems or [])
+
+
 def _match(m: dict[str, Json], pkt: Packet, sets: dict[str, list[Json] | None]) -> bool | None:
     kind, val = _left(m.get("left"), pkt)
     if kind == "false":
         return False
+    if kind == "sport":  # the dialer's source port is an unprivileged one (of its ephemeral range)
+        sop = str(m.get("op", "=="))
+        if sop in ("==", "!=", "in") and _privileged_only(_elems(m.get("right"), sets)):
+            return sop == "!="
+        return None
     if (val is None and kind != "iface") or kind == "?":
         return None
     op: Json = m.get("op", "==")
@@ -307,25 +326,27 @@ def _render(rule: dict[str, Json]) -> str:
 
 def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
              skip_ipt_families: Collection[str | None]) -> LayerResult | None:
-    """Every base filter chain on prerouting/input of the packet's families must accept.
+    """Every base filter chain on prerouting/input (a packet the node sends, `Packet.out`: output/postrouting, route
+    chains on output too) of the packet's families must accept.
 
     ``skip_firewalld``: firewalld's own tables are evaluated through its zone model; ``skip_ipt_families``: families
     whose iptables-nft tables were already evaluated from iptables-save. -> None when no base chain can refuse."""
     tables, notes = rs.tables, []
     fams = ("ip", "inet") if pkt.family == 4 else ("ip6", "inet")
     bases: list[tuple[int, int, tuple[str, str], str]] = []
+    hooks, types = (_OUT_HOOKS, ("filter", "route")) if pkt.out else (_HOOKS, ("filter",))
     for key, t in sorted(tables.items()):
         if key[0] not in fams or (skip_firewalld and key[1] == "firewalld"):
             continue
         if key[0] in skip_ipt_families and t.is_iptables_nft():
             continue
         for c in t.chains.values():
-            if c.get("hook") in _HOOKS and c.get("type", "filter") == "filter":
+            if c.get("hook") in hooks and c.get("type", "filter") in types:
                 try:
                     prio = int(c.get("prio", 0))
                 except (TypeError, ValueError):
                     prio = 0
-                bases.append((_HOOKS[c["hook"]], prio, key, str(c.get("name"))))
+                bases.append((hooks[c["hook"]], prio, key, str(c.get("name"))))
     bases.sort()
     if not bases or all(not tables[k].rules.get(n) and tables[k].chains[n].get("policy", "accept") == "accept"
                         for _, _, k, n in bases):

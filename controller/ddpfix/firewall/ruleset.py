@@ -108,7 +108,8 @@ class Ruleset:
         layers: list[LayerResult] = []
         fw_on = self.firewalld_active
         if fw_on and self.firewalld is not None:
-            layers.append(fwd.evaluate(self.firewalld, pkt))
+            layers.append(fwd.evaluate_egress(self.firewalld, pkt, pkt.iface) if pkt.out
+                          else fwd.evaluate(self.firewalld, pkt))
         skip_ipt: list[str | None] = []
         for t in self.ipv4 if pkt.family == 4 else self.ipv6:
             if fw_on and t.firewalld_backend:

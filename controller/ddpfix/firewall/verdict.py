@@ -25,13 +25,15 @@ PROTO_NUM = {"tcp": 6, "udp": 17, "icmp": 1, "ipv6-icmp": 58, "icmpv6": 58,
 
 @dataclass(frozen=True)
 class Packet:
-    """The modelled packet: NEW (conntrack), a SYN, unicast to a local address, not DNATed."""
+    """The modelled packet: NEW (conntrack), a SYN, unicast, not DNATed; arriving for a local address, or with
+    ``out`` sent by the node itself (src: its own address, dst: the peer's; ``iface``: the outgoing interface)."""
 
     src: Address
     dport: int
-    iface: str | None = None  # None: some non-loopback interface
+    iface: str | None = None  # None: some non-loopback interface (the incoming one; with `out`, the outgoing one)
     proto: str = "tcp"
     dst: Address | None = None  # None: the destination address is not known
+    out: bool = False  # sent by the node (the output hook / OUTPUT chain), not received
 
     @property
     def family(self) -> int:
@@ -39,9 +41,9 @@ class Packet:
 
     @classmethod
     def of(cls, src: str, dport: int, iface: str | None = None, proto: str | None = "tcp",
-           dst: str | None = None) -> Packet:
+           dst: str | None = None, out: bool = False) -> Packet:
         return cls(ipaddress.ip_address(src), int(dport), iface, (proto or "tcp").lower(),
-                   ipaddress.ip_address(dst) if dst else None)
+                   ipaddress.ip_address(dst) if dst else None, out)
 
 
 @dataclass(frozen=True)

@@ -128,8 +128,9 @@ def no_torch(facts: Mapping[str, Any]) -> str:
 
 
 def host_faults(facts: Mapping[str, Any] | None, unread: Mapping[str, str]) -> dict[str, str]:
-    """`unread` without the sources whose absence is no fault of the node (torch not in ddp_python)."""
-    return {k: v for k, v in unread.items() if not (k == "torch" and torch_absent(facts))}
+    """`unread` without the sources whose absence is no fault of the node (torch not in ddp_python; "egress": an
+    egress rule the firewall evaluator does not model, read but not decided)."""
+    return {k: v for k, v in unread.items() if not (k == "torch" and torch_absent(facts)) and k != "egress"}
 
 
 def cluster_if(actual: str | None) -> str:

@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ddpfix import firewall
-from ddpfix.firewall import firewalld as fwd
 from ddpfix.firewall.verdict import LOOP, Packet
 from ddpfix.model.finding import Explains, Finding, Severity
 from ddpfix.rules.context import SRC_IFACES, Context, past
@@ -21,6 +20,8 @@ E, W = Severity.ERROR, Severity.WARNING
 FIREWALL_SOURCES = frozenset({"firewalld", "iptables", "ip6tables", "iptables-legacy", "nft", "netfilter"})
 #: The source a node's firewall analysis past its time budget is listed under (its checks: not evaluated).
 BUDGET_SOURCE = "netfilter"
+#: The source a node's egress analysis is listed under when it could not decide it (undecided rules, its budget).
+EGRESS_SOURCE = "egress"
 
 
 def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
@@ -331,49 +332,88 @@ def _probe_decides(
     EGRESS_BLOCKED := Rule(
         "firewall.egress-blocked",
         E,
-        "a node's own firewalld (a policy from HOST, or a direct OUTPUT rule) refuses the connects it makes to its "
-        "peers' master port / ephemeral range",
-        "Let {node} send to {cidr}: ddpfix remediate adds `rule family=\"ipv4\" destination address=\"{cidr}\" "
-        "accept` to the policy that refuses it ({where}); a direct rule is not changed (the refusal names it).",
+        "a node's own firewall (a firewalld policy from HOST or direct OUTPUT rule, an nftables output-hook chain, "
+        "iptables OUTPUT in either backend) refuses the connects it makes to its peers' master port / ephemeral range",
+        "Let {node} send to {cidr}: ddpfix remediate adds an accept for destination {cidr} where it is refused "
+        "({where}): a firewalld policy gets `rule family=\"ipv4\" destination address=\"{cidr}\" accept`, an nft "
+        "output chain / iptables OUTPUT an accept of TCP to {cidr} on the master port and ephemeral range, ahead of "
+        "the drop; a direct rule or a chain ddpfix does not own is not changed (the refusal names it and the command).",
         remedies=(FIREWALL,),
-        reads=frozenset({"firewalld"}) | SRC_IFACES,
+        reads=FIREWALL_SOURCES | SRC_IFACES | {EGRESS_SOURCE},
         sound_on_partial=True,
         explains=(Explains(MASTER_PORT_UNREACHABLE.id, "dialler"), Explains(PEER_UNREACHABLE.id, "dialler")),
     ),
 )
 def check_egress(ctx: Context) -> Iterable[Finding]:
-    """Each node's firewalld egress (policies whose ingress zone is HOST, direct OUTPUT rules) for a connect from the
-    node's cluster address to each peer's (bounded like the ingress check) on the master port (to the master) and
-    the ends and middle of the ephemeral range."""
+    """Each node's own firewall (firewalld's policies from HOST and direct OUTPUT rules, nftables output-hook chains
+    of every table, family and priority, iptables OUTPUT of both backends), by the same evaluator as the ingress
+    check, for a connect from the node's cluster address to each peer's (bounded like the ingress check) on the
+    master port (to the master) and the ends and middle of the ephemeral range. Bounded in time like the ingress
+    check; a rule the evaluator does not model that could turn the verdict makes the check not evaluated on that
+    node (never a pass, never a block)."""
+    memo = _FirewallMemo()
     addrs = [(n, a) for n, _ in ctx.audited() if (a := ctx.plan[n].address)][: ctx.thresholds.max_sources + 1]
-    master = ctx.cluster.master
     for name, f in ctx.audited():
         state = f.get("firewall") or {}
-        fw = state.get("firewalld") if isinstance(state, Mapping) else None
         own = ctx.plan[name].address
-        if not own or not isinstance(fw, Mapping) or not (fw.get("policies") or fw.get("direct_rules")):
+        if not own or not isinstance(state, Mapping) or not active_firewalls(state):
             continue
-        model = fwd.Firewalld.of(fw)
-        if not model.active:
+        try:
+            with firewall.budget(ctx.thresholds.firewall_budget_s):
+                hit, undecided = egress_verdicts(ctx, memo, name, f, addrs)
+        except firewall.BudgetExceeded as exc:
+            ctx.unanalysed.setdefault(name, {})[EGRESS_SOURCE] = (
+                f"the egress firewall analysis ran past its budget of {ctx.thresholds.firewall_budget_s:g} s ({exc})")
             continue
-        cl: Mapping[str, Any] = f.get("cluster") or {}
-        sysctl: Mapping[str, Any] = f.get("sysctl") or {}
-        iface = cl.get("ifname")
-        lo, hi = sysctl.get("ip_local_port_range", [32768, 60999])
-        for peer, dst in addrs:
-            if peer == name:
-                continue
-            ports = ([ctx.cluster.master_port] if peer == master else []) + [int(lo), (int(lo) + int(hi)) // 2, int(hi)]
-            hit = None
-            for port in ports:
-                v = fwd.evaluate_egress(model, Packet.of(own, port, iface, dst=dst), iface)
-                if v.verdict != "accept" and not v.undecided:
-                    hit = (port, v)
-                    break
-            if hit:
-                port, v = hit
-                where = v.evidence.split(" (", 1)[0].removeprefix("firewalld ")
-                yield finding(EGRESS_BLOCKED.id, name, f"TCP {own} -> {dst}:{port} ({peer}) would be "
-                              f"{past(v.verdict)} by this node's own firewalld ({where})", v.evidence,
-                              node=name, cidr=ctx.cidr, where=where, layer="firewalld")
-                break
+        if hit:
+            peer, dst, port, v = hit
+            where = egress_where(v)
+            yield finding(EGRESS_BLOCKED.id, name, f"TCP {own} -> {dst}:{port} ({peer}) would be "
+                          f"{past(v.verdict)} by this node's own {v.layer} ({where})", v.evidence,
+                          node=name, cidr=ctx.cidr, where=where, layer=v.layer or "")
+        elif undecided and not _probes_connected(ctx, name):
+            peer, dst, port, v = undecided
+            ctx.unanalysed.setdefault(name, {})[EGRESS_SOURCE] = (
+                f"undecided: TCP {own} -> {dst}:{port} ({peer}) meets a rule ddpfix does not model: {v.undecided[0]}")
+
+
+def _probes_connected(ctx: Context, name: str) -> bool:
+    """Whether node `name`'s own probe connected to every peer it tried (then its egress lets them out: the probes
+    decide what the rules could not)."""
+    connects = list((ctx.hosts[name].probe or {}).get("connects") or []) if name in ctx.hosts else []
+    return bool(connects) and all(c.get("ok") for c in connects)
+
+
+def egress_where(v: firewall.Verdict) -> str:
+    """Where a refused connect is refused, in words: the policy/chain of the deciding rule."""
+    ev = v.evidence.split(" (via", 1)[0]
+    if v.layer == "firewalld":
+        return ev.split(" (", 1)[0].removeprefix("firewalld ")
+    return ev.split(": ", 1)[0].split(" #", 1)[0]
+
+
+def egress_verdicts(ctx: Context, memo: _FirewallMemo, name: str, f: Mapping[str, Any],
+                    addrs: list[tuple[str, str]]) -> tuple[tuple[str, str, int, firewall.Verdict] | None,
+                                                          tuple[str, str, int, firewall.Verdict] | None]:
+    """(the first connect of node `name` to a peer its own firewall certainly refuses, else the first one it may
+    refuse (undecided)): each as (peer, peer address, port, verdict)."""
+    skey, rs = memo.ruleset(f.get("firewall") or {})
+    own = str(ctx.plan[name].address)
+    iface = (f.get("cluster") or {}).get("ifname")
+    lo, hi = (f.get("sysctl") or {}).get("ip_local_port_range", [32768, 60999])
+    undecided = None
+    for peer, dst in addrs:
+        if peer == name:
+            continue
+        ports = ([ctx.cluster.master_port] if peer == ctx.cluster.master else []) + [
+            int(lo), (int(lo) + int(hi)) // 2, int(hi)]
+        for port in ports:
+            k = (skey, own, port, iface, f"out:{dst}")
+            v = memo.evaluated.get(k)
+            if v is None:
+                v = memo.evaluated[k] = rs.evaluate(Packet.of(own, port, iface, dst=dst, out=True))
+            if v.undecided:
+                undecided = undecided or (peer, dst, port, v)
+            elif not v.allowed:
+                return (peer, dst, port, v), None
+    return None, undecided

@@ -974,13 +974,15 @@ def test_unreadable_firewall_is_not_evaluated_not_passed(sim: Sim) -> None:
     assert not any(i.startswith("firewall.") for i, _ in found)
     ne = _ne(sim)
     assert set(ne) == {"node1"}
-    assert set(ne["node1"]) == {firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id, firewall_rules.WORLD_OPEN.id}
+    assert set(ne["node1"]) == {firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id,
+                                firewall_rules.WORLD_OPEN.id, firewall_rules.EGRESS_BLOCKED.id}  # its egress too
     assert all("not read: " in r and "you must be root" in r for r in ne["node1"].values())
 
 
 def test_unreadable_firewall_on_a_worker_lists_only_the_checks_that_apply_there(sim: Sim) -> None:
     _nonroot_firewall(sim, "node2")
-    assert set(_ne(sim)["node2"]) == {firewall_rules.PEER_PORTS_BLOCKED.id, firewall_rules.WORLD_OPEN.id}
+    assert set(_ne(sim)["node2"]) == {firewall_rules.PEER_PORTS_BLOCKED.id, firewall_rules.WORLD_OPEN.id,
+                                      firewall_rules.EGRESS_BLOCKED.id}
 
 
 def test_a_block_found_in_a_readable_layer_is_still_reported(sim: Sim) -> None:
@@ -989,7 +991,8 @@ def test_a_block_found_in_a_readable_layer_is_still_reported(sim: Sim) -> None:
     sim.node("node2")["unread"] = [{"source": "nft", "reason": "nft -j list ruleset: timed out (timeout after 10s)"}]
     found = {(f.id, f.host) for f in sim.findings()}
     assert {(firewall_rules.PEER_PORTS_BLOCKED.id, "node2"), (reachability_rules.INCOMPLETE.id, "node2")} <= found
-    assert set(_ne(sim)["node2"]) == {firewall_rules.WORLD_OPEN.id}  # reported findings are not "not evaluated"
+    # reported findings are not "not evaluated"; the node's egress is, with one layer unread
+    assert set(_ne(sim)["node2"]) == {firewall_rules.WORLD_OPEN.id, firewall_rules.EGRESS_BLOCKED.id}
 
 
 def test_unread_interfaces_withdraw_netif_findings(sim: Sim) -> None:
@@ -1032,12 +1035,12 @@ def test_report_shows_not_evaluated_per_host(sim: Sim) -> None:
     h1 = doc["hosts"]["node1"]
     assert [u["source"] for u in h1["facts"]["unread"]] == ["ip6tables", "iptables", "nft"]
     assert {x["id"] for x in h1["not_evaluated"]} == {firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id,
-                                                        firewall_rules.WORLD_OPEN.id}
-    assert doc["hosts"]["node2"]["not_evaluated"] == [] and doc["summary"]["not_evaluated"] == 3
+                                                        firewall_rules.WORLD_OPEN.id, firewall_rules.EGRESS_BLOCKED.id}
+    assert doc["hosts"]["node2"]["not_evaluated"] == [] and doc["summary"]["not_evaluated"] == 4
     out = io.StringIO()
     render_table(json.loads(json.dumps(doc)), Console(file=out, width=200))
     text = out.getvalue()
-    assert "NOT EVALUATED" in text and firewall_rules.MASTER_PORT_BLOCKED.id in text and "3 check(s) not evaluated on 1 host" in text
+    assert "NOT EVALUATED" in text and firewall_rules.MASTER_PORT_BLOCKED.id in text and "4 check(s) not evaluated on 1 host" in text
 
 
 # ============================================================ nccl_select: NCCL_SOCKET_IFNAME grammar
