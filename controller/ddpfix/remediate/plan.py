@@ -65,8 +65,15 @@ class HostPlan:
         """Its one fix is the env file (and the cluster file next to it)."""
         return bool(self.env) and not self.nofile and self.previewable
 
+    @property
+    def per_node(self) -> bool:
+        """It has a fix of remediate.yml's per-node play (else the node's pre-flight is all that play does there)."""
+        return (self.firewall != "none" or self.time or self.limits or bool(self.nofile) or bool(self.arp)
+                or self.pin_ifname is not None)
+
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,
+                "per_node": self.per_node,
                 "env_comment": self.env_comment,
                 "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits,
                 "nofile": self.nofile, "arp": self.arp, "firewalld": self.firewalld,

@@ -16,13 +16,17 @@ from ddpfix.progress import Progress
 from ddpfix.remediate.changes import Change, changes_of
 from ddpfix.remediate.plan import HostPlan
 from ddpfix.remediate.preflight import preflight, remediate_checked
+from ddpfix.remediate.writes import write_if_present, write_paths
 from ddpfix.rules.context import Context
 
 
 def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, Any]:
     c = ctx.cluster
+    cluster_file = clusterfile.build(ctx)
     return {
-        "ddpfix_plan": {h: p.to_vars() for h, p in plans.items()},
+        # each node's fixes, and the files they write (the per-node play's pre-flight: `writes`)
+        "ddpfix_plan": {h: {**p.to_vars(), "write_paths": write_paths(p, c.node(h), c.env_path, bool(cluster_file)),
+                            "write_if_present": write_if_present(p, c.node(h))} for h, p in plans.items()},
         "ddpfix_cidr": ctx.cidr or "",
         "ddpfix_hosts": hosts_entries(ctx.plan),
         "ddpfix_master": c.master,
@@ -32,7 +36,7 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
         "ddpfix_env_path": c.env_path,
         "ddpfix_env_adopt": c.env_adopt,
         "ddpfix_env_template": template_path(c.env_template),
-        "ddpfix_env_cluster": clusterfile.build(ctx),
+        "ddpfix_env_cluster": cluster_file,
     }
 
 
