@@ -16,7 +16,7 @@ from ddpfix.progress import Progress
 from ddpfix.remediate.changes import Change, changes_of
 from ddpfix.remediate.plan import HostPlan
 from ddpfix.remediate.preflight import preflight, remediate_checked
-from ddpfix.remediate.writes import write_if_present, write_paths
+from ddpfix.remediate.writes import node_writes
 from ddpfix.rules.context import Context
 
 
@@ -24,9 +24,10 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
     c = ctx.cluster
     cluster_file = clusterfile.build(ctx)
     return {
-        # each node's fixes, and the files they write (the per-node play's pre-flight: `writes`)
-        "ddpfix_plan": {h: {**p.to_vars(), "write_paths": write_paths(p, c.node(h), c.env_path, bool(cluster_file)),
-                            "write_if_present": write_if_present(p, c.node(h))} for h, p in plans.items()},
+        # each node's fixes, and the files they write (`writes`: the per-node play's pre-flight, the cluster-wide
+        # play's hosts block and cluster file)
+        "ddpfix_plan": {h: {**p.to_vars(), **node_writes(p, c.node(h), c.env_path, bool(cluster_file))}
+                        for h, p in plans.items()},
         "ddpfix_cidr": ctx.cidr or "",
         "ddpfix_hosts": hosts_entries(ctx.plan),
         "ddpfix_master": c.master,

@@ -51,16 +51,26 @@ def unit_dropins(node: Node, dropin: str) -> list[str]:
     return [posixpath.join(UNIT_DIR, f"{u}.d", name) for u in launcher_units(node)]
 
 
+def hosts_path(node: Node) -> str:
+    """The file the hosts block is written into on `node` (ddpfix_hosts_path)."""
+    return str(role_value(node, "hosts", "ddpfix_hosts_path"))
+
+
+def cluster_path(node: Node, env_path: str) -> str:
+    """The cluster file on `node` (ddpfix_env_cluster_path; its default: cluster.json next to the env file)."""
+    return str(node.role_vars.get("ddpfix_env_cluster_path") or clusterfile.path_for(env_path))
+
+
 def write_paths(hp: HostPlan, node: Node, env_path: str, cluster_file: bool) -> list[str]:
     """Every file `hp`'s fixes write on `node` but chrony's (ddpfix_run_write_paths): the cluster-wide files too
     (the next play writes them only when every node passed this pre-flight)."""
     out: list[str] = []
     if hp.hosts:
-        out.append(str(role_value(node, "hosts", "ddpfix_hosts_path")))
+        out.append(hosts_path(node))
     if hp.env:
         out.append(env_path)
         if cluster_file:
-            out.append(str(node.role_vars.get("ddpfix_env_cluster_path") or clusterfile.path_for(env_path)))
+            out.append(cluster_path(node, env_path))
     if hp.pin_ifname is not None:
         out.append(str(role_value(node, "ifname", "ddpfix_ifname_link_file")))
     if hp.limits:
@@ -85,3 +95,10 @@ def write_if_present(hp: HostPlan, node: Node) -> list[Any]:
     if hp.firewall in ("iptables", "iptables-legacy"):
         return [*role_value(node, "firewall", "ddpfix_firewall_iptables_rules_paths"), *UFW_RULES]
     return []
+
+
+def node_writes(hp: HostPlan, node: Node, env_path: str, cluster_file: bool) -> dict[str, Any]:
+    """What remediate.yml reads of `node`'s files from its plan (`ddpfix_plan[node]`)."""
+    return {"write_paths": write_paths(hp, node, env_path, cluster_file),
+            "write_if_present": write_if_present(hp, node),
+            "hosts_path": hosts_path(node), "cluster_path": cluster_path(node, env_path)}

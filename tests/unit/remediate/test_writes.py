@@ -11,7 +11,7 @@ import yaml
 from ddpfix.inventory.derive import cluster_from_inventory_data
 from ddpfix.model.cluster import Node
 from ddpfix.remediate import HostPlan
-from ddpfix.remediate.writes import UNIT_DIR, role_file, write_if_present, write_paths
+from ddpfix.remediate.writes import UNIT_DIR, node_writes, role_file, write_if_present, write_paths
 
 ROOT = Path(__file__).resolve().parents[3]
 ENV = "/etc/ddpfix/ddp.env"
@@ -63,6 +63,11 @@ def test_the_inventory_overrides_a_roles_path_per_node() -> None:
     assert write_if_present(HostPlan(firewall="iptables-legacy"), b) == [
         "/srv/rules.v4", "/etc/ufw/user.rules", "/etc/ufw/user6.rules"]
     assert write_if_present(HostPlan(firewall="nftables"), a) == role_file("firewall")["ddpfix_firewall_nft_layouts"]
+    # what the cluster-wide play writes the hosts block and the cluster file into
+    assert {k: node_writes(plan, a, ENV, True)[k] for k in ("hosts_path", "cluster_path")} == {
+        "hosts_path": "/srv/hosts", "cluster_path": "/srv/cluster.json"}
+    assert {k: node_writes(plan, b, ENV, True)[k] for k in ("hosts_path", "cluster_path")} == {
+        "hosts_path": _default("hosts", "ddpfix_hosts_path"), "cluster_path": "/etc/ddpfix/cluster.json"}
 
 
 def test_per_node_is_every_fix_of_the_per_node_play() -> None:
