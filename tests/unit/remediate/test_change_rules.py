@@ -14,7 +14,7 @@ from ddpfix.rules import hosts as hosts_rules
 from ddpfix.rules import net as net_rules
 from ddpfix.rules import time as time_rules
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NOFILE = ROOT / "roles" / "ddpfix_limits" / "tasks" / "nofile.yml"
 ARP = ROOT / "roles" / "ddpfix_sysctl" / "tasks" / "main.yml"
 

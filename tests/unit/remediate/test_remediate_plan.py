@@ -313,7 +313,7 @@ def _fwdpol(cidr: str, **changes: object) -> dict[str, object]:
     egress-lockdown from HOST rejects), for the recorded cluster's network and interface."""
     import json
 
-    st = json.loads((Path(__file__).parent / "fixtures" / "firewall" / "fwdpol_cli.json").read_text())
+    st = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "firewall" / "fwdpol_cli.json").read_text())
     fw = json.loads(json.dumps(st["firewalld"]).replace("192.168.83.0/24", cidr))
     fw.update(changes)
     return {**st, "firewalld": fw, "iptables": "", "nft": None, "nft_text": None}
