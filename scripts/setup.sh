@@ -3,8 +3,8 @@
 # (Python 3.13 from pyenv, ansible-core 2.21 with the `ansible` package's collections), then .venv-node
 # (scripts/setup-node.sh: Python 3.11 with torch 2.13.0 CPU, the lab nodes' interpreter and the oldest end).
 # torch is not in .venv: `verify --torch` runs torch on the nodes (ddp_python), and no CPU wheel is at hand for 3.13.
-# --lint also installs the lint extra (ruff, mypy, yamllint, ansible-lint at the versions pyproject.toml pins),
-# which scripts/lint.sh and .ci/run use. PYTHON=... picks another controller interpreter (>= 3.11).
+# --lint also installs the lint extra (ruff, mypy, yamllint, ansible-lint and mkdocs at the versions pyproject.toml
+# pins), which scripts/lint.sh, scripts/docs.sh and .ci/run use. PYTHON=... picks another controller interpreter (>= 3.11).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NEWEST_PYTHON=3.13
@@ -40,7 +40,7 @@ fi
 .venv/bin/python -m pip install -q ".[$EXTRAS]" "${core_pin[@]}" 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c "import ddpfix, ansible_runner, testinfra" >/dev/null
 if [ "$EXTRAS" = test,lint ]; then
-  for tool in ruff mypy yamllint ansible-lint; do .venv/bin/$tool --version >/dev/null; done
+  for tool in ruff mypy yamllint ansible-lint mkdocs; do .venv/bin/$tool --version >/dev/null; done
 fi
 echo "setup: .venv ready ($(.venv/bin/ddpfix --version | tr '\n' ' '))"
 ./scripts/setup-node.sh

@@ -1,7 +1,10 @@
 """The package's import structure, read statically from the source (no module is imported).
 
 - No module-level import cycle anywhere in `ddpfix`: every module can be imported first, in any order, and a layer
-  never needs the one above it to load.
+  never needs the one above it to load. Nor any cycle once the imports inside functions are counted too (not those
+  under `if TYPE_CHECKING:`, which never run): a function-local import never hides one.
+- The package never imports the repository's generators (`tools/`: the docs and the fix tasks' tags), which are not
+  shipped.
 - A function-local import (an `import` inside a function) is allowed only where it keeps the CLI's start fast or the
   collection's controller plugins' import light (or breaks an import cycle), and says so in a `# reason` comment on
   its line or on a comment line right above its block of imports. `test_function_local_imports_say_why` fails for
@@ -70,13 +73,25 @@ def _targets(node: ast.Import | ast.ImportFrom, here: str, modules: dict[str, Pa
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+def _all_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import that can run: at module level and inside functions and classes, not under `if TYPE_CHECKING:`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node):
+            yield from (n for child in node.orelse for n in _all_imports(ast.Module(body=[child], type_ignores=[])))
+        else:
+            yield from _all_imports(node)
+
+
+def _graph(local: bool = False) -> dict[str, set[str]]:
+    """Module -> the ddpfix modules it imports when it is imported (`local`: also those its functions import)."""
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         deps = set()
-        for node in _module_level(tree.body):
+        for node in (_all_imports(tree) if local else _module_level(tree.body)):
             deps |= _targets(node, name, modules)
         graph[name] = deps - {name}
     return graph
@@ -134,6 +149,30 @@ def test_no_module_level_import_cycle() -> None:
     assert "ddpfix.errors" in graph and graph["ddpfix.errors"] == set()  # errors imports nothing of ddpfix
     cycles = _cycles(graph)
     assert not cycles, "module-level import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_import_cycle_with_function_local_imports() -> None:
+    """The rule registry once imported the README generator inside a function, which closed a 35-module cycle
+    (registry -> readme -> cli/lab -> app -> inventory -> rules); the generators now live in tools/."""
+    graph = _graph(local=True)
+    assert graph["ddpfix.rules.registry"] and "ddpfix.readme" not in graph
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles, function-local imports counted: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_scan_of_local_imports_skips_type_checking_only() -> None:
+    tree = ast.parse("import a\nif TYPE_CHECKING:\n    import b\nelse:\n    import c\ndef f():\n    import d\n"
+                     "class K:\n    def m(self):\n        from e import x\n")
+    assert [getattr(n, "module", None) or n.names[0].name for n in _all_imports(tree)] == ["a", "c", "d", "e"]
+
+
+def test_the_package_never_imports_the_generators() -> None:
+    """tools/ (the docs' and the tags' generators) is the repository's: nothing of the package names it."""
+    found = [f"{name}:{node.lineno}" for name, path in _modules().items()
+             for node in _all_imports(ast.parse(path.read_text(encoding="utf-8")))
+             if any(n == "tools" or n.startswith("tools.")
+                    for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]))]
+    assert not found, found
 
 
 def test_model_imports_nothing_of_ddpfix_outside_model() -> None:

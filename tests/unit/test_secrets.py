@@ -19,7 +19,7 @@ from ddpfix.model.cluster import Node
 from ddpfix.plan import env_differs, env_write_needed, plan_cluster, render_env
 from ddpfix.remediate import render_diff
 from ddpfix.rules import env as env_rules
-from ddpfix.rules import tags
+from tools import tags
 
 lib = envfile()
 parse = nodeinfo().parse_env_file

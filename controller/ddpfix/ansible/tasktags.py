@@ -1,7 +1,7 @@
 """The tags a task was written with, read from its file: ansible-runner's events name a task's file and line
 (`task_path`, `FILE:LINE`) but not its tags. A task's tags here are its own and those of the blocks (and the play)
 around it in that file; tags an include or import adds at run time are not read (the fix tasks carry their rule ids
-themselves: rules/tags.py generates them)."""
+themselves: tools/tags.py generates them)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ def _scenario_rows() -> list[tuple[str, str]]:
 
 
 def scenarios_text(width: int = 80) -> str:
-    """The scenario list as `lab up --help` prints it (the README carries the same, `ddpfix.readme`)."""
+    """The scenario list as `lab up --help` prints it (docs/lab.md carries the same: tools/docs.py)."""
     formatter = click.HelpFormatter(width=width)
     formatter.write_dl(_scenario_rows())
     return formatter.getvalue()

@@ -37,7 +37,7 @@ class Remedy:
     on_target: bool = False
     #: The task groups that fix it, by the non-id tag they carry ("": the role's tasks that carry ids only): every
     #: task of the role, and every task of playbooks/remediate.yml, of one of these groups carries the rule id as a
-    #: tag, generated (``ddpfix.rules.tags``, run by ``python -m ddpfix.readme README.md``).
+    #: tag, generated (tools/tags.py, run by ``python -m tools.generate``).
     tags: tuple[str, ...] = ()
 
 

@@ -124,7 +124,7 @@ def no_torch(facts: Mapping[str, Any]) -> str:
     python = ((facts.get("torch") or {}).get("python")) or pyargv.DEFAULT
     return (f"no torch in ddp_python ({pyargv.shown(python)}), not a host fault: set ddp_python to the interpreter "
             "the jobs run, a list for a container's, e.g. [docker, run, --rm, --network, host, IMAGE, python3] "
-            "(README \"Torch in containers\")")
+            "(docs/launch.md, \"Torch in containers\")")
 
 
 def host_faults(facts: Mapping[str, Any] | None, unread: Mapping[str, str]) -> dict[str, str]:

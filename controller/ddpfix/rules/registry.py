@@ -5,8 +5,8 @@ A check is a pure function over the audit `Context` that yields findings. It dec
 CHECK_MODULES); a finding is made with ``finding()``, which attaches its rule. Everything else reads this registry:
 the report (severity, fixable, fix text), ``remediate --only`` (its allowed values), the remediate plan (which
 findings turn on which role), the role tags (tested: every fix task carries its rule id as a tag), the "not
-evaluated" bookkeeping (which fact sources a rule reads) and the README's findings table (``python -m ddpfix.rules
---markdown``; tested against README.md). The plain types are ``ddpfix.model.finding``.
+evaluated" bookkeeping (which fact sources a rule reads) and the docs' findings pages (tools/docs.py, ``python -m
+tools.generate``; a unit test fails when stale). The plain types are ``ddpfix.model.finding``.
 
 Adding a finding: see CONTRIBUTING.md.
 """
@@ -164,7 +164,7 @@ def _cell(text: str) -> str:
 
 
 def markdown() -> str:
-    """The README's findings table (between the `<!-- rules:begin -->` / `<!-- rules:end -->` markers)."""
+    """The findings table, as plain Markdown (docs/findings/index.md carries it with a link per id: tools/docs.py)."""
     lines = ["| id | severity | detects | auto-fixed |", "|---|---|---|---|"]
     lines += [f"| `{r.id}` | {r.severity.label} | {_cell(r.title)} | {_cell(r.auto_fixed)} |" for r in RULES.values()]
     return "\n".join(lines) + "\n"
@@ -187,13 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m ddpfix.rules", description="Print the rule registry.")
-    ap.add_argument("--markdown", action="store_true", help="the README findings table")
-    ap.add_argument("--readme", metavar="PATH", help="rewrite the table between the rules markers of this README")
+    ap.add_argument("--markdown", action="store_true", help="the findings table (Markdown)")
     args = ap.parse_args(argv)
-    if args.readme:  # every generated section of the README (ddpfix.readme), the findings table among them
-        # import cycle: ddpfix.readme imports this registry
-        from ddpfix import readme
-
-        return readme.main([args.readme])
     sys.stdout.write(markdown() if args.markdown else json.dumps(to_json(), indent=2) + "\n")
     return 0

@@ -1,4 +1,4 @@
-"""The command line as documented: every `ddpfix ...` line of the README, of `--help` and of the fix texts parses;
+"""The command line as documented: every `ddpfix ...` line of the README and docs/, of `--help` and of the fix texts parses;
 global options work before and after the subcommand; ad-hoc host lists; internal errors exit 3 with one line."""
 
 from __future__ import annotations
@@ -167,11 +167,20 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Application]]:
 
 
 # ---------------------------------------------------------------------------------------------- documented forms
+def _documented() -> list[str]:
+    """The command lines of the README and of every docs page (the reference moved from the README to docs/)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [c for p in pages for c in _readme_commands(p.read_text())]
+
+
 def test_extraction_finds_the_documented_commands() -> None:
     readme = _readme_commands((ROOT / "README.md").read_text())
-    assert any(c.startswith("ddpfix audit -i INV") for c in readme)
-    assert any(c.startswith("ddpfix lab up") for c in readme)
-    assert len(readme) >= 15
+    assert any(c.startswith("ddpfix audit -i inventories/prod") for c in readme)
+    assert len(readme) >= 10
+    docs = _documented()
+    assert any(c.startswith("ddpfix audit -i INV") for c in docs)
+    assert any(c.startswith("ddpfix lab up") for c in docs)
+    assert len(docs) >= 100
     assert "ddpfix audit -i inventories/prod" in _help_commands()
     code = _code_commands()
     assert "ddpfix env -i INVENTORY --apply" in code and "ddpfix remediate --apply" in code
@@ -179,7 +188,7 @@ def test_extraction_finds_the_documented_commands() -> None:
 
 def test_every_documented_command_line_parses(tmp_path: Path, recorded: list[tuple[str, Application]]) -> None:
     samples = _samples(tmp_path)
-    lines = (_readme_commands((ROOT / "README.md").read_text()) + _help_commands() + _code_commands())
+    lines = (_documented() + _help_commands() + _code_commands())
     checked = 0
     for line in lines:
         for argv in _expand(line, samples):

@@ -150,9 +150,9 @@ def test_several_mb_are_read_without_backtracking_blowup() -> None:
     assert time.perf_counter() - t < 20.0 and "store-clients-missing" in r.output, r.output
 
 
-def test_readme_states_the_share() -> None:
+def test_docs_state_the_share() -> None:
     dist = [p for p in CORPUS if _read(p)[0]["expect"] != "none"]
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "explain.md").read_text()  # the explain section, moved from the README
     assert f"{len(dist)}/{len(dist)} field logs named correctly" in text
     assert f"{len(CORPUS) - len(dist)}/{len(CORPUS) - len(dist)} non-distributed logs name nothing" in text
 

@@ -1,7 +1,7 @@
 """Finding ids are written once: in their rule module (``ddpfix/rules/<area>.py``), their fixtures (the rules'
 ``tests/fixtures/rules/<id>/`` and the other recorded inputs under ``tests/unit/fixtures/``: field logs naming the
 findings explain must point at, recorded reports), the generated places (README.md's table, the roles' and
-remediate.yml's tag lists and fix task names, the files module's ``WHAT_IDS``: ``python -m ddpfix.readme README.md``)
+remediate.yml's tag lists and fix task names, the files module's ``WHAT_IDS``: ``python -m tools.generate``)
 and the docs (README, CHANGELOG, CONTRIBUTING, BENCHMARKS and the benchmark notes, which quote measured reports).
 Everything else, tests included, reads them from a rule object (``from ddpfix.rules import hosts as hosts_rules``;
 ``hosts_rules.PEER_MISMATCH.id``), the registry or a registry query (``fixed_by``, ``area_ids``, ``scoped``), so that
@@ -21,7 +21,8 @@ from collections import Counter
 from pathlib import Path
 
 from ddpfix.lab.scenarios.registry import SCENARIOS
-from ddpfix.rules import registry, tags
+from ddpfix.rules import registry
+from tools import tags
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = "controller/ddpfix/"

@@ -13,6 +13,7 @@ rule_inputs.py builds the derived ones; see its docstring.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
@@ -42,7 +43,7 @@ NO_FIXTURE: dict[str, str] = {}
 
 def load(key: str) -> dict[str, Any]:
     if key in BUILT:
-        return BUILT[key]
+        return copy.deepcopy(BUILT[key])  # each test its own, as a file read would give it
     doc: dict[str, Any] = json.loads(RECORDED[key].read_text())
     return doc
 

@@ -1,4 +1,4 @@
-"""The rule registry (ddpfix.rules) is the one source: role tags, the remediate playbook, the plan and the README agree."""
+"""The rule registry (ddpfix.rules) is the one source: role tags, the remediate playbook, the plan and the docs agree."""
 
 from __future__ import annotations
 
@@ -109,24 +109,27 @@ def test_registry_is_well_formed() -> None:
     assert set(rules.fixed_by("firewall")) == set(rules.role_ids("ddpfix_firewall"))
 
 
-def test_readme_findings_table_is_the_registry() -> None:
-    from ddpfix import readme
+def test_docs_findings_table_is_the_registry() -> None:
+    """docs/findings/index.md's table: one row per rule, in registry order, each linking the rule's own page."""
+    from tools import docs
 
-    text = (ROOT / "README.md").read_text()
-    assert readme.current(text, "rules") is not None, "README.md has no <!-- rules:begin --> ... <!-- rules:end -->"
-    assert readme.current(text, "rules") == rules.markdown(), (
-        "README.md's findings table differs from the registry: regenerate it with "
-        "`PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md`")
+    text = (ROOT / "docs" / "findings" / "index.md").read_text()
+    table = docs.current(text, "rules")
+    assert table is not None, "docs/findings/index.md has no generated `rules` region"
+    assert [line.split("`")[1] for line in table.splitlines()[2:]] == list(RULES), (
+        "docs/findings/index.md's findings table differs from the registry: regenerate it with "
+        "`PYTHONPATH=controller .venv/bin/python -m tools.generate`")
+    assert all(f"]({fid}.md)" in table and (ROOT / "docs" / "findings" / f"{fid}.md").is_file() for fid in RULES)
 
 
-def test_readme_generated_sections_are_current() -> None:
-    """Every generated README section (the findings table, the lab's scenario list as `lab up --help` prints it)."""
-    from ddpfix import readme
+def test_docs_generated_regions_are_current() -> None:
+    """Every generated docs region (the findings table, the lab's scenario list as `lab up --help` prints it, the
+    failures explain names) and every finding's page."""
+    from tools import docs
 
-    text = (ROOT / "README.md").read_text()
-    assert readme.sync(text) == text, (
-        "a generated README section is stale: `PYTHONPATH=controller .venv/bin/python -m ddpfix.readme README.md`")
-    assert "fabric-memlock-low" in (readme.current(text, "lab-scenarios") or "")
+    assert not docs.stale(ROOT), (
+        "a generated docs region or page is stale: `PYTHONPATH=controller .venv/bin/python -m tools.generate`")
+    assert "fabric-memlock-low" in (docs.current((ROOT / "docs" / "lab.md").read_text(), "lab-scenarios") or "")
 
 
 def test_markdown_generator_runs_as_a_module() -> None:
@@ -205,17 +208,17 @@ def test_a_rule_with_an_unknown_scope_or_where_is_refused() -> None:
 
 def test_fix_task_tags_are_generated_from_the_registry() -> None:
     """The rule-id tags of the roles' fix tasks and of remediate.yml are the registry's (Remedy.tags)."""
-    from ddpfix.rules import tags
+    from tools import tags
 
     assert not tags.stale(ROOT), (
-        "role or remediate.yml tags differ from the registry: `PYTHONPATH=controller .venv/bin/python -m ddpfix.readme "
-        "README.md` regenerates them")
+        "role or remediate.yml tags differ from the registry: `PYTHONPATH=controller .venv/bin/python -m tools.generate` "
+        "regenerates them")
 
 
 def test_run_tag_conditions_are_generated_from_the_registry() -> None:
     """remediate.yml's `intersect([...])` lists (was this group asked for by --tags) hold the group's ids, as its
     tag lists do; a list without an id (`ansible_skip_tags | intersect(['env'])`) is left alone."""
-    from ddpfix.rules import tags
+    from tools import tags
 
     text = ("  x: >-\n    {{ t | intersect(['hosts', 'hosts.gone']) | length > 0\n"
             "       and s | intersect(['hosts']) | length == 0 }}\n")

@@ -7,14 +7,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_rule_fixtures import FIXTURES, context, load
+from test_rule_fixtures import context, load
 
 from ddpfix.model.finding import Severity
 from ddpfix.rules import env as env_rules
 from ddpfix.rules import reachability
 from ddpfix.rules.engine import not_evaluated, run_checks
 
-BASE = load(FIXTURES / env_rules.TORCH_VERSION_MISMATCH.id / "pass-node3-has-no-torch-not-evaluated-there.json")
+BASE = load(f"{env_rules.TORCH_VERSION_MISMATCH.id}/pass-node3-has-no-torch-not-evaluated-there")
 ABSENT = "torch is not installed for this interpreter"
 
 
@@ -48,7 +48,7 @@ def test_no_torch_anywhere_is_not_evaluated_and_no_finding() -> None:
         (item,) = [i for i in ne[n] if i["id"] == env_rules.TORCH_VERSION_MISMATCH.id]
         assert "no torch in ddp_python (python3), not a host fault" in item["reason"]
         assert "[docker, run, --rm, --network, host, IMAGE, python3]" in item["reason"]
-        assert 'README "Torch in containers"' in item["reason"]
+        assert 'docs/launch.md, "Torch in containers"' in item["reason"]
 
 
 def test_a_container_argv_without_torch_is_named_as_the_operator_wrote_it() -> None:

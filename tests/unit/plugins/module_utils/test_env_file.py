@@ -185,8 +185,8 @@ def test_foreign_file_refuses_env_writes_on_every_node(sim: Sim) -> None:
     assert plans["node2"].env_comment == "node node2 (rank 1)"
 
 
-def test_readme_names_the_block_markers() -> None:
-    text = (Path(ROOT) / "README.md").read_text()
+def test_docs_name_the_block_markers() -> None:
+    text = (Path(ROOT) / "docs" / "launch.md").read_text()  # "The env file and a launch script", moved from the README
     assert lib.BEGIN in text and lib.END in text and "ddp_env_adopt" in text
 
 
