@@ -34,6 +34,8 @@ include_line: {description: The directive that makes it read dropin_dir (C(confd
 directives: {description: The confdir/include lines found, as C(FILE:LINE: TEXT)., returned: always, type: list}
 service: {description: The service name (chrony on Debian, chronyd elsewhere)., returned: always, type: str}
 chronyd: {description: Path of the chronyd binary (empty when not installed)., returned: always, type: str}
+writes: {description: "The files the time fix writes: dropin_file, and conf_path where it exists and does not read
+  dropin_file yet.", returned: always, type: list}
 """
 
 import fnmatch
@@ -198,6 +200,7 @@ def inspect(conf_path="", dropin_dir="", proc="/proc"):
     ddir = choose_dropin_dir(conf, found, dropin_dir)
     dfile = os.path.join(ddir, "ddpfix.conf")
     chronyd = next((p for p in ("/usr/sbin/chronyd", "/usr/bin/chronyd", "/sbin/chronyd") if os.path.exists(p)), "")
+    included = reads(found, dfile)
     return {
         "conf_path": conf,
         "conf_source": how,
@@ -205,11 +208,12 @@ def inspect(conf_path="", dropin_dir="", proc="/proc"):
         "dropin_dir": ddir,
         "dropin_dir_exists": os.path.isdir(ddir),
         "dropin_file": dfile,
-        "included": reads(found, dfile),
+        "included": included,
         "include_line": f"confdir {ddir}",
         "directives": [f"{f}:{n}: {k} {' '.join(a)}" for f, n, k, a in found],
         "service": service_name(),
         "chronyd": chronyd,
+        "writes": [dfile] + ([conf] if os.path.exists(conf) and not included else []),
     }
 
 

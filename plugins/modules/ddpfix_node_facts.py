@@ -77,7 +77,8 @@ options:
       type: list, elements: str, default: []}
   nofile_path: {description: "The pam_limits drop-in of the open-file limit that remediate writes (the role
       ddpfix_limits' ddpfix_limits_nofile_path); read, with the launcher units' drop-ins, for remediate's dry run
-      (C(limits.nofile_dropins))", type: str, default: /etc/security/limits.d/90-ddpfix-nofile.conf}
+      (C(limits.nofile_dropins)); empty: that role's default (module_utils ddpfix_readers NOFILE_PATH)", type: str,
+      default: ''}
   probe_only:
     description:
       - Only probe (with I(probe)), reading no more than the interfaces and listening ports the probe needs, and return
@@ -178,7 +179,7 @@ def main():
             dev_root=dict(type="str", default="/dev"),
             python=dict(type="raw", default=""),
             launcher_units=dict(type="list", elements="str", default=[]),
-            nofile_path=dict(type="str", default="/etc/security/limits.d/90-ddpfix-nofile.conf"),
+            nofile_path=dict(type="str", default=""),
             fi_info=dict(type="str", default=""),
             probe_only=dict(type="bool", default=False),
             profile=dict(type="bool", default=False),

@@ -111,7 +111,7 @@ def test_facts_role_halves_run_in_the_role_and_in_the_audit_plays() -> None:
         assert play["tasks"][0]["ansible.builtin.import_role"]["tasks_from"] == part
         assert "ddpfix.cluster.ddpfix_facts_more(" in play["hosts"] and play["vars"] == facts_play["vars"]
         assert play["strategy"] == facts_play["strategy"] == "linear"
-    assert "'cluster'))" in cluster_play["hosts"] and "'collect'))" in collect_play["hosts"]
+    assert "'cluster') else []" in cluster_play["hosts"] and "'collect') else []" in collect_play["hosts"]
 
 
 def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:

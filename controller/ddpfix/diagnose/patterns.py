@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ddpfix.diagnose.model import Pattern
 from ddpfix.diagnose.patterns_host import HOST_PATTERNS
+from ddpfix.model.cluster import DEFAULT_ENV_PATH
 from ddpfix.rules import env as env_rules
 from ddpfix.rules import fabric as fabric_rules
 from ddpfix.rules import firewall as firewall_rules
@@ -188,7 +189,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "exported into the launching shell, unit or container.",
         (env_rules.MISSING.id,),
         "Start the ranks with torchrun, and export the env file ddpfix env --apply writes before launching: "
-        "set -a; . /etc/ddpfix/ddp.env; set +a (systemd: EnvironmentFile=, docker: --env-file).",
+        f"set -a; . {DEFAULT_ENV_PATH}; set +a (systemd: EnvironmentFile=, docker: --env-file).",
         example="ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
                 "MASTER_ADDR expected, but not set",
     ),
@@ -432,7 +433,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "verify sources the env file that ddpfix env writes.",
         (env_rules.MISSING.id,),
         "Run ddpfix env --apply.",
-        example="/etc/ddpfix/ddp.env: No such file or directory",
+        example=f"{DEFAULT_ENV_PATH}: No such file or directory",
         scope="verify",
     ),
 )

@@ -211,6 +211,15 @@ def role_var_specs() -> dict[str, dict[str, Any]]:
     return out
 
 
+#: The role inputs (and ddp_ variables) that say where a fix writes: the remediation's plan reads them from the
+#: inventory (`Node.role_vars`, `ddpfix.remediate.writes`), the roles' defaults where the inventory does not set them.
+WRITE_VARS = frozenset({
+    "ddpfix_hosts_path", "ddpfix_env_cluster_path", "ddpfix_ifname_link_file", "ddpfix_limits_path",
+    "ddpfix_limits_units", "ddpfix_limits_nofile_path", "ddpfix_sysctl_arp_path", "ddpfix_firewall_zone",
+    "ddpfix_firewall_nft_layouts", "ddpfix_firewall_iptables_rules_paths", "ddp_launcher_units",
+})
+
+
 #: A firewalld zone or policy name as firewall-cmd takes it (a zone becomes a file name and an nft chain name, which
 #: limits it to 17 characters): letters, digits, `_` and `-`.
 FIREWALLD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,17}$")

@@ -13,6 +13,7 @@ from ddpfix.inventory.contract import (
     ENV_SCOPES,
     FIREWALL_CHOICES,
     GROUP,
+    WRITE_VARS,
     bool_var,
     check_env_path,
     check_env_template,
@@ -122,6 +123,7 @@ def cluster_from_inventory_data(data: Mapping[str, Any], inventories: Sequence[s
                         str(hostvars[n]["ddp_socket_ifname"]) if hostvars.get(n, {}).get("ddp_socket_ifname") else None
                     ),
                     **fabric_vars(n, hostvars.get(n, {})),
+                    role_vars={k: v for k, v in (hostvars.get(n) or {}).items() if k in WRITE_VARS},
                 )
                 for n in names
             ),

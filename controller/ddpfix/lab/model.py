@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpfix.errors import DdpfixError, ExitCode
+from ddpfix.model.cluster import DEFAULT_ENV_PATH
 from ddpfix.model.net import valid_ifname
 from ddpfix.plan import node_env
 
@@ -22,7 +23,7 @@ DEFAULT_NAME = "ddpfix"
 DEFAULT_SUBNET = "192.168.77.0/24"
 DEFAULT_NODES = 3
 MASTER_PORT = 29500
-ENV_PATH = "/etc/ddpfix/ddp.env"
+ENV_PATH = DEFAULT_ENV_PATH
 NODE_TMPDIR = "/run/tmp"
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_NODES = 64

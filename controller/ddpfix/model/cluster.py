@@ -19,6 +19,9 @@ class Node:
     nccl_ib_hca: str | None = None  # ddp_nccl_ib_hca: overrides the derived NCCL_IB_HCA
     nccl_ib_gid_index: int | None = None  # ddp_nccl_ib_gid_index: overrides the derived NCCL_IB_GID_INDEX
     env_extra: tuple[tuple[str, str], ...] = ()  # ddp_env_extra: the user's own env file keys
+    #: where the fixes write on this node, as the inventory sets it (`inventory.contract.WRITE_VARS`; checked against
+    #: the roles' argument specs): what the remediation's plan reads (`remediate.writes`)
+    role_vars: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

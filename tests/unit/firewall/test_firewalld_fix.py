@@ -13,6 +13,7 @@ import pytest
 
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.firewall import firewalld as fwd
+from ddpfix.firewall.firewalld import fix as fwfix
 from ddpfix.firewall.verdict import Packet
 from ddpfix.inventory.contract import check_role_var, role_var_specs
 
@@ -47,7 +48,7 @@ def test_bound_zone_gets_a_rich_rule_never_a_conflicting_source(pol: fwd.Firewal
     assert plan.refusals == []
     assert [c.to_vars() for c in plan.changes] == [
         {"zone": "internal", "rich_rule": 'rule family="ipv4" source address="192.168.83.0/24" accept'}]
-    after = fwd._with(pol, plan.changes)
+    after = fwfix._with(pol, plan.changes)
     assert all(fwd.evaluate(after, Packet.of("192.168.83.12", p, "eth0")).verdict == "accept" for p in PORTS)
     # outside the cluster network: still what the user's zones say
     assert fwd.evaluate(after, Packet.of("10.9.9.9", 29500, "eth0")).verdict == "reject"
@@ -93,7 +94,7 @@ def test_egress_policy_gets_a_destination_rule(pol: fwd.Firewalld) -> None:
                         ports=PORTS, ingress=False, egress=True)
     assert [c.to_vars() for c in plan.changes] == [
         {"policy": "egress-lockdown", "rich_rule": 'rule family="ipv4" destination address="192.168.83.0/24" accept'}]
-    after = fwd._with(pol, plan.changes)
+    after = fwfix._with(pol, plan.changes)
     assert fwd.evaluate_egress(after, pkt, "eth0").verdict == "accept"
     # elsewhere the policy still rejects
     assert fwd.evaluate_egress(after, Packet.of("192.168.83.11", 29500, "eth0", dst="172.16.0.1"),

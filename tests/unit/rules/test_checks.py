@@ -3,9 +3,8 @@
 The recorded clean 3-node cluster (fixtures/facts/clean3, see record.py) with one realistic change each: every
 `@case` below is such a mutation, returning the host the finding must name (None for cluster-wide findings) and
 substrings of its evidence (the line, rule, value or probe result); every `@passing` one a change after which its id
-must not be reported. tests/fixtures/rules/generate.py writes each as a fixture file
-(tests/fixtures/rules/<id>/{fail,pass}-*.json, the audit's whole input plus that expectation), and
-tests/unit/rules/test_rule_fixtures.py runs them all (and fails when the written files are stale). The tests here cover
+must not be reported. rule_inputs.py builds each, at test time, into an audit's whole input plus that expectation
+(`<id>/{fail,pass}-*`), and tests/unit/rules/test_rule_fixtures.py runs them all. The tests here cover
 what a single fixture cannot state: thresholds, ordering, not-evaluated, selection grammars.
 """
 

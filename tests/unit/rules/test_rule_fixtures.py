@@ -1,22 +1,25 @@
-"""Every rule on recorded facts, no host needed: the fixture files tests/fixtures/rules/<id>/{fail,pass}*.json.
+"""Every rule on recorded facts, no host needed: each rule's audit inputs, `<id>/{fail,pass}*`: those derived from
+small deltas on the recorded clean cluster, built here at test time (rule_inputs.py: the mutations of test_checks.py
+and the declarative cases of tests/unit/fixtures/rules/<id>.json), and those recorded whole from a lab audit
+(tests/fixtures/rules/<id>/*.json, record_lab.py).
 
 A fixture is one audit's input (the inventory, each node's facts and probe result or the runner's result for a node
 that was not read) and what the audit must find: `expect.id` on `expect.host` (null: cluster-wide) with the evidence
 substrings (fail), or `expect.id` nowhere (pass, `absent`); a fixture recorded from a real audit (record_lab.py) also
 keeps every (id, host) that audit reported, and the replay must report exactly those. The Context is built as the CLI builds it: the cluster from
 the inventory data, each node through the audit's conversion of what the runner returned.
-tests/fixtures/rules/generate.py writes the fixtures derived from the recorded clean cluster; see its docstring.
+rule_inputs.py builds the derived ones; see its docstring.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import copy
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
+import rule_inputs
 from unit_helpers import ROOT
 
 from ddpfix.ansible.results import HostResult, record_event
@@ -28,15 +31,20 @@ from ddpfix.rules.engine import run_checks
 from ddpfix.rules.registry import RULES
 
 FIXTURES = ROOT / "tests" / "fixtures" / "rules"
-PATHS = sorted(FIXTURES.glob("*/*.json"))
+#: "<id>/<name>": the recorded inputs' files, and the derived inputs (built once per test session)
+RECORDED = {f"{p.parent.name}/{p.stem}": p for p in sorted(FIXTURES.glob("*/*.json"))}
+BUILT = rule_inputs.build()
+INPUTS = sorted({*RECORDED, *BUILT})
 #: the task and module of the facts play, as the runner's events name them
 FACTS_TASK = {"task": "Facts | read the node", "resolved_action": "ddpfix.cluster.ddpfix_node_facts"}
 #: rules without a failing or a passing fixture, each with the reason (none today)
 NO_FIXTURE: dict[str, str] = {}
 
 
-def load(path: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(path.read_text())
+def load(key: str) -> dict[str, Any]:
+    if key in BUILT:
+        return copy.deepcopy(BUILT[key])  # each test its own, as a file read would give it
+    doc: dict[str, Any] = json.loads(RECORDED[key].read_text())
     return doc
 
 
@@ -67,13 +75,9 @@ def rendered_as_a_person_wrote_it(f: Finding) -> None:
     json.dumps(f.to_json())
 
 
-def _id(path: Path) -> str:
-    return f"{path.parent.name}/{path.stem}"
-
-
-@pytest.mark.parametrize("path", PATHS, ids=[_id(p) for p in PATHS])
-def test_rule_fixture(path: Path) -> None:
-    doc = load(path)
+@pytest.mark.parametrize("key", INPUTS)
+def test_rule_fixture(key: str) -> None:
+    doc = load(key)
     expect = doc["expect"]
     fid = expect["id"]
     findings = run_checks(context(doc))
@@ -93,28 +97,20 @@ def test_rule_fixture(path: Path) -> None:
 
 
 def test_every_fixture_names_its_rule_and_a_source() -> None:
-    for path in PATHS:
-        doc = load(path)
-        assert path.parent.name in RULES, f"{path}: no rule {path.parent.name!r} in the registry"
-        assert doc["expect"]["id"] == path.parent.name, path
-        assert path.stem.startswith("pass" if doc["expect"].get("absent") else "fail"), path
-        assert doc.get("SOURCE") and doc.get("inventory") and doc.get("hosts"), f"{path}: SOURCE, inventory, hosts"
+    assert not set(RECORDED) & set(BUILT), "a recorded input and a derived one share a name"
+    for key in INPUTS:
+        doc = load(key)
+        fid, _, name = key.partition("/")
+        assert fid in RULES, f"{key}: no rule {fid!r} in the registry"
+        assert doc["expect"]["id"] == fid, key
+        assert name.startswith("pass" if doc["expect"].get("absent") else "fail"), key
+        assert doc.get("SOURCE") and doc.get("inventory") and doc.get("hosts"), f"{key}: SOURCE, inventory, hosts"
 
 
 def test_every_rule_has_a_failing_and_a_passing_fixture() -> None:
     missing = []
     for fid in sorted(set(RULES) - set(NO_FIXTURE)):
-        kinds = {p.stem.split("-")[0] for p in FIXTURES.glob(f"{fid}/*.json")}
+        kinds = {k.partition("/")[2].split("-")[0] for k in INPUTS if k.partition("/")[0] == fid}
         missing += [f"{fid}: no {k} fixture" for k in ("fail", "pass") if k not in kinds]
     assert missing == []
     assert set(NO_FIXTURE) <= set(RULES), sorted(set(NO_FIXTURE) - set(RULES))
-
-
-def test_generated_fixtures_are_up_to_date() -> None:
-    """The derived fixtures equal what tests/fixtures/rules/generate.py writes now (run it after changing a mutation,
-    a declarative case or the recorded cluster)."""
-    spec = importlib.util.spec_from_file_location("ddpfix_rule_fixtures_generate", FIXTURES / "generate.py")
-    assert spec is not None and spec.loader is not None
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
-    assert generate.stale(generate.build()) == []

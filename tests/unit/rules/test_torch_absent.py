@@ -7,14 +7,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_rule_fixtures import FIXTURES, context, load
+from test_rule_fixtures import context, load
 
 from ddpfix.model.finding import Severity
 from ddpfix.rules import env as env_rules
 from ddpfix.rules import reachability
 from ddpfix.rules.engine import not_evaluated, run_checks
 
-BASE = load(FIXTURES / env_rules.TORCH_VERSION_MISMATCH.id / "pass-node3-has-no-torch-not-evaluated-there.json")
+BASE = load(f"{env_rules.TORCH_VERSION_MISMATCH.id}/pass-node3-has-no-torch-not-evaluated-there")
 ABSENT = "torch is not installed for this interpreter"
 
 

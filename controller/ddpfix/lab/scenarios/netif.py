@@ -27,7 +27,7 @@ PUBLIC_MASTER_ADDR = "203.0.113.10"  # TEST-NET-3: configuration text only, neve
 )
 def _ifname_mismatch(plan: LabPlan) -> None:
     """Failure mode: interface names. The cluster NIC is `eth0` on node1, node3, ... and `ens5` on node2,
-    node4, ... (overrides --ifnames); every node has an existing /etc/ddpfix/ddp.env with
+    node4, ... (overrides --ifnames); every node has an existing env file (at its default path) with
     GLOO/NCCL/TP_SOCKET_IFNAME=eth0 and otherwise right values (MASTER_ADDR,
     MASTER_PORT, NNODES, NODE_RANK, WORLD_SIZE). Findings: netif_rules.MISSING on the ens5 nodes,
     netif_rules.NAME_MISMATCH (cluster)."""
@@ -176,7 +176,7 @@ def _netif_down(plan: LabPlan) -> None:
     (net_rules.MASTER_NOT_PRIVATE.id,),
 )
 def _master_addr_public(plan: LabPlan) -> None:
-    """Failure mode: env files. Every node has an existing /etc/ddpfix/ddp.env whose MASTER_ADDR is
+    """Failure mode: env files. Every node has an existing env file (at its default path) whose MASTER_ADDR is
     203.0.113.10 (TEST-NET-3, configuration text only: the lab has no route out and nothing
     connects to it), everything else right (port, ranks, sizes, own interface).
     Finding: net_rules.MASTER_NOT_PRIVATE."""
@@ -190,7 +190,7 @@ def _master_addr_public(plan: LabPlan) -> None:
     min_nodes=2,
 )
 def _env_wrong(plan: LabPlan) -> None:
-    """Every node has an existing /etc/ddpfix/ddp.env; the one on nodeN has MASTER_ADDR = node2's
+    """Every node has an existing env file (at its default path); the one on nodeN has MASTER_ADDR = node2's
     lab address (a lab address that is not the master's) and GLOO/NCCL_SOCKET_IFNAME naming an
     interface that does not exist there (`eth1`, or `ens4` if eth1 is taken). The files disagree
     between nodes. Findings: env_rules.INCONSISTENT (cluster), net_rules.MASTER_NOT_PRIVATE and netif_rules.MISSING

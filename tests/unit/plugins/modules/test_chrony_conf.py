@@ -103,3 +103,16 @@ def test_find_conf_order(cc: ModuleType, tmp_path: Path) -> None:
     assert cc.find_conf("", str(tmp_path / "none"), exists, read)[0] == "/etc/chrony/chrony.conf"  # Debian
     files["/etc/chrony.conf"] = ""
     assert cc.find_conf("", str(tmp_path / "none"), lambda p: p in files, read)[0] == "/etc/chrony.conf"  # RHEL
+
+
+def test_writes_name_the_drop_in_and_the_main_file_only_where_it_must_include_it(cc: ModuleType,
+                                                                                   tmp_path: Path) -> None:
+    """`writes`: what the time fix writes, for remediate.yml's pre-flight: the drop-in, and the main configuration
+    where it exists and does not read the drop-in yet (the fix adds the confdir line there)."""
+    conf = tmp_path / "chrony.conf"
+    dropins = tmp_path / "chrony.d"
+    assert cc.inspect(str(conf), str(dropins))["writes"] == [str(dropins / "ddpfix.conf")]  # no main file
+    conf.write_text(RHEL)
+    assert cc.inspect(str(conf), str(dropins))["writes"] == [str(dropins / "ddpfix.conf"), str(conf)]
+    conf.write_text(RHEL + f"confdir {dropins}\n")
+    assert cc.inspect(str(conf), str(dropins))["writes"] == [str(dropins / "ddpfix.conf")]
