@@ -13,11 +13,10 @@ import click
 
 from ddpfix.app import Application
 from ddpfix.cli.common import global_options
+from ddpfix.diagnose.bounded import MAX_LINE, MAX_LOG_BYTES, cap_bytes, long_lines, shown
 from ddpfix.diagnose.match import FALLBACK_ADVICE, against_inventory, diagnose, finding_ids, log_facts
 from ddpfix.diagnose.model import Diagnosis, LogFacts
 from ddpfix.errors import DdpfixError, ExitCode
-
-MAX_LOG_BYTES = 64 * 1024 * 1024
 
 
 @click.command("explain")
@@ -40,12 +39,7 @@ def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
     streams: tuple[IO[bytes], ...] = logs or (stdin,)
     if not logs and sys.stdin.isatty():
         raise DdpfixError("explain: no log given: pass a file, or pipe the log into `ddpfix explain -`")
-    lines: list[str] = []
-    budget = MAX_LOG_BYTES
-    for stream in streams:
-        data = stream.read(budget)
-        budget -= len(data)
-        lines += data.decode("utf-8", errors="replace").splitlines()
+    lines, cuts = read_logs(streams)
     diagnoses = diagnose(lines)
     facts = log_facts(lines)
     inv = " ".join(f"-i {i}" for i in app.inventories) or "-i INV"
@@ -56,13 +50,41 @@ def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
     if fmt == "json":
         doc = {"schema": "ddpfix.explain/v1", "known": bool(diagnoses), "failures": [d.to_json() for d in diagnoses],
                "audit": f"ddpfix audit {inv}", "audited": bool(app.inventories),
-               "advice": None if diagnoses else FALLBACK_ADVICE, "log": facts.to_json(), "inventory": notes}
+               "advice": None if diagnoses else FALLBACK_ADVICE, "log": facts.to_json(), "inventory": notes,
+               "input": cuts}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
+        for cut in cuts:
+            click.echo(_wrap("input: " + cut, ""))
         _print_text(diagnoses, inv, audited=bool(app.inventories))
         for n in notes:
             click.echo(_wrap("against the inventory: " + n, ""))
     raise SystemExit(int(ExitCode.FINDINGS if found_any else ExitCode.OK))
+
+
+def read_logs(streams: tuple[IO[bytes], ...], cap: int = MAX_LOG_BYTES) -> tuple[list[str], list[str]]:
+    """The lines of all streams, read up to `cap` bytes together, and a line for each cut: the input beyond the cap
+    (not read), lines longer than what is matched of them. Bytes that are not UTF-8 are replaced."""
+    lines: list[str] = []
+    cuts: list[str] = []
+    budget = cap
+    for stream in streams:
+        data = stream.read(budget + 1)  # one byte more: whether the input goes on past the cap
+        more = len(data) > budget
+        data = data[:budget]
+        budget -= len(data)
+        capped = cap_bytes(data, cap, more=more)
+        lines += capped.text.splitlines()
+        if more:
+            name = str(getattr(stream, "name", "-"))
+            name = "stdin" if name in ("-", "<stdin>") else shown(name, 120)
+            cuts.append(capped.note(f"the log ({name} and what follows it)", cap) or "")
+            break
+    n = long_lines(lines)
+    if n:
+        cuts.append(f"{n} line{'s are' if n > 1 else ' is'} longer than {MAX_LINE} characters: only the first "
+                    f"{MAX_LINE} of each were matched")
+    return lines, cuts
 
 
 def _confirm(app: Application, diagnoses: list[Diagnosis], facts: LogFacts) -> tuple[bool, list[str]]:

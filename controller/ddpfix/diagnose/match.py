@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ddpfix.diagnose.bounded import for_matching, shown
 from ddpfix.diagnose.model import Diagnosis, LogFacts, Pattern
 from ddpfix.diagnose.patterns import PATTERNS
 
@@ -28,7 +29,6 @@ FOREIGN_CONTEXT = re.compile(
 _WINDOW_BEFORE, _WINDOW_AFTER = 8, 3
 #: what a healthy job prints at NCCL init: not a distributed context for a line next to it
 _CHATTER = re.compile(r"NCCL (?:INFO|version)")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 _RANK = re.compile(r"\[[Rr]ank ?(\d{1,6})\]")
@@ -134,10 +134,9 @@ def _counts_agree(pat: Pattern, m: re.Match[str]) -> bool:
 
 def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
     """Every known failure in the log, in pattern order, each with its first matching line."""
-    joined = "\n".join(ln.rstrip("\r\n") for ln in lines)
-    if "\x1b" in joined:
-        joined = _ANSI.sub("", joined)
-    text = joined.split("\n")
+    raw = [ln.rstrip("\r\n") for ln in lines]
+    text = for_matching(raw)  # each line cut at MAX_LINE, control sequences removed: linear-time regexes
+    joined = "\n".join(text)
     starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
     found: dict[str, Diagnosis] = {}
     for i, held in _candidates(joined, starts).items():
@@ -153,7 +152,7 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
                     break
                 d = found.get(pat.key)
                 if d is None:
-                    found[pat.key] = Diagnosis(pat, i + 1, line.strip()[:300], tuple(g for g in m.groups() if g))
+                    found[pat.key] = Diagnosis(pat, i + 1, shown(raw[i]), tuple(shown(g, 200) for g in m.groups() if g))
                 else:
                     d.count += 1
                 break
