@@ -14,8 +14,9 @@ import click
 from ddpfix.app import Application
 from ddpfix.cli.common import global_options
 from ddpfix.diagnose.bounded import MAX_LINE, MAX_LOG_BYTES, cap_bytes, long_lines, shown
-from ddpfix.diagnose.match import FALLBACK_ADVICE, against_inventory, diagnose, finding_ids, log_facts
-from ddpfix.diagnose.model import Diagnosis, LogFacts
+from ddpfix.diagnose.events import Event
+from ddpfix.diagnose.match import FALLBACK_ADVICE, against_inventory, explain, finding_ids, log_facts
+from ddpfix.diagnose.model import Diagnosis, Explanation, LogFacts
 from ddpfix.errors import DdpfixError, ExitCode
 
 
@@ -40,7 +41,8 @@ def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
     if not logs and sys.stdin.isatty():
         raise DdpfixError("explain: no log given: pass a file, or pipe the log into `ddpfix explain -`")
     lines, cuts = read_logs(streams)
-    diagnoses = diagnose(lines)
+    ex = explain(lines)
+    diagnoses = ex.diagnoses
     facts = log_facts(lines)
     inv = " ".join(f"-i {i}" for i in app.inventories) or "-i INV"
     found_any = False
@@ -50,13 +52,18 @@ def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
     if fmt == "json":
         doc = {"schema": "ddpfix.explain/v1", "known": bool(diagnoses), "failures": [d.to_json() for d in diagnoses],
                "audit": f"ddpfix audit {inv}", "audited": bool(app.inventories),
-               "advice": None if diagnoses else FALLBACK_ADVICE, "log": facts.to_json(), "inventory": notes,
-               "input": cuts}
+               "advice": None if diagnoses else JOB_FIRST_ADVICE if ex.job_first else FALLBACK_ADVICE,
+               "log": facts.to_json(), "inventory": notes,
+               "events": ex.to_json(), "input": cuts}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         for cut in cuts:
             click.echo(_wrap("input: " + cut, ""))
-        _print_text(diagnoses, inv, audited=bool(app.inventories))
+        if ex.job_first:
+            _print_job_first(ex)
+        else:
+            _print_text(diagnoses, inv, audited=bool(app.inventories))
+            _print_consequences(ex)
         for n in notes:
             click.echo(_wrap("against the inventory: " + n, ""))
     raise SystemExit(int(ExitCode.FINDINGS if found_any else ExitCode.OK))
@@ -105,6 +112,37 @@ def _confirm(app: Application, diagnoses: list[Diagnosis], facts: LogFacts) -> t
 def _wrap(text: str, indent: str) -> str:
     width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
     return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent)
+
+
+def _where(e: Event) -> str:
+    at = [f"line {e.line_no}"] + ([f"rank {e.rank}"] if e.rank is not None else []) + ([e.node] if e.node else [])
+    errno = f", errno {e.errno}: {e.meaning}" if e.meaning else ""
+    return f"{', '.join(at)} ({e.layer}{errno})"
+
+
+def _print_job_first(ex: Explanation) -> None:
+    assert ex.first is not None
+    click.echo("ddpfix explain: the job failed first, not the network: no host check applies")
+    click.echo(f"\n* first failure: {_where(ex.first)}: {ex.first.text}")
+    click.echo(_wrap(JOB_FIRST_ADVICE, "  "))
+    _print_consequences(ex)
+
+
+JOB_FIRST_ADVICE = ("An error of the job itself (memory, data, the training code) came before any network failure; "
+                    "what follows it (other ranks' timeouts and resets, the launcher's SIGTERM and ChildFailedError) "
+                    "is its consequence: fix this error first. No host check applies.")
+
+
+def _print_consequences(ex: Explanation) -> None:
+    if not ex.consequences:
+        return
+    click.echo(f"\nafter the first failure, {ex.n_consequences} line{'s' if ex.n_consequences > 1 else ''} that any "
+               "failure brings (consequences, not causes):")
+    for e in ex.consequences:
+        what = f"{e.key}: " if e.key else ""
+        click.echo(f"  {_where(e)}: {what}{e.text[:160]}")
+    if ex.n_consequences > len(ex.consequences):
+        click.echo(f"  ... and {ex.n_consequences - len(ex.consequences)} more")
 
 
 def _print_text(diagnoses: list[Diagnosis], inv: str, *, audited: bool) -> None:

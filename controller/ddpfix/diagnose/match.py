@@ -7,11 +7,12 @@ import bisect
 import functools
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ddpfix.diagnose.bounded import for_matching, shown
-from ddpfix.diagnose.model import Diagnosis, LogFacts, Pattern
+from ddpfix.diagnose.events import CONSEQUENCE, CONSEQUENCE_KEYS, JOB_HINT, event, is_job_failure
+from ddpfix.diagnose.model import Diagnosis, Explanation, LogFacts, Pattern
 from ddpfix.diagnose.patterns import PATTERNS
 
 FALLBACK_ADVICE = ("No known failure recognised. Run the job with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL "
@@ -133,12 +134,23 @@ def _counts_agree(pat: Pattern, m: re.Match[str]) -> bool:
 
 
 def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
-    """Every known failure in the log, in pattern order, each with its first matching line."""
-    raw = [ln.rstrip("\r\n") for ln in lines]
-    text = for_matching(raw)  # each line cut at MAX_LINE, control sequences removed: linear-time regexes
+    """The known failures in the log that are causes, in pattern order, each with its first matching line (see
+    `explain`: the job's own failure first names none; a consequence after a cause is not named)."""
+    return explain(lines, scope).diagnoses
+
+
+#: rows that report what NCCL chose at init, not a failure: they do not make a network failure come first
+OBSERVATION_KEYS = frozenset({"nccl-ib-fallback", "nccl-virtual-interface"})
+#: how many consequence lines an explanation lists (the count says how many there were)
+MAX_CONSEQUENCES = 12
+
+
+def _rows(text: list[str], raw: list[str], scope: str) -> tuple[dict[str, Diagnosis], dict[int, str]]:
+    """Every table row that matches, with its first line, and the row each matching line belongs to."""
     joined = "\n".join(text)
     starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
     found: dict[str, Diagnosis] = {}
+    at: dict[int, str] = {}
     for i, held in _candidates(joined, starts).items():
         line = text[i]
         for pat, regexes in _plan(scope, frozenset(held)):
@@ -150,6 +162,7 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
                     break
                 if pat.unless_foreign and scope == "all" and _foreign_near(text, i):
                     break
+                at.setdefault(i, pat.key)
                 d = found.get(pat.key)
                 if d is None:
                     found[pat.key] = Diagnosis(pat, i + 1, shown(raw[i]), tuple(shown(g, 200) for g in m.groups() if g))
@@ -160,10 +173,67 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
         also = re.compile(found[key].pattern.also or "")
         if not any(also.search(ln) for ln in text):
             del found[key]
-    explained = {k for d in found.values() for k in d.pattern.explains}
+    return found, at
+
+
+def _echoes(found: dict[str, Diagnosis]) -> set[str]:
+    """The rows another row explains: its `explains`, the generic rows next to a specific one, a consequence row
+    after a cause, a connect failure to a name whose lookup failed before it."""
+    out = {k for d in found.values() for k in d.pattern.explains}
     if any(not d.pattern.generic for d in found.values()):
-        explained |= {k for k, d in found.items() if d.pattern.generic}
-    return [found[p.key] for p in PATTERNS if p.key in found and p.key not in explained]
+        out |= {k for k, d in found.items() if d.pattern.generic}
+    causes = [d.line_no for k, d in found.items() if k not in CONSEQUENCE_KEYS | OBSERVATION_KEYS | out]
+    if causes:
+        out |= {k for k, d in found.items() if k in CONSEQUENCE_KEYS and d.line_no > min(causes)}
+    name, conn = found.get("unresolvable-name"), found.get("master-unreachable")
+    if name and conn and name.line_no < conn.line_no and len(conn.detail) == 2 and name.detail[:1] == conn.detail[:1]:
+        out.add("master-unreachable")  # "failed to connect to any network address of (NAME, port)": no errno
+    return out
+
+
+def _lines_matching(rx: re.Pattern[str], joined: str, starts: list[int], lo: int, hi: int) -> Iterator[int]:
+    """The indexes of lines lo..hi-1 that `rx` matches, in order: one scan of the joined text (a regex per line
+    costs a call per line on a log of a million lines)."""
+    pos = starts[lo] if lo < len(starts) else len(joined)
+    end = starts[hi] if hi < len(starts) else len(joined)
+    last = -1
+    for m in rx.finditer(joined, pos, end):
+        ln = bisect.bisect_right(starts, m.start()) - 1
+        if ln != last:
+            last = ln
+            yield ln
+
+
+def explain(lines: Iterable[str], scope: str = "all") -> Explanation:
+    """The log as events: the earliest failure that is a cause, the causes named (table rows), and the failures
+    after it that any failure brings (store resets, watchdog timeouts, ChildFailedError, SIGTERM). When the job's
+    own failure (memory, data, code) comes before every network cause, no row is named."""
+    raw = [ln.rstrip("\r\n") for ln in lines]
+    text = for_matching(raw)  # each line cut at MAX_LINE, control sequences removed: linear-time regexes
+    found, at = _rows(text, raw, scope)
+    echoes = _echoes(found)
+    named = [found[p.key] for p in PATTERNS if p.key in found and p.key not in echoes]
+    failures = [d.line_no for d in named if d.pattern.key not in OBSERVATION_KEYS]
+    first_cause = min(failures) - 1 if failures else len(text)
+    joined = "\n".join(text)
+    starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
+    job = next((i for i in _lines_matching(JOB_HINT, joined, starts, 0, first_cause)
+                if i not in at and is_job_failure(text[i])), None)
+    if job is not None and scope == "all":
+        first = event(job + 1, "job", text[job], shown(raw[job]))
+        named, start = [], job
+    elif named:
+        d = min(named, key=lambda x: x.line_no)
+        first = event(d.line_no, "cause", text[d.line_no - 1], d.line, d.pattern.key)
+        start = d.line_no - 1
+    else:
+        return Explanation([], None, [], 0)
+    marked = set(_lines_matching(CONSEQUENCE, joined, starts, start + 1, len(text)))
+    later = sorted(i for i in marked | set(at) if i > start and (
+        at.get(i) in CONSEQUENCE_KEYS or (i not in at) or (at[i] in echoes and at[i] != first.key)))
+    consequences = [event(i + 1, "consequence", text[i], shown(raw[i]), at.get(i, ""))
+                    for i in later[:MAX_CONSEQUENCES]]
+    return Explanation(named, first, consequences, len(later))
 
 
 def finding_ids(diagnoses: Sequence[Diagnosis]) -> list[str]:

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpfix.diagnose.events import Event
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -63,3 +65,23 @@ class LogFacts:
 
     def to_json(self) -> dict[str, Any]:
         return {"ranks": list(self.ranks), "nccl_versions": list(self.nccl_versions)}
+
+
+@dataclass
+class Explanation:
+    """A log read as events: the causes named (table rows, in table order), the earliest failure that is a cause
+    (a row's line, or the job's own failure: memory, data, code, which names no row), and the failures after it
+    that any failure brings (the first `MAX_CONSEQUENCES` of `n_consequences`)."""
+
+    diagnoses: list[Diagnosis]
+    first: Event | None
+    consequences: list[Event]
+    n_consequences: int
+
+    @property
+    def job_first(self) -> bool:
+        return self.first is not None and self.first.kind == "job"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first.to_json() if self.first else None, "job_first": self.job_first,
+                "consequences": [e.to_json() for e in self.consequences], "n_consequences": self.n_consequences}
