@@ -63,6 +63,7 @@ def command(app: Application, logs: tuple[IO[bytes], ...], fmt: str) -> None:
             _print_job_first(ex)
         else:
             _print_text(diagnoses, inv, audited=bool(app.inventories))
+            _print_hosts(ex)
             _print_consequences(ex)
         for n in notes:
             click.echo(_wrap("against the inventory: " + n, ""))
@@ -133,6 +134,17 @@ JOB_FIRST_ADVICE = ("An error of the job itself (memory, data, the training code
                     "is its consequence: fix this error first. No host check applies.")
 
 
+def _print_hosts(ex: Explanation) -> None:
+    """What the log says about the hosts that matters: interfaces no peer reaches, versions that differ."""
+    odd = ex.hosts.odd_interfaces()
+    if not ex.diagnoses or not odd:
+        return
+    click.echo("\nthe log says about the hosts:")
+    for i in odd[:6]:
+        click.echo(f"  {i.who} uses {shown(i.name, 64)} {shown(i.address, 64)}: a {i.kind} address, no peer on "
+                   "another node reaches it")
+
+
 def _print_consequences(ex: Explanation) -> None:
     if not ex.consequences:
         return
@@ -159,6 +171,8 @@ def _print_text(diagnoses: list[Diagnosis], inv: str, *, audited: bool) -> None:
         click.echo(f"  line {d.line_no}{more}: {d.line}")
         click.echo(_wrap(d.pattern.meaning, "  "))
         if d.pattern.finding_ids:
+            if d.checks and d.why:
+                click.echo(_wrap(f"look first at: {', '.join(d.checks)} ({d.why})", "  "))
             click.echo(f"  checked by: {', '.join(d.pattern.finding_ids)}")
         else:
             click.echo("  checked by: no host check (not the network: the audit will not find this)")

@@ -39,13 +39,17 @@ USER_FAILURE = re.compile(
     r"shapes cannot be multiplied|size mismatch for |Error\(s\) in loading state_dict|[Ll]oss is (?:NaN|nan|inf)")
 #: the host killed a rank (the OOM killer): not the network, whatever the launcher line around it says
 KILLED = re.compile(r"exitcode\s{0,4}:?\s{0,4}-9\b|Signal 9 \(SIGKILL\)|Out of memory: Killed process|oom-kill")
-#: a line that may hold the job's own failure (`is_job_failure` decides): one scan of the whole log
-JOB_HINT = re.compile(f"(?:{USER_FAILURE.pattern})|(?:{KILLED.pattern})")
+#: literals one of which every line `is_job_failure` accepts holds (a unit test checks it on every branch)
+JOB_ANCHORS = ("Error", "CUDA error", "out of memory", "CUBLAS_", "shapes cannot", "size mismatch", "oss is ",
+               "exitcode", "SIGKILL", "Killed process", "oom-kill")
 #: lines that follow any failure: the launcher tearing the job down, the other ranks' timeouts and lost peers
 CONSEQUENCE = re.compile(
     r"ChildFailedError|closing signal SIG|SignalException|Received \d{1,3} death signal|WorkerGroup failed|"
     r"failed \(exitcode|Some NCCL operations have failed|taking the entire process down|"
     r"Connection closed by localRank|watchdog thread terminated")
+CONSEQUENCE_ANCHORS = ("ChildFailedError", "closing signal SIG", "SignalException", "death signal",
+                       "WorkerGroup failed", "failed (exitcode", "Some NCCL operations have failed",
+                       "taking the entire process down", "Connection closed by localRank", "watchdog thread terminated")
 #: distributed-communication words: a line holding one is not a failure of the job itself
 _DIST = re.compile(r"c10d|[Gg]loo|NCCL|TCPStore|ProcessGroup|torch[./]distributed|torchrun|elastic|"
                    r"init_process_group|[Rr]endezvous|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|LOCAL_RANK|socket\.cpp")
@@ -56,9 +60,11 @@ CONSEQUENCE_KEYS = frozenset({"connection-reset", "nccl-remote-error", "collecti
 _RANK = re.compile(r"\[[Rr]ank ?(\d{1,6})\]|^\[(\d{1,6})\]:|\brank:? (\d{1,6}) ")
 _NODE = re.compile(r"^(?:\[\d{1,6}\]:? )?([\w.-]{1,64}):\d{1,9}:\d{1,9} \[\d{1,4}\]")
 _ERRNO = re.compile(r"errno:? (-?\d{1,4})|\[Errno (\d{1,4})\]|gai error: (-?\d{1,5})")
-_PEER = re.compile(r"([0-9A-Fa-f:.]{3,64}|[\w.-]{1,128})<(\d{1,5})>|"
+#: a peer as NCCL (`addr<port>`), torch (`(host, port)`) or Gloo (`[addr]:port`) writes it; each alternative starts
+#: at a token boundary (the lookbehind), so a long run of word characters is scanned once, not from every position
+_PEER = re.compile(r"(?<![\w.:-])([0-9A-Fa-f:.]{3,64}|[\w.-]{1,128})<(\d{1,5})>|"
                    r"\(\s{0,4}\[?([0-9A-Za-z:._-]{1,128})\]?, (\d{1,5})\)|"
-                   r"\[?([0-9A-Fa-f:.]{3,64}|[\w-]{1,64}(?:\.[\w-]{1,64}){0,8})\]?:(\d{2,5})\b")
+                   r"(?<![\w.:-])\[?([0-9A-Fa-f:.]{3,64}|[\w-]{1,64}(?:\.[\w-]{1,64}){0,8})\]?:(\d{2,5})\b")
 
 #: errnos and what they say about the path (Linux numbers; negative: getaddrinfo's EAI codes)
 ERRNO_MEANING: dict[int, str] = {

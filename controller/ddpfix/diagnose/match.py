@@ -7,13 +7,22 @@ import bisect
 import functools
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ddpfix.diagnose.bounded import for_matching, shown
-from ddpfix.diagnose.events import CONSEQUENCE, CONSEQUENCE_KEYS, JOB_HINT, event, is_job_failure
+from ddpfix.diagnose.events import (
+    CONSEQUENCE,
+    CONSEQUENCE_ANCHORS,
+    CONSEQUENCE_KEYS,
+    JOB_ANCHORS,
+    event,
+    is_job_failure,
+)
+from ddpfix.diagnose.hosts import HostFacts, read_hosts, versions_line
 from ddpfix.diagnose.model import Diagnosis, Explanation, LogFacts, Pattern
-from ddpfix.diagnose.patterns import PATTERNS
+from ddpfix.diagnose.narrow import narrow
+from ddpfix.diagnose.patterns import PATTERNS, VERSIONS_DIFFER
 
 FALLBACK_ADVICE = ("No known failure recognised. Run the job with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL "
                    "and TORCH_CPP_LOG_LEVEL=INFO, and audit the nodes: ddpfix audit -i INV.")
@@ -69,11 +78,11 @@ ANCHORS: tuple[str, ...] = (
 )
 
 
-def _candidates(text: str, starts: list[int]) -> dict[int, set[str]]:
+def _candidates(text: str, starts: list[int], anchors: Iterable[str] = ANCHORS) -> dict[int, set[str]]:
     """The lines (by index; a line starts at `starts`) that hold an anchor, each with the anchors it holds."""
     out: dict[int, set[str]] = {}
     end = len(text)
-    for a in ANCHORS:
+    for a in anchors:
         i = text.find(a)
         while i != -1:
             ln = bisect.bisect_right(starts, i) - 1
@@ -191,17 +200,10 @@ def _echoes(found: dict[str, Diagnosis]) -> set[str]:
     return out
 
 
-def _lines_matching(rx: re.Pattern[str], joined: str, starts: list[int], lo: int, hi: int) -> Iterator[int]:
-    """The indexes of lines lo..hi-1 that `rx` matches, in order: one scan of the joined text (a regex per line
-    costs a call per line on a log of a million lines)."""
-    pos = starts[lo] if lo < len(starts) else len(joined)
-    end = starts[hi] if hi < len(starts) else len(joined)
-    last = -1
-    for m in rx.finditer(joined, pos, end):
-        ln = bisect.bisect_right(starts, m.start()) - 1
-        if ln != last:
-            last = ln
-            yield ln
+def _lines_matching(anchors: Iterable[str], joined: str, starts: list[int], lo: int, hi: int) -> list[int]:
+    """The indexes of lines lo..hi-1 that hold one of these literal anchors, in order (str.find over the joined
+    text: a regex per line costs a call per line on a log of a million lines)."""
+    return [i for i in _candidates(joined, starts, anchors) if lo <= i < hi]
 
 
 def explain(lines: Iterable[str], scope: str = "all") -> Explanation:
@@ -217,23 +219,37 @@ def explain(lines: Iterable[str], scope: str = "all") -> Explanation:
     first_cause = min(failures) - 1 if failures else len(text)
     joined = "\n".join(text)
     starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
-    job = next((i for i in _lines_matching(JOB_HINT, joined, starts, 0, first_cause)
+    job = next((i for i in _lines_matching(JOB_ANCHORS, joined, starts, 0, first_cause)
                 if i not in at and is_job_failure(text[i])), None)
+    hosts = read_hosts(text)
     if job is not None and scope == "all":
         first = event(job + 1, "job", text[job], shown(raw[job]))
         named, start = [], job
-    elif named:
+    else:
+        named += _versions(hosts, raw) if scope == "all" else []
+        if not named:
+            return Explanation([], None, [], 0, hosts)
         d = min(named, key=lambda x: x.line_no)
         first = event(d.line_no, "cause", text[d.line_no - 1], d.line, d.pattern.key)
         start = d.line_no - 1
-    else:
-        return Explanation([], None, [], 0)
-    marked = set(_lines_matching(CONSEQUENCE, joined, starts, start + 1, len(text)))
+        for d in named:
+            d.checks, d.why = narrow(d, hosts)
+    marked = {i for i in _lines_matching(CONSEQUENCE_ANCHORS, joined, starts, start + 1, len(text))
+              if CONSEQUENCE.search(text[i])}
     later = sorted(i for i in marked | set(at) if i > start and (
         at.get(i) in CONSEQUENCE_KEYS or (i not in at) or (at[i] in echoes and at[i] != first.key)))
     consequences = [event(i + 1, "consequence", text[i], shown(raw[i]), at.get(i, ""))
                     for i in later[:MAX_CONSEQUENCES]]
-    return Explanation(named, first, consequences, len(later))
+    return Explanation(named, first, consequences, len(later), hosts)
+
+
+def _versions(hosts: HostFacts, raw: list[str]) -> list[Diagnosis]:
+    """The versions-differ row when the nodes report different versions, on the first line that differs."""
+    differ = hosts.differing()
+    if not differ:
+        return []
+    at = min(n for (kind, _), n in hosts.at.items() if kind in differ)
+    return [Diagnosis(VERSIONS_DIFFER, at + 1, shown(raw[at]), (shown(versions_line(differ), 300),))]
 
 
 def finding_ids(diagnoses: Sequence[Diagnosis]) -> list[str]:
@@ -259,13 +275,13 @@ def cause_line(text: str, finding_ids_here: Iterable[str] = ()) -> str:
 def symptoms(finding_id: str) -> list[Pattern]:
     """The recognised failures whose cause this finding's check looks at: how the finding shows in a job's log
     (the HTML report lists them under each cause)."""
-    return [p for p in PATTERNS if p.scope == "all" and finding_id in p.finding_ids]
+    return [p for p in (*PATTERNS, VERSIONS_DIFFER) if p.scope == "all" and finding_id in p.finding_ids]
 
 
 def markdown() -> str:
     """The README's list of recognised failures, generated from the table: key, title, one example line."""
     out = ["| failure | what it means | checked by | example line |", "|---|---|---|---|"]
-    for p in PATTERNS:
+    for p in (*PATTERNS, VERSIONS_DIFFER):
         if p.scope != "all":
             continue
         ids = ", ".join(f"`{i}`" for i in p.finding_ids) or "(no host check: not the network)"

@@ -439,3 +439,19 @@ PATTERNS: tuple[Pattern, ...] = (
         scope="verify",
     ),
 )
+
+
+#: read from the whole log (`diagnose.hosts`), not from one line: the versions the nodes report differ
+VERSIONS_DIFFER = Pattern(
+    "versions-differ",
+    "the nodes report different torch, NCCL or NCCL net plugin versions",
+    (),
+    "Ranks built against different NCCL versions, or with a net plugin (IB, aws-ofi-nccl, a vendor plugin) on "
+    "some nodes and not on others, pick different transports or wire protocols: init fails or hangs, or a "
+    "collective never completes. torch versions that differ change the store's protocol too.",
+    (env_rules.TORCH_VERSION_MISMATCH.id, fabric_rules.NCCL_VERSION_MISMATCH.id),
+    "Install one torch build (with its NCCL) and the same net plugin on every node; ddpfix audit compares the "
+    "versions across nodes.",
+    example="node1:11:11 [0] NCCL INFO NCCL version 2.18.1+cuda12.1 ... node2:12:12 [0] NCCL INFO NCCL version "
+            "2.21.5+cuda12.4",
+)

@@ -93,3 +93,62 @@ def test_cli_says_the_job_failed_first_and_lists_the_consequences() -> None:
     assert "checked by" not in r.output and "ddpfix audit" not in r.output, r.output
     doc = json.loads(CliRunner().invoke(cli, ["explain", "-", "--format", "json"], input=log).stdout)
     assert doc["failures"] == [] and doc["events"]["job_first"] and doc["events"]["first"]["line"] == 5
+
+
+def test_the_log_tells_the_interfaces_versions_and_store_address() -> None:
+    from ddpfix.diagnose.hosts import read_hosts
+
+    h = read_hosts(["node1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]docker0:172.17.0.1<0>",
+                    "node2:1:1 [0] NCCL INFO Bootstrap : Using eno1:avahi:169.254.3.4<0>",  # NCCL >= 2.4
+                    "node3:1:1 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>",  # NCCL 2.3
+                    "node2:2:2 [0] NCCL INFO NCCL version 2.18.1+cuda12.1",
+                    "node1:2:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+                    "node1:2:2 [0] NCCL INFO NET/Plugin : Loaded net plugin NCCL RDMA Plugin v7 (v7)",
+                    "The client socket has failed to connect to any network address of (34.1.2.3, 29500)."])
+    assert [(i.who, i.name, i.kind) for i in h.interfaces] == [
+        ("node1", "eth0", "private"), ("node1", "docker0", "bridge"), ("node2", "eno1:avahi", "link-local"),
+        ("node3", "lo", "loopback")]
+    assert h.differing() == {"nccl": {"node2": "2.18.1", "node1": "2.21.5"}}
+    assert h.versions["net plugin"] == {"node1": "NCCL RDMA Plugin v7"} and h.stores == ["34.1.2.3:29500"]
+
+
+def test_versions_that_differ_across_nodes_are_a_finding() -> None:
+    from ddpfix.rules import env as env_rules
+    from ddpfix.rules import fabric as fabric_rules
+
+    lines = ["node1:2:2 [0] NCCL INFO NCCL version 2.18.1+cuda12.1", "node2:2:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+             "node1:2:2 [0] NCCL INFO Using network IB", "node2:2:2 [0] NCCL INFO Using network Socket", WATCHDOG]
+    ds = diagnose(lines)
+    assert [d.pattern.key for d in ds] == ["collective-timeout-later", "versions-differ"]
+    v = ds[1]
+    assert v.line_no == 1 and "nccl: node1 2.18.1, node2 2.21.5" in v.detail[0] and "network: node1 IB" in v.detail[0]
+    assert set(v.pattern.finding_ids) == {env_rules.TORCH_VERSION_MISMATCH.id, fabric_rules.NCCL_VERSION_MISMATCH.id}
+    assert diagnose(lines[:1] + lines[2:3]) == []  # one node, one version: nothing
+
+
+def test_a_finding_names_one_or_two_checks_with_the_evidence() -> None:
+    from ddpfix.rules import fabric as fabric_rules
+    from ddpfix.rules import firewall as firewall_rules
+    from ddpfix.rules import net as net_rules
+    from ddpfix.rules import netif as netif_rules
+    from ddpfix.rules import probes as probes_rules
+
+    refused = "[W socket.cpp:697] [c10d] The client socket has failed to connect to [node1]:29500 (errno: 111 - Connection refused)."
+    d = diagnose([refused])[0]
+    assert d.checks == (probes_rules.MASTER_PORT_UNREACHABLE.id, firewall_rules.MASTER_PORT_BLOCKED.id)
+    assert "errno 111: refused" in d.why
+    public = "[c10d] The client socket has failed to connect to any network address of (34.1.2.3, 29500)."
+    assert diagnose([public])[0].checks[0] == net_rules.MASTER_NOT_PRIVATE.id
+    peer = "socketStartConnect: Connect to 10.0.0.2<44801> failed : Software caused connection abort"
+    assert diagnose([peer])[0].checks == (firewall_rules.PEER_PORTS_BLOCKED.id, netif_rules.AUTOSELECT_WRONG.id)
+    bridge = "node2:1:1 [0] NCCL INFO NET/Socket : Using [0]docker0:172.17.0.1<0>"
+    d = next(x for x in diagnose([bridge, peer]) if x.pattern.key == "nccl-socket-connect")
+    assert d.checks[0] == netif_rules.AUTOSELECT_WRONG.id and "node2 chose docker0 172.17.0.1 (bridge)" in d.why
+    # a peer-to-peer refusal is not a master-port problem
+    gloo = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [192.168.0.222]:2226: Connection refused"
+    assert diagnose([gloo])[0].checks == (firewall_rules.PEER_PORTS_BLOCKED.id, probes_rules.PEER_UNREACHABLE.id)
+    ib = "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<50311> with status=12 opcode=0 len=0 vendor err 129"
+    assert diagnose([ib])[0].checks == (fabric_rules.GID_INDEX_DIFFERS.id, fabric_rules.ROCE_NO_V2_GID.id)
+    r = CliRunner().invoke(cli, ["explain", "-"], input=refused)
+    assert "look first at: probe.master-port-unreachable, firewall.master-port-blocked (the connect to the store" in \
+        " ".join(r.output.split()), r.output
