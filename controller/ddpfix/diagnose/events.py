@@ -35,7 +35,8 @@ USER_FAILURE = re.compile(
     r"NameError|ZeroDivisionError|AssertionError|ImportError|ModuleNotFoundError|NotImplementedError|"
     r"UnboundLocalError|RecursionError|JSONDecodeError|UnicodeDecodeError|ValueError|EOFError|UnpicklingError|"
     r"FloatingPointError|SyntaxError|IndentationError)\b|"
-    r"CUDA error: (?:device-side assert|an illegal memory access|misaligned address|invalid device ordinal)|"
+    r"CUDA error: (?:device-side assert|an illegal memory access|misaligned address|invalid device ordinal|"
+    r"out of memory)|"
     r"shapes cannot be multiplied|size mismatch for |Error\(s\) in loading state_dict|[Ll]oss is (?:NaN|nan|inf)")
 #: the host killed a rank (the OOM killer): not the network, whatever the launcher line around it says
 KILLED = re.compile(r"exitcode\s{0,4}:?\s{0,4}-9\b|Signal 9 \(SIGKILL\)|Out of memory: Killed process|oom-kill")

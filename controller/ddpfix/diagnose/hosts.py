@@ -24,8 +24,9 @@ VERSION_RX: dict[str, re.Pattern[str]] = {
     "torch": re.compile(r"(?:PyTorch version|torch version|torch\.__version__|\btorch==)[:= ]{0,3}"
                         r"(\d{1,2}\.\d{1,3}\.\d{1,3}(?:\+[\w.]{1,32})?)"),
     "net plugin": re.compile(r"NET/Plugin ?: ?(?:Loaded (?:net|coll) plugin |Using )([\w .-]{1,48}?)"
-                             r"(?: \(v\d{1,3}\)|$)|"
-                             r"Initializing (aws-ofi-nccl [\w.-]{1,32})"),
+                             r"(?: \(v\d{1,3}\)|$)|Initializing (aws-ofi-nccl [\w.-]{1,32})|"
+                             r"Plugin Path ?: ?(\S{1,256})|"
+                             r"NET/Plugin ?: ?(?P<internal>Could not find|No plugin found)"),
     "network": re.compile(r"NCCL INFO Using network ([\w -]{1,32})$"),
 }
 _BRIDGE = re.compile(r"^(?:docker|veth|virbr|br-|cni|flannel|cali|vxlan|lxcbr|weave|tailscale|wg|tunl|cilium)")
@@ -87,6 +88,13 @@ def _who(line: str) -> str:
     return "?"
 
 
+def _value(m: re.Match[str]) -> str:
+    """A version (or plugin) from a match: "internal" for NCCL's own plugin when no libnccl-net.so was found."""
+    if m.groupdict().get("internal"):
+        return "internal"
+    return next((g for g in m.groups() if g), "").strip()
+
+
 def read_hosts(lines: Iterable[str]) -> HostFacts:
     """What the lines (already cut) say about the hosts; each fact once per node."""
     facts = HostFacts()
@@ -101,10 +109,10 @@ def read_hosts(lines: Iterable[str]) -> HostFacts:
                     if (who, name, addr) not in seen:
                         seen.add((who, name, addr))
                         facts.interfaces.append(Interface(who, name, addr, address_kind(name, addr)))
-        if "ersion" in line or "torch==" in line or "NET/Plugin" in line or "Initializing" in line or (
+        if "ersion" in line or "torch==" in line or "Plugin" in line or "Initializing" in line or (
                 "Using network" in line):
             for kind, rx in VERSION_RX.items():
-                if (m := rx.search(line)) and (v := next((g for g in m.groups() if g), "").strip()):
+                if (m := rx.search(line)) and (v := _value(m)):
                     who = _who(line)
                     if who not in facts.versions.setdefault(kind, {}):
                         facts.versions[kind][who] = v

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ddpfix.diagnose.bounded import for_matching, shown
+from ddpfix.diagnose.bounded import MAX_LINE, for_matching, shown
 from ddpfix.diagnose.events import (
     CONSEQUENCE,
     CONSEQUENCE_ANCHORS,
@@ -30,7 +30,8 @@ FALLBACK_ADVICE = ("No known failure recognised. Run the job with NCCL_DEBUG=INF
 #: a line of distributed communication: c10d, Gloo, NCCL, the store, torchrun/elastic, a torch.distributed frame
 DIST_CONTEXT = re.compile(
     r"c10d|[Gg]loo|NCCL|TCPStore|ProcessGroup|torch[./]distributed|torchrun|elastic|init_process_group|"
-    r"[Rr]endezvous|DistNetworkError|DistStoreError|DistBackendError|MASTER_ADDR|socket\.cpp|pair\.cc")
+    r"[Rr]endezvous|DistNetworkError|DistStoreError|DistBackendError|MASTER_ADDR|socket\.cpp|pair\.cc|"
+    r"(?:server|client) socket has failed|network addresses? of \(")
 #: a download / HTTP client / package manager / web server line: a reset or an EMFILE near it is not a DDP failure
 FOREIGN_CONTEXT = re.compile(
     r"urllib3|requests[./]|huggingface_hub|hf_hub_download|HfHubHTTPError|pip[./]_internal|Downloading|aiohttp|"
@@ -66,7 +67,8 @@ ANCHORS: tuple[str, ...] = (
     "EAFNOSUPPORT",
     "trying to connect", "connect/validate", "any network address", "errno: 11", "C10d store", "onnection refused",
     "waiting for clients", "ncclUniqueId", "connectFullMesh", "willRetry", "pair.cc", "Connect to",
-    "Call to connect", "socketStartConnect", "onnection reset", "onnection closed", "Socket Timeout", "ECONNRESET",
+    "Call to connect", "socketStartConnect", "same subnet as remote", "onnection reset", "onnection closed",
+    "Socket Timeout", "ECONNRESET",
     "endezvous", "DistStoreError", "orld size", "out of range", ">= world_size", "Invalid rank", "ibv_", "NET/IB",
     "NET/OFI", "aws-ofi-nccl", "Watchdog caught", "last completed", "network addresses", "Name or service",
     "name resolution", "host not found", "getaddrinfo", "ECONNREFUSED", "o route to host", "EHOSTUNREACH",
@@ -154,13 +156,16 @@ OBSERVATION_KEYS = frozenset({"nccl-ib-fallback", "nccl-virtual-interface"})
 MAX_CONSEQUENCES = 12
 
 
-def _rows(text: list[str], raw: list[str], scope: str) -> tuple[dict[str, Diagnosis], dict[int, str]]:
+def _rows(text: list[str], raw: list[str], scope: str,
+          only: set[int] | None = None) -> tuple[dict[str, Diagnosis], dict[int, str]]:
     """Every table row that matches, with its first line, and the row each matching line belongs to."""
     joined = "\n".join(text)
     starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
     found: dict[str, Diagnosis] = {}
     at: dict[int, str] = {}
     for i, held in _candidates(joined, starts).items():
+        if only is not None and i not in only:
+            continue
         line = text[i]
         for pat, regexes in _plan(scope, frozenset(held)):
             for rx in regexes:
@@ -183,6 +188,57 @@ def _rows(text: list[str], raw: list[str], scope: str) -> tuple[dict[str, Diagno
         if not any(also.search(ln) for ln in text):
             del found[key]
     return found, at
+
+
+#: a launcher's prefix on a line: `[rank3]:`, `[3]:`, Slurm's `3: `, pdsh/DeepSpeed's `node1: `
+_PREFIX = re.compile(r"^(?:\[[Rr]ank ?\d{1,6}\]: ?|\[\d{1,6}\]: ?|\d{1,6}: |[\w.-]{1,64}: )")
+#: a line a terminal or launcher wrapped ends mid-phrase, and its continuation starts with a lower-case word, a
+#: digit or an opening bracket
+_WRAP_END = re.compile(r"[\w,(\[-]$")
+_WRAP_START = re.compile(r"^[a-z0-9(\[]")
+#: lines re-joined into one at most (a 300-character message wrapped at 80 columns)
+MAX_WRAPPED = 5
+
+
+def _continuation(prev: str, line: str) -> str | None:
+    """`line` without the launcher prefix `prev` has too, when it continues `prev` (hard-wrapped), else None."""
+    if len(prev) < 60 or not _WRAP_END.search(prev):
+        return None
+    p = _PREFIX.match(prev)
+    if p and line.startswith(p.group(0)):
+        line = line[p.end():]
+    return line if _WRAP_START.match(line) and not _PREFIX.match(line) else None
+
+
+def _add_wrapped(found: dict[str, Diagnosis], at: dict[int, str], text: list[str], raw: list[str],
+                 scope: str) -> None:
+    """Hard-wrapped lines re-joined and matched again: the rows only a re-joined line shows are added (on its
+    first line). Lines are re-joined only where a row did not already match."""
+    joined_text, joined_raw, starts = list(text), list(raw), set()
+    i = 0
+    while i < len(text) - 1:
+        j = i
+        parts, raw_parts = [text[i]], [raw[i]]
+        while j + 1 < len(text) and j - i < MAX_WRAPPED - 1 and (
+                rest := _continuation(text[j], text[j + 1])) is not None:
+            parts.append(rest)
+            raw_parts.append(raw[j + 1].strip())
+            j += 1
+        if j > i and not any(k in at for k in range(i, j + 1)):
+            starts.add(i)
+            joined_text[i] = " ".join(parts)[:MAX_LINE]
+            joined_raw[i] = " ".join(raw_parts)
+            for k in range(i + 1, j + 1):
+                joined_text[k] = joined_raw[k] = ""
+        i = j + 1
+    if not starts:
+        return
+    more, more_at = _rows(joined_text, joined_raw, scope, only=starts)
+    for key, d in more.items():
+        if key not in found:
+            found[key] = d
+    for i, key in more_at.items():
+        at.setdefault(i, key)
 
 
 def _echoes(found: dict[str, Diagnosis]) -> set[str]:
@@ -213,6 +269,7 @@ def explain(lines: Iterable[str], scope: str = "all") -> Explanation:
     raw = [ln.rstrip("\r\n") for ln in lines]
     text = for_matching(raw)  # each line cut at MAX_LINE, control sequences removed: linear-time regexes
     found, at = _rows(text, raw, scope)
+    _add_wrapped(found, at, text, raw, scope)
     echoes = _echoes(found)
     named = [found[p.key] for p in PATTERNS if p.key in found and p.key not in echoes]
     failures = [d.line_no for d in named if d.pattern.key not in OBSERVATION_KEYS]

@@ -49,7 +49,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "the socket interface named in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME does not exist here",
         (r"Unable to find address for: ?(\S+)", r"Bootstrap : no socket interface found",
          r"no NCCL_SOCKET_IFNAME interface found", r"NET/Socket : No usable listening interface",
-         r"neither AF_INET\(2\) nor AF_INET6\(10\)", r"Bootstrap: no socket interface found"),
+         r"neither AF_INET\(2\) nor AF_INET6\(10\)", r"Bootstrap: no socket interface found",
+         r"NET/Socket : no interface found", r"No usable listening interface found",
+         r"No interface found in the same subnet as remote address ([0-9A-Fa-f:.%]{2,64})"),
         "The interface name in the environment matches no interface with an address on this node: names differ "
         "between nodes (eth0 here, ens5 there) or the interface is down or has no address.",
         (netif_rules.MISSING.id, netif_rules.NAME_MISMATCH.id, netif_rules.DOWN.id),

@@ -150,5 +150,28 @@ def test_a_finding_names_one_or_two_checks_with_the_evidence() -> None:
     ib = "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<50311> with status=12 opcode=0 len=0 vendor err 129"
     assert diagnose([ib])[0].checks == (fabric_rules.GID_INDEX_DIFFERS.id, fabric_rules.ROCE_NO_V2_GID.id)
     r = CliRunner().invoke(cli, ["explain", "-"], input=refused)
-    assert "look first at: probe.master-port-unreachable, firewall.master-port-blocked (the connect to the store" in \
-        " ".join(r.output.split()), r.output
+    want = f"look first at: {probes_rules.MASTER_PORT_UNREACHABLE.id}, {firewall_rules.MASTER_PORT_BLOCKED.id} (the"
+    assert want in " ".join(r.output.split()), r.output
+
+
+def test_hard_wrapped_lines_are_rejoined_with_their_launcher_prefix() -> None:
+    wrapped = ["[rank3]: torch.distributed.DistNetworkError: The client socket has failed to connect to any network",
+               "[rank3]: address of (node1, 29500). The client socket has failed to connect to node1:29500 (errno:",
+               "[rank3]: 110 - Connection timed out)."]
+    ds = diagnose(wrapped)
+    assert [d.pattern.key for d in ds] == ["master-unreachable"] and ds[0].line_no == 1, [d.line for d in ds]
+    assert ds[0].detail[:2] == ("node1", "29500")
+    # a line that ends a sentence is not continued by the next one
+    assert diagnose(["[rank3]: training step 10 done, loss 2.31 after a long epoch of many many batches.",
+                     "[rank3]: address of (node1, 29500) is in the config"]) == []
+
+
+def test_older_wordings_are_named() -> None:
+    for line, key in (("NCCL WARN NET/Socket : no interface found", "socket-ifname-missing"),  # NCCL 2.3
+                      ("NCCL WARN Net : No interface found in the same subnet as remote address 10.1.2.3<12345>",
+                       "socket-ifname-missing"),
+                      ("The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+                       "address-in-use"),  # torch 1.11-2.0's listen failure, pasted alone
+                      ("The IPv4 network addresses of (master.cluster.example.org, 29500) cannot be retrieved (gai "
+                       "error: -2 - Name or service not known).", "unresolvable-name")):
+        assert [d.pattern.key for d in diagnose([line])] == [key], line
