@@ -1,8 +1,8 @@
 """Log text is hostile input: a paste from anywhere, or what a node printed. This module bounds it before anything
 matches it, and makes it safe to show.
 
-- `cap_bytes` cuts an input at a byte cap and says so (`explain` reads 64 MiB, `verify` keeps 1 MiB of what each
-  node printed): what lies beyond is reported, never dropped in silence.
+- `cap_bytes` cuts an input at a byte cap and says so (`explain` reads 64 MiB; `verify` keeps 1 MiB of what each
+  node printed, its first and last halves, `cap_text`): what is cut is reported, never dropped in silence.
 - `for_matching` cuts each line at `MAX_LINE` characters and removes terminal control sequences (colours, but also
   OSC window titles and clipboard writes, DCS, C1 CSI), so a regex sees plain text of bounded length. Every regex
   of the table (`diagnose.patterns`) is written to run in linear time on such a line: no `X.*Y` span that retries
@@ -54,7 +54,7 @@ class Capped:
         if not self.dropped:
             return None
         how = "the rest was" if self.dropped < 0 else f"{self.dropped} more bytes were"
-        return f"{what} is longer than the {_size(cap)} cap: {how} not matched (only the first {_size(cap)} was)"
+        return f"{what} is longer than the {_size(cap)} cap: {how} not matched (only {_size(cap)} of it was)"
 
 
 def _size(n: int) -> str:
@@ -69,9 +69,16 @@ def cap_bytes(data: bytes, cap: int, *, more: bool = False) -> Capped:
 
 
 def cap_text(text: str, cap: int = MAX_NODE_BYTES) -> Capped:
-    """A node's output (already text) cut at `cap` bytes: the head, where the first failure is, is kept."""
+    """A node's output (already text) cut at `cap` bytes: its first and last halves are kept (the first failure
+    is near the start, the exception that ended the run at the end), with a line where the middle was cut."""
     data = text.encode("utf-8", errors="replace")
-    return cap_bytes(data, cap) if len(data) > cap else Capped(text)
+    if len(data) <= cap:
+        return Capped(text)
+    half = cap // 2
+    head = data[:half].decode("utf-8", errors="replace")
+    tail = data[len(data) - half:].decode("utf-8", errors="replace")
+    dropped = len(data) - 2 * half
+    return Capped(f"{head}\n[ddpfix: {dropped} bytes cut here]\n{tail}", dropped)
 
 
 def plain(line: str) -> str:

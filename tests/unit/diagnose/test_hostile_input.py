@@ -17,6 +17,7 @@ from ddpfix.cli.explain import read_logs
 from ddpfix.diagnose.bounded import MAX_LINE, cap_text, for_matching, shown, then
 from ddpfix.diagnose.match import diagnose
 from ddpfix.diagnose.patterns import PATTERNS
+from ddpfix.rules import firewall as firewall_rules
 from ddpfix.verify.nccl import nccl_entry
 from ddpfix.verify.torch import torch_entry
 
@@ -166,7 +167,11 @@ def test_node_output_is_capped_before_matching_and_the_cut_reported() -> None:
     e = torch_entry("node1", {"rc": 1, "stdout": huge, "stderr": huge + "RuntimeError: Connection refused\n"})
     assert time.perf_counter() - t < 10.0
     assert not e["ok"] and len(e["output_cut"]) == 2 and "1 MiB cap" in e["output_cut"][0], e
-    assert cap_text("é" * 10, 5).dropped == 15 and cap_text("ok", 5).dropped == 0
+    assert cap_text("é" * 10, 6).dropped == 14 and cap_text("ok", 5).dropped == 0
+    kept = cap_text("FIRST " + "x" * 5000 + " LAST", 1024)
+    assert kept.text.startswith("FIRST ") and kept.text.endswith(" LAST") and "bytes cut here" in kept.text
+    # the refusal at the very end of 4.8 MB is kept (the output's last half) and matched
+    assert e["error"] == "RuntimeError: Connection refused" and firewall_rules.MASTER_PORT_BLOCKED.id in e["cause"]
     good = 'DDPFIX_RESULT {"rank": 0, "world_size": 2, "sum": 3.0, "expected": 3.0, "ok": true, "hostname": "n", ' \
            '"seconds": 1.5}\n'
     assert torch_entry("node1", {"rc": 0, "stdout": good, "stderr": ""})["ok"]
