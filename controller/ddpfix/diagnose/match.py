@@ -10,8 +10,19 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ddpfix.diagnose.model import Diagnosis, LogFacts, Pattern
-from ddpfix.diagnose.patterns import PATTERNS
+from ddpfix.diagnose.bounded import MAX_LINE, for_matching, shown
+from ddpfix.diagnose.events import (
+    CONSEQUENCE,
+    CONSEQUENCE_ANCHORS,
+    CONSEQUENCE_KEYS,
+    JOB_ANCHORS,
+    event,
+    is_job_failure,
+)
+from ddpfix.diagnose.hosts import HostFacts, read_hosts, versions_line
+from ddpfix.diagnose.model import Diagnosis, Explanation, LogFacts, Pattern
+from ddpfix.diagnose.narrow import narrow
+from ddpfix.diagnose.patterns import PATTERNS, VERSIONS_DIFFER
 
 FALLBACK_ADVICE = ("No known failure recognised. Run the job with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL "
                    "and TORCH_CPP_LOG_LEVEL=INFO, and audit the nodes: ddpfix audit -i INV.")
@@ -19,7 +30,8 @@ FALLBACK_ADVICE = ("No known failure recognised. Run the job with NCCL_DEBUG=INF
 #: a line of distributed communication: c10d, Gloo, NCCL, the store, torchrun/elastic, a torch.distributed frame
 DIST_CONTEXT = re.compile(
     r"c10d|[Gg]loo|NCCL|TCPStore|ProcessGroup|torch[./]distributed|torchrun|elastic|init_process_group|"
-    r"[Rr]endezvous|DistNetworkError|DistStoreError|DistBackendError|MASTER_ADDR|socket\.cpp|pair\.cc")
+    r"[Rr]endezvous|DistNetworkError|DistStoreError|DistBackendError|MASTER_ADDR|socket\.cpp|pair\.cc|"
+    r"(?:server|client) socket has failed|network addresses? of \(")
 #: a download / HTTP client / package manager / web server line: a reset or an EMFILE near it is not a DDP failure
 FOREIGN_CONTEXT = re.compile(
     r"urllib3|requests[./]|huggingface_hub|hf_hub_download|HfHubHTTPError|pip[./]_internal|Downloading|aiohttp|"
@@ -28,7 +40,6 @@ FOREIGN_CONTEXT = re.compile(
 _WINDOW_BEFORE, _WINDOW_AFTER = 8, 3
 #: what a healthy job prints at NCCL init: not a distributed context for a line next to it
 _CHATTER = re.compile(r"NCCL (?:INFO|version)")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 _RANK = re.compile(r"\[[Rr]ank ?(\d{1,6})\]")
@@ -56,7 +67,8 @@ ANCHORS: tuple[str, ...] = (
     "EAFNOSUPPORT",
     "trying to connect", "connect/validate", "any network address", "errno: 11", "C10d store", "onnection refused",
     "waiting for clients", "ncclUniqueId", "connectFullMesh", "willRetry", "pair.cc", "Connect to",
-    "Call to connect", "socketStartConnect", "onnection reset", "onnection closed", "Socket Timeout", "ECONNRESET",
+    "Call to connect", "socketStartConnect", "same subnet as remote", "onnection reset", "onnection closed",
+    "Socket Timeout", "ECONNRESET",
     "endezvous", "DistStoreError", "orld size", "out of range", ">= world_size", "Invalid rank", "ibv_", "NET/IB",
     "NET/OFI", "aws-ofi-nccl", "Watchdog caught", "last completed", "network addresses", "Name or service",
     "name resolution", "host not found", "getaddrinfo", "ECONNREFUSED", "o route to host", "EHOSTUNREACH",
@@ -68,11 +80,11 @@ ANCHORS: tuple[str, ...] = (
 )
 
 
-def _candidates(text: str, starts: list[int]) -> dict[int, set[str]]:
+def _candidates(text: str, starts: list[int], anchors: Iterable[str] = ANCHORS) -> dict[int, set[str]]:
     """The lines (by index; a line starts at `starts`) that hold an anchor, each with the anchors it holds."""
     out: dict[int, set[str]] = {}
     end = len(text)
-    for a in ANCHORS:
+    for a in anchors:
         i = text.find(a)
         while i != -1:
             ln = bisect.bisect_right(starts, i) - 1
@@ -133,14 +145,27 @@ def _counts_agree(pat: Pattern, m: re.Match[str]) -> bool:
 
 
 def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
-    """Every known failure in the log, in pattern order, each with its first matching line."""
-    joined = "\n".join(ln.rstrip("\r\n") for ln in lines)
-    if "\x1b" in joined:
-        joined = _ANSI.sub("", joined)
-    text = joined.split("\n")
+    """The known failures in the log that are causes, in pattern order, each with its first matching line (see
+    `explain`: the job's own failure first names none; a consequence after a cause is not named)."""
+    return explain(lines, scope).diagnoses
+
+
+#: rows that report what NCCL chose at init, not a failure: they do not make a network failure come first
+OBSERVATION_KEYS = frozenset({"nccl-ib-fallback", "nccl-virtual-interface"})
+#: how many consequence lines an explanation lists (the count says how many there were)
+MAX_CONSEQUENCES = 12
+
+
+def _rows(text: list[str], raw: list[str], scope: str,
+          only: set[int] | None = None) -> tuple[dict[str, Diagnosis], dict[int, str]]:
+    """Every table row that matches, with its first line, and the row each matching line belongs to."""
+    joined = "\n".join(text)
     starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
     found: dict[str, Diagnosis] = {}
+    at: dict[int, str] = {}
     for i, held in _candidates(joined, starts).items():
+        if only is not None and i not in only:
+            continue
         line = text[i]
         for pat, regexes in _plan(scope, frozenset(held)):
             for rx in regexes:
@@ -151,9 +176,10 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
                     break
                 if pat.unless_foreign and scope == "all" and _foreign_near(text, i):
                     break
+                at.setdefault(i, pat.key)
                 d = found.get(pat.key)
                 if d is None:
-                    found[pat.key] = Diagnosis(pat, i + 1, line.strip()[:300], tuple(g for g in m.groups() if g))
+                    found[pat.key] = Diagnosis(pat, i + 1, shown(raw[i]), tuple(shown(g, 200) for g in m.groups() if g))
                 else:
                     d.count += 1
                 break
@@ -161,10 +187,126 @@ def diagnose(lines: Iterable[str], scope: str = "all") -> list[Diagnosis]:
         also = re.compile(found[key].pattern.also or "")
         if not any(also.search(ln) for ln in text):
             del found[key]
-    explained = {k for d in found.values() for k in d.pattern.explains}
+    return found, at
+
+
+#: a launcher's prefix on a line: `[rank3]:`, `[3]:`, Slurm's `3: `, pdsh/DeepSpeed's `node1: `
+_PREFIX = re.compile(r"^(?:\[[Rr]ank ?\d{1,6}\]: ?|\[\d{1,6}\]: ?|\d{1,6}: |[\w.-]{1,64}: )")
+#: a line a terminal or launcher wrapped ends mid-phrase, and its continuation starts with a lower-case word, a
+#: digit or an opening bracket
+_WRAP_END = re.compile(r"[\w,(\[-]$")
+_WRAP_START = re.compile(r"^[a-z0-9(\[]")
+#: lines re-joined into one at most (a 300-character message wrapped at 80 columns)
+MAX_WRAPPED = 5
+
+
+def _continuation(prev: str, line: str) -> str | None:
+    """`line` without the launcher prefix `prev` has too, when it continues `prev` (hard-wrapped), else None."""
+    if len(prev) < 60 or not _WRAP_END.search(prev):
+        return None
+    p = _PREFIX.match(prev)
+    if p and line.startswith(p.group(0)):
+        line = line[p.end():]
+    return line if _WRAP_START.match(line) and not _PREFIX.match(line) else None
+
+
+def _add_wrapped(found: dict[str, Diagnosis], at: dict[int, str], text: list[str], raw: list[str],
+                 scope: str) -> None:
+    """Hard-wrapped lines re-joined and matched again: the rows only a re-joined line shows are added (on its
+    first line). Lines are re-joined only where a row did not already match."""
+    joined_text, joined_raw, starts = list(text), list(raw), set()
+    i = 0
+    while i < len(text) - 1:
+        j = i
+        parts, raw_parts = [text[i]], [raw[i]]
+        while j + 1 < len(text) and j - i < MAX_WRAPPED - 1 and (
+                rest := _continuation(text[j], text[j + 1])) is not None:
+            parts.append(rest)
+            raw_parts.append(raw[j + 1].strip())
+            j += 1
+        if j > i and not any(k in at for k in range(i, j + 1)):
+            starts.add(i)
+            joined_text[i] = " ".join(parts)[:MAX_LINE]
+            joined_raw[i] = " ".join(raw_parts)
+            for k in range(i + 1, j + 1):
+                joined_text[k] = joined_raw[k] = ""
+        i = j + 1
+    if not starts:
+        return
+    more, more_at = _rows(joined_text, joined_raw, scope, only=starts)
+    for key, d in more.items():
+        if key not in found:
+            found[key] = d
+    for i, key in more_at.items():
+        at.setdefault(i, key)
+
+
+def _echoes(found: dict[str, Diagnosis]) -> set[str]:
+    """The rows another row explains: its `explains`, the generic rows next to a specific one, a consequence row
+    after a cause, a connect failure to a name whose lookup failed before it."""
+    out = {k for d in found.values() for k in d.pattern.explains}
     if any(not d.pattern.generic for d in found.values()):
-        explained |= {k for k, d in found.items() if d.pattern.generic}
-    return [found[p.key] for p in PATTERNS if p.key in found and p.key not in explained]
+        out |= {k for k, d in found.items() if d.pattern.generic}
+    causes = [d.line_no for k, d in found.items() if k not in CONSEQUENCE_KEYS | OBSERVATION_KEYS | out]
+    if causes:
+        out |= {k for k, d in found.items() if k in CONSEQUENCE_KEYS and d.line_no > min(causes)}
+    name, conn = found.get("unresolvable-name"), found.get("master-unreachable")
+    if name and conn and name.line_no < conn.line_no and len(conn.detail) == 2 and name.detail[:1] == conn.detail[:1]:
+        out.add("master-unreachable")  # "failed to connect to any network address of (NAME, port)": no errno
+    return out
+
+
+def _lines_matching(anchors: Iterable[str], joined: str, starts: list[int], lo: int, hi: int) -> list[int]:
+    """The indexes of lines lo..hi-1 that hold one of these literal anchors, in order (str.find over the joined
+    text: a regex per line costs a call per line on a log of a million lines)."""
+    return [i for i in _candidates(joined, starts, anchors) if lo <= i < hi]
+
+
+def explain(lines: Iterable[str], scope: str = "all") -> Explanation:
+    """The log as events: the earliest failure that is a cause, the causes named (table rows), and the failures
+    after it that any failure brings (store resets, watchdog timeouts, ChildFailedError, SIGTERM). When the job's
+    own failure (memory, data, code) comes before every network cause, no row is named."""
+    raw = [ln.rstrip("\r\n") for ln in lines]
+    text = for_matching(raw)  # each line cut at MAX_LINE, control sequences removed: linear-time regexes
+    found, at = _rows(text, raw, scope)
+    _add_wrapped(found, at, text, raw, scope)
+    echoes = _echoes(found)
+    named = [found[p.key] for p in PATTERNS if p.key in found and p.key not in echoes]
+    failures = [d.line_no for d in named if d.pattern.key not in OBSERVATION_KEYS]
+    first_cause = min(failures) - 1 if failures else len(text)
+    joined = "\n".join(text)
+    starts = list(itertools.accumulate((len(ln) + 1 for ln in text[:-1]), initial=0))
+    job = next((i for i in _lines_matching(JOB_ANCHORS, joined, starts, 0, first_cause)
+                if i not in at and is_job_failure(text[i])), None)
+    hosts = read_hosts(text)
+    if job is not None and scope == "all":
+        first = event(job + 1, "job", text[job], shown(raw[job]))
+        named, start = [], job
+    else:
+        named += _versions(hosts, raw) if scope == "all" else []
+        if not named:
+            return Explanation([], None, [], 0, hosts)
+        d = min(named, key=lambda x: x.line_no)
+        first = event(d.line_no, "cause", text[d.line_no - 1], d.line, d.pattern.key)
+        start = d.line_no - 1
+        for d in named:
+            d.checks, d.why = narrow(d, hosts)
+    marked = {i for i in _lines_matching(CONSEQUENCE_ANCHORS, joined, starts, start + 1, len(text))
+              if CONSEQUENCE.search(text[i])}
+    later = sorted(i for i in marked | set(at) if i > start and (
+        at.get(i) in CONSEQUENCE_KEYS or (i not in at) or (at[i] in echoes and at[i] != first.key)))
+    consequences = [event(i + 1, "consequence", text[i], shown(raw[i]), at.get(i, ""))
+                    for i in later[:MAX_CONSEQUENCES]]
+    return Explanation(named, first, consequences, len(later), hosts)
+
+
+def _versions(hosts: HostFacts, raw: list[str]) -> list[Diagnosis]:
+    """The versions-differ row when the nodes report different versions, on the first line that differs."""
+    differ = hosts.differing()
+    if not differ:
+        return []
+    at = min(n for (kind, _), n in hosts.at.items() if kind in differ)
+    return [Diagnosis(VERSIONS_DIFFER, at + 1, shown(raw[at]), (shown(versions_line(differ), 300),))]
 
 
 def finding_ids(diagnoses: Sequence[Diagnosis]) -> list[str]:
@@ -190,13 +332,13 @@ def cause_line(text: str, finding_ids_here: Iterable[str] = ()) -> str:
 def symptoms(finding_id: str) -> list[Pattern]:
     """The recognised failures whose cause this finding's check looks at: how the finding shows in a job's log
     (the HTML report lists them under each cause)."""
-    return [p for p in PATTERNS if p.scope == "all" and finding_id in p.finding_ids]
+    return [p for p in (*PATTERNS, VERSIONS_DIFFER) if p.scope == "all" and finding_id in p.finding_ids]
 
 
 def markdown() -> str:
     """The README's list of recognised failures, generated from the table: key, title, one example line."""
     out = ["| failure | what it means | checked by | example line |", "|---|---|---|---|"]
-    for p in PATTERNS:
+    for p in (*PATTERNS, VERSIONS_DIFFER):
         if p.scope != "all":
             continue
         ids = ", ".join(f"`{i}`" for i in p.finding_ids) or "(no host check: not the network)"

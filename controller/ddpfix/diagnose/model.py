@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpfix.diagnose.events import Event
+from ddpfix.diagnose.hosts import HostFacts
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -46,12 +49,14 @@ class Diagnosis:
     count: int = 1  # matching lines
     found: list[dict[str, Any]] = field(default_factory=list)  # audit findings (with -i)
     notes: list[str] = field(default_factory=list)  # what the log says against the inventory (with -i)
+    checks: tuple[str, ...] = ()  # the one or two of finding_ids that look at this log's cause (diagnose.narrow)
+    why: str = ""  # what in the log points at them
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.pattern.key, "title": self.pattern.title, "line": self.line_no, "excerpt": self.line,
                 "detail": list(self.detail), "count": self.count, "meaning": self.pattern.meaning,
                 "finding_ids": list(self.pattern.finding_ids), "advice": self.pattern.advice,
-                "findings": self.found, "inventory": self.notes}
+                "findings": self.found, "inventory": self.notes, "checks": list(self.checks), "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -63,3 +68,25 @@ class LogFacts:
 
     def to_json(self) -> dict[str, Any]:
         return {"ranks": list(self.ranks), "nccl_versions": list(self.nccl_versions)}
+
+
+@dataclass
+class Explanation:
+    """A log read as events: the causes named (table rows, in table order), the earliest failure that is a cause
+    (a row's line, or the job's own failure: memory, data, code, which names no row), and the failures after it
+    that any failure brings (the first `MAX_CONSEQUENCES` of `n_consequences`)."""
+
+    diagnoses: list[Diagnosis]
+    first: Event | None
+    consequences: list[Event]
+    n_consequences: int
+    hosts: HostFacts = field(default_factory=HostFacts)
+
+    @property
+    def job_first(self) -> bool:
+        return self.first is not None and self.first.kind == "job"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first.to_json() if self.first else None, "job_first": self.job_first,
+                "consequences": [e.to_json() for e in self.consequences], "n_consequences": self.n_consequences,
+                "hosts": self.hosts.to_json()}

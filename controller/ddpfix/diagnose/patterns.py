@@ -14,6 +14,7 @@ web server's: pasted from a training node, a low open-file limit is the host's c
 
 from __future__ import annotations
 
+from ddpfix.diagnose.bounded import then
 from ddpfix.diagnose.model import Pattern
 from ddpfix.diagnose.patterns_host import HOST_PATTERNS
 from ddpfix.model.cluster import DEFAULT_ENV_PATH
@@ -49,7 +50,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "the socket interface named in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME does not exist here",
         (r"Unable to find address for: ?(\S+)", r"Bootstrap : no socket interface found",
          r"no NCCL_SOCKET_IFNAME interface found", r"NET/Socket : No usable listening interface",
-         r"neither AF_INET\(2\) nor AF_INET6\(10\)", r"Bootstrap: no socket interface found"),
+         r"neither AF_INET\(2\) nor AF_INET6\(10\)", r"Bootstrap: no socket interface found",
+         r"NET/Socket : no interface found", r"No usable listening interface found",
+         r"No interface found in the same subnet as remote address ([0-9A-Fa-f:.%]{2,64})"),
         "The interface name in the environment matches no interface with an address on this node: names differ "
         "between nodes (eth0 here, ens5 there) or the interface is down or has no address.",
         (netif_rules.MISSING.id, netif_rules.NAME_MISMATCH.id, netif_rules.DOWN.id),
@@ -99,12 +102,12 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "master-unreachable",
         "a rank could not connect to MASTER_ADDR:MASTER_PORT (the TCP store)",
-        (r"trying to connect to \(([^,]+), (\d+)\)", r"failed to connect/validate to host ([^:\s]+):(\d+)",
-         r"has failed to connect to any network address (?:of|on) \(\s*([^,]+), (\d+)\)",
-         r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (110|111|113|101|1|13)\b",
+        (r"trying to connect to \(([^,]{1,256}), (\d+)\)", r"failed to connect/validate to host ([^:\s]{1,256}):(\d+)",
+         r"has failed to connect to any network address (?:of|on) \(\s{0,8}([^,]{1,256}), (\d+)\)",
+         r"client socket has failed to connect to \[?([^\]\s]{1,256}?)\]?:(\d+) \(errno: (110|111|113|101|1|13)\b",
          r"connect\(\) timed out\. Original timeout was (\d+) ms",
          r"RendezvousConnectionError: The connection to the C10d store has failed",
-         r"[Cc]onnection refused.*(?:TCPStore|MASTER_ADDR)"),
+         then(r"[Cc]onnection refused", r"(?:TCPStore|MASTER_ADDR)")),
         "The TCP store on the master did not answer: a firewall drops (errno 110, timed out) or rejects (111, "
         "refused; 113, no route to host: firewalld's ICMP reject) MASTER_PORT, this node has no route to "
         "MASTER_ADDR's network (101, network unreachable; also a reject with net-unreachable/net-prohibited), this "
@@ -122,7 +125,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "master-address-unusable",
         "this node cannot dial the address MASTER_ADDR resolves to (errno 22 / 99)",
-        (r"client socket has failed to connect to \[?([^\]\s]+?)\]?:(\d+) \(errno: (22|99) ",),
+        (r"client socket has failed to connect to \[?([^\]\s]{1,256}?)\]?:(\d+) \(errno: (22|99) ",),
         "The connect failed before any packet left: errno 22 (Invalid argument) is Linux's answer to an IPv6 "
         "link-local address (fe80::) with no interface scope, which a name resolves to through mDNS or a hosts "
         "entry; errno 99 (Cannot assign requested address) means the node has no local address of that family "
@@ -196,7 +199,8 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "nccl-unique-id-timeout",
         "ranks waited for rank 0's ncclUniqueId and it never came: rank 0 did not reach NCCL init",
-        (r"retrieving ncclUniqueId from \[0\] via c10d key-value store by key '([^']*)', but store->get\('[^']*'\) "
+        (r"retrieving ncclUniqueId from \[0\] via c10d key-value store by key '([^']{0,64})', "
+         r"but store->get\('[^']{0,64}'\) "
          r"got error: (?:wait timeout|Socket Timeout|[Tt]imed out)",),
         "The store works (the ranks reached it), but rank 0 never published the NCCL id: rank 0 is alive but stuck "
         "or slower (a download, a barrier elsewhere, a collective only some ranks call) or crashed without "
@@ -210,9 +214,10 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "nccl-unique-id-closed",
         "the store closed while ranks waited for rank 0's ncclUniqueId: rank 0 (or its launcher) died",
-        (r"retrieving ncclUniqueId from \[0\] via c10d key-value store by key '([^']*)', but store->get\('[^']*'\) "
-         r"got error: (?:Connection reset by peer|Connection refused|Broken pipe|Failed to recv|.*[Cc]onnection was "
-         r"likely closed)",),
+        (r"retrieving ncclUniqueId from \[0\] via c10d key-value store by key '([^']{0,64})', "
+         r"but store->get\('[^']{0,64}'\) "
+         r"got error: (?:Connection reset by peer|Connection refused|Broken pipe|Failed to recv|"
+         r"[^\n]{0,400}?[Cc]onnection was likely closed)",),
         "The connection to the store on rank 0's node was reset or closed: the process hosting the store (rank 0 "
         "or its torchrun agent) exited. Look for rank 0's own error first; only when rank 0 is still running does "
         "the network (a firewall or conntrack dropping an established connection) come in.",
@@ -224,8 +229,8 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "gloo-peer-connect",
         "Gloo could not connect to a peer's ephemeral port",
-        (r"connectFullMesh failed.*(?:Connection refused|timed out connecting|Connect timeout|Connection timed out|"
-         r"Connection reset by peer|No route to host|\] no error)",
+        (then(r"connectFullMesh failed", r"(?:Connection refused|timed out connecting|Connect timeout|Connection "
+                                          r"timed out|Connection reset by peer|No route to host|\] no error)"),
          r"failed to connect, willRetry=0",
          r"gloo/transport/tcp/pair\.cc:\d+\] connect \[([^\]]+)\]:(\d+): (.+)"),
         "After the store rendezvous, every pair of ranks connects directly on random ephemeral ports. A firewall on "
@@ -352,7 +357,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "ranks-missing",
         "some ranks never joined the process group (WORLD_SIZE or ranks disagree between nodes)",
-        (r"DistStoreError: wait timeout after \d+ms, keys: /default_pg", r"[Ww]orld size .* does not match",
+        (r"DistStoreError: wait timeout after \d+ms, keys: /default_pg", then(r"[Ww]orld size ", r" does not match"),
          r"rank \d+ (?:is )?(?:out of range|>= world_size)", r"Invalid rank (\d+)"),
         "init_process_group waits until WORLD_SIZE ranks have registered in the store. A node started with another "
         "WORLD_SIZE/RANK (hand-edited env files, a node missing from the list) leaves the others waiting.",
@@ -396,8 +401,8 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "unresolvable-name",
         "a node name did not resolve",
-        (r"network addresses of \(([^,]+), (\d+)\) cannot be retrieved", r"Name or service not known",
-         r"[Tt]emporary failure in name resolution", r"host not found", r"getaddrinfo.*failed"),
+        (r"network addresses of \(([^,]{1,256}), (\d+)\) cannot be retrieved", r"Name or service not known",
+         r"[Tt]emporary failure in name resolution", r"host not found", then(r"getaddrinfo", r"failed")),
         "A peer or MASTER_ADDR name resolves on some nodes but not on others.",
         (hosts_rules.PEER_UNRESOLVABLE.id, hosts_rules.PEER_MISMATCH.id),
         "Use the same managed /etc/hosts block on every node (ddpfix remediate --apply) or IP literals.",
@@ -429,11 +434,27 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "env-file-missing",
         "the node has no ddpfix env file",
-        (r"No such file or directory.*ddp\.env", r"ddp\.env: No such file"),
+        (then(r"No such file or directory", r"ddp\.env"), r"ddp\.env: No such file"),
         "verify sources the env file that ddpfix env writes.",
         (env_rules.MISSING.id,),
         "Run ddpfix env --apply.",
         example=f"{DEFAULT_ENV_PATH}: No such file or directory",
         scope="verify",
     ),
+)
+
+
+#: read from the whole log (`diagnose.hosts`), not from one line: the versions the nodes report differ
+VERSIONS_DIFFER = Pattern(
+    "versions-differ",
+    "the nodes report different torch, NCCL or NCCL net plugin versions",
+    (),
+    "Ranks built against different NCCL versions, or with a net plugin (IB, aws-ofi-nccl, a vendor plugin) on "
+    "some nodes and not on others, pick different transports or wire protocols: init fails or hangs, or a "
+    "collective never completes. torch versions that differ change the store's protocol too.",
+    (env_rules.TORCH_VERSION_MISMATCH.id, fabric_rules.NCCL_VERSION_MISMATCH.id),
+    "Install one torch build (with its NCCL) and the same net plugin on every node; ddpfix audit compares the "
+    "versions across nodes.",
+    example="node1:11:11 [0] NCCL INFO NCCL version 2.18.1+cuda12.1 ... node2:12:12 [0] NCCL INFO NCCL version "
+            "2.21.5+cuda12.4",
 )

@@ -4,6 +4,7 @@ collective timeouts, in that order (a diagnosis lists its patterns in table orde
 
 from __future__ import annotations
 
+from ddpfix.diagnose.bounded import then
 from ddpfix.diagnose.model import Pattern
 from ddpfix.rules import fabric as fabric_rules
 from ddpfix.rules import host as host_rules
@@ -41,8 +42,9 @@ HOST_PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "rdma-memlock",
         "RDMA memory could not be pinned: the memlock limit is too low",
-        (r"Call to ibv_create_cq failed with error Cannot allocate memory", r"ibv_create_cq.*Cannot allocate memory",
-         r"ibv_reg_mr\w* failed.*Cannot allocate memory", r"NET/IB : Unable to register memory"),
+        (r"Call to ibv_create_cq failed with error Cannot allocate memory",
+         then(r"ibv_create_cq", r"Cannot allocate memory"),
+         then(r"ibv_reg_mr\w{0,16} failed", r"Cannot allocate memory"), r"NET/IB : Unable to register memory"),
         "ibverbs pins queues and buffers in RAM; a memlock limit of 64 KB (the default for services and many "
         "containers) makes ibv_create_cq / ibv_reg_mr fail with ENOMEM.",
         (fabric_rules.MEMLOCK_LOW.id,),
@@ -53,7 +55,7 @@ HOST_PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "nccl-ib",
         "an InfiniBand/RoCE transport error in NCCL",
-        (r"NET/IB ?: .*(?:completion|error)", r"NCCL WARN NET/IB", r"ibv_\w+ failed",
+        (then(r"NET/IB ?: ", r"(?:completion|error)"), r"NCCL WARN NET/IB", r"ibv_\w{1,40} failed",
          r"Got completion from peer (\S+) with (?:status=|error )(\d+)"),
         "NCCL's IB transport failed: on RoCE most often a GID index that differs between nodes (completion error "
         "12, retry exceeded), a P_Key mismatch, or a port that is down.",
@@ -82,8 +84,8 @@ HOST_PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "efa-provider",
         "the AWS EFA libfabric provider did not initialise (aws-ofi-nccl)",
-        (r"NET/OFI .*(?:fi_getinfo\(\) call failed|[Uu]nable to find a protocol|[Ff]ailed to initialize|"
-         r"[Cc]ouldn't find any optimal provider)",
+        (then(r"NET/OFI ", r"(?:fi_getinfo\(\) call failed|[Uu]nable to find a protocol|[Ff]ailed to initialize|"
+         r"[Cc]ouldn't find any optimal provider)"),
          r"aws-ofi-nccl initialization failed"),
         "aws-ofi-nccl found no EFA provider: the EFA driver or libfabric is missing in the image, the instance or "
         "security group has no EFA, or FI_PROVIDER names another provider. NCCL then uses TCP or fails.",

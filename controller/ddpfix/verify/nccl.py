@@ -7,7 +7,6 @@ format, tests/unit/verify/test_nccl.py).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from ddpfix.fabric import has_rdma
 from ddpfix.model.finding import Finding
 from ddpfix.progress import Progress
 from ddpfix.rules.context import Context
+from ddpfix.verify.output import NCCL_FIELDS, capped_output, result_lines
 from ddpfix.verify.torch import error_line, torchrun_result
 
 #: The all-reduce sweep's default message sizes in bytes: 8 MiB .. 1 GiB, doubling.
@@ -132,18 +132,6 @@ def fallback_error(t: Transport, rdma_present: bool) -> str | None:
             "see the fabric.* findings (port-down, no-uverbs, memlock-low, efa-provider-missing) and NCCL_IB_HCA")
 
 
-def parse_results(stdout: str) -> list[dict[str, Any]]:
-    """The benchmark's `DDPFIX_NCCL_RESULT {json}` lines (one per node, from local rank 0)."""
-    out = []
-    for line in stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            try:
-                out.append(json.loads(line[len(RESULT_PREFIX):]))
-            except ValueError:
-                continue
-    return out
-
-
 def below_threshold(sweep: Iterable[Mapping[str, Any]], min_busbw: float | None) -> list[Mapping[str, Any]]:
     """The sweep points whose bus bandwidth is under `min_busbw` GB/s (only the largest size counts when several:
     small messages are latency-bound, so the threshold applies to the largest size measured)."""
@@ -184,11 +172,13 @@ def nccl_entry(
     host: str, res: dict[str, Any], rdma_present: bool, min_busbw: float | None, finding_ids: Iterable[str] = ()
 ) -> dict[str, Any]:
     """One node's (or pair's) verdict from the torchrun task result: sweep with algbw/busbw, transport, failures."""
-    stdout, stderr = res.get("stdout", "") or "", res.get("stderr", "") or ""
+    stdout, stderr, cuts = capped_output(res)
     text = stdout + "\n" + stderr
     transport = parse_transport(text)
-    results = parse_results(stdout)
+    results, bad = result_lines(stdout, RESULT_PREFIX, NCCL_FIELDS)
     entry: dict[str, Any] = {"host": host, "rc": res.get("rc"), "transport": transport.to_json(), "sweep": []}
+    if cuts:
+        entry["output_cut"] = cuts
     if NO_GPU.search(text):
         entry.update(
             ok=False,
@@ -213,7 +203,7 @@ def nccl_entry(
                     "busbw": round(busbw(alg, world), 3),
                 }
             )
-    problems = []
+    problems = list(bad)
     if res.get("rc") != 0 or not r or not r.get("ok"):
         problems.append(error_line(text, res.get("rc")) if res.get("rc") != 0 or not r else "all-reduce result wrong")
     fb = fallback_error(transport, rdma_present)

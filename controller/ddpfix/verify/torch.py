@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from ddpfix.ansible.results import HostResult
 from ddpfix.ansible.run import run_playbook
+from ddpfix.diagnose.bounded import shown
 from ddpfix.diagnose.match import cause_line
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.finding import Finding
 from ddpfix.progress import Progress
+from ddpfix.verify.output import TORCH_FIELDS, capped_output, result_lines
 
 
 def likely_cause(text: str, finding_ids: Iterable[str]) -> str:
@@ -70,25 +71,33 @@ def run_torch(
                 }
             )
             continue
-        stdout, stderr = res.get("stdout", ""), res.get("stderr", "")
-        result = None
-        for line in stdout.splitlines():
-            if line.startswith("DDPFIX_RESULT "):
-                result = json.loads(line.split(" ", 1)[1])
-        ok = res.get("rc") == 0 and bool(result and result.get("ok"))
-        entry: dict[str, Any] = {"host": node.name, "ok": ok, "rc": res.get("rc"), "result": result}
-        if not ok:
-            text = stderr + "\n" + stdout
-            entry["error"] = error_line(text, res.get("rc"))
-            entry["cause"] = likely_cause(text, ids.get(node.name, set()) | ids.get("", set()))
-            if TORCH_MISSING.search(text):
-                entry["missing"] = "torch"
-            elif PYTHON_MISSING.search(text):
-                entry["missing"] = "ddp_python"
+        entry = torch_entry(node.name, res, ids.get(node.name, set()) | ids.get("", set()))
         out.append(entry)
     return out
 
 
+def torch_entry(host: str, res: dict[str, Any], finding_ids: Iterable[str] = ()) -> dict[str, Any]:
+    """One node's verdict from its torchrun task result: its output capped, its `DDPFIX_RESULT` line validated (a
+    malformed one is this node's error), the likely cause of a failure from explain's table."""
+    stdout, stderr, cuts = capped_output(res)
+    results, bad = result_lines(stdout, RESULT_PREFIX, TORCH_FIELDS)
+    result = results[-1] if results else None
+    ok = res.get("rc") == 0 and bool(result and result.get("ok")) and not bad
+    entry: dict[str, Any] = {"host": host, "ok": ok, "rc": res.get("rc"), "result": result}
+    if cuts:
+        entry["output_cut"] = cuts
+    if not ok:
+        text = stderr + "\n" + stdout
+        entry["error"] = bad[0] if bad else error_line(text, res.get("rc"))
+        entry["cause"] = likely_cause(text, finding_ids)
+        if TORCH_MISSING.search(text):
+            entry["missing"] = "torch"
+        elif PYTHON_MISSING.search(text):
+            entry["missing"] = "ddp_python"
+    return entry
+
+
+RESULT_PREFIX = "DDPFIX_RESULT "
 TORCH_MISSING = re.compile(r"No module named '?torch\b")
 PYTHON_MISSING = re.compile(r"failed to run command .+: No such file or directory")
 
@@ -117,11 +126,11 @@ def error_line(text: str, rc: Any) -> str:
     ]
     for ln in reversed(lines):
         if EXC_LINE.match(ln) and "ChildFailedError" not in ln:
-            return ln[:400]
+            return shown(ln, 400)
     for pat in ("Error:", "Error ", "error:", "failed", "Timed out", "timed out"):
         for ln in reversed(lines):
             if pat in ln and not ln.startswith("File "):
-                return ln[:400]
+                return shown(ln, 400)
     if rc == 124:
         return "torchrun killed at the deadline (timeout)"
-    return lines[-1][:400] if lines else f"exit code {rc}"
+    return shown(lines[-1], 400) if lines else f"exit code {rc}"

@@ -77,6 +77,10 @@ def test_cli_stdin_json_and_fallback() -> None:
     assert probes_rules.PORT_IN_USE.id in doc["failures"][0]["finding_ids"]
     r = CliRunner().invoke(cli, ["explain", str(LOGS / "unknown-error.log"), "--format", "json"])
     doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and not doc["known"] and "No host check applies" in doc["advice"]
+    assert doc["events"]["job_first"]  # a shape error in the training code: the job's own failure
+    r = CliRunner().invoke(cli, ["explain", "-", "--format", "json"], input="something odd happened\n")
+    doc = json.loads(r.stdout)
     assert r.exit_code == 0 and not doc["known"] and "NCCL_DEBUG=INFO" in doc["advice"]
-    r = CliRunner().invoke(cli, ["explain", str(LOGS / "unknown-error.log")])
+    r = CliRunner().invoke(cli, ["explain", "-"], input="something odd happened\n")
     assert "no known failure" in r.output
