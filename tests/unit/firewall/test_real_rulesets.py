@@ -13,7 +13,7 @@ from unit_helpers import ROOT
 from ddpfix import firewall as evaluator
 from ddpfix.ansible import collection
 from ddpfix.remediate import firewall_backend, nft_unfixable
-from ddpfix.rules.firewall import active_firewalls
+from ddpfix.rules.firewall import active_firewalls, ufw_managed
 
 RULESETS = ROOT / "tests" / "fixtures" / "rulesets"
 fw = collection.module_utils("ddpfix_fw")
@@ -181,7 +181,7 @@ def test_the_corpus_is_the_expected_one() -> None:
 def test_ufw_ruleset_verdict_and_fix(name: str) -> None:
     st = recorded(name)
     assert not st["unread"] and not st["errors"]
-    assert ":ufw-user-input - [0:0]" in st["iptables"] and "-A ufw-before-input -j ufw-user-input" in st["iptables"]
+    assert ufw_managed(st) and ufw_managed({"iptables_legacy": st["iptables"]})
     v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
     assert ("accepted" if v.allowed else "refused", v.layer, v.decided) == (UFW_EXPECTED[name], "iptables", True), v
     assert not evaluator.evaluate(st, "198.51.100.7", MASTER_PORT, iface="eth0").allowed
@@ -205,6 +205,7 @@ def test_ufw_ruleset_verdict_and_fix(name: str) -> None:
 def test_real_ruleset_verdict_and_fix(name: str) -> None:
     verdict, layer, backend, chains = EXPECTED[name]
     st = recorded(name)
+    assert not ufw_managed(st)  # Docker's, kube-proxy's, fail2ban's chains are no ufw
     assert not st["unread"] and not st["errors"]
     v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
     got = "may" if v.undecided else "accepted" if v.allowed else "refused"
