@@ -35,11 +35,13 @@ def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def ufw_managed(fw: Mapping[str, Any]) -> bool:
-    """Whether ufw loaded the node's iptables rules (INPUT jumps to its `ufw-before-input` chain, in the nft or the
-    legacy tables): its chains are rewritten from /etc/ufw at every `ufw reload` and boot, so the fix is ufw's own
-    rule (`ufw allow from CIDR`), never an iptables line."""
-    return any("-A INPUT -j ufw-before-input" in (fw.get(k) or "") for k in ("iptables", "iptables_legacy"))
+def ufw_managed(fw: Mapping[str, Any], variant: str = "") -> bool:
+    """Whether ufw loaded the node's iptables rules (INPUT jumps to its `ufw-before-input` chain) in the tables of
+    `variant` (`iptables`: the nft variant, `iptables-legacy`; "": either): its chains are rewritten from /etc/ufw at
+    every `ufw reload` and boot, so the fix is ufw's own rule (`ufw allow from CIDR`), never an iptables line."""
+    keys = {"iptables": ("iptables",), "iptables-legacy": ("iptables_legacy",)}.get(variant,
+                                                                                   ("iptables", "iptables_legacy"))
+    return any("-A INPUT -j ufw-before-input" in (fw.get(k) or "") for k in keys)
 
 
 #: What a block in ufw's chains adds to its evidence: the owner, and the rule remediate adds through it.

@@ -182,6 +182,13 @@ def test_ufw_ruleset_verdict_and_fix(name: str) -> None:
     st = recorded(name)
     assert not st["unread"] and not st["errors"]
     assert ufw_managed(st) and ufw_managed({"iptables_legacy": st["iptables"]})
+    # the plan: through ufw wherever its chains are in the blocking tables (an operator's ddp_firewall=iptables too)
+    for configured in ("auto", "iptables"):
+        assert firewall_backend(st, configured, {"iptables"}) == "ufw"
+    assert firewall_backend(st, "auto", set()) == "ufw"  # a failed probe alone
+    # ufw on the nft variant, the block in the legacy tables (kube-proxy on iptables-legacy): not ufw's to fix
+    assert firewall_backend(dict(st, iptables_legacy="*filter\n:INPUT DROP [0:0]\nCOMMIT\n"), "auto",
+                            {"iptables-legacy"}) == "iptables-legacy"
     v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
     assert ("accepted" if v.allowed else "refused", v.layer, v.decided) == (UFW_EXPECTED[name], "iptables", True), v
     assert not evaluator.evaluate(st, "198.51.100.7", MASTER_PORT, iface="eth0").allowed
