@@ -189,8 +189,10 @@ def test_real_rulesets_audit_fix_reboot(rulesets_lab: Any) -> None:
 UFW_SHAPES = {
     "node1": ("homelab-limit-ssh.ufw.rules", "ufw disable && ufw enable"),
     "node2": ("vps-openssh.ufw.rules", "ufw reload"),
-    # a reboot: the kernel starts empty, ufw.service runs ufw-init, then docker.service starts
-    "node3": ("chaifeng-ufw-docker.ufw.sh", "nft flush ruleset && /lib/ufw/ufw-init start && sh /root/dockerd-start.sh"),
+    # a reboot: the kernel starts empty, ufw.service runs ufw-init, then docker.service starts; then
+    # `systemctl restart docker` (dockerd flushes and re-creates its chains once more)
+    "node3": ("chaifeng-ufw-docker.ufw.sh", "nft flush ruleset && /lib/ufw/ufw-init start && sh /root/dockerd-start.sh"
+                                            " && sh /root/dockerd-start.sh"),
 }
 UFW_DOCKER_NODE = "node3"
 
