@@ -4,6 +4,7 @@ set -euo pipefail
 PKGS=(iproute2 openssh-server openssh-client iptables nftables firewalld python3-firewall dbus chrony
       netcat-openbsd procps util-linux python3 python3-venv libfaketime sudo
       ipset  # ipset: the undecided-rule lab test matches a real ipset (`-m set`), as operators write it
+      ufw  # ufw: the real-ruleset lab loads ufw configurations and runs ufw's own boot path on a node
       chromium fonts-dejavu-core)  # chromium: the HTML report is tested in a real headless browser
 missing=()
 for p in "${PKGS[@]}"; do

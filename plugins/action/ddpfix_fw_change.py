@@ -49,7 +49,10 @@ def change_call(args: dict[str, Any], tag: str) -> tuple[str, dict[str, Any]]:
         return "ddpfix.cluster.ddpfix_fw_firewalld", {"changes": args.get("firewalld_changes") or [], "cidr": cidr,
                                                       "zone": args["zone"], "permanent": False}
     if backend == "ufw":
-        return "community.general.ufw", {"rule": "allow", "from_ip": cidr, "comment": tag}
+        # first of ufw's own rules (appended when there is none): ahead of a user's deny, as ddpfix's iptables
+        # accept goes first in INPUT
+        return "community.general.ufw", {"rule": "allow", "from_ip": cidr, "comment": tag, "insert": 0,
+                                         "insert_relative_to": "first-ipv4"}
     return "ddpfix.cluster.ddpfix_fw_rule", {"backend": backend, "cidr": cidr,
                                              "iptables_variant": args["iptables_variant"], "comment": tag,
                                              "egress": args.get("egress") or [], "ingress": args.get("ingress", True)}

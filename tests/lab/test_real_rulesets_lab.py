@@ -10,7 +10,11 @@ node3: a hand-written `table ip filter` with INPUT/FORWARD/OUTPUT in /etc/nftabl
 A listener on each node and a connect from each peer (and from an address outside the cluster CIDR) are the ground
 truth: the audit's verdict agrees before the fix; after `remediate --apply` every peer reaches the master port and
 the ephemeral range, the outside source is still refused, SSH works, every rule not about the cluster is still
-there, a second apply changes nothing, and it all holds after a simulated reboot of each firewall's boot path."""
+there, a second apply changes nothing, and it all holds after a simulated reboot of each firewall's boot path.
+
+A second round on the same lab (test_ufw_rulesets_audit_fix_reboot, its constants and helpers under "ufw round"):
+every node a ufw host, loaded and rebooted through ufw itself, node3 a Docker host whose dockerd re-creates its
+chains."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -125,13 +130,7 @@ def test_real_rulesets_audit_fix_reboot(rulesets_lab: Any) -> None:
         before = {n: rules_now(info, n) for n in addr}
 
         def truth() -> dict[str, dict[str, bool]]:
-            out: dict[str, dict[str, bool]] = {}
-            for src in addr:
-                got = connects(info, src, [(addr[t], p) for t in addr if t != src for p in ports])
-                for (h, _p), ok in got.items():
-                    t = next(k for k, v in addr.items() if v == h)
-                    out.setdefault(t, {})[src] = out.get(t, {}).get(src, True) and ok
-            return out
+            return peer_truth(info, addr, ports)
 
         # before: node1 (meters ahead of the accept) accepts, node2 and node3 refuse every peer
         seen = truth()
@@ -275,3 +274,118 @@ def test_nixos_egress_ruleset_audit_fix_reboot(rulesets_lab: Any) -> None:
             p.wait()
         subprocess.run(["ip", "addr", "del", f"{EGRESS_OUTSIDE}/32", "dev", hl], check=False)
         print(f"nixos egress lab case: {time.monotonic() - t0:.0f} s", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------- ufw round
+# The same lab, a second round: every node a ufw host (ufw's own rules file or an operator's ufw commands), loaded
+# and rebooted through ufw itself. node3 is a Docker host (chaifeng/ufw-docker's DOCKER-USER rules in after.rules):
+# dockerd re-creates its chains after ufw at boot and again on `systemctl restart docker`.
+#: node -> (ruleset, the boot path simulated after the fix: each a different way ufw loads its files)
+UFW_SHAPES = {
+    "node1": ("homelab-limit-ssh.ufw.rules", "ufw disable && ufw enable"),
+    "node2": ("vps-openssh.ufw.rules", "ufw reload"),
+    # a reboot: the kernel starts empty, ufw.service runs ufw-init, then docker.service starts; then
+    # `systemctl restart docker` (dockerd flushes and re-creates its chains once more)
+    "node3": ("chaifeng-ufw-docker.ufw.sh", "nft flush ruleset && /lib/ufw/ufw-init start && sh /root/dockerd-start.sh"
+                                            " && sh /root/dockerd-start.sh"),
+}
+UFW_DOCKER_NODE = "node3"
+
+
+def load_ufw(info: Any, node: str, name: str) -> None:
+    """Leave the node with ufw alone in charge (the first round's rules and files gone), then load `name` as ufw
+    does: a rules file as /etc/ufw/user.rules and `ufw enable`, or an operator's ufw commands."""
+    sh(info, node, "nft flush ruleset; for t in filter nat mangle raw; do iptables-legacy -t $t -F; "
+                   "iptables-legacy -t $t -X; done; iptables-legacy -P INPUT ACCEPT; "
+                   "rm -f /etc/nftables.conf /etc/iptables/rules.v4 /etc/sysconfig/iptables")
+    text = (RULESETS / name).read_text()
+    if name.endswith(".ufw.rules"):
+        put(info, node, "/etc/ufw/user.rules", text)
+        sh(info, node, "ufw --force enable")
+    else:
+        sh(info, node, "sh -s", input=text)
+
+
+def ufw_rules_now(info: Any, node: str) -> str:
+    """The node's iptables rules (ufw's, Docker's), no counters."""
+    return sh(info, node, "iptables-save").stdout
+
+
+def peer_truth(info: Any, addr: dict[str, str], ports: list[int]) -> dict[str, dict[str, bool]]:
+    """target -> source -> whether every port of the target accepted a real connect from that peer (the sources
+    dial at once: a dropped connect waits out its timeout)."""
+    out: dict[str, dict[str, bool]] = {}
+    with ThreadPoolExecutor(len(addr)) as pool:
+        dialled = list(pool.map(lambda src: connects(info, src, [(addr[t], p) for t in addr if t != src
+                                                                 for p in ports]), addr))
+    for src, got in zip(addr, dialled, strict=True):
+        for (h, _p), ok in got.items():
+            t = next(k for k, v in addr.items() if v == h)
+            out.setdefault(t, {})[src] = out.get(t, {}).get(src, True) and ok
+    return out
+
+
+def test_ufw_rulesets_audit_fix_reboot(rulesets_lab: Any) -> None:
+    info, inv = rulesets_lab, str(rulesets_lab.inventory)
+    addr = {n.name: n.address for n in info.nodes}
+    lo, hi = (int(x) for x in sh(info, "node2", "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split())
+    ports = [info.master_port, (lo + hi) // 2]
+    put(info, UFW_DOCKER_NODE, "/root/dockerd-start.sh", (RULESETS / "dockerd-start.sh").read_text())
+    for node, (name, _boot) in UFW_SHAPES.items():
+        load_ufw(info, node, name)
+    sh(info, UFW_DOCKER_NODE, "sh /root/dockerd-start.sh")  # docker.service starts after ufw.service
+    listeners = []
+    for n in addr:  # a listener on each port not still served by the first round's
+        busy = sh(info, n, "ss -Hltn").stdout
+        if missing := [str(p) for p in ports if f":{p} " not in busy]:
+            listeners.append(lab.node_popen(info.name, n, ["python3", "-c", LISTEN, *missing]))
+    hl = lab.host_link(info.name)  # the outside source again (the first round's end removes it)
+    subprocess.run(["ip", "addr", "replace", f"{OUTSIDE}/32", "dev", hl], check=True)
+    t0 = time.monotonic()
+    try:
+        time.sleep(1)
+        before = {n: ufw_rules_now(info, n) for n in addr}
+        seen = peer_truth(info, addr, ports)  # ufw's default deny: every peer refused everywhere
+        assert not any(any(v.values()) for v in seen.values()), seen
+        code, doc = ddpfix_json(inv, "audit")
+        blocked = {f["host"]: f.get("evidence", "") for f in doc["findings"]
+                   if f["id"] in (firewall_rules.MASTER_PORT_BLOCKED.id, firewall_rules.PEER_PORTS_BLOCKED.id)}
+        assert code == 1 and set(blocked) == set(addr), (sorted({(f["host"], f["id"]) for f in doc["findings"]}))
+        assert all(f"ufw allow from {info.subnet}" in ev for ev in blocked.values()), blocked  # the owner named
+
+        code, applied = ddpfix_json(inv, "remediate", "--apply", *ONLY)
+        left = [f for f in applied["remaining_fixable"] if f["id"] in ONLY[1]]
+        assert not applied["failed_hosts"] and not left and all(applied["changed"][n] for n in addr), (
+            applied["failed_hosts"], applied.get("notes"), left, applied["changed"])
+        for node in addr:  # ufw keeps it, first of its rules: `ufw status numbered` lists it as [ 1]
+            status = sh(info, node, "ufw status numbered").stdout
+            assert re.search(rf"\[ 1\] Anywhere\s+ALLOW IN\s+{re.escape(info.subnet)}", status), (node, status)
+
+        for phase in ("applied", "rebooted"):
+            if phase == "rebooted":  # each node's ufw boot path; node3's dockerd re-creates its chains after it
+                for node, (_name, boot) in UFW_SHAPES.items():
+                    sh(info, node, boot)
+            seen = peer_truth(info, addr, ports)
+            assert all(all(v.values()) for v in seen.values()), (phase, seen)
+            outside = connects(info, None, [(addr[t], info.master_port) for t in addr])
+            assert not any(outside.values()), (phase, outside)
+            ssh = connects(info, None, [(addr[t], 22) for t in addr])
+            assert all(ssh.values()), (phase, ssh)
+            # the audit agrees, nothing blocks any more: after the fix, remediate's own re-audit; after the boot
+            # paths, a second apply's audit, which changes nothing (one run for both: the lab's time is CI's)
+            doc = applied
+            if phase == "rebooted":
+                code, doc = ddpfix_json(inv, "remediate", "--apply", *ONLY)
+                assert not doc["failed_hosts"] and sum(doc["changed"].values()) == 0, doc["changes"]
+            assert not [f for f in doc["findings"] if f["id"] in ONLY[1]], (phase, doc["findings"])
+            for node in addr:  # every rule not about the cluster is still there (Docker's too)
+                now = ufw_rules_now(info, node)
+                kept = [ln for ln in before[node].splitlines() if ln.startswith("-A")]
+                assert all(ln in now for ln in kept), (phase, node, [ln for ln in kept if ln not in now])
+        assert "DOCKER-USER -j ufw-user-forward" in ufw_rules_now(info, UFW_DOCKER_NODE)
+    finally:
+        for p in listeners:
+            p.kill()
+            p.wait()
+        subprocess.run(["ip", "addr", "del", f"{OUTSIDE}/32", "dev", hl], check=False)
+        print(f"ufw rulesets lab: {time.monotonic() - t0:.0f} s", file=sys.stderr)

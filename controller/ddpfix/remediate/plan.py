@@ -13,7 +13,7 @@ from ddpfix.firewall.egressfix import egress_fix
 from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal
 from ddpfix.rules.context import Context, not_read
-from ddpfix.rules.firewall import EGRESS_BLOCKED, FIREWALL_SOURCES, active_firewalls
+from ddpfix.rules.firewall import EGRESS_BLOCKED, FIREWALL_SOURCES, active_firewalls, ufw_managed
 from ddpfix.rules.reachability import INCOMPLETE
 from ddpfix.rules.registry import fixed_by
 
@@ -111,7 +111,14 @@ def firewalld_fix(ctx: Context, name: str, facts: Mapping[str, Any], ingress: bo
 def firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers: set[str]) -> str:
     """Which firewall to change: the inventory's ddp_firewall, else the layer the audit found blocking,
     else the one that holds rules (firewalld before iptables before native nftables). `iptables-legacy`: the legacy
-    tables block while `iptables` is the nft variant (the rule must go where the blocking rules are)."""
+    tables block while `iptables` is the nft variant (the rule must go where the blocking rules are). `ufw`: ufw
+    loaded the tables of that iptables variant (its chains, rebuilt from /etc/ufw at every reload and boot): the rule
+    goes in through ufw."""
+    backend = _firewall_backend(state, configured, blocking_layers)
+    return "ufw" if backend in ("iptables", "iptables-legacy") and ufw_managed(state, backend) else backend
+
+
+def _firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers: set[str]) -> str:
     if configured in ("firewalld", "iptables", "nftables", "none"):
         if configured == "iptables" and "iptables-legacy" in blocking_layers and "iptables" not in blocking_layers:
             return "iptables-legacy"

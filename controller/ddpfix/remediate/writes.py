@@ -92,7 +92,7 @@ def write_if_present(hp: HostPlan, node: Node) -> list[Any]:
     (ddpfix_run_write_if_present): nftables' layouts, iptables' save files and ufw's rules."""
     if hp.firewall == "nftables":
         return list(role_value(node, "firewall", "ddpfix_firewall_nft_layouts"))
-    if hp.firewall in ("iptables", "iptables-legacy"):
+    if hp.firewall in ("iptables", "iptables-legacy", "ufw"):
         return [*role_value(node, "firewall", "ddpfix_firewall_iptables_rules_paths"), *UFW_RULES]
     return []
 

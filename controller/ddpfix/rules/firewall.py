@@ -36,6 +36,21 @@ def active_firewalls(fw: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def ufw_managed(fw: Mapping[str, Any], variant: str = "") -> bool:
+    """Whether ufw loaded the node's iptables rules (INPUT jumps to its `ufw-before-input` chain) in the tables of
+    `variant` (`iptables`: the nft variant, `iptables-legacy`; "": either): its chains are rewritten from /etc/ufw at
+    every `ufw reload` and boot, so the fix is ufw's own rule (`ufw allow from CIDR`), never an iptables line."""
+    keys = {"iptables": ("iptables",), "iptables-legacy": ("iptables_legacy",)}.get(variant,
+                                                                                   ("iptables", "iptables_legacy"))
+    return any("-A INPUT -j ufw-before-input" in (fw.get(k) or "") for k in keys)
+
+
+#: What a block in ufw's chains adds to its evidence: the owner, and the rule remediate adds through it.
+UFW_OWNER = ("; these are ufw's chains (INPUT -> ufw-before-input -> ufw-user-input, loaded from /etc/ufw): "
+             "ddpfix remediate adds `ufw allow from {cidr}` through ufw, first of its rules, kept in "
+             "/etc/ufw/user.rules")
+
+
 # ---------------------------------------------------------------- firewall
 
 
@@ -177,8 +192,11 @@ def _node_firewall(ctx: Context, memo: _FirewallMemo, outcomes: dict[tuple[Any, 
     done = outcomes[key]
     if isinstance(done, str):
         raise firewall.BudgetExceeded(done)
+    ufw = ufw_managed(f.get("firewall") or {})
     for out in done:
         fid, summary, evidence, details = _probe_decides(ctx, memo, skey, rs, name, iface, dst, out)
+        if ufw and fid in _BLOCKED.values() and str(details.get("layer", "")).startswith("iptables"):
+            evidence += UFW_OWNER.format(cidr=ctx.cidr)
         if fid:
             yield finding(fid, name, summary, evidence, **{k: v for k, v in details.items() if k != "_pairs"})
 

@@ -13,7 +13,7 @@ from unit_helpers import ROOT
 from ddpfix import firewall as evaluator
 from ddpfix.ansible import collection
 from ddpfix.remediate import firewall_backend, nft_unfixable
-from ddpfix.rules.firewall import active_firewalls
+from ddpfix.rules.firewall import active_firewalls, ufw_managed
 
 RULESETS = ROOT / "tests" / "fixtures" / "rulesets"
 fw = collection.module_utils("ddpfix_fw")
@@ -157,15 +157,62 @@ EXPECTED = {
 }
 
 
+#: The ufw hosts (ufw's own rules file, or an operator's ufw commands; loaded by ufw itself, record.sh): the master
+#: port from a peer, and whether ufw's rules already allow everything from the cluster network. The fix is ufw's
+#: (`ufw allow from CIDR`, through community.general.ufw: ufw writes user.rules and reloads its chains), never an
+#: iptables line ufw would drop at its next reload.
+UFW_EXPECTED = {
+    "chaifeng-ufw-docker.ufw.sh": "refused",  # OpenSSH and another private /28 only; Docker's chains around it
+    "dacha-private-nets.ufw.rules": "accepted",  # everything from 192.168.0.0/16: nothing to fix
+    "homelab-limit-ssh.ufw.rules": "refused",  # `ufw limit` on SSH, REJECTs of single sources, web and mail ports
+    "vps-openssh.ufw.rules": "refused",
+}
+#: The firewalld shapes (tests/fixtures/rulesets/firewalld, judged in test_real_rulesets_firewalld_lab.py)
+FIREWALLD_SHAPES = ("internal-bound.sh", "egress-host-any.sh", "direct-output-drop.sh")
+
+
 def test_the_corpus_is_the_expected_one() -> None:
-    assert sorted(p.name[:-5] for p in (RULESETS / "recorded").glob("*.json")) == sorted(EXPECTED)
-    assert len(EXPECTED) >= 10
+    assert sorted(p.name[:-5] for p in (RULESETS / "recorded").glob("*.json")) == sorted(EXPECTED | UFW_EXPECTED)
+    assert all((RULESETS / "firewalld" / name).is_file() for name in FIREWALLD_SHAPES)
+    assert len(EXPECTED) + len(UFW_EXPECTED) + len(FIREWALLD_SHAPES) >= 15  # issue 34 item 3
+
+
+@pytest.mark.parametrize("name", sorted(UFW_EXPECTED))
+def test_ufw_ruleset_verdict_and_fix(name: str) -> None:
+    st = recorded(name)
+    assert not st["unread"] and not st["errors"]
+    assert ufw_managed(st) and ufw_managed({"iptables_legacy": st["iptables"]})
+    # the plan: through ufw wherever its chains are in the blocking tables (an operator's ddp_firewall=iptables too)
+    for configured in ("auto", "iptables"):
+        assert firewall_backend(st, configured, {"iptables"}) == "ufw"
+    assert firewall_backend(st, "auto", set()) == "ufw"  # a failed probe alone
+    # ufw on the nft variant, the block in the legacy tables (kube-proxy on iptables-legacy): not ufw's to fix
+    assert firewall_backend(dict(st, iptables_legacy="*filter\n:INPUT DROP [0:0]\nCOMMIT\n"), "auto",
+                            {"iptables-legacy"}) == "iptables-legacy"
+    v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
+    assert ("accepted" if v.allowed else "refused", v.layer, v.decided) == (UFW_EXPECTED[name], "iptables", True), v
+    assert not evaluator.evaluate(st, "198.51.100.7", MASTER_PORT, iface="eth0").allowed
+    cidr = "192.168.83.0/24"
+    if name.endswith(".ufw.rules"):  # what the role reads (ufw's rules file): already allowed, or not
+        user_rules = (RULESETS / name).read_text()
+        assert fw.ufw_allows(user_rules, cidr) == (UFW_EXPECTED[name] == "accepted")
+        added = user_rules.replace("### END RULES ###", f"### tuple ### allow any any 0.0.0.0/0 any {cidr} in "
+                                   f"comment=6464706669780a\n-A ufw-user-input -s {cidr} -j ACCEPT\n\n"
+                                   "### END RULES ###")
+        assert fw.ufw_allows(added, cidr) and not fw.ufw_allows(added, "10.9.0.0/16")
+    # `ufw allow from CIDR` appends to ufw-user-input (ufw reloads its chains): the peers accepted, nobody else
+    live = st["iptables"].replace("COMMIT", f"-A ufw-user-input -s {cidr} -j ACCEPT\nCOMMIT", 1)
+    fixed = dict(st, iptables=live)
+    assert evaluator.evaluate(fixed, PEER, MASTER_PORT, iface="eth0").allowed
+    assert evaluator.evaluate(fixed, PEER, 40000, iface="eth0").allowed
+    assert not evaluator.evaluate(fixed, "198.51.100.7", MASTER_PORT, iface="eth0").allowed
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_real_ruleset_verdict_and_fix(name: str) -> None:
     verdict, layer, backend, chains = EXPECTED[name]
     st = recorded(name)
+    assert not ufw_managed(st)  # Docker's, kube-proxy's, fail2ban's chains are no ufw
     assert not st["unread"] and not st["errors"]
     v = evaluator.evaluate(st, PEER, MASTER_PORT, iface="eth0")
     got = "may" if v.undecided else "accepted" if v.allowed else "refused"

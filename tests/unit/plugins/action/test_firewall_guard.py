@@ -166,7 +166,10 @@ def test_check_mode_runs_only_the_change_and_firewalld_ufw_modules() -> None:
         "ddpfix.cluster.ddpfix_fw_firewalld", {"changes": [], "cidr": CIDR, "zone": "trusted", "permanent": False})
     planned = [{"zone": "internal", "rich_rule": f'rule family="ipv4" source address="{CIDR}" accept'}]
     assert change.change_call({**ARGS, "backend": "firewalld", "firewalld_changes": planned}, TAG)[1]["changes"] == planned
-    assert change.change_call({**ARGS, "backend": "ufw"}, TAG)[1]["comment"] == TAG
+    ufw = change.change_call({**ARGS, "backend": "ufw"}, TAG)
+    assert ufw[1]["comment"] == TAG
+    # first of ufw's rules (community.general.ufw: `ufw insert 1 ...`, or appended when ufw has none yet)
+    assert (ufw[1]["insert"], ufw[1]["insert_relative_to"]) == (0, "first-ipv4")
 
 
 def test_the_span_per_node_does_not_grow_with_the_node_count() -> None:
