@@ -9,6 +9,11 @@ in remediate.yml). So is every `intersect([...])` list of quoted tags that holds
 group asked for by --tags" tests). `python -m tools.generate` rewrites them with the docs; a unit test fails when
 stale.
 
+Tags go once on a block (as kubespray's roles set them once on a block or an import): consecutive tasks of a role
+that would carry the same generated list stand in one `block:` that carries it, and the tasks inside carry none
+(`repeated` lists the places where they do not; a unit test fails on one). Ansible gives a block's tags to every
+task in it, so `--tags ID` selects the same tasks either way.
+
 The fix tasks' names are generated the same way: a task named `Fix <ids> | what it does` (STYLE: the finding id in
 the fix task's name, as ansible-lockdown names its tasks by rule number) gets as `<ids>` the ids of its own tag list,
 or of the block it sits in (`label`). So do the names remediate's report gives the files module ddpfix_node_files
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import yaml
 
 from ddpfix.rules import registry
 
@@ -93,17 +100,26 @@ def _task_tags(text: str, start: int, indent: str) -> list[str] | None:
     return None
 
 
+def _block_tags(text: str, start: int, indent: int) -> list[str] | None:
+    """The id tags of the innermost block around the task whose `- name:` line starts at `start` (at `indent`) that
+    has any: each list item less indented than the one before, going up, is a block this task sits in."""
+    for m in reversed(list(re.finditer(r"^(?P<i>[ \t]*)- ", text[:start], re.M))):
+        if len(m.group("i")) < indent:
+            indent = len(m.group("i"))
+            if ids := _task_tags(text, m.start(), m.group("i")):
+                return ids
+            if indent == 0:
+                break
+    return None
+
+
 def _names(text: str) -> str:
     """`text` with every fix task's name carrying the ids of its tags (or its block's): call after the tags."""
     out, last = [], 0
     for m in _FIX_NAME.finditer(text):
         ids = _task_tags(text, m.start(), m.group("indent"))
-        if not ids:  # a task inside a block: the nearest enclosing task (less indented) with id tags
-            for outer in reversed(list(_FIX_NAME.finditer(text, 0, m.start()))):
-                if len(outer.group("indent")) < len(m.group("indent")):
-                    ids = _task_tags(text, outer.start(), outer.group("indent"))
-                    if ids:
-                        break
+        if not ids:  # a task inside a block: the nearest enclosing block with id tags
+            ids = _block_tags(text, m.start(), len(m.group("indent")))
         if ids:
             out.append(text[last:m.start("ids")] + label(ids))
             last = m.end("ids")
@@ -206,6 +222,31 @@ def _mark_intersects(text: str) -> str:
         lines[end:end] = [f"{indent}{END}"]
         lines[start:start] = [f"{indent}{BEGIN_INTERSECT}"]
     return "\n".join(lines)
+
+
+def _repeats(tasks: object, where: str, inherited: frozenset[str]) -> list[str]:
+    out: list[str] = []
+    prev: tuple[str, ...] = ()
+    for task in tasks if isinstance(tasks, list) else []:
+        listed = task.get("tags") if isinstance(task, dict) else None
+        own = tuple(t for t in listed if ID_TAG.match(str(t))) if isinstance(listed, list) else ()
+        name = task.get("name", "?") if isinstance(task, dict) else "?"
+        if own and own == prev:
+            out.append(f"{where}: {name!r} has the tags of the task before it: put both in one block that has them")
+        if own and set(own) <= inherited:
+            out.append(f"{where}: {name!r} repeats the ids of the block it is in")
+        prev = own
+        for key in ("block", "rescue", "always"):
+            if isinstance(task, dict):
+                out += _repeats(task.get(key), where, inherited | set(own))
+    return out
+
+
+def repeated(root: Path) -> list[str]:
+    """Where a role's task file repeats a generated tag list instead of setting it once on a block: two sibling
+    tasks with the same ids, or a task inside a block with ids the block already has."""
+    return [line for p, role in files(root) if role is not None
+            for line in _repeats(yaml.safe_load(p.read_text()), str(p.relative_to(root)), frozenset())]
 
 
 def files(root: Path) -> list[tuple[Path, str | None]]:

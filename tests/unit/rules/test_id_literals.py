@@ -8,7 +8,8 @@ Everything else, tests included, reads them from a rule object (``from ddpfix.ru
 renaming an id is one edit in its rule module (plus its fixture directory) and the generator.
 
 ``test_ids_only_in_their_places`` fails on an id anywhere else in the tracked files.
-``python tests/unit/rules/test_id_literals.py`` prints, for each id, every file outside those places that names it.
+``PYTHONPATH=controller:. python tests/unit/rules/test_id_literals.py`` prints, for each id, every file outside those
+places that names it.
 """
 
 from __future__ import annotations

@@ -40,6 +40,45 @@ def test_every_generated_tag_list_is_between_its_markers() -> None:
     assert checked >= 20
 
 
+#: task files left out of the block check for now: ddpfix_firewall's tasks are being reworked on another branch (issue
+#: 38 item 1, its fix's evaluator); its seven repeated lists go into blocks when that lands
+BLOCKS_PENDING = ("roles/ddpfix_firewall/",)
+
+
+def test_tags_go_once_on_a_block() -> None:
+    """No role repeats a generated tag list on consecutive tasks, or inside a block that already carries it."""
+    found = [r for r in tags.repeated(ROOT) if not r.startswith(BLOCKS_PENDING)]
+    assert not found, "\n".join(found)
+
+
+def test_repeated_tag_lists_are_found() -> None:
+    text = ("- name: Fix a.b | x\n  ansible.builtin.debug:\n  tags: [hosts, hosts.gone]\n"
+            "- name: Fix a.b | y\n  ansible.builtin.debug:\n  tags: [hosts, hosts.gone]\n"
+            "- name: Fix a.b | z\n  tags: [env, env.x]\n  block:\n    - name: Fix a.b | w\n"
+            "      ansible.builtin.debug:\n      tags: [env.x]\n")
+    got = tags._repeats(yaml.safe_load(text), "f.yml", frozenset())
+    assert got == ["f.yml: 'Fix a.b | y' has the tags of the task before it: put both in one block that has them",
+                   "f.yml: 'Fix a.b | w' repeats the ids of the block it is in"]
+
+
+def test_the_tasks_of_a_block_are_named_by_its_ids() -> None:
+    """A fix task inside a block takes its name's ids from the innermost enclosing block with ids, not from a
+    sibling task before the block."""
+    text = ("- name: Fix a.b | before\n  ansible.builtin.debug:\n  tags: [nofile, a.b]\n\n"
+            "- name: Group | the block\n  tags: [hosts, a.b]\n  block:\n"
+            "    - name: Fix a.b | inner block\n      when: true\n      block:\n"
+            "        - name: Fix a.b | deep\n          ansible.builtin.debug:\n"
+            "    - name: Fix a.b | after\n      ansible.builtin.debug:\n")
+    got = tags.sync_text(text, None)
+    hosts = tags.label(tags._ids(["hosts"], None))
+    nofile = tags.label(tags._ids(["nofile"], None))
+    assert f"Fix {nofile} | before" in got
+    assert "Group | the block" in got  # a name without `Fix <ids> |` is left as it is
+    for name in ("inner block", "deep", "after"):
+        assert f"Fix {hosts} | {name}" in got, name
+    assert tags.sync_text(got, None) == got
+
+
 def test_a_tag_list_is_marked_once_however_often_it_is_generated() -> None:
     text = "- name: Fix a.b | x\n  ansible.builtin.debug:\n  tags: [hosts, hosts.gone]\n"
     once = tags.sync_text(text, None)
