@@ -406,6 +406,12 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
     return _settle_layer(chain_verdicts(rs, pkt, skip, notes), notes)
 
 
+def evaluate_without(rs: Ruleset, pkt: Packet, skip_tables: Collection[tuple[str, str]]) -> LayerResult | None:
+    """`evaluate` with the tables `skip_tables` names left out (those other backends own)."""
+    notes: list[str] = []
+    return _settle_layer(chain_verdicts(rs, pkt, lambda t: t.key in skip_tables, notes), notes)
+
+
 def _settle_layer(chains: list[ChainVerdict], notes: list[str]) -> LayerResult | None:
     """The layer's verdict from its base chains': the first refusal, else the first explicit accept."""
     if not chains:
