@@ -60,6 +60,10 @@ def plan_ingress(state: Mapping[str, Any], cidr: str, *, own: str | None, source
     dst = own if own and rs.uses_dst else None
     packets = [Packet.of(s, p, iface, dst=dst) for s in sources for p in ports]
     chains = nft.refusing_input_chains(rs.nft, packets, skip)
+    if not chains and not nft.refusing_input_chains(rs.nft, packets, set(fw.SKIP_NFT_TABLES)):
+        return [], (f"firewall not changed: no nftables input base chain refuses the cluster's packets as the audit "
+                    f"evaluates them, so an accept there would not lift the block ({evidence}): look at the other "
+                    "layers and at host-external firewalls (security groups)")
     if not chains:
         return [], _unfixable(evidence, cidr, sorted(owned), "no native input base chain refuses the cluster")
     bad = [" ".join(c) for c in chains if c[0] not in ("ip", "inet") or not all(_NAME.fullmatch(x) for x in c[1:])]

@@ -275,3 +275,6 @@ def test_a_chain_that_refuses_only_other_ports_takes_no_rule_and_a_prerouting_dr
     chains, why = planned(dict(st, nft=pre, nft_text=None))
     assert chains == [] and "still refused with ddpfix's accept at the top of inet filter input" in why
     assert "nft ip raw pre policy drop" in why
+    nothing = {"nftables": [i for i in st["nft"]["nftables"] if "rule" not in i and "chain" not in i]}
+    chains, why = planned(dict(st, nft=nothing, nft_text=None))  # the block is elsewhere: nothing to insert into
+    assert chains == [] and "no nftables input base chain refuses the cluster's packets" in why
