@@ -29,6 +29,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "iptables_variant": {"type": "str", "default": "auto", "choices": ["auto", "legacy", "nft"]},
     "egress": {"type": "list", "elements": "dict", "default": []},
     "ingress": {"type": "bool", "default": True},
+    "nft_chains": {"type": "list", "elements": "dict", "default": []},
     "iptables": {"type": "str", "default": "iptables"},
     "timeout": {"type": "int", "required": True},
     "confirm_timeout": {"type": "int", "default": 0},
@@ -55,7 +56,8 @@ def change_call(args: dict[str, Any], tag: str) -> tuple[str, dict[str, Any]]:
                                          "insert_relative_to": "first-ipv4"}
     return "ddpfix.cluster.ddpfix_fw_rule", {"backend": backend, "cidr": cidr,
                                              "iptables_variant": args["iptables_variant"], "comment": tag,
-                                             "egress": args.get("egress") or [], "ingress": args.get("ingress", True)}
+                                             "egress": args.get("egress") or [], "ingress": args.get("ingress", True),
+                                             "nft_chains": args.get("nft_chains") or []}
 
 
 def confirm_window(args: dict[str, Any]) -> int:

@@ -181,6 +181,37 @@ def egress_ports(spec):
     return out
 
 
+#: An nft table or chain name the controller may pass (the controller's plan checks the same grammar).
+NFT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: Input base chains one node's ingress plan may name.
+MAX_NFT_CHAINS = 8
+
+
+def nft_chains_checked(chains):
+    """The input base chains the controller planned for ddpfix's ingress accept ([{family, table, chain}], the audit's
+    evaluator chose them), checked: -> [(family, table, chain)]. ValueError naming what is wrong."""
+    if not isinstance(chains, list) or len(chains) > MAX_NFT_CHAINS:
+        raise ValueError(f"nft_chains must be a list of at most {MAX_NFT_CHAINS} chains, got {chains!r}")
+    out = []
+    for c in chains:
+        if not isinstance(c, dict) or set(c) != {"family", "table", "chain"}:
+            raise ValueError(f"an nft chain must be {{family, table, chain}}, got {c!r}")
+        fam, table, chain = (str(c[k]) for k in ("family", "table", "chain"))
+        if fam not in ("ip", "inet") or not NFT_NAME.fullmatch(table) or not NFT_NAME.fullmatch(chain):
+            raise ValueError(f"an nft chain needs family ip|inet and plain table/chain names, got {c!r}")
+        if (fam, table) in SKIP_NFT_TABLES:
+            raise ValueError(f"firewalld's table {fam} {table} is changed through firewalld, not nft")
+        out.append((fam, table, chain))
+    return list(dict.fromkeys(out))
+
+
+def nft_input_chains(ruleset):
+    """(family, table, name) of every base chain on the input hook of the rule set."""
+    chains = [it.get("chain") for it in _items(ruleset) if isinstance(it, dict)]
+    return {(c.get("family"), c.get("table"), c.get("name")) for c in chains
+            if isinstance(c, dict) and c.get("hook") == "input"}
+
+
 def egress_change(change, cidr):
     """One planned egress change, checked: {backend: nftables|iptables|iptables-legacy, family, table, chain,
     ports}. -> (backend, family, table, chain, [(lo, hi)]). ValueError naming what is wrong."""
@@ -189,10 +220,9 @@ def egress_change(change, cidr):
     backend = change.get("backend")
     ipaddress.ip_network(cidr, strict=False)
     ports = egress_ports(change.get("ports"))
-    name = re.compile(r"[A-Za-z0-9_.-]{1,64}")
     if backend == "nftables":
         fam, table, chain = (str(change.get(k) or "") for k in ("family", "table", "chain"))
-        if fam not in ("ip", "inet") or not name.fullmatch(table) or not name.fullmatch(chain):
+        if fam not in ("ip", "inet") or not NFT_NAME.fullmatch(table) or not NFT_NAME.fullmatch(chain):
             raise ValueError(f"nftables egress change needs family ip|inet and plain table/chain names, got {change!r}")
         if (fam, table) in SKIP_NFT_TABLES:
             raise ValueError(f"firewalld's table {fam} {table} is changed through firewalld, not nft")

@@ -47,6 +47,11 @@ options:
     default: []
   ingress: {description: Whether the cluster is let in too (M(ddpfix.cluster.ddpfix_fw_rule)'s I(ingress))., type: bool,
             default: true}
+  nft_chains:
+    description: nftables - the planned input base chains (M(ddpfix.cluster.ddpfix_fw_rule)'s I(nft_chains)).
+    type: list
+    elements: dict
+    default: []
   iptables: {description: iptables command of the variant the revert removes the rule with., type: str,
              default: iptables}
   timeout: {description: Seconds from the arm until the node reverts by itself (at least 5)., type: int,

@@ -14,9 +14,11 @@ description:
     C(nftables) - for the first existing I(nft_layouts) config (Debian C(/etc/nftables.conf), RHEL
     C(/etc/sysconfig/nftables.conf)), writes its include file holding only ddpfix's C(insert rule) lines and one
     managed C(include) block at the very end of the config, after its tables (moved there if it was elsewhere).
-    The chains are those that drop on the input hook (and do not hold ddpfix's rule ahead of the drop already) once
+    The chains are those of I(nft_chains) (the controller's plan) that the config creates, or without it those that
+    drop on the input hook, that do not hold ddpfix's rule ahead of the drop already once
     the config (without ddpfix's block) is loaded the way boot loads it - C(nft -f CONFIG) in a fresh, empty
-    ruleset (a private network namespace, C(unshare --net)). The new config must load the same way, with ddpfix's
+    ruleset (a private network namespace, C(unshare --net)); a planned chain the config does not create is reported
+    in I(runtime_only). The new config must load the same way, with ddpfix's
     rule ahead of every drop of those chains, before either file is replaced; the check runs on every call (also
     when nothing changes, and in check mode).
   - >-
@@ -49,6 +51,12 @@ options:
     elements: dict
     default: []
   ingress: {description: Whether the input rule is persisted too., type: bool, default: true}
+  nft_chains:
+    description: "nftables - the input base chains the controller planned (M(ddpfix.cluster.ddpfix_fw_rule)'s
+      I(nft_chains)); empty - chosen on the node."
+    type: list
+    elements: dict
+    default: []
   nft_layouts: {description: "nftables: list of {config, include}.", type: list, elements: dict, default: []}
   iptables_paths:
     description: "iptables: rules files (each edited only if present)."
@@ -82,9 +90,11 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_persisted,
     is_ddpfix_snippet,
     nft_blocking_input_chains,
+    nft_chains_checked,
     nft_has_egress,
     nft_include_path,
     nft_includes,
+    nft_input_chains,
     nft_rule_ahead,
     nft_snippet,
     rule_argument_spec,
@@ -208,7 +218,17 @@ def nftables(module, p, result):
                            "rule", err, result)
     # chains whose config already lets the cluster in with ddpfix's rule (a dump of the running rule set) need none
     old_snip = _read(include) if os.path.exists(include) else ""
-    chains = [c for c in nft_blocking_input_chains(ruleset) if not nft_rule_ahead(ruleset, c, p["comment"])]
+    chosen = p["nft_chains_checked"]
+    if chosen:  # the controller's plan: those of its chains the config creates (others are made at runtime)
+        boot = nft_input_chains(ruleset)
+        absent = [" ".join(c) for c in chosen if c not in boot]
+        chosen = [c for c in chosen if c in boot]
+        if absent:
+            result["runtime_only"] = (f"chain {', '.join(absent)} is not in {config} as boot loads it (another service "
+                                      "creates it at runtime): ddpfix's accept there is lost at the next boot")
+    else:  # the role without the controller: chosen here, from the config as boot loads it
+        chosen = nft_blocking_input_chains(ruleset)
+    chains = [c for c in chosen if not nft_rule_ahead(ruleset, c, p["comment"])]
     if not p["ingress"] and " saddr " not in old_snip:  # only egress, and no input rule of ddpfix's persisted yet
         chains = []
     egress = [e for e in p["egress_checked"] if e[0] == "nftables"
@@ -329,6 +349,7 @@ def main():
             backup_keep=dict(type="int", default=5),
             egress=dict(type="list", elements="dict", default=[]),
             ingress=dict(type="bool", default=True),
+            nft_chains=dict(type="list", elements="dict", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -338,6 +359,10 @@ def main():
         p["egress_checked"] = [egress_change(c, p["cidr"]) for c in p["egress"]]
     except ValueError as exc:
         module.fail_json(msg=f"egress: {exc}", **result)
+    try:
+        p["nft_chains_checked"] = nft_chains_checked(p["nft_chains"])
+    except ValueError as exc:
+        module.fail_json(msg=f"nft_chains: {exc}", **result)
     if p["backend"] == "nftables":
         nftables(module, p, result)
     else:

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Runtime only: let the cluster CIDR in through iptables INPUT or the native nftables input chains that drop."""
+"""Runtime only: let the cluster CIDR in through iptables INPUT or the native nftables input chains that refuse it."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,9 +13,12 @@ description:
   - C(iptables) - inserts C(-s CIDR -m comment --comment COMMENT -j ACCEPT) at the top of the filter table's
     INPUT chain of the given iptables variant (C(legacy), C(nft) or the distribution's default C(iptables)), unless
     ddpfix's accept from CIDR is there already (tagged C(ddpfix-cluster) or with any run's tag).
-  - C(nftables) - for every native base chain on the C(input) hook of an C(ip)/C(inet) table that can drop
-    (firewalld's and iptables-nft's tables excepted), inserts C(ip saddr CIDR accept comment "COMMENT") at the
-    top, unless ddpfix's accept from CIDR is already in that chain (whichever run added it).
+  - C(nftables) - for every chain of I(nft_chains) (the input base chains the controller's plan chose with the
+    audit's evaluator), inserts C(ip saddr CIDR accept comment "COMMENT") at the top, unless ddpfix's accept from
+    CIDR is already in that chain (whichever run added it); a planned chain missing from the live rule set fails the
+    task (the facts are stale). Without I(nft_chains) (the role run without the controller), every native base chain
+    on the C(input) hook of an C(ip)/C(inet) table with a drop or reject rule or a drop policy (firewalld's and
+    iptables-nft's tables excepted).
   - I(comment) is the tag of the rules this call adds, the run's tag (C(ddpfix-cluster:RUN)) when the role's guarded
     change calls it, so that its revert removes only them.
   - >-
@@ -49,6 +52,12 @@ options:
     default: []
   ingress: {description: Whether to let the cluster in (false - only the I(egress) accepts)., type: bool,
             default: true}
+  nft_chains:
+    description: "nftables - the input base chains that take the accept, as the controller planned them
+      (C({family: ip|inet, table, chain}), at most 8); empty - chosen on the node (see above)."
+    type: list
+    elements: dict
+    default: []
   ufw_rules: {description: "ufw: its IPv4 user rules file.", type: path, default: /etc/ufw/user.rules}
 """
 
@@ -83,9 +92,11 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_rule,
     is_ddpfix_comment,
     nft_blocking_input_chains,
+    nft_chains_checked,
     nft_egress_args,
     nft_has_egress,
     nft_has_rule,
+    nft_input_chains,
     nft_iptables_owned,
     nft_rule_args,
     rule_argument_spec,
@@ -138,6 +149,7 @@ def main():
         plan_only=dict(type="bool", default=False),
         egress=dict(type="list", elements="dict", default=[]),
         ingress=dict(type="bool", default=True),
+        nft_chains=dict(type="list", elements="dict", default=[]),
         ufw_rules=dict(type="path", default="/etc/ufw/user.rules"),
     )
     spec["backend"]["choices"] = ["iptables", "nftables", "ufw"]
@@ -169,6 +181,10 @@ def main():
         egress = [egress_change(c, cidr) for c in p["egress"]]
     except ValueError as exc:
         module.fail_json(msg=f"egress: {exc}")
+    try:
+        planned = nft_chains_checked(p["nft_chains"])
+    except ValueError as exc:
+        module.fail_json(msg=f"nft_chains: {exc}")
     ipt, ipt_save, _ = iptables_bins(p["iptables_variant"])
     result = dict(changed=False, chains=[], iptables=ipt)
     cmds = _egress_cmds(module, egress, cidr, comment, result)
@@ -198,8 +214,15 @@ def main():
         if rc != 0:
             module.fail_json(msg=f"nft -j list ruleset failed: {err.strip()}")
         ruleset = json.loads(out or "{}")
-        chains = nft_blocking_input_chains(ruleset, nft_iptables_owned(ruleset, _nft_save(module, "iptables"),
-                                                                       _nft_save(module, "ip6tables")))
+        if planned:  # the controller's plan (the audit's evaluator chose them)
+            gone = [" ".join(c) for c in planned if c not in nft_input_chains(ruleset)]
+            if gone:
+                module.fail_json(msg=f"the planned chain {', '.join(gone)} is not an input base chain of the live rule "
+                                     "set: the firewall changed since the audit (audit again; nothing was changed)")
+            chains = planned
+        else:  # the role without the controller: chosen here
+            chains = nft_blocking_input_chains(ruleset, nft_iptables_owned(ruleset, _nft_save(module, "iptables"),
+                                                                           _nft_save(module, "ip6tables")))
         result["chains"] += [" ".join(c) for c in chains]
         for f, t, c in chains:
             if not nft_has_rule(ruleset, (f, t, c), cidr):

@@ -14,7 +14,6 @@ live rule, then the owner's file (the include of the nft config, the distributio
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpfix.ansible.collection import module_utils
+from ddpfix.firewall import nftables as nft
 from ddpfix.firewall.ruleset import Ruleset
 from ddpfix.firewall.verdict import Packet, Verdict
 
@@ -97,13 +97,7 @@ def with_changes(state: Mapping[str, Any], changes: Sequence[EgressChange], cidr
     for c in changes:
         ports = fw.egress_ports(c.ports)
         if c.backend == "nftables":
-            nft = copy.deepcopy(out.get("nft") or {"nftables": []})
-            items = nft.setdefault("nftables", [])
-            at = next((i for i, o in enumerate(items) if isinstance(o, dict) and isinstance(o.get("rule"), dict)
-                       and (o["rule"].get("family"), o["rule"].get("table"), o["rule"].get("chain"))
-                       == (c.family, c.table, c.chain)), len(items))
-            items.insert(at, _nft_rule(c, cidr, ports))
-            out["nft"] = nft
+            out["nft"] = nft.with_rules_first(out.get("nft"), [_nft_rule(c, cidr, ports)])
             out.pop("nft_text", None)  # evidence falls back to the JSON
         else:
             key = "iptables_legacy" if c.backend == "iptables-legacy" else "iptables"

@@ -4,10 +4,11 @@ libnftables-json(5)); it is indexed once per ruleset."""
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -324,21 +325,21 @@ def _render(rule: dict[str, Json]) -> str:
                       sort_keys=True)
 
 
-def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
-             skip_ipt_families: Collection[str | None]) -> LayerResult | None:
-    """Every base filter chain on prerouting/input (a packet the node sends, `Packet.out`: output/postrouting, route
-    chains on output too) of the packet's families must accept.
+#: One base chain's fate of a packet: ((family, table), chain, verdict, evidence, by a rule (not the policy),
+#: the undecided rules that could turn it).
+ChainVerdict = tuple[tuple[str, str], str, Action, str, bool, tuple[str, ...]]
 
-    ``skip_firewalld``: firewalld's own tables are evaluated through its zone model; ``skip_ipt_families``: families
-    whose iptables-nft tables were already evaluated from iptables-save. -> None when no base chain can refuse."""
-    tables, notes = rs.tables, []
+
+def _base_chains(rs: Ruleset, pkt: Packet, skip: Callable[[Table], bool]) -> list[tuple[tuple[str, str], str]]:
+    """The base chains the packet passes, in order (hook, then priority): filter chains on prerouting/input (a packet
+    the node sends: output/postrouting, route chains on output too) of the packet's families; tables `skip` names
+    are left out. Empty when none of them can refuse."""
+    tables = rs.tables
     fams = ("ip", "inet") if pkt.family == 4 else ("ip6", "inet")
     bases: list[tuple[int, int, tuple[str, str], str]] = []
     hooks, types = (_OUT_HOOKS, ("filter", "route")) if pkt.out else (_HOOKS, ("filter",))
     for key, t in sorted(tables.items()):
-        if key[0] not in fams or (skip_firewalld and key[1] == "firewalld"):
-            continue
-        if key[0] in skip_ipt_families and t.is_iptables_nft():
+        if key[0] not in fams or skip(t):
             continue
         for c in t.chains.values():
             if c.get("hook") in hooks and c.get("type", "filter") in types:
@@ -348,14 +349,19 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
                     prio = 0
                 bases.append((hooks[c["hook"]], prio, key, str(c.get("name"))))
     bases.sort()
-    if not bases or all(not tables[k].rules.get(n) and tables[k].chains[n].get("policy", "accept") == "accept"
-                        for _, _, k, n in bases):
-        return None
-    explicit: str | None = None
-    last: str | None = None
-    denied: list[tuple[Action, str, tuple[str, ...]]] = []  # (verdict, evidence, undecided) of each refusing chain
-    may_deny: list[str] = []  # undecided rules of accepting chains
-    for _, _, key, base in bases:
+    if all(not tables[k].rules.get(n) and tables[k].chains[n].get("policy", "accept") == "accept"
+           for _, _, k, n in bases):
+        return []
+    return [(k, n) for _, _, k, n in bases]
+
+
+def chain_verdicts(rs: Ruleset, pkt: Packet, skip: Callable[[Table], bool],
+                   notes: list[str]) -> list[ChainVerdict]:
+    """Each base chain the packet passes (`_base_chains`), walked like the kernel does (jumps, gotos, returns), and
+    its verdict; what cannot change a verdict goes to `notes`."""
+    tables = rs.tables
+    out: list[ChainVerdict] = []
+    for key, base in _base_chains(rs, pkt, skip):
         t, label = tables[key], "nft {} {}".format(*key)
 
         def decide(chain: str, n: int, rule: dict[str, Json], t: Table = t,
@@ -383,6 +389,38 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
         by_rule = verdict is not None and ref is not None
         if verdict is None or ref is None:
             verdict, ref = policy, f"{label} {base} policy {pol}"
+        out.append((key, base, verdict, ref, by_rule, undecided))
+    return out
+
+
+def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
+             skip_ipt_families: Collection[str | None]) -> LayerResult | None:
+    """Every base filter chain on prerouting/input (a packet the node sends, `Packet.out`: output/postrouting, route
+    chains on output too) of the packet's families must accept.
+
+    ``skip_firewalld``: firewalld's own tables are evaluated through its zone model; ``skip_ipt_families``: families
+    whose iptables-nft tables were already evaluated from iptables-save. -> None when no base chain can refuse."""
+    def skip(t: Table) -> bool:
+        return (skip_firewalld and t.name == "firewalld") or (t.family in skip_ipt_families and t.is_iptables_nft())
+    notes: list[str] = []
+    return _settle_layer(chain_verdicts(rs, pkt, skip, notes), notes)
+
+
+def evaluate_without(rs: Ruleset, pkt: Packet, skip_tables: Collection[tuple[str, str]]) -> LayerResult | None:
+    """`evaluate` with the tables `skip_tables` names left out (those other backends own)."""
+    notes: list[str] = []
+    return _settle_layer(chain_verdicts(rs, pkt, lambda t: t.key in skip_tables, notes), notes)
+
+
+def _settle_layer(chains: list[ChainVerdict], notes: list[str]) -> LayerResult | None:
+    """The layer's verdict from its base chains': the first refusal, else the first explicit accept."""
+    if not chains:
+        return None
+    explicit: str | None = None
+    last: str | None = None
+    denied: list[tuple[Action, str, tuple[str, ...]]] = []  # (verdict, evidence, undecided) of each refusing chain
+    may_deny: list[str] = []  # undecided rules of accepting chains
+    for _key, _base, verdict, ref, by_rule, undecided in chains:
         if verdict != "accept":
             denied.append((verdict, ref, undecided))
         elif by_rule:
@@ -403,6 +441,33 @@ def evaluate(rs: Ruleset, pkt: Packet, skip_firewalld: bool,
         return LayerResult("nftables", d, True, ref, tuple(dict.fromkeys(notes)), flip)
     return LayerResult("nftables", "accept", bool(explicit), explicit or last or "", tuple(dict.fromkeys(notes)),
                        tuple(dict.fromkeys(may_deny)))
+
+
+def refusing_input_chains(rs: Ruleset, packets: Iterable[Packet],
+                          skip_tables: Collection[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(family, table, chain) of the ip/inet base chains on the input hook that refuse one of `packets`, or could (a
+    rule the evaluator does not model could drop it), as `evaluate` walks them: where an accept at the top lets those
+    packets in. Tables in `skip_tables` (firewalld's, iptables-nft's: their own backends change them) are left out."""
+    out: dict[tuple[str, str, str], None] = {}
+    for pkt in packets:
+        for key, base, verdict, _ref, _by_rule, undecided in chain_verdicts(
+                rs, pkt, lambda t: t.key in skip_tables, []):
+            if rs.tables[key].chains[base].get("hook") == "input" and (verdict != "accept" or undecided):
+                out.setdefault((key[0], key[1], base))
+    return list(out)
+
+
+def with_rules_first(nft: Json, rules: Iterable[dict[str, Json]]) -> Json:
+    """A copy of `nft -j` output with each `{"rule": {family, table, chain, ...}}` first in its chain (as `nft insert
+    rule` puts it)."""
+    out = copy.deepcopy(nft) if isinstance(nft, dict) else {"nftables": []}
+    items = out.setdefault("nftables", [])
+    for rule in rules:
+        where = tuple(rule["rule"].get(k) for k in ("family", "table", "chain"))
+        at = next((i for i, o in enumerate(items) if isinstance(o, dict) and isinstance(o.get("rule"), dict)
+                   and tuple(o["rule"].get(k) for k in ("family", "table", "chain")) == where), len(items))
+        items.insert(at, rule)
+    return out
 
 
 def port_marks(nft: Json) -> set[int]:

@@ -30,7 +30,7 @@ from ddpfix.remediate.plan import (
     firewalld_fix,
     host_setting_fixes,
     master_unknown,
-    nft_unfixable,
+    nft_ingress,
     pin_target,
 )
 from ddpfix.remediate.preflight import PREFLIGHT_STEP, facts_preflight, preflight, remediate_checked
@@ -48,7 +48,7 @@ __all__ = [
     "ARP_IDS", "EGRESS_IDS", "ENV_IDS", "FILE_RULES", "FIREWALL_IDS", "HOSTS_IDS", "LIMITS_IDS", "NOFILE_IDS",
     "NOFILE_TASK", "PREFLIGHT_STEP", "PROBE_IDS", "TIME_IDS", "UNIT_NOFILE_TASK", "Change", "HostPlan", "build_plan",
     "changes_of", "cluster_files_refusal", "facts_preflight", "failures_of", "firewall_backend", "firewalld_files",
-    "firewalld_fix", "host_setting_fixes", "master_unknown", "nft_unfixable", "nofile_files", "not_effective",
+    "firewalld_fix", "host_setting_fixes", "master_unknown", "nft_ingress", "nofile_files", "not_effective",
     "pin_target", "preflight", "preview", "remaining_fixable", "remediate_checked", "remediate_extravars",
     "render_diff", "run_remediation",
 ]

@@ -6,10 +6,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpfix.ansible.collection import module_utils
 from ddpfix.envtemplate import write_needed
 from ddpfix.firewall import firewalld as fwd
 from ddpfix.firewall.egressfix import egress_fix
+from ddpfix.firewall.ingressfix import ingress_fix
 from ddpfix.model.finding import Finding
 from ddpfix.plan import env_comment, env_not_ours, env_refusal
 from ddpfix.rules.context import Context, not_read
@@ -50,6 +50,8 @@ class HostPlan:
     #: nftables/iptables: the egress accepts `egressfix.egress_fix` planned ({backend, family, table, chain, ports})
     egress: list[dict[str, str]] = field(default_factory=list)
     ingress: bool = True  # nftables/iptables: whether the cluster is let in too (False: only egress is fixed)
+    #: nftables: the input base chains that take ddpfix's accept ({family, table, chain}), as `ingressfix` proved them
+    nft_chains: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -81,7 +83,7 @@ class HostPlan:
                 "env_comment": self.env_comment,
                 "env_key_comments": self.env_key_comments, "pin_ifname": self.pin_ifname, "limits": self.limits,
                 "nofile": self.nofile, "arp": self.arp, "firewalld": self.firewalld, "egress": self.egress,
-                "ingress": self.ingress,
+                "ingress": self.ingress, "nft_chains": self.nft_chains,
                 "firewalld_files": firewalld_files(self.firewalld)}
 
 
@@ -136,22 +138,13 @@ def _firewall_backend(state: Mapping[str, Any], configured: str, blocking_layers
     return "none"
 
 
-def nft_unfixable(state: Mapping[str, Any], findings: Iterable[Finding], name: str, cidr: str) -> str:
-    """Why ddpfix cannot fix `name`'s nftables block (refused before anything changes), or "": no native input base
-    chain that drops would take ddpfix's rule (the blocking table is iptables-nft's, firewalld's, or on a hook ddpfix
-    does not change). Names the rule, its owner and what an operator would run."""
-    fw = module_utils("ddpfix_fw")
-    nft = state.get("nft") or {}
-    owned = fw.nft_iptables_owned(nft, fw.iptables_nft_tables(state.get("iptables")),
-                                  fw.iptables_nft_tables(state.get("ip6tables")))
-    if fw.nft_blocking_input_chains(nft, owned):
-        return ""
+def nft_ingress(ctx: Context, name: str, facts: Mapping[str, Any], findings: Iterable[Finding]) -> tuple[
+        list[dict[str, str]], str]:
+    """The native nftables input base chains of `name` that take ddpfix's accept ({family, table, chain}), decided by
+    the audit's evaluator (`ddpfix.firewall.ingressfix`), or why ddpfix cannot fix its nftables block (refused before
+    anything changes: names the rule, its owner and what an operator would run)."""
     ev = next((f.evidence for f in findings if f.host == name and f.id in FIREWALL_IDS), "the blocking rule")
-    return (f"firewall not changed: {ev} is in a table ddpfix does not own as nftables ("
-            f"{', '.join(' '.join(k) for k in sorted(owned)) or 'no native input base chain that drops'}); "
-            f"add the accept where its owner keeps it (iptables-nft: iptables -I INPUT -s {cidr} -j ACCEPT and "
-            f"its save file; a native table: nft insert rule <family> <table> <chain> ip saddr {cidr} accept in "
-            "the file nftables.service loads)")
+    return ingress_fix(ctx, name, facts, ev)
 
 
 def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | None = None,
@@ -211,8 +204,9 @@ def build_plan(ctx: Context, findings: Iterable[Finding], *, only: set[str] | No
             layers = {dict(f.fix_vars).get("layer", "") for f in fl if f.host == name and f.id in FIREWALL_IDS}
             hp.firewall = firewall_backend(facts.get("firewall") or {}, ctx.cluster.firewall, layers)
             hp.ingress = bool((mine & FIREWALL_IDS) - EGRESS_IDS) or name in failed_targets
-            why = nft_unfixable(facts.get("firewall") or {}, fl, name, ctx.cidr or "CIDR") if (
-                hp.firewall == "nftables" and hp.ingress) else ""
+            why = ""
+            if hp.firewall == "nftables" and hp.ingress:
+                hp.nft_chains, why = nft_ingress(ctx, name, facts, fl)
             if why:
                 hp.firewall = "none"
                 hp.notes.append(why)

@@ -146,7 +146,9 @@ def test_audit_and_plan_on_the_recorded_cluster(sim: Sim) -> None:
     assert p.firewall == "nftables" and p.ingress and p.to_vars()["egress"] == [
         {"backend": "nftables", "family": "inet", "table": "global", "chain": "output",
          "ports": "29500,32768-60999"}]
-    assert not plans["node1"].egress and plans["node1"].firewall == "none"
+    # the input chain the audit's evaluator found refusing the peers takes the ingress accept (issue 38)
+    assert p.to_vars()["nft_chains"] == [{"family": "inet", "table": "global", "chain": "input"}]
+    assert not plans["node1"].egress and plans["node1"].firewall == "none" and not plans["node1"].nft_chains
 
 
 def test_egress_only_leaves_input_alone_and_undecided_is_not_evaluated(sim: Sim) -> None:
@@ -165,6 +167,7 @@ def test_egress_only_leaves_input_alone_and_undecided_is_not_evaluated(sim: Sim)
     plans, refusals = build_plan(ctx, findings)
     assert refusals == [] and plans["node3"].firewall == "nftables" and not plans["node3"].ingress
     assert plans["node3"].egress[0]["chain"] == "out"
+    assert plans["node3"].nft_chains == []  # egress only: no input chain planned
     # a rule the evaluator does not model ahead of the drop: not evaluated on node3, neither a pass nor a block
     drop["nftables"][2]["rule"]["expr"].insert(0, {"match": {"op": "==", "left": {"meta": {"key": "mark"}},
                                                             "right": 1}})

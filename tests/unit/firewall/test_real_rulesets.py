@@ -12,12 +12,20 @@ from unit_helpers import ROOT
 
 from ddpfix import firewall as evaluator
 from ddpfix.ansible import collection
-from ddpfix.remediate import firewall_backend, nft_unfixable
+from ddpfix.firewall.ingressfix import plan_ingress
+from ddpfix.remediate import firewall_backend
 from ddpfix.rules.firewall import active_firewalls, ufw_managed
 
 RULESETS = ROOT / "tests" / "fixtures" / "rulesets"
 fw = collection.module_utils("ddpfix_fw")
 PEER, MASTER_PORT = "192.168.83.12", 29500
+CIDR = "192.168.83.0/24"
+
+
+def planned(st: dict[str, Any]) -> tuple[list[tuple[str, str, str]], str]:
+    """The controller's choice of chains (issue 38): the audit's packets, from two peers, evaluated."""
+    ports = [MASTER_PORT, *evaluator.sample_ports(st, 32768, 60999, 5)]
+    return plan_ingress(st, CIDR, own="192.168.83.11", sources=[PEER, "192.168.83.13"], ports=ports, iface="eth0")
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -65,6 +73,7 @@ def test_native_table_named_like_iptables_nft_is_fixed_in_its_own_chains() -> No
                                   fw.iptables_nft_tables(st["ip6tables"]))
     assert owned == set()
     assert fw.nft_blocking_input_chains(st["nft"], owned) == [("ip", "filter", "INPUT")]
+    assert planned(st) == ([("ip", "filter", "INPUT")], "")  # the controller's choice, by the evaluator
     # what the persist module sees (the config alone, loaded in an empty ruleset): the same chain
     assert fw.nft_blocking_input_chains(st["nft"]) == [("ip", "filter", "INPUT")]
 
@@ -152,9 +161,11 @@ EXPECTED = {
     "kubeadm-iptables-services.legacy.rules": ("refused", "iptables-legacy", "iptables-legacy", None),
     "michns-rate-limits.nft": ("may", "nftables", None, None),
     "syn-flood-hashlimit.legacy.rules": ("may", "iptables-legacy", None, None),
-    "wiki-priorities.nft": ("refused", "nftables", "nftables", [("inet", "filter", "services"),
-                                                               ("inet", "filter", "input")]),
+    "wiki-priorities.nft": ("refused", "nftables", "nftables", [("inet", "filter", "input")]),
 }
+#: Where the node-side fallback's text check (a chain with any drop/reject rule) picks more than the evaluator: the
+#: `services` chain drops only http, never the cluster's ports, so the controller leaves it alone.
+TEXT_CHAINS = {"wiki-priorities.nft": [("inet", "filter", "services"), ("inet", "filter", "input")]}
 
 
 #: The ufw hosts (ufw's own rules file, or an operator's ufw commands; loaded by ufw itself, record.sh): the master
@@ -222,7 +233,9 @@ def test_real_ruleset_verdict_and_fix(name: str) -> None:
     assert firewall_backend(st, "auto", {layer}) == backend
     owned = fw.nft_iptables_owned(st["nft"], fw.iptables_nft_tables(st["iptables"]),
                                   fw.iptables_nft_tables(st["ip6tables"]))
-    assert fw.nft_blocking_input_chains(st["nft"], owned) == (chains or [])
+    assert planned(st) == (chains, "") if chains else not planned(st)[0]
+    # the node-side fallback (the role without the controller) picks by text: a chain with any drop rule
+    assert fw.nft_blocking_input_chains(st["nft"], owned) == TEXT_CHAINS.get(name, chains or [])
     if backend.startswith("iptables"):  # the save file gets ddpfix's line and nothing else
         text = (RULESETS / name).read_text()
         new, why = fw.iptables_persisted(text, "192.168.83.0/24")
@@ -237,11 +250,31 @@ def test_real_ruleset_verdict_and_fix(name: str) -> None:
 
 
 def test_an_nft_block_ddpfix_cannot_fix_is_refused_naming_owner_and_command() -> None:
-    """Issue 34 item 5: the nftables backend picked, but no native input base chain that drops would take ddpfix's
-    rule (here iptables-nft claims the table): refused before anything changes, not "applied, not effective"."""
+    """Issue 34 item 5: the nftables backend picked, but no native input base chain that refuses the cluster would
+    take ddpfix's rule (here iptables-nft claims the table): refused before anything changes, not "applied, not
+    effective"."""
     st = recorded("gentoo-ip-filter-uppercase.nft")
-    assert nft_unfixable(st, [], "node3", "192.168.83.0/24") == ""  # its own INPUT chain takes the rule
+    assert planned(st) == ([("ip", "filter", "INPUT")], "")  # its own INPUT chain takes the rule
     claimed = dict(st, iptables="*filter\n:INPUT DROP [0:0]\nCOMMIT\n")  # iptables-nft-save prints the table
-    why = nft_unfixable(claimed, [], "node3", "192.168.83.0/24")
+    chains, why = planned(claimed)
+    assert chains == []
     assert why.startswith("firewall not changed: the blocking rule is in a table ddpfix does not own as nftables")
     assert "ip filter" in why and "iptables -I INPUT -s 192.168.83.0/24 -j ACCEPT" in why
+
+
+def test_a_chain_that_refuses_only_other_ports_takes_no_rule_and_a_prerouting_drop_is_refused() -> None:
+    """Issue 38: the chains are the evaluator's, proven with ddpfix's accept in place. A chain whose drops never
+    match the cluster's packets is left alone; a refusal ddpfix's input accept cannot get ahead of (a prerouting
+    chain) refuses the node's firewall before anything changes."""
+    st = recorded("wiki-priorities.nft")
+    assert planned(st) == ([("inet", "filter", "input")], "")
+    pre = {"nftables": [*st["nft"]["nftables"],
+                        {"table": {"family": "ip", "name": "raw"}},
+                        {"chain": {"family": "ip", "table": "raw", "name": "pre", "type": "filter",
+                                   "hook": "prerouting", "prio": -300, "policy": "drop"}}]}
+    chains, why = planned(dict(st, nft=pre, nft_text=None))
+    assert chains == [] and "still refused with ddpfix's accept at the top of inet filter input" in why
+    assert "nft ip raw pre policy drop" in why
+    nothing = {"nftables": [i for i in st["nft"]["nftables"] if "rule" not in i and "chain" not in i]}
+    chains, why = planned(dict(st, nft=nothing, nft_text=None))  # the block is elsewhere: nothing to insert into
+    assert chains == [] and "no nftables input base chain refuses the cluster's packets" in why

@@ -166,6 +166,8 @@ def test_check_mode_runs_only_the_change_and_firewalld_ufw_modules() -> None:
         "ddpfix.cluster.ddpfix_fw_firewalld", {"changes": [], "cidr": CIDR, "zone": "trusted", "permanent": False})
     planned = [{"zone": "internal", "rich_rule": f'rule family="ipv4" source address="{CIDR}" accept'}]
     assert change.change_call({**ARGS, "backend": "firewalld", "firewalld_changes": planned}, TAG)[1]["changes"] == planned
+    chains = [{"family": "inet", "table": "filter", "chain": "input"}]  # the plan's, passed on as they are
+    assert change.change_call({**ARGS, "nft_chains": chains}, TAG)[1]["nft_chains"] == chains
     ufw = change.change_call({**ARGS, "backend": "ufw"}, TAG)
     assert ufw[1]["comment"] == TAG
     # first of ufw's rules (community.general.ufw: `ufw insert 1 ...`, or appended when ufw has none yet)

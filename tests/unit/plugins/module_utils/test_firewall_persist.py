@@ -118,6 +118,24 @@ def test_nft_blocking_chains_are_native_input_chains_that_drop() -> None:
         ("inet", "filter", "input"), ("inet", "hostfw", "input")]  # iptables-nft-save prints it: iptables-nft's
 
 
+def test_planned_nft_chains_are_checked_against_a_strict_grammar() -> None:
+    """The controller's chains (issue 38) reach nft as arguments: plain names, ip/inet, never firewalld's."""
+    ok = [{"family": "inet", "table": "filter", "chain": "input"}, {"family": "ip", "table": "filter", "chain": "INPUT"}]
+    assert fw.nft_chains_checked(ok + ok[:1]) == [("inet", "filter", "input"), ("ip", "filter", "INPUT")]
+    assert fw.nft_chains_checked([]) == []
+    for bad in ([{"family": "ip6", "table": "filter", "chain": "input"}],
+                [{"family": "inet", "table": "filter", "chain": "input; flush ruleset"}],
+                [{"family": "inet", "table": "firewalld", "chain": "filter_INPUT"}],
+                [{"family": "inet", "table": "filter"}],
+                [{"family": "inet", "table": "filter", "chain": "input", "extra": "x"}],
+                [{"family": "inet", "table": "t", "chain": f"c{i}"} for i in range(9)],
+                "inet filter input"):
+        with pytest.raises(ValueError):
+            fw.nft_chains_checked(bad)
+    assert fw.nft_input_chains(RULESET) >= {("inet", "filter", "input"), ("ip", "filter", "INPUT")}
+    assert ("ip", "filter", "DOCKER-USER") not in fw.nft_input_chains(RULESET)
+
+
 def test_nft_tagged_rules_by_comment() -> None:
     assert fw.nft_tagged(RULESET) == [("inet", "filter", "input", 9)]
 
