@@ -1,8 +1,9 @@
 """The one place that says what an IP address, a CIDR and a Linux interface name are: small predicates and parsers
 that every layer (factguard, inventory, rules, plan, ifselect, lab) uses. A leaf: imports nothing of ddpfix.
 
-An address may carry a `%scope` suffix where a node reports one (`fe80::1%eth0`); `scoped=True` (the default) drops
-it before parsing, `scoped=False` parses the text as it is (ipaddress itself accepts an IPv6 scope, not an IPv4 one).
+An address may carry a `%scope` suffix where a node reports one (`fe80::1%eth0`): the scope must be an interface
+name or an index, else the text is no address. `scoped=True` (the default) drops it before parsing, `scoped=False`
+parses the text as it is (ipaddress itself accepts an IPv6 scope, not an IPv4 one).
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ def ip(s: object, *, scoped: bool = True) -> Address | None:
     """`s` as an IP address, None when it is not one (or not a string)."""
     if not isinstance(s, str):
         return None
+    text, _, scope = s.partition("%")
+    if "%" in s and (not 0 < len(scope) < IFNAMSIZ or not set(scope) <= _IFNAME_CHARS):
+        return None  # a scope is an interface name or an index: with anything else the text is no address
     try:
-        return ipaddress.ip_address(s.split("%")[0] if scoped else s)
+        return ipaddress.ip_address(text if scoped else s)
     except ValueError:
         return None
 

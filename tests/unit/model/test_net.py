@@ -82,3 +82,14 @@ def test_the_probes_address_test_on_the_node_agrees() -> None:
     table = ["10.0.0.1", "010.0.0.1", "1.2.3", "1.2.3.256", "::1", "::", "::ffff:1.2.3.4", "1::2::3", "", " 1.2.3.4",
              "1.2.3.4 ", "node1", "1.2.3.4%eth0", "fe80::1%eth0"]
     assert [s for s in table if node_is_ip(s) != net.is_ip(s, scoped=False)] == ["fe80::1%eth0"]
+
+
+@pytest.mark.parametrize("text", ["192.168.77.11%}{{ 7*191 }}", "fe80::1%$(id)", "fe80::1%", "10.0.0.1%a b",
+                                  "fe80::1%" + "x" * 16])
+def test_a_scope_that_is_no_interface_makes_no_address(text: str) -> None:
+    # found by test_ifreach's hypothesis run: a node's "peer" with a template after `%` passed as an address
+    assert not net.is_ip(text) and not net.is_ip(text, scoped=False)
+
+
+def test_a_real_scope_is_kept_or_dropped() -> None:
+    assert net.is_ip("fe80::1%eth0") and net.is_ip("fe80::1%eth0", scoped=False) and net.is_ip("fe80::1%2")
