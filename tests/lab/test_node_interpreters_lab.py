@@ -3,7 +3,7 @@ Python 3.8 (Ubuntu 20.04), 3.9 (RHEL 9), 3.10 (Ubuntu 22.04), 3.12 (Ubuntu 24.04
 builds the lab makes visible in each node (`lab up --python`), with breakage on three of them: the iptables-worker2
 rules on node2 (3.8) and hostname-loopback on node4 (3.9) and node5 (3.10). `audit` names each fault on its own
 nodes, `remediate --apply` fixes them, the re-audit is clean, `verify --torch` passes (torch runs through
-`ddp_python`, the controller's interpreter, on every node: apart from ansible_python_interpreter), a second apply
+`ddp_python`, the lab nodes' interpreter (DDPFIX_LAB_PYTHON), on every node: apart from ansible_python_interpreter), a second apply
 changes nothing.
 
 Where the running ansible-core no longer runs modules on Python 3.8 (2.20 and later: its module_utils/basic.py
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from ansible.module_utils import basic as ansible_basic
-from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, ids, set_host_vars, sh_out
+from helpers import FAST_TORCH, add_inventory_vars, ddpfix_json, ids, need_node_torch, set_host_vars, sh_out
 
 from ddpfix.rules import firewall as firewall_rules
 from ddpfix.rules import hosts as hosts_rules
@@ -42,11 +42,11 @@ def dropped(version: str) -> bool:
 
 @pytest.mark.torch
 def test_nodes_on_python_3_8_to_3_13_audit_fix_verify(temp_lab: Any) -> None:
-    pytest.importorskip("torch")
+    need_node_torch()  # torch runs on the nodes (ddp_python), not in the controller's venv
     info = temp_lab(nodes=5, scenario=SCENARIO, wait_sync=False, pythons=PYTHONS)  # type: ignore[operator]
     add_inventory_vars(info, FAST_TORCH)
     inv = str(info.inventory)
-    # each node runs its own pyenv build (read-only at its own path); torch stays on the controller's interpreter
+    # each node runs its own pyenv build (read-only at its own path); torch stays on ddp_python
     for node, version in PYTHONS.items():
         interp = f"/root/.pyenv/versions/{version}"
         got = sh_out(info, node, f"{interp}*/bin/python{version} -c 'import sys; print(sys.version.split()[0])' && "
