@@ -149,7 +149,7 @@ while args and args[0].startswith("--"):
     args.pop(0)
 keep = {{k: os.environ[k] for k in ("DDPFIX", "TORCHRUN", "DDPFIX_NPROC_PER_NODE") if k in os.environ}}
 base = {{**{step!r}, **keep, "PATH": "{venv}:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
-        "DDPFIX_PG_TIMEOUT": "30"}}
+        "DDPFIX_PG_TIMEOUT": "120"}}  # 6 workers import torch on 2 shared cores before they meet: not a host test
 nodes = [n.name for n in lab.info({lab!r}).nodes]
 procs = [lab.node_popen({lab!r}, n, {as_user!r} + ["env"] + [k + "=" + v for k, v in base.items()]
                         + ["SLURM_NODEID=%d" % i, "SLURMD_NODENAME=" + n] + args,
