@@ -182,7 +182,9 @@ def egress_ports(spec):
 
 
 #: An nft table or chain name the controller may pass (the controller's plan checks the same grammar).
-NFT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# nft's own identifier grammar (its scanner: a letter, `_` or `.`, then letters, digits, `_.-`; `/` left out): never
+# a word nft could read as an option (`-f FILE`, `-c`) where the name goes on its command line
+NFT_NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9_.-]{0,63}")
 #: Input base chains one node's ingress plan may name.
 MAX_NFT_CHAINS = 8
 

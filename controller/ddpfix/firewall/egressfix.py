@@ -28,7 +28,7 @@ from ddpfix.firewall.verdict import Packet, Verdict
 #: Base chains one node's plan may change before it is refused (every table/hook/priority that refuses adds one).
 MAX_CHAINS = 8
 #: The nft table/chain names ddpfix passes on (the node-side modules check the same grammar).
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9_.-]{0,63}")  # nft's identifiers: never an option word (`-f`)
 #: Distinct port ranges the accept names (iptables multiport takes 15 ports, a range counting two).
 MAX_RANGES = 6
 

@@ -221,3 +221,14 @@ def test_node_side_checks_every_planned_change_before_any_command() -> None:
     assert fw.nft_has_egress({"nftables": [rule, drop]}, ("inet", "t", "o"), CIDR)
     assert not fw.nft_has_egress({"nftables": [drop, rule]}, ("inet", "t", "o"), CIDR)
     assert not fw.nft_has_egress({"nftables": [rule, drop]}, ("inet", "t", "o"), "192.168.78.0/24")
+
+
+def test_controller_and_node_agree_on_the_nft_names_they_pass() -> None:
+    """A table/chain name comes from the node's own ruleset (hostile input) and ends up as an argument of `nft insert
+    rule`: the controller's plan and the node-side module accept exactly nft's identifiers, never an option word."""
+    good = ("input", "INPUT", "filter", "_x", ".k", "DOCKER-USER", "ufw-user-input", "a" * 64)
+    bad = ("-f", "-c", "--file", "0abc", "a b", "in\nput", "$(id)", "{{ 7*191 }}", "x;y", "a/b", "", "a" * 65)
+    for name in good:
+        assert egressfix._NAME.fullmatch(name) and fw.NFT_NAME.fullmatch(name), name
+    for name in bad:
+        assert not egressfix._NAME.fullmatch(name) and not fw.NFT_NAME.fullmatch(name), name

@@ -125,6 +125,11 @@ def test_planned_nft_chains_are_checked_against_a_strict_grammar() -> None:
     assert fw.nft_chains_checked([]) == []
     for bad in ([{"family": "ip6", "table": "filter", "chain": "input"}],
                 [{"family": "inet", "table": "filter", "chain": "input; flush ruleset"}],
+                [{"family": "inet", "table": "-f", "chain": "rules.nft"}],  # an option to nft, not a name
+                [{"family": "inet", "table": "filter", "chain": "-c"}],
+                [{"family": "inet", "table": "filter", "chain": "{{ 7*191 }}"}],
+                [{"family": "inet", "table": "filter", "chain": "in\nput"}],
+                [{"family": "inet", "table": "filter", "chain": "$(id)"}],
                 [{"family": "inet", "table": "firewalld", "chain": "filter_INPUT"}],
                 [{"family": "inet", "table": "filter"}],
                 [{"family": "inet", "table": "filter", "chain": "input", "extra": "x"}],
