@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from unit_helpers import Sim
 
-from ddpfix import factsdir
+from ddpfix import factsdir, schemas
 from ddpfix.cli import cli
 from ddpfix.factsdir import MAX_FILE_BYTES, NOT_SAVED, load_facts, save_facts
 from ddpfix.rules.context import Context, Thresholds
@@ -66,6 +66,8 @@ def test_batches_merged_find_what_one_run_finds(sim: Sim, tmp_path: Path) -> Non
     assert files == ["node1.facts.json", "node2.facts.json"]
     assert (tmp_path / "a" / files[0]).stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "a").stat().st_mode & 0o777 == 0o700
+    for p in (tmp_path / "a").iterdir():
+        schemas.validate(json.loads(p.read_text()))
 
 
 def test_an_unreachable_node_of_a_batch_stays_unreachable(sim: Sim, tmp_path: Path) -> None:
@@ -213,6 +215,7 @@ def test_cli_facts_in_reports_without_contacting_a_node(sim: Sim, tmp_path: Path
         assert sorted((f["id"], f["host"]) for f in doc["findings"]) == sorted((f.id, f.host) for f in sim.findings())
         assert doc["summary"]["reachable"] == 3
         assert [run["id"] for run in doc["facts_in"]["runs"]] == ["run-a", "run-b"]
+        schemas.validate(doc)
     r = CliRunner().invoke(cli, [*args, "--skip", "env.missing"])
     assert r.exit_code == 0, r.output
 
