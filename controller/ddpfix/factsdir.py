@@ -251,7 +251,21 @@ def load_facts(dirs: Sequence[str | os.PathLike[str]], cluster: Cluster, *, max_
         hosts[node.name] = _host_facts(node.name, f)
         r = runs.setdefault(f.run["id"] + "\0" + f.run["controller"], {**f.run, "hosts": []})
         r["hosts"].append(node.name)
+    notes += coverage_notes(cluster, hosts)
     return Saved(hosts, sorted(runs.values(), key=lambda r: (r["saved_at"], r["id"])), notes)
+
+
+def coverage_notes(cluster: Cluster, hosts: Mapping[str, HostFacts]) -> list[str]:
+    """What the batches' probes did not look at, said (a probe never run reads as no finding, so it is named):
+    the read nodes that never dialled the master port, their batch not holding the master."""
+    read = [n for n in cluster.names if (h := hosts.get(n)) is not None and h.reachable and n != cluster.master]
+    probed = [n for n in read if any(isinstance(c, Mapping) and c.get("kind") == "master"
+                                     for c in ((hosts[n].probe or {}).get("connects") or []))]
+    if not read or len(probed) == len(read) or not any(hosts[n].probe for n in read):
+        return []
+    return [f"the master port was probed from {len(probed)} of the {len(read)} other nodes read: only batches that "
+            f"held the master ({cluster.master}) dial it; put it in every batch, run one after another, to probe it "
+            "from all (docs/fleet.md)"]
 
 
 def _host_facts(name: str, f: _File) -> HostFacts:

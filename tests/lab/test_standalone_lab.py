@@ -130,6 +130,8 @@ def test_cli_batches_saved_and_merged_give_the_single_run_findings(lab_info, wor
     r = cli(lab_info.inventory, "audit", *dirs, "--format", "json", tmp=work)
     assert r.returncode == 1, r.stderr[-3000:]
     assert "node9.facts.json: ignored" in r.stderr
+    # node3's batch did not hold the master: its master port was not dialled from there, and the merge says so
+    assert "the master port was probed from 1 of the 2 other nodes read" in r.stderr
     doc = json.loads(r.stdout)
     single, merged = keys(cli_doc), keys(doc)
     assert merged - probe_ids(merged) == single - probe_ids(single), (sorted(merged), sorted(single))

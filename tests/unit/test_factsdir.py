@@ -70,6 +70,15 @@ def test_batches_merged_find_what_one_run_finds(sim: Sim, tmp_path: Path) -> Non
         schemas.validate(json.loads(p.read_text()))
 
 
+def test_a_master_port_not_probed_from_every_node_is_said(sim: Sim, tmp_path: Path) -> None:
+    sim.probe("node3")["connects"] = [c for c in sim.probe("node3")["connects"] if c["kind"] != "master"]
+    dirs = save_batches(sim, tmp_path, {"a": ["node1", "node2"], "b": ["node3"]})
+    _, saved = merged(sim, dirs)
+    assert saved.notes == ["the master port was probed from 1 of the 2 other nodes read: only batches that held the "
+                           "master (node1) dial it; put it in every batch, run one after another, to probe it from "
+                           "all (docs/fleet.md)"]
+
+
 def test_an_unreachable_node_of_a_batch_stays_unreachable(sim: Sim, tmp_path: Path) -> None:
     sim.set_unreachable("node2", "ssh: connect to host 10.0.0.2 port 22: No route to host")
     dirs = save_batches(sim, tmp_path, {"a": ["node1", "node2"], "b": ["node3"]})
