@@ -43,6 +43,9 @@ SCHEMA = "ddpfix.facts/v1"
 SUFFIX = ".facts.json"
 #: A saved node's file at most (its firewall rulesets are the bulk of a node's facts; the module's own output bound)
 MAX_FILE_BYTES = 16 * 1024 * 1024
+#: Bytes read from all --facts-in directories at most (memory: each node's newest facts are kept until analysed);
+#: past it, the rest are not read (those nodes: not read, with a note)
+MAX_TOTAL_BYTES = 4 * 1024 * 1024 * 1024
 #: Files read from one directory at most (a fleet's nodes, with room for stale ones); past it: invalid input
 MAX_FILES = 100_000
 #: How old saved facts may be by default (`--facts-max-age`), seconds: a batch run an hour ago no longer describes
@@ -137,8 +140,9 @@ def _num(v: Any) -> float | None:
     return float(v)
 
 
-def _read(path: Path) -> Mapping[str, Any]:
-    """The JSON object in `path`: a regular file, never through a link, at most MAX_FILE_BYTES. ValueError: why not."""
+def _read(path: Path, budget: int = MAX_FILE_BYTES) -> tuple[Mapping[str, Any], int]:
+    """The JSON object in `path` and its size: a regular file, never through a link, at most MAX_FILE_BYTES and at
+    most `budget` bytes. ValueError: why not."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -149,16 +153,18 @@ def _read(path: Path) -> Mapping[str, Any]:
             raise ValueError("not a regular file")
         if st.st_size > MAX_FILE_BYTES:
             raise ValueError(f"{st.st_size} bytes, past the {MAX_FILE_BYTES} bytes a node's facts may take")
+        if st.st_size > budget:
+            raise ValueError(f"not read: the {MAX_TOTAL_BYTES} bytes read from all --facts-in directories are spent")
         raw = f.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"past the {MAX_FILE_BYTES} bytes a node's facts may take")
+    if len(raw) > min(MAX_FILE_BYTES, budget):
+        raise ValueError(f"past the {MAX_FILE_BYTES} bytes a node's facts may take, or the bytes left to read")
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"not JSON ({one_line(str(exc), 120)})") from exc
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    return data
+    return data, len(raw)
 
 
 def _no_constant(name: str) -> Any:
@@ -211,6 +217,7 @@ def load_facts(dirs: Sequence[str | os.PathLike[str]], cluster: Cluster, *, max_
     names = set(cluster.names)
     notes: list[str] = []
     best: dict[str, _File] = {}
+    budget = MAX_TOTAL_BYTES
     for raw_dir in dirs:
         d = Path(raw_dir).expanduser()
         if not d.is_dir():
@@ -220,7 +227,8 @@ def load_facts(dirs: Sequence[str | os.PathLike[str]], cluster: Cluster, *, max_
                 notes.append(f"{path}: ignored: host {one_line(host, 120)!r} is not in the inventory")
                 continue
             try:
-                data = _read(path)
+                data, size = _read(path, budget)
+                budget -= size
                 run, saved_at = _envelope(data, host)
             except ValueError as exc:
                 notes.append(f"{path}: ignored: {exc}")

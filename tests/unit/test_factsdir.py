@@ -166,6 +166,15 @@ def test_an_oversized_file_is_not_read(sim: Sim, tmp_path: Path) -> None:
     assert any("past the" in n for n in saved.notes)
 
 
+def test_reading_stops_at_the_total_bound(sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (d,) = save_batches(sim, tmp_path, {"a": ["node1", "node2", "node3"]})
+    size = (d / "node1.facts.json").stat().st_size
+    monkeypatch.setattr(factsdir, "MAX_TOTAL_BYTES", size + 10)  # node1's file, not node2's as well
+    ctx, saved = merged(sim, [d])
+    assert ctx.hosts["node1"].reachable and not ctx.hosts["node2"].reachable
+    assert any("node2.facts.json: ignored: not read: the" in n and "are spent" in n for n in saved.notes), saved.notes
+
+
 def test_saved_facts_are_guarded_as_live_facts(sim: Sim, tmp_path: Path) -> None:
     sim.node("node2")["hostname"] = "node2{{ lookup('pipe', 'id') }}"
     dirs = save_batches(sim, tmp_path, {"a": ["node1", "node2", "node3"]})
