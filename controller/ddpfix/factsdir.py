@@ -265,15 +265,22 @@ def load_facts(dirs: Sequence[str | os.PathLike[str]], cluster: Cluster, *, max_
 
 def coverage_notes(cluster: Cluster, hosts: Mapping[str, HostFacts]) -> list[str]:
     """What the batches' probes did not look at, said (a probe never run reads as no finding, so it is named):
-    the read nodes that never dialled the master port, their batch not holding the master."""
+    the read nodes that never dialled the master port, their batch not holding the master; clocks read by
+    different controllers, which the skew check does not compare."""
+    out = []
+    clocks = sorted({h.clock for h in hosts.values() if h.reachable})
+    if len(clocks) > 1:
+        out.append(f"clock skew compared among the nodes of each controller only ({', '.join(clocks)}): offsets "
+                   "measured by different controllers' clocks are not compared; run every batch from one "
+                   "controller to compare all (docs/fleet.md)")
     read = [n for n in cluster.names if (h := hosts.get(n)) is not None and h.reachable and n != cluster.master]
     probed = [n for n in read if any(isinstance(c, Mapping) and c.get("kind") == "master"
                                      for c in ((hosts[n].probe or {}).get("connects") or []))]
-    if not read or len(probed) == len(read) or not any(hosts[n].probe for n in read):
-        return []
-    return [f"the master port was probed from {len(probed)} of the {len(read)} other nodes read: only batches that "
-            f"held the master ({cluster.master}) dial it; put it in every batch, run one after another, to probe it "
-            "from all (docs/fleet.md)"]
+    if read and len(probed) < len(read) and any(hosts[n].probe for n in read):
+        out.append(f"the master port was probed from {len(probed)} of the {len(read)} other nodes read: only batches "
+                   f"that held the master ({cluster.master}) dial it; put it in every batch, run one after another, "
+                   "to probe it from all (docs/fleet.md)")
+    return out
 
 
 def _host_facts(name: str, f: _File) -> HostFacts:

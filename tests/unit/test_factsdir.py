@@ -197,6 +197,17 @@ def test_skew_is_compared_within_one_controllers_clock(sim: Sim) -> None:
     assert len(skew) == 1 and "vs controller controller-b" in skew[0].evidence
 
 
+def test_batches_of_several_controllers_say_their_clocks_are_not_compared(sim: Sim, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    save_batches(sim, tmp_path, {"a": ["node1", "node2"]})
+    monkeypatch.setattr(factsdir, "controller_id", lambda: "controller-b")
+    save_batches(sim, tmp_path, {"b": ["node3"]})
+    ctx, saved = merged(sim, [tmp_path / "a", tmp_path / "b"])
+    assert ctx.hosts["node3"].clock == "controller-b" != ctx.hosts["node1"].clock
+    assert any(n.startswith("clock skew compared among the nodes of each controller only") for n in saved.notes)
+    assert [r["controller"] for r in saved.runs][1] == "controller-b"
+
+
 def test_file_names_never_leave_the_directory() -> None:
     for host in ("node1", "../etc/passwd", ".hidden", "a/b", "x y"):
         name = factsdir.file_name(host)
