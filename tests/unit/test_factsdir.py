@@ -141,7 +141,7 @@ def test_hostile_files_are_ignored_with_a_note(sim: Sim, tmp_path: Path) -> None
 @pytest.mark.parametrize(("content", "why"), [
     ("not json", "not JSON"),
     ("[1, 2]", "not a JSON object"),
-    ('{"schema": "ddpfix.facts/v1", "host": "node2", "run": {"saved_at": NaN}}', "not JSON"),
+    ('{"schema": "ddpfix.facts/v1", "host": "node2", "run": {"saved_at": NaN}}', "no run time"),
     ({"schema": "ddpfix.report/v1"}, "not a ddpfix.facts/v1 document"),
     ({"schema": "ddpfix.facts/v1", "host": "node2", "run": {"saved_at": "soon"}}, "no run time"),
     ({"schema": "ddpfix.facts/v1", "host": "node2", "run": {"saved_at": NOW}, "reachable": True, "failed": False,
@@ -173,6 +173,14 @@ def test_reading_stops_at_the_total_bound(sim: Sim, tmp_path: Path, monkeypatch:
     ctx, saved = merged(sim, [d])
     assert ctx.hosts["node1"].reachable and not ctx.hosts["node2"].reachable
     assert any("node2.facts.json: ignored: not read: the" in n and "are spent" in n for n in saved.notes), saved.notes
+
+
+def test_facts_with_nan_read_back_as_live(sim: Sim, tmp_path: Path) -> None:
+    sim.node("node2")["time"]["chrony_tracking"] = {"synchronised": True, "system_offset": float("nan")}
+    dirs = save_batches(sim, tmp_path, {"a": ["node1", "node2", "node3"]})
+    ctx, saved = merged(sim, dirs)
+    assert ctx.hosts["node2"].reachable and not saved.notes
+    assert keys(run_checks(ctx)) == keys(sim.findings())
 
 
 def test_saved_facts_are_guarded_as_live_facts(sim: Sim, tmp_path: Path) -> None:
