@@ -26,6 +26,7 @@ from unit_helpers import Sim
 from ddpfix import factsdir, schemas
 from ddpfix.cli import cli
 from ddpfix.factsdir import MAX_FILE_BYTES, NOT_SAVED, load_facts, save_facts
+from ddpfix.rules import env as env_rules
 from ddpfix.rules.context import Context, Thresholds
 from ddpfix.rules.engine import run_checks
 from ddpfix.rules.reachability import INVALID
@@ -246,14 +247,14 @@ def test_cli_facts_in_reports_without_contacting_a_node(sim: Sim, tmp_path: Path
     args = ["-i", str(inventory), "audit", "--facts-in", str(dirs[0]), "--facts-in", str(dirs[1]), "--format", fmt,
             "--fail-on", "info"]
     r = CliRunner().invoke(cli, args)
-    assert r.exit_code == 1, r.output  # env.missing on every node (info)
+    assert r.exit_code == 1, r.output  # MISSING (the env file) on every node, at info
     if fmt == "json":
         doc = json.loads(r.stdout)
         assert sorted((f["id"], f["host"]) for f in doc["findings"]) == sorted((f.id, f.host) for f in sim.findings())
         assert doc["summary"]["reachable"] == 3
         assert [run["id"] for run in doc["facts_in"]["runs"]] == ["run-a", "run-b"]
         schemas.validate(doc)
-    r = CliRunner().invoke(cli, [*args, "--skip", "env.missing"])
+    r = CliRunner().invoke(cli, [*args, "--skip", env_rules.MISSING.id])
     assert r.exit_code == 0, r.output
 
 
