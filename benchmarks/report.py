@@ -113,6 +113,8 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         row["ratio_audit_setup"] = _kind_ratio(s, "audit", "baseline")
         row["ratio_audit_raw"] = _kind_ratio(s, "audit", "raw-ssh")
         row["cpu_ratio_audit_setup"] = _kind_ratio(s, "audit", "baseline", "cpu_s")
+        if runs(s, "sliced-merge"):  # run.py --alias-sliced K
+            row["sliced"] = [sliced_of(s["runs"], i) for i in range(row["rounds"])]
         last = (runs(s, "audit") or [{}])[-1]
         ev = (last.get("events") or [{}])[-1]
         row["probe_connects"] = ev.get("probe_connects")
@@ -178,6 +180,34 @@ def summarize_aliases(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def sliced_of(rs: list[dict[str, Any]], pair: int) -> dict[str, Any]:
+    """Round `pair`'s sliced CLI pattern (run.py --alias-sliced): its batches and merge, the total on one controller
+    (batches one after another, then the merge), the wall had each batch its own controller (the slowest batch,
+    then the merge), beside the round's single audit."""
+    mine = [r for r in rs if r.get("pair", pair) == pair]
+    batches = [r for r in mine if r["kind"] == "sliced-batch"]
+    merge = next((r for r in mine if r["kind"] == "sliced-merge"), {})
+    audit = next((r for r in mine if r["kind"] == "audit"), {})
+    total = sum(r["wall_s"] for r in batches) + merge.get("wall_s", 0.0)
+    return {"k": len(batches), "batch_walls": [round(r["wall_s"], 1) for r in batches],
+            "batch_rcs": [r["rc"] for r in batches], "batch_cpu_s": round(sum(r["cpu_s"] for r in batches), 1),
+            "merge_wall_s": merge.get("wall_s"), "merge_cpu_s": merge.get("cpu_s"), "merge_rc": merge.get("rc"),
+            "merge_maxrss_mb": merge.get("maxrss_mb"), "total_one_controller_s": round(total, 1),
+            "wall_k_controllers_s": round(max((r["wall_s"] for r in batches), default=0.0)
+                                          + merge.get("wall_s", 0.0), 1),
+            "ratio_total_audit": round(total / audit["wall_s"], 2) if audit.get("wall_s") else None,
+            "nonprobe_equal": merge.get("nonprobe_equal"), "probe_subset": merge.get("probe_subset"),
+            "reachable": merge.get("reachable"), "ok": merge.get("ok")}
+
+
+def sliced_line(x: dict[str, Any]) -> str:
+    return (f"sliced CLI pattern, {x['k']} batches: batches {x['batch_walls']} s (rc {x['batch_rcs']}), merge "
+            f"{x['merge_wall_s']} s (rc {x['merge_rc']}, CPU {x['merge_cpu_s']} s); one controller "
+            f"{x['total_one_controller_s']} s ({x['ratio_total_audit']}x the audit), {x['k']} controllers "
+            f"{x['wall_k_controllers_s']} s; findings from facts equal the audit's: {x['nonprobe_equal']}, probe "
+            f"findings a subset: {x['probe_subset']}, reachable {x['reachable']}")
+
+
 def render_aliases(sm: dict[str, Any]) -> list[str]:
     """The fleet-size stand-in's section (issue 21 item 6)."""
     rows = sm.get("aliases") or []
@@ -221,6 +251,8 @@ def render_aliases(sm: dict[str, Any]) -> list[str]:
                 L.append(f"  - {what}: {f(x['wall_s'])} s wall ({f(x['ratio_audit'])}× the audit), controller CPU "
                          f"{f(x['cpu_s'])} s, rc {','.join(map(str, x['rcs']))}, changes planned {x['changes']}, "
                          f"changed {x['changed']}")
+        for x in r.get("sliced") or []:
+            L.append(f"  - {sliced_line(x)}")
         spans = "; ".join(f"`{t['task'][:50]}` {t['span_s']} s (per host median {t['host_median_s']} s, module "
                           f"{f(t.get('module_median_s'))} s)" for t in r.get("audit_tasks") or [])
         L.append(f"  - audit playbook span {f(r.get('audit_playbook_span_s'))} s; tasks: {spans or '–'}")

@@ -662,9 +662,49 @@ def alias_findings(res: dict[str, Any]) -> None:
     res["finding_counts"] = counts
 
 
+def sliced_pattern(r: Runner, n: int, forks: int, k: int, audit: dict[str, Any], facts: Path) -> list[dict[str, Any]]:
+    """One controller past its reach, the CLI's way (docs/fleet.md): `k` `--limit` batches of the aliases in
+    inventory order (`ddp_nodes[a:b]`), each `ddpfix audit --facts-out DIR`, then one `ddpfix audit --facts-in DIR
+    ...` over all of them (no node contacted). The merge's findings are compared with the single audit's (`audit`):
+    every non-probe finding equal, its probe findings a subset (a batch dials only its own nodes)."""
+    out, dirs = [], []
+    bounds = [round(j * n / k) for j in range(k + 1)]
+    for j in range(k):
+        d = facts / f"batch{j}"
+        x = r.ddpfix("sliced-batch", ["audit", "--limit", f"ddp_nodes[{bounds[j]}:{bounds[j + 1] - 1}]",
+                                      "--facts-out", str(d), "--fail-on", "none", "--format", "json"], forks=forks)
+        x["ok"] = x["rc"] == 0
+        x["batch"], x["batches"] = j, k
+        out.append(x)
+        dirs += ["--facts-in", str(d)]
+    m = r.ddpfix("sliced-merge", ["audit", *dirs, "--format", "json"])
+    m["batches"] = k
+    alias_findings(m)
+    try:
+        single = _finding_keys(Path(audit["stdout_path"]))
+        merged = _finding_keys(Path(m["stdout_path"]))
+        doc = json.loads(Path(m["stdout_path"]).read_text())
+        m["reachable"] = doc["summary"]["reachable"]
+    except (OSError, json.JSONDecodeError, KeyError):
+        m["ok"] = False
+    else:
+        def probes(ks: set[tuple[str, str]]) -> set[tuple[str, str]]:
+            return {x for x in ks if x[0].startswith("probe.")}
+
+        m["nonprobe_equal"] = merged - probes(merged) == single - probes(single)
+        m["probe_subset"] = probes(merged) <= probes(single)
+        m["ok"] = m["rc"] in (0, 1) and m["nonprobe_equal"] and m["probe_subset"] and m["reachable"] == n
+    return [*out, m]
+
+
+def _finding_keys(path: Path) -> set[tuple[str, str]]:
+    return {(f["id"], str(f["host"])) for f in json.loads(path.read_text()).get("findings", [])}
+
+
 def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> dict[str, Any]:
     """`--aliases N:NODES:FORKS`: a lab of NODES real nodes, an inventory of N aliases of them, and `--alias-rounds`
     rounds of, back to back: the audit, `ansible -m setup -a gather_subset=network` and `ansible -m ping`, then
+    (`--alias-sliced K`) the sliced CLI pattern (K `--limit` batches saving their facts, one merge), then
     (`--alias-remediate`) the remediate dry run and `--apply`, all with `--forks FORKS` (cold SSH connections in
     every run)."""
     from ddpfix import lab
@@ -686,12 +726,14 @@ def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> 
             b = r.baseline()
             c = r.baseline("ping", ("ping",))
             more = []
+            sliced = (sliced_pattern(r, n, forks, args.alias_sliced, a, tmp / f"aliases{n}" / f"facts{i}")
+                      if args.alias_sliced else [])
             for kind, extra in (("remediate-dry", []), ("remediate-apply", ["--apply"])):
                 if kind.removeprefix("remediate-") in args.alias_remediate.split(","):
                     x = r.ddpfix(kind, ["remediate", *extra, "--format", "json"], forks=forks)
                     audit_ok(x, n)
                     more.append(x)
-            for x in (a, b, c, *more):
+            for x in (a, b, c, *sliced, *more):
                 x["pair"], x["warmup"], x["load1"] = i, False, os.getloadavg()[0]
                 cleanup_state(x)
                 out["runs"].append(x)
@@ -700,6 +742,8 @@ def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> 
                 f"ping {c['wall_s']:.1f} s (rc {c['rc']}, {c.get('hosts_ok')}/{n} ok), "
                 + "".join(f"{x['kind']} {x['wall_s']:.1f} s (rc {x['rc']}, {x.get('changes')} changes, "
                           f"{x.get('changed')} changed), " for x in more) + f"load {os.getloadavg()}")
+            if args.alias_sliced:
+                log("  " + report.sliced_line(report.sliced_of(out["runs"], i)))
     finally:
         lab.down(name)
     out["seconds"] = round(time.monotonic() - t0, 1)
@@ -742,6 +786,9 @@ def main() -> int:
     ap.add_argument("--alias-remediate", default="",
                     help="with --aliases: also `remediate` after each round's ping: dry, apply or dry,apply "
                          "(default none)")
+    ap.add_argument("--alias-sliced", type=int, default=0, metavar="K",
+                    help="with --aliases: also the sliced CLI pattern after each round's ping: K `--limit` batches "
+                         "with --facts-out, then one --facts-in merge (docs/fleet.md; default 0: not run)")
     ap.add_argument("--remediate-cost",
                     help="instead: audit, remediate dry run and --apply side by side, env files missing, at these "
                          "sizes (e.g. 4,8,16,32); writes benchmarks/remediate-cost.{json,md}")

@@ -36,6 +36,7 @@ from ddpfix.rules.context import Context, Thresholds
 from ddpfix.rules.registry import RULES, fixable_ids
 
 if TYPE_CHECKING:
+    from ddpfix.factsdir import Saved
     from ddpfix.remediate import Change, HostPlan
     from ddpfix.verify.endstate import Check
 
@@ -70,6 +71,19 @@ def analyze(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]], *, from
     ctx = Context(cluster, hosts_from_vars(cluster, hostvars, from_run=from_run, limit=limit),
                   thresholds or Thresholds())
     return AuditResult(cluster, ctx, run_checks(ctx), None)  # type: ignore[arg-type]
+
+
+def analyze_saved(cluster: Cluster, dirs: Sequence[str], *, max_age: float,
+                  thresholds: Thresholds | None = None) -> tuple[AuditResult, Saved]:
+    """The audit of the facts batches saved (`ddpfix audit --facts-in`): no node contacted; every node of the
+    inventory's cluster from its newest saved file (`factsdir.load_facts`), the same checks over all of them."""
+    # CLI start: see the note at the top
+    from ddpfix.factsdir import load_facts
+    from ddpfix.rules.engine import run_checks
+
+    saved = load_facts(dirs, cluster, max_age=max_age)
+    ctx = Context(cluster, saved.hosts, thresholds or Thresholds())
+    return AuditResult(cluster, ctx, run_checks(ctx), None), saved  # type: ignore[arg-type]
 
 
 def cluster_of_play(task_vars: Mapping[str, Any], tree: Mapping[str, Any]) -> Cluster:

@@ -10,6 +10,8 @@ probes_rules.PEER_UNREACHABLE on the nodes that dial it). In order:
   cache, then the analysis alone (`-e ddpfix_collect=false`) reads it. Every finding from facts is the single
   run's. Probes need both ends at once: a slice dials only the nodes of that slice (never a listener of another
   slice, which is gone), so the probe findings over the cache are a subset of the single run's, never a false one;
+- the same through the CLI (`ddpfix audit --limit BATCH --facts-out DIR` per batch, then `ddpfix audit
+  --facts-in DIR --facts-in DIR2`, which contacts no node): the findings of the single run, probe ones a subset;
 - `--only` with a detect-only id: the playbook refuses it as the CLI does (exit 2, the same words);
 - `ansible-playbook playbooks/remediate.yml --check` plans and reports changes without the CLI
   (`-e ddpfix_only=hosts_rules.HOSTNAME_LOOPBACK`), on the hosts `ddpfix remediate --only` (dry run) changes, and without --check (`--tags hosts_rules.HOSTNAME_LOOPBACK`) fixes the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +113,37 @@ def test_sliced_fact_cache_gives_the_single_run_findings(lab_info, work: Path, c
     doc = json.loads(report.read_text())
     assert doc["summary"]["reachable"] == 0
     assert all(h["error"] == "no facts in the fact cache" for h in doc["hosts"].values())
+
+
+def test_cli_batches_saved_and_merged_give_the_single_run_findings(lab_info, work: Path,
+                                                                   cli_doc: dict[str, Any]) -> None:
+    dirs = []
+    for i, limit in enumerate(("node1,node2", "node3")):
+        out = work / f"facts-batch{i}"
+        r = cli(lab_info.inventory, "audit", "--limit", limit, "--facts-out", str(out), "--fail-on", "none",
+                "--format", "json", tmp=work)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads(r.stdout)["facts_out"]["hosts"] == len(limit.split(","))
+        dirs += ["--facts-in", str(out)]
+    # a file of a host the inventory does not name: ignored, with a note
+    (work / "facts-batch1" / "node9.facts.json").write_text((work / "facts-batch1" / "node3.facts.json").read_text())
+    r = cli(lab_info.inventory, "audit", *dirs, "--format", "json", tmp=work)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "node9.facts.json: ignored" in r.stderr
+    # node3's batch did not hold the master: its master port was not dialled from there, and the merge says so
+    assert "the master port was probed from 1 of the 2 other nodes read" in r.stderr
+    doc = json.loads(r.stdout)
+    single, merged = keys(cli_doc), keys(doc)
+    assert merged - probe_ids(merged) == single - probe_ids(single), (sorted(merged), sorted(single))
+    assert probe_ids(merged) <= probe_ids(single)  # probes within a batch only, never a false block across
+    assert doc["summary"]["reachable"] == 3 and len(doc["facts_in"]["runs"]) == 2
+    # past --facts-max-age: not read, never a pass
+    time.sleep(1.1)
+    r = cli(lab_info.inventory, "audit", *dirs, "--facts-max-age", "1", "--format", "json", "--fail-on", "none",
+            tmp=work)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["reachable"] == 0 and "--facts-max-age" in doc["hosts"]["node1"]["error"]
 
 
 def cli(inventory: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess[str]:

@@ -38,6 +38,9 @@ class HostFacts:
     collected_at: float | None = None  # controller clock when the facts arrived (epoch seconds)
     # controller clock window (epoch seconds) within which the node read its clock: task start .. result
     window: tuple[float, float] | None = None
+    #: the controller whose clock measured `window` / `collected_at` ("": this run's): the skew check compares offsets
+    #: measured by one controller's clock only (saved facts of batches run on several controllers, ddpfix.factsdir)
+    clock: str = ""
 
 
 @dataclass

@@ -70,7 +70,7 @@ def chrony_unsynchronised(tracking: Mapping[str, Any] | None, max_offset_s: floa
     ),
 )
 def check_time(ctx: Context) -> Iterable[Finding]:
-    offsets: dict[str, float] = {}
+    offsets: dict[str, dict[str, float]] = {}  # per controller clock (saved facts of several controllers)
     for name, f in ctx.audited():
         t: Mapping[str, Any] = f.get("time") or {}
         daemons = t.get("daemons") or []
@@ -90,19 +90,28 @@ def check_time(ctx: Context) -> Iterable[Finding]:
         if f.get("now") is not None:
             offset = clock_offset(float(f["now"]), h.window, h.collected_at)
             if offset is not None:
-                offsets[name] = offset
-    if len(offsets) > 1:
-        lo = min(offsets, key=lambda n: offsets[n])
-        hi = max(offsets, key=lambda n: offsets[n])
-        spread = offsets[hi] - offsets[lo]
-        if spread > ctx.thresholds.max_skew_s:
-            yield finding(
-                "time.skew",
-                None,
-                f"clocks differ by {spread:.2f}s between {hi} and {lo}",
-                "; ".join(f"{n}: {o:+.2f}s vs controller" for n, o in sorted(offsets.items()))
-                + " (beyond each task's start..result window)",
-            )
+                offsets.setdefault(h.clock, {})[name] = offset
+    for clock, group in sorted(offsets.items()):
+        skew = clock_skew(group, ctx.thresholds.max_skew_s, clock)
+        if skew is not None:
+            yield finding("time.skew", None, *skew)
+
+
+def clock_skew(offsets: Mapping[str, float], max_skew_s: float, clock: str = "") -> tuple[str, str] | None:
+    """(summary, evidence) when the nodes' offsets from one controller's clock spread past `max_skew_s`. Offsets
+    measured by different controllers are never compared: their own clocks may differ (`clock`: that controller,
+    named in the evidence; "" this run's)."""
+    if len(offsets) < 2:
+        return None
+    lo = min(offsets, key=lambda n: offsets[n])
+    hi = max(offsets, key=lambda n: offsets[n])
+    spread = offsets[hi] - offsets[lo]
+    if spread <= max_skew_s:
+        return None
+    vs = f"controller {clock}" if clock else "controller"
+    return (f"clocks differ by {spread:.2f}s between {hi} and {lo}",
+            "; ".join(f"{n}: {o:+.2f}s vs {vs}" for n, o in sorted(offsets.items()))
+            + " (beyond each task's start..result window)")
 
 
 def clock_offset(node_now: float, window: tuple[float, float] | None, collected_at: float | None) -> float | None:

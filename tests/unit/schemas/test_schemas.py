@@ -25,8 +25,8 @@ def validate(doc: Any) -> None:
 
 
 def test_every_schema_file_is_a_valid_schema_named_by_its_id() -> None:
-    assert schemas.ids() == sorted(["ddpfix.cluster/v1", "ddpfix.env/v1", "ddpfix.explain/v1", "ddpfix.report/v1",
-                                    "ddpfix.verify/v1"])
+    assert schemas.ids() == sorted(["ddpfix.cluster/v1", "ddpfix.env/v1", "ddpfix.explain/v1", "ddpfix.facts/v1",
+                                    "ddpfix.report/v1", "ddpfix.verify/v1"])
     for sid in schemas.ids():
         s = schemas.load(sid)
         jsonschema.Draft202012Validator.check_schema(s)
