@@ -207,6 +207,12 @@ def nft_chains_checked(chains):
     return list(dict.fromkeys(out))
 
 
+def nft_chain_keys(ruleset):
+    """(family, table, name) of every chain of the rule set."""
+    chains = [it.get("chain") for it in _items(ruleset) if isinstance(it, dict)]
+    return {(c.get("family"), c.get("table"), c.get("name")) for c in chains if isinstance(c, dict)}
+
+
 def nft_input_chains(ruleset):
     """(family, table, name) of every base chain on the input hook of the rule set."""
     chains = [it.get("chain") for it in _items(ruleset) if isinstance(it, dict)]
@@ -268,6 +274,30 @@ def nft_egress_args(cidr, ports, comment=COMMENT):
 
 def nft_egress_line(family, table, chain, cidr, ports, comment=COMMENT):
     return "insert rule {} {} {} {}".format(family, table, chain, " ".join(nft_egress_args(cidr, ports, comment)))
+
+
+_NFT_EGRESS_LINE = re.compile(r'insert rule (\S+) (\S+) (\S+) ip daddr (\S+) tcp dport \{ ([0-9, -]+) \} accept comment "[^"]*"')
+
+
+def nft_snippet_egress(text, cidr):
+    """The egress accepts an include file of ddpfix's holds (`nft_egress_line`) for the cluster network `cidr`, checked
+    as `egress_change` checks a planned one: what a later run keeps when its own plan does not name that chain again
+    (the live accept lets the connects out, so nothing is planned there). Lines for another network are left out."""
+    want = ipaddress.ip_network(cidr, strict=False)
+    out = []
+    for ln in (text or "").splitlines():
+        m = _NFT_EGRESS_LINE.fullmatch(ln.strip())
+        if not m:
+            continue
+        fam, table, chain, daddr, ports = m.groups()
+        try:
+            if ipaddress.ip_network(daddr, strict=False) != want:
+                continue
+            out.append(egress_change({"backend": "nftables", "family": fam, "table": table, "chain": chain,
+                                      "ports": ports.replace(", ", ",")}, cidr))
+        except ValueError:
+            continue
+    return out
 
 
 def _nft_daddr(expr):

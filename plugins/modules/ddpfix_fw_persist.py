@@ -90,6 +90,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_persisted,
     is_ddpfix_snippet,
     nft_blocking_input_chains,
+    nft_chain_keys,
     nft_chains_checked,
     nft_has_egress,
     nft_include_path,
@@ -97,6 +98,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     nft_input_chains,
     nft_rule_ahead,
     nft_snippet,
+    nft_snippet_egress,
     rule_argument_spec,
     with_include,
     without_include,
@@ -231,7 +233,12 @@ def nftables(module, p, result):
     chains = [c for c in chosen if not nft_rule_ahead(ruleset, c, p["comment"])]
     if not p["ingress"] and " saddr " not in old_snip:  # only egress, and no input rule of ddpfix's persisted yet
         chains = []
-    egress = [e for e in p["egress_checked"] if e[0] == "nftables"
+    # ddpfix's persisted egress accepts this run does not plan again (the live one lets the connects out) stay,
+    # where the config as boot loads it still has their chain
+    planned = {e[1:4] for e in p["egress_checked"]}
+    kept = [e for e in nft_snippet_egress(old_snip, p["cidr"]) if e[1:4] not in planned
+            and e[1:4] in nft_chain_keys(ruleset)]
+    egress = [e for e in [*p["egress_checked"], *kept] if e[0] == "nftables"
               and not nft_has_egress(ruleset, e[1:4], p["cidr"], p["comment"])]
     missing = [" ".join(e[1:4]) for e in egress if not any(
         it.get("chain", {}).get("name") == e[3] and it["chain"].get("table") == e[2]
