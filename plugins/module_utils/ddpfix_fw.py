@@ -276,27 +276,41 @@ def nft_egress_line(family, table, chain, cidr, ports, comment=COMMENT):
     return "insert rule {} {} {} {}".format(family, table, chain, " ".join(nft_egress_args(cidr, ports, comment)))
 
 
-_NFT_EGRESS_LINE = re.compile(r'insert rule (\S+) (\S+) (\S+) ip daddr (\S+) tcp dport \{ ([0-9, -]+) \} accept comment "[^"]*"')
+_NFT_INGRESS_LINE = re.compile(r'insert rule (\S+) (\S+) (\S+) ip saddr (\S+) accept comment "[^"]*"')
+_NFT_EGRESS_LINE = re.compile(
+    r'insert rule (\S+) (\S+) (\S+) ip daddr (\S+) tcp dport \{ ([0-9, -]+) \} accept comment "[^"]*"')
+
+
+def _snippet_rules(text, line, cidr):
+    """The groups (family, table, chain, network, ...) of the lines of an include file of ddpfix's that `line`
+    matches, for the cluster network `cidr` (lines for another network left out)."""
+    want = ipaddress.ip_network(cidr, strict=False)
+    for ln in (text or "").splitlines():
+        m = line.fullmatch(ln.strip())
+        with contextlib.suppress(ValueError):
+            if m and ipaddress.ip_network(m.group(4), strict=False) == want:
+                yield m.groups()
+
+
+def nft_snippet_ingress(text, cidr):
+    """The input chains an include file of ddpfix's lets the cluster network `cidr` in through (`nft_snippet`),
+    checked as `nft_chains_checked` checks planned ones: what a run that plans no input chain (egress only) keeps."""
+    out = []
+    for fam, table, chain, _net in _snippet_rules(text, _NFT_INGRESS_LINE, cidr):
+        with contextlib.suppress(ValueError):
+            out += nft_chains_checked([{"family": fam, "table": table, "chain": chain}])
+    return list(dict.fromkeys(out))
 
 
 def nft_snippet_egress(text, cidr):
     """The egress accepts an include file of ddpfix's holds (`nft_egress_line`) for the cluster network `cidr`, checked
     as `egress_change` checks a planned one: what a later run keeps when its own plan does not name that chain again
-    (the live accept lets the connects out, so nothing is planned there). Lines for another network are left out."""
-    want = ipaddress.ip_network(cidr, strict=False)
+    (the live accept lets the connects out, so nothing is planned there)."""
     out = []
-    for ln in (text or "").splitlines():
-        m = _NFT_EGRESS_LINE.fullmatch(ln.strip())
-        if not m:
-            continue
-        fam, table, chain, daddr, ports = m.groups()
-        try:
-            if ipaddress.ip_network(daddr, strict=False) != want:
-                continue
+    for fam, table, chain, _net, ports in _snippet_rules(text, _NFT_EGRESS_LINE, cidr):
+        with contextlib.suppress(ValueError):
             out.append(egress_change({"backend": "nftables", "family": fam, "table": table, "chain": chain,
                                       "ports": ports.replace(", ", ",")}, cidr))
-        except ValueError:
-            continue
     return out
 
 

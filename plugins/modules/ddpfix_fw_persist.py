@@ -99,6 +99,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     nft_rule_ahead,
     nft_snippet,
     nft_snippet_egress,
+    nft_snippet_ingress,
     rule_argument_spec,
     with_include,
     without_include,
@@ -221,7 +222,10 @@ def nftables(module, p, result):
     # chains whose config already lets the cluster in with ddpfix's rule (a dump of the running rule set) need none
     old_snip = _read(include) if os.path.exists(include) else ""
     chosen = p["nft_chains_checked"]
-    if chosen:  # the controller's plan: those of its chains the config creates (others are made at runtime)
+    if not p["ingress"]:  # only egress: the input chains ddpfix's file already lets the cluster in through stay
+        boot = nft_input_chains(ruleset)
+        chosen = [c for c in nft_snippet_ingress(old_snip, p["cidr"]) if c in boot]
+    elif chosen:  # the controller's plan: those of its chains the config creates (others are made at runtime)
         boot = nft_input_chains(ruleset)
         absent = [" ".join(c) for c in chosen if c not in boot]
         chosen = [c for c in chosen if c in boot]
@@ -231,8 +235,6 @@ def nftables(module, p, result):
     else:  # the role without the controller: chosen here, from the config as boot loads it
         chosen = nft_blocking_input_chains(ruleset)
     chains = [c for c in chosen if not nft_rule_ahead(ruleset, c, p["comment"])]
-    if not p["ingress"] and " saddr " not in old_snip:  # only egress, and no input rule of ddpfix's persisted yet
-        chains = []
     # ddpfix's persisted egress accepts this run does not plan again (the live one lets the connects out) stay,
     # where the config as boot loads it still has their chain
     planned = {e[1:4] for e in p["egress_checked"]}

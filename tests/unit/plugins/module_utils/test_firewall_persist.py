@@ -377,3 +377,27 @@ def test_a_later_run_keeps_the_persisted_accepts_it_does_not_plan_again(
     three = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
         {"family": "inet", "table": "filter", "chain": "input"}])
     assert not three["changed"] and not three.get("failed"), three
+
+
+@needs_nft
+def test_an_egress_only_run_keeps_the_input_chains_the_controller_chose(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run 1 persists the input accept in the chain the controller's evaluator chose: a base chain whose drop is in
+    the regular chain it jumps to. Run 2 fixes egress only (no chains planned): the node used to choose the input
+    chains again by its own rule (a chain with a drop of its own), found none and dropped the persisted input accept
+    from the include file. The chains of the file stay."""
+    main = tmp_path / "nftables.conf"
+    main.write_text("#!/usr/sbin/nft -f\nflush ruleset\ntable inet filter {\n\tchain in_drop {\n\t\ttcp dport 22 "
+                    "accept\n\t\tdrop\n\t}\n\tchain input {\n\t\ttype filter hook input priority filter; policy "
+                    "accept;\n\t\tjump in_drop\n\t}\n\tchain output {\n\t\ttype filter hook output priority filter; "
+                    "policy accept;\n\t\tip daddr 192.168.0.0/16 drop\n\t}\n}\n")
+    inc = tmp_path / "ddpfix" / "firewall.nft"
+    layouts = [{"config": str(main), "include": str(inc)}]
+    one = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+        {"family": "inet", "table": "filter", "chain": "input"}])
+    assert one["changed"] and not one.get("failed"), one
+    two = _persist(monkeypatch, capsys, nft_layouts=layouts, ingress=False, egress=[
+        {"backend": "nftables", "family": "inet", "table": "filter", "chain": "output", "ports": "29500"}])
+    assert two["changed"] and not two.get("failed"), two
+    text = inc.read_text()
+    assert f"insert rule inet filter input ip saddr {CIDR} accept" in text and "tcp dport { 29500 }" in text, text
