@@ -259,11 +259,28 @@ def _iptables_dst(args):
     return None
 
 
-def iptables_has_egress(save_text, cidr):
-    """Whether the filter table's OUTPUT chain has ddpfix's accept to `cidr`, whichever run added it."""
+def _covers(have, want):
+    """Whether every port range (lo, hi) of `want` lies within one of `have` (None: the rule names no port)."""
+    return have is None or all(any(a <= lo and hi <= b for a, b in have) for lo, hi in want or ())
+
+
+def _iptables_dports(args):
+    """The `--dport(s)` of a rule's arguments as [(lo, hi)] (None: none; [] when unreadable, covering nothing)."""
+    for i, a in enumerate(args[:-1]):
+        if a in ("--dport", "--dports"):
+            try:
+                return [tuple(int(x) for x in (p.split(":") * 2)[:2]) for p in args[i + 1].split(",")]
+            except ValueError:
+                return []
+    return None
+
+
+def iptables_has_egress(save_text, cidr, ports=None):
+    """Whether the filter table's OUTPUT chain has ddpfix's accept to `cidr` (for every port range of `ports`),
+    whichever run added it."""
     want = ipaddress.ip_network(cidr, strict=False)
     return any(is_ddpfix_comment(c) and _iptables_dst(args) == want and args[-2:] == ["-j", "ACCEPT"]
-               for args, c in _iptables_input_rules(save_text, "OUTPUT"))
+               and _covers(_iptables_dports(args), ports) for args, c in _iptables_input_rules(save_text, "OUTPUT"))
 
 
 def nft_egress_args(cidr, ports, comment=COMMENT):
@@ -328,16 +345,33 @@ def _nft_daddr(expr):
     return None
 
 
-def nft_has_egress(ruleset, chain, cidr, comment=None):
-    """Whether `chain` (family, table, name) has ddpfix's accept to `cidr` (tagged `comment`, or by any run) ahead of
-    its first drop/reject rule."""
+def _nft_dports(expr):
+    """The `tcp dport` of an nft rule as [(lo, hi)] (None: it names none; [] when unreadable, covering nothing)."""
+    def span(e):
+        if isinstance(e, dict) and isinstance(e.get("range"), list) and len(e["range"]) == 2:
+            return tuple(e["range"])
+        return (e, e)
+    for e in expr or []:
+        m = e.get("match") if isinstance(e, dict) else None
+        if isinstance(m, dict) and m.get("left") == {"payload": {"protocol": "tcp", "field": "dport"}}:
+            right = m.get("right")
+            got = [span(x) for x in (right["set"] if isinstance(right, dict) and "set" in right else [right])]
+            ok = m.get("op") in ("==", "in") and all(isinstance(x, int) for sp in got for x in sp)
+            return got if ok else []
+    return None
+
+
+def nft_has_egress(ruleset, chain, cidr, comment=None, ports=None):
+    """Whether `chain` (family, table, name) has ddpfix's accept to `cidr` (for every port range of `ports`; tagged
+    `comment`, or by any run) ahead of its first drop/reject rule."""
     want = ipaddress.ip_network(cidr, strict=False)
     for it in _items(ruleset):
         r = it.get("rule")
         if not r or (r.get("family"), r.get("table"), r.get("chain")) != tuple(chain):
             continue
         tagged = r.get("comment") == comment if comment else is_ddpfix_comment(r.get("comment"))
-        if tagged and {"accept": None} in (r.get("expr") or []) and _nft_daddr(r.get("expr")) == want:
+        if (tagged and {"accept": None} in (r.get("expr") or []) and _nft_daddr(r.get("expr")) == want
+                and _covers(_nft_dports(r.get("expr")), ports)):
             return True
         if _is_drop_expr(r.get("expr")):
             return False

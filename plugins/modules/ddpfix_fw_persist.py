@@ -241,7 +241,7 @@ def nftables(module, p, result):
     kept = [e for e in nft_snippet_egress(old_snip, p["cidr"]) if e[1:4] not in planned
             and e[1:4] in nft_chain_keys(ruleset)]
     egress = [e for e in [*p["egress_checked"], *kept] if e[0] == "nftables"
-              and not nft_has_egress(ruleset, e[1:4], p["cidr"], p["comment"])]
+              and not nft_has_egress(ruleset, e[1:4], p["cidr"], p["comment"], e[4])]
     missing = [" ".join(e[1:4]) for e in egress if not any(
         it.get("chain", {}).get("name") == e[3] and it["chain"].get("table") == e[2]
         and it["chain"].get("family") == e[1] for it in ruleset.get("nftables", []) if isinstance(it, dict))]
@@ -256,7 +256,7 @@ def nftables(module, p, result):
             _fail_tool(module, f"nft -f {config} with ddpfix's include {include} does not load in an empty ruleset "
                                "(as at boot)", err, result)
         behind = [" ".join(c) for c in chains if not nft_rule_ahead(loaded, c, p["comment"])] + [
-            " ".join(e[1:4]) for e in egress if not nft_has_egress(loaded, e[1:4], p["cidr"], p["comment"])]
+            " ".join(e[1:4]) for e in egress if not nft_has_egress(loaded, e[1:4], p["cidr"], p["comment"], e[4])]
         if behind:
             _fail_tool(module, f"nft -f {config} with ddpfix's include {include} loads, but ddpfix's rule is not "
                                "ahead of the drop in " + ", ".join(behind), "(the config reorders or flushes it)",
