@@ -222,11 +222,10 @@ def nftables(module, p, result):
     # chains whose config already lets the cluster in with ddpfix's rule (a dump of the running rule set) need none
     old_snip = _read(include) if os.path.exists(include) else ""
     chosen = p["nft_chains_checked"]
-    if not p["ingress"]:  # only egress: the input chains ddpfix's file already lets the cluster in through stay
-        boot = nft_input_chains(ruleset)
-        chosen = [c for c in nft_snippet_ingress(old_snip, p["cidr"]) if c in boot]
+    boot = nft_input_chains(ruleset)
+    if not p["ingress"]:  # only egress: no input chain of this run's own
+        chosen = []
     elif chosen:  # the controller's plan: those of its chains the config creates (others are made at runtime)
-        boot = nft_input_chains(ruleset)
         absent = [" ".join(c) for c in chosen if c not in boot]
         chosen = [c for c in chosen if c in boot]
         if absent:
@@ -234,6 +233,9 @@ def nftables(module, p, result):
                                       "creates it at runtime): ddpfix's accept there is lost at the next boot")
     else:  # the role without the controller: chosen here, from the config as boot loads it
         chosen = nft_blocking_input_chains(ruleset)
+    # the input chains ddpfix's file already lets the cluster in through stay (their live accept is why this run's
+    # plan does not name them again), where the config as boot loads it still has them
+    chosen = [*chosen, *(c for c in nft_snippet_ingress(old_snip, p["cidr"]) if c in boot and c not in chosen)]
     chains = [c for c in chosen if not nft_rule_ahead(ruleset, c, p["comment"])]
     # ddpfix's persisted egress accepts this run does not plan again (the live one lets the connects out) stay,
     # where the config as boot loads it still has their chain

@@ -401,3 +401,27 @@ def test_an_egress_only_run_keeps_the_input_chains_the_controller_chose(
     assert two["changed"] and not two.get("failed"), two
     text = inc.read_text()
     assert f"insert rule inet filter input ip saddr {CIDR} accept" in text and "tcp dport { 29500 }" in text, text
+
+
+@needs_nft
+def test_a_later_ingress_run_keeps_the_input_chains_an_earlier_run_persisted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run 1 persists the input accept in `services` (the Arch wiki's two input chains); later `input` refuses the
+    cluster too, and run 2's plan names `input` only (its live accept lets the cluster through `services`). The file
+    used to be rewritten with run 2's chain alone: `services` lost its accept at the next boot. Both stay."""
+    main = tmp_path / "nftables.conf"
+    main.write_text("#!/usr/sbin/nft -f\nflush ruleset\ntable inet filter {\n\tchain services {\n\t\ttype filter "
+                    "hook input priority 0; policy accept;\n\t\ttcp dport 80 drop\n\t}\n\tchain input {\n\t\ttype "
+                    "filter hook input priority 1; policy drop;\n\t\ttcp dport 22 accept\n\t}\n}\n")
+    inc = tmp_path / "ddpfix" / "firewall.nft"
+    layouts = [{"config": str(main), "include": str(inc)}]
+    for chain in ("services", "input"):
+        out = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+            {"family": "inet", "table": "filter", "chain": chain}])
+        assert out["changed"] and not out.get("failed"), out
+    text = inc.read_text()
+    for chain in ("services", "input"):
+        assert f"insert rule inet filter {chain} ip saddr {CIDR} accept" in text, text
+    again = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+        {"family": "inet", "table": "filter", "chain": "input"}])
+    assert not again["changed"] and not again.get("failed"), again
