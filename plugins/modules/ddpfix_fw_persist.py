@@ -39,6 +39,9 @@ description:
     persisted the same way - an C(insert rule) line per nft chain in the include file (proven ahead of the drop of
     that chain once loaded as boot loads it), a C(-A OUTPUT) line at the top of the C(*filter) section of the save
     file. With I(ingress) false, the input rule is persisted only where a file of ddpfix's already holds it.
+  - The C(insert rule) lines ddpfix's include file already holds for I(cidr) stay (where the config as boot loads
+    it still has their chain), also when this call's I(nft_chains) or I(egress) do not name that chain (an earlier
+    run's live accept there is why the plan does not name it again); an egress line of a planned chain is replaced.
   - When nothing can be persisted, returns I(runtime_only) saying why.
 options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
