@@ -207,6 +207,12 @@ def nft_chains_checked(chains):
     return list(dict.fromkeys(out))
 
 
+def nft_chain_keys(ruleset):
+    """(family, table, name) of every chain of the rule set."""
+    chains = [it.get("chain") for it in _items(ruleset) if isinstance(it, dict)]
+    return {(c.get("family"), c.get("table"), c.get("name")) for c in chains if isinstance(c, dict)}
+
+
 def nft_input_chains(ruleset):
     """(family, table, name) of every base chain on the input hook of the rule set."""
     chains = [it.get("chain") for it in _items(ruleset) if isinstance(it, dict)]
@@ -253,11 +259,28 @@ def _iptables_dst(args):
     return None
 
 
-def iptables_has_egress(save_text, cidr):
-    """Whether the filter table's OUTPUT chain has ddpfix's accept to `cidr`, whichever run added it."""
+def _covers(have, want):
+    """Whether every port range (lo, hi) of `want` lies within one of `have` (None: the rule names no port)."""
+    return have is None or all(any(a <= lo and hi <= b for a, b in have) for lo, hi in want or ())
+
+
+def _iptables_dports(args):
+    """The `--dport(s)` of a rule's arguments as [(lo, hi)] (None: none; [] when unreadable, covering nothing)."""
+    for i, a in enumerate(args[:-1]):
+        if a in ("--dport", "--dports"):
+            try:
+                return [tuple(int(x) for x in (p.split(":") * 2)[:2]) for p in args[i + 1].split(",")]
+            except ValueError:
+                return []
+    return None
+
+
+def iptables_has_egress(save_text, cidr, ports=None):
+    """Whether the filter table's OUTPUT chain has ddpfix's accept to `cidr` (for every port range of `ports`),
+    whichever run added it."""
     want = ipaddress.ip_network(cidr, strict=False)
     return any(is_ddpfix_comment(c) and _iptables_dst(args) == want and args[-2:] == ["-j", "ACCEPT"]
-               for args, c in _iptables_input_rules(save_text, "OUTPUT"))
+               and _covers(_iptables_dports(args), ports) for args, c in _iptables_input_rules(save_text, "OUTPUT"))
 
 
 def nft_egress_args(cidr, ports, comment=COMMENT):
@@ -268,6 +291,44 @@ def nft_egress_args(cidr, ports, comment=COMMENT):
 
 def nft_egress_line(family, table, chain, cidr, ports, comment=COMMENT):
     return "insert rule {} {} {} {}".format(family, table, chain, " ".join(nft_egress_args(cidr, ports, comment)))
+
+
+_NFT_INGRESS_LINE = re.compile(r'insert rule (\S+) (\S+) (\S+) ip saddr (\S+) accept comment "[^"]*"')
+_NFT_EGRESS_LINE = re.compile(
+    r'insert rule (\S+) (\S+) (\S+) ip daddr (\S+) tcp dport \{ ([0-9, -]+) \} accept comment "[^"]*"')
+
+
+def _snippet_rules(text, line, cidr):
+    """The groups (family, table, chain, network, ...) of the lines of an include file of ddpfix's that `line`
+    matches, for the cluster network `cidr` (lines for another network left out)."""
+    want = ipaddress.ip_network(cidr, strict=False)
+    for ln in (text or "").splitlines():
+        m = line.fullmatch(ln.strip())
+        with contextlib.suppress(ValueError):
+            if m and ipaddress.ip_network(m.group(4), strict=False) == want:
+                yield m.groups()
+
+
+def nft_snippet_ingress(text, cidr):
+    """The input chains an include file of ddpfix's lets the cluster network `cidr` in through (`nft_snippet`),
+    checked as `nft_chains_checked` checks planned ones: what a run that plans no input chain (egress only) keeps."""
+    out = []
+    for fam, table, chain, _net in _snippet_rules(text, _NFT_INGRESS_LINE, cidr):
+        with contextlib.suppress(ValueError):
+            out += nft_chains_checked([{"family": fam, "table": table, "chain": chain}])
+    return list(dict.fromkeys(out))
+
+
+def nft_snippet_egress(text, cidr):
+    """The egress accepts an include file of ddpfix's holds (`nft_egress_line`) for the cluster network `cidr`, checked
+    as `egress_change` checks a planned one: what a later run keeps when its own plan does not name that chain again
+    (the live accept lets the connects out, so nothing is planned there)."""
+    out = []
+    for fam, table, chain, _net, ports in _snippet_rules(text, _NFT_EGRESS_LINE, cidr):
+        with contextlib.suppress(ValueError):
+            out.append(egress_change({"backend": "nftables", "family": fam, "table": table, "chain": chain,
+                                      "ports": ports.replace(", ", ",")}, cidr))
+    return out
 
 
 def _nft_daddr(expr):
@@ -284,16 +345,33 @@ def _nft_daddr(expr):
     return None
 
 
-def nft_has_egress(ruleset, chain, cidr, comment=None):
-    """Whether `chain` (family, table, name) has ddpfix's accept to `cidr` (tagged `comment`, or by any run) ahead of
-    its first drop/reject rule."""
+def _nft_dports(expr):
+    """The `tcp dport` of an nft rule as [(lo, hi)] (None: it names none; [] when unreadable, covering nothing)."""
+    def span(e):
+        if isinstance(e, dict) and isinstance(e.get("range"), list) and len(e["range"]) == 2:
+            return tuple(e["range"])
+        return (e, e)
+    for e in expr or []:
+        m = e.get("match") if isinstance(e, dict) else None
+        if isinstance(m, dict) and m.get("left") == {"payload": {"protocol": "tcp", "field": "dport"}}:
+            right = m.get("right")
+            got = [span(x) for x in (right["set"] if isinstance(right, dict) and "set" in right else [right])]
+            ok = m.get("op") in ("==", "in") and all(isinstance(x, int) for sp in got for x in sp)
+            return got if ok else []
+    return None
+
+
+def nft_has_egress(ruleset, chain, cidr, comment=None, ports=None):
+    """Whether `chain` (family, table, name) has ddpfix's accept to `cidr` (for every port range of `ports`; tagged
+    `comment`, or by any run) ahead of its first drop/reject rule."""
     want = ipaddress.ip_network(cidr, strict=False)
     for it in _items(ruleset):
         r = it.get("rule")
         if not r or (r.get("family"), r.get("table"), r.get("chain")) != tuple(chain):
             continue
         tagged = r.get("comment") == comment if comment else is_ddpfix_comment(r.get("comment"))
-        if tagged and {"accept": None} in (r.get("expr") or []) and _nft_daddr(r.get("expr")) == want:
+        if (tagged and {"accept": None} in (r.get("expr") or []) and _nft_daddr(r.get("expr")) == want
+                and _covers(_nft_dports(r.get("expr")), ports)):
             return True
         if _is_drop_expr(r.get("expr")):
             return False

@@ -42,6 +42,7 @@ removed: {description: What the revert removed., returned: state=reverted, type:
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -78,9 +79,14 @@ def revert(p):
                 if _run(argv)[0] == 0:
                     done.append(" ".join(argv))
     elif backend == "iptables":
-        ipt = p["iptables"]
-        rc, out, _ = _run([ipt + "-save", "-t", "filter"])
-        if rc == 0:
+        # the input accept's variant first, then the others: a planned egress accept may be in another variant's
+        # OUTPUT than the input accept (only this run's tag is removed, wherever it is)
+        for ipt in dict.fromkeys([p["iptables"], "iptables", "iptables-legacy"]):
+            if ipt != p["iptables"] and not (shutil.which(ipt) and shutil.which(ipt + "-save")):
+                continue
+            rc, out, _ = _run([ipt + "-save", "-t", "filter"])
+            if rc != 0:
+                continue
             for chain in ("INPUT", "OUTPUT"):  # OUTPUT: the egress accepts
                 for args in iptables_tagged(out, comment, chain):
                     argv = [ipt, "-D", chain, *args]

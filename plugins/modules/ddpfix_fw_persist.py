@@ -39,6 +39,9 @@ description:
     persisted the same way - an C(insert rule) line per nft chain in the include file (proven ahead of the drop of
     that chain once loaded as boot loads it), a C(-A OUTPUT) line at the top of the C(*filter) section of the save
     file. With I(ingress) false, the input rule is persisted only where a file of ddpfix's already holds it.
+  - The C(insert rule) lines ddpfix's include file already holds for I(cidr) stay (where the config as boot loads
+    it still has their chain), also when this call's I(nft_chains) or I(egress) do not name that chain (an earlier
+    run's live accept there is why the plan does not name it again); an egress line of a planned chain is replaced.
   - When nothing can be persisted, returns I(runtime_only) saying why.
 options:
   backend: {description: Which layer., type: str, required: true, choices: [iptables, nftables]}
@@ -90,6 +93,7 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     iptables_persisted,
     is_ddpfix_snippet,
     nft_blocking_input_chains,
+    nft_chain_keys,
     nft_chains_checked,
     nft_has_egress,
     nft_include_path,
@@ -97,6 +101,8 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_fw import (
     nft_input_chains,
     nft_rule_ahead,
     nft_snippet,
+    nft_snippet_egress,
+    nft_snippet_ingress,
     rule_argument_spec,
     with_include,
     without_include,
@@ -219,8 +225,10 @@ def nftables(module, p, result):
     # chains whose config already lets the cluster in with ddpfix's rule (a dump of the running rule set) need none
     old_snip = _read(include) if os.path.exists(include) else ""
     chosen = p["nft_chains_checked"]
-    if chosen:  # the controller's plan: those of its chains the config creates (others are made at runtime)
-        boot = nft_input_chains(ruleset)
+    boot = nft_input_chains(ruleset)
+    if not p["ingress"]:  # only egress: no input chain of this run's own
+        chosen = []
+    elif chosen:  # the controller's plan: those of its chains the config creates (others are made at runtime)
         absent = [" ".join(c) for c in chosen if c not in boot]
         chosen = [c for c in chosen if c in boot]
         if absent:
@@ -228,11 +236,17 @@ def nftables(module, p, result):
                                       "creates it at runtime): ddpfix's accept there is lost at the next boot")
     else:  # the role without the controller: chosen here, from the config as boot loads it
         chosen = nft_blocking_input_chains(ruleset)
+    # the input chains ddpfix's file already lets the cluster in through stay (their live accept is why this run's
+    # plan does not name them again), where the config as boot loads it still has them
+    chosen = [*chosen, *(c for c in nft_snippet_ingress(old_snip, p["cidr"]) if c in boot and c not in chosen)]
     chains = [c for c in chosen if not nft_rule_ahead(ruleset, c, p["comment"])]
-    if not p["ingress"] and " saddr " not in old_snip:  # only egress, and no input rule of ddpfix's persisted yet
-        chains = []
-    egress = [e for e in p["egress_checked"] if e[0] == "nftables"
-              and not nft_has_egress(ruleset, e[1:4], p["cidr"], p["comment"])]
+    # ddpfix's persisted egress accepts this run does not plan again (the live one lets the connects out) stay,
+    # where the config as boot loads it still has their chain
+    planned = {e[1:4] for e in p["egress_checked"]}
+    kept = [e for e in nft_snippet_egress(old_snip, p["cidr"]) if e[1:4] not in planned
+            and e[1:4] in nft_chain_keys(ruleset)]
+    egress = [e for e in [*p["egress_checked"], *kept] if e[0] == "nftables"
+              and not nft_has_egress(ruleset, e[1:4], p["cidr"], p["comment"], e[4])]
     missing = [" ".join(e[1:4]) for e in egress if not any(
         it.get("chain", {}).get("name") == e[3] and it["chain"].get("table") == e[2]
         and it["chain"].get("family") == e[1] for it in ruleset.get("nftables", []) if isinstance(it, dict))]
@@ -247,7 +261,7 @@ def nftables(module, p, result):
             _fail_tool(module, f"nft -f {config} with ddpfix's include {include} does not load in an empty ruleset "
                                "(as at boot)", err, result)
         behind = [" ".join(c) for c in chains if not nft_rule_ahead(loaded, c, p["comment"])] + [
-            " ".join(e[1:4]) for e in egress if not nft_has_egress(loaded, e[1:4], p["cidr"], p["comment"])]
+            " ".join(e[1:4]) for e in egress if not nft_has_egress(loaded, e[1:4], p["cidr"], p["comment"], e[4])]
         if behind:
             _fail_tool(module, f"nft -f {config} with ddpfix's include {include} loads, but ddpfix's rule is not "
                                "ahead of the drop in " + ", ".join(behind), "(the config reorders or flushes it)",

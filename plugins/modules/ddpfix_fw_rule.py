@@ -128,7 +128,7 @@ def _egress_cmds(module, egress, cidr, comment, result):
                     module.fail_json(msg=f"nft -j list ruleset failed: {err.strip()}")
                 nft_live = json.loads(out or "{}")
             result["chains"].append(f"{fam} {table} {chain}")
-            if not nft_has_egress(nft_live, (fam, table, chain), cidr):
+            if not nft_has_egress(nft_live, (fam, table, chain), cidr, ports=ports):
                 cmds.append([nft, "insert", "rule", fam, table, chain, *nft_egress_args(cidr, ports, comment)])
             continue
         ipt, ipt_save, _ = iptables_bins("legacy" if backend == "iptables-legacy" else "auto")
@@ -138,7 +138,7 @@ def _egress_cmds(module, egress, cidr, comment, result):
             if rc != 0:
                 module.fail_json(msg=f"{ipt_save} -t filter failed: {err.strip()}")
             ipt_live[ipt] = out
-        if not iptables_has_egress(ipt_live[ipt], cidr):
+        if not iptables_has_egress(ipt_live[ipt], cidr, ports):
             cmds.append([exe, "-I", "OUTPUT", "1", *iptables_egress_rule(cidr, ports, comment)])
     return cmds
 

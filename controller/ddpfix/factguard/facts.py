@@ -29,6 +29,7 @@ from ddpfix.factguard.sections import (
     check_limits,
     check_shell_env,
     check_shm,
+    check_sysctl_numbers,
     check_torch,
 )
 from ddpfix.model.facts import NodeFacts
@@ -83,6 +84,8 @@ def guard_facts(node_facts: Mapping[str, Any]) -> tuple[list[Problem], NodeFacts
         f["fabric"] = check_fabric(ck, f["fabric"])
     if isinstance(f.get("limits"), Mapping):
         f["limits"] = check_limits(ck, f["limits"])
+    if isinstance(f.get("sysctl"), Mapping):
+        f["sysctl"] = check_sysctl_numbers(ck, f["sysctl"])
     if isinstance(f.get("sysctl"), Mapping) and "arp" in f["sysctl"]:
         f["sysctl"] = {**f["sysctl"], "arp": check_arp(ck, f["sysctl"]["arp"])}
     if isinstance(f.get("torch"), Mapping):

@@ -178,6 +178,26 @@ def check_nofile_dropins(d: Any, units: Mapping[str, Any]) -> dict[str, Any] | N
     return {"pam": pam, "units": unit_files, "unwritable": uw}
 
 
+def _port_range(v: object) -> bool:
+    """net.ipv4.ip_local_port_range as the kernel takes it: [low, high], 1 <= low <= high <= 65535."""
+    return (isinstance(v, list) and len(v) == 2 and all(int_in(1, 65535)(x) for x in v)
+            and v[0] <= v[1])
+
+
+def check_sysctl_numbers(ck: Checker, sc: Mapping[str, Any]) -> dict[str, Any]:
+    """net.ipv4.ip_local_port_range and net.core.somaxconn: the numbers the checks and the firewall plans compute
+    with (every node's range goes into its peers' egress accepts). An ill-formed value is left out: the finding
+    names it, and the node's own value is then not known (the reader's default stands in, as when unreadable)."""
+    out = dict(sc)
+    if "ip_local_port_range" in sc and not ck.ok("sysctl.ip_local_port_range", sc["ip_local_port_range"],
+                                                 _port_range, "not a port range [low, high] within 1-65535"):
+        out.pop("ip_local_port_range")
+    if "somaxconn" in sc and not ck.ok("sysctl.somaxconn", sc["somaxconn"], int_in(0, 2**31 - 1),
+                                       "not a listen backlog"):
+        out.pop("somaxconn")
+    return out
+
+
 def check_arp(ck: Checker, arp: Any) -> dict[str, dict[str, int]]:
     """net.ipv4.conf.{all,IFACE}.arp_ignore/arp_announce: interface names of the kernel's alphabet, values 0-8."""
     out: dict[str, dict[str, int]] = {}

@@ -239,3 +239,29 @@ def test_a_hostile_nofile_drop_in_is_left_to_the_play(where: list[str], value: A
     assert sanitize_facts(sim.node("node2"))["limits"]["nofile_dropins"] == NOFILE_DROPINS
     _set(sim.node("node2")["limits"]["nofile_dropins"], where, value)
     assert "nofile_dropins" not in sanitize_facts(sim.node("node2"))["limits"]
+
+
+@pytest.mark.parametrize("bad", [["a", "b"], [1, 2, 3], "32768 60999", [0, 70000], [60999, 32768], [True, 2]])
+def test_a_hostile_ephemeral_range_is_reported_and_never_reaches_a_peers_plan(bad: Any) -> None:
+    """Every node's net.ipv4.ip_local_port_range goes into its peers' egress accepts (`egressfix.egress_fix`) and into
+    the audit's port arithmetic: an ill-formed one used to raise out of the audit and the plan for the whole cluster
+    (one node's facts stopping every node's fix), or to send its peers a port spec their module refuses. It is now an
+    invalid fact of that node, left out, and its peers' plans stay the cluster's range."""
+    sim = Sim()
+    ifname = sim.node("node3")["cluster"]["ifname"]
+    sim.node("node3")["firewall"] = {**sim.node("node3")["firewall"], "nft_text": None, "nft": {"nftables": [
+        {"table": {"family": "inet", "name": "t"}},
+        {"chain": {"family": "inet", "table": "t", "name": "out", "type": "filter", "hook": "output", "prio": 0,
+                   "policy": "accept"}},
+        {"rule": {"family": "inet", "table": "t", "chain": "out", "handle": 2, "expr": [
+            {"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": ifname}}, {"drop": None}]}}]}}
+    sim.node("node2")["sysctl"]["ip_local_port_range"] = bad
+    assert [p[0] for p in validate_facts(sim.node("node2"))] == ["sysctl.ip_local_port_range"]
+    ctx = sim.context()
+    findings = run_checks(ctx)
+    assert any(f.id == reachability_rules.INVALID.id and f.host == "node2" for f in findings)
+    plans, refusals = build_plan(ctx, findings)
+    assert refusals == [] and [c["ports"] for c in plans["node3"].egress] == ["29500,32768-60999"]
+    sim.node("node2")["sysctl"]["somaxconn"] = "4096; id"
+    assert [p[0] for p in validate_facts(sim.node("node2"))] == ["sysctl.ip_local_port_range", "sysctl.somaxconn"]
+    run_checks(sim.context())

@@ -200,3 +200,28 @@ def test_bad_input_is_one_line_and_nothing_runs(over: dict[str, Any], msg: str) 
         res = act.run(task_vars={})
     assert res["failed"] and msg in res["msg"] and "\n" not in res["msg"]
     run.assert_not_called()
+
+
+def test_a_revert_removes_its_runs_rules_from_every_iptables_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The input accept went to iptables-legacy (the node's auto choice: only the legacy INPUT blocks) while the
+    planned egress accept went to OUTPUT of the default iptables: the revert used to look in the input's variant
+    alone and left the egress accept of a change it reported as reverted. This run's tag is removed wherever it is,
+    and nothing else."""
+    guard = collection.module("ddpfix_fw_guard")
+    saves = {
+        "iptables-legacy-save": f'*filter\n:INPUT DROP [0:0]\n-A INPUT -s {CIDR} -m comment --comment "{TAG}" -j '
+                                "ACCEPT\nCOMMIT\n",
+        "iptables-save": f"*filter\n:OUTPUT DROP [0:0]\n-A OUTPUT -d {CIDR} -p tcp -m multiport --dports 29500 -m "
+                         f'comment --comment "{TAG}" -j ACCEPT\n-A OUTPUT -d {CIDR} -p tcp -m multiport --dports '
+                         "29500 -m comment --comment ddpfix-cluster -j ACCEPT\nCOMMIT\n"}
+    ran: list[list[str]] = []
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        ran.append(argv)
+        return (0, saves[argv[0]], "") if argv[0] in saves else (0, "", "")
+    monkeypatch.setattr(guard, "_run", run)
+    monkeypatch.setattr(guard.shutil, "which", lambda name: f"/usr/sbin/{name}")
+    done = guard.revert({"backend": "iptables", "cidr": CIDR, "comment": TAG, "iptables": "iptables-legacy",
+                         "zone": "trusted", "changes": []})
+    assert [d.split(" ")[:3] for d in done] == [["iptables-legacy", "-D", "INPUT"], ["iptables", "-D", "OUTPUT"]]
+    assert all(TAG in d for d in done)

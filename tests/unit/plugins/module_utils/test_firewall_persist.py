@@ -347,3 +347,81 @@ def test_config_that_already_holds_ddpfix_rule_gets_no_second_copy(
     assert out["changed"] and not out.get("failed"), out
     assert main.read_text() == dumped and not inc.exists()
     assert _boot(main).stdout.count("ddpfix-cluster") == 1
+
+
+@needs_nft
+def test_a_later_run_keeps_the_persisted_accepts_it_does_not_plan_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run 1 fixes egress (and persists it); the live accept then lets the connects out, so run 2's plan, for a new
+    ingress block, carries no egress change. The include file is rewritten from run 2's plan: the persisted egress
+    accept used to be dropped from it (lost at the next boot while the audit, on the live rule, passed). It stays,
+    as the input accept already did for an egress-only run."""
+    main = tmp_path / "nftables.conf"
+    main.write_text(BOOT_CONF.format(d=tmp_path).replace(f'include "{tmp_path}/nftables.d/*.nft"\n', "")
+                    .replace("\t}\n}", "\t}\n\tchain output {\n\t\ttype filter hook output priority filter; "
+                             "policy accept;\n\t\tip daddr 192.168.0.0/16 drop\n\t}\n}"))
+    inc = tmp_path / "ddpfix" / "firewall.nft"
+    egress = [{"backend": "nftables", "family": "inet", "table": "filter", "chain": "output",
+               "ports": "29500,32768-60999"}]
+    layouts = [{"config": str(main), "include": str(inc)}]
+    one = _persist(monkeypatch, capsys, nft_layouts=layouts, egress=egress, ingress=False)
+    assert one["changed"] and not one.get("failed"), one
+    assert "daddr" in inc.read_text() and " saddr " not in inc.read_text()
+    two = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+        {"family": "inet", "table": "filter", "chain": "input"}])
+    assert two["changed"] and not two.get("failed"), two
+    text = inc.read_text()
+    assert f"ip saddr {CIDR} accept" in text and f"ip daddr {CIDR} tcp dport {{ 29500, 32768-60999 }}" in text, text
+    booted = _boot(main).stdout
+    assert booted.index(f"ip daddr {CIDR} tcp dport") < booted.index("ip daddr 192.168.0.0/16 drop"), booted
+    three = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+        {"family": "inet", "table": "filter", "chain": "input"}])
+    assert not three["changed"] and not three.get("failed"), three
+
+
+@needs_nft
+def test_an_egress_only_run_keeps_the_input_chains_the_controller_chose(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run 1 persists the input accept in the chain the controller's evaluator chose: a base chain whose drop is in
+    the regular chain it jumps to. Run 2 fixes egress only (no chains planned): the node used to choose the input
+    chains again by its own rule (a chain with a drop of its own), found none and dropped the persisted input accept
+    from the include file. The chains of the file stay."""
+    main = tmp_path / "nftables.conf"
+    main.write_text("#!/usr/sbin/nft -f\nflush ruleset\ntable inet filter {\n\tchain in_drop {\n\t\ttcp dport 22 "
+                    "accept\n\t\tdrop\n\t}\n\tchain input {\n\t\ttype filter hook input priority filter; policy "
+                    "accept;\n\t\tjump in_drop\n\t}\n\tchain output {\n\t\ttype filter hook output priority filter; "
+                    "policy accept;\n\t\tip daddr 192.168.0.0/16 drop\n\t}\n}\n")
+    inc = tmp_path / "ddpfix" / "firewall.nft"
+    layouts = [{"config": str(main), "include": str(inc)}]
+    one = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+        {"family": "inet", "table": "filter", "chain": "input"}])
+    assert one["changed"] and not one.get("failed"), one
+    two = _persist(monkeypatch, capsys, nft_layouts=layouts, ingress=False, egress=[
+        {"backend": "nftables", "family": "inet", "table": "filter", "chain": "output", "ports": "29500"}])
+    assert two["changed"] and not two.get("failed"), two
+    text = inc.read_text()
+    assert f"insert rule inet filter input ip saddr {CIDR} accept" in text and "tcp dport { 29500 }" in text, text
+
+
+@needs_nft
+def test_a_later_ingress_run_keeps_the_input_chains_an_earlier_run_persisted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run 1 persists the input accept in `services` (the Arch wiki's two input chains); later `input` refuses the
+    cluster too, and run 2's plan names `input` only (its live accept lets the cluster through `services`). The file
+    used to be rewritten with run 2's chain alone: `services` lost its accept at the next boot. Both stay."""
+    main = tmp_path / "nftables.conf"
+    main.write_text("#!/usr/sbin/nft -f\nflush ruleset\ntable inet filter {\n\tchain services {\n\t\ttype filter "
+                    "hook input priority 0; policy accept;\n\t\ttcp dport 80 drop\n\t}\n\tchain input {\n\t\ttype "
+                    "filter hook input priority 1; policy drop;\n\t\ttcp dport 22 accept\n\t}\n}\n")
+    inc = tmp_path / "ddpfix" / "firewall.nft"
+    layouts = [{"config": str(main), "include": str(inc)}]
+    for chain in ("services", "input"):
+        out = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+            {"family": "inet", "table": "filter", "chain": chain}])
+        assert out["changed"] and not out.get("failed"), out
+    text = inc.read_text()
+    for chain in ("services", "input"):
+        assert f"insert rule inet filter {chain} ip saddr {CIDR} accept" in text, text
+    again = _persist(monkeypatch, capsys, nft_layouts=layouts, nft_chains=[
+        {"family": "inet", "table": "filter", "chain": "input"}])
+    assert not again["changed"] and not again.get("failed"), again

@@ -83,3 +83,33 @@ def test_a_planned_chain_that_is_not_there_or_not_plain_changes_nothing(
         planned: list[dict[str, str]], why: str, monkeypatch: pytest.MonkeyPatch) -> None:
     done, ran = run({"backend": "nftables", "cidr": CIDR, "nft_chains": planned}, monkeypatch)
     assert done.failed and why in done.result["msg"] and ran == []
+
+
+def test_an_egress_accept_for_other_ports_is_not_the_planned_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier run's egress accept to the cluster for the old master port (29500) is in the output chain; the plan
+    now needs 29600 (the master port or a peer's ephemeral range changed, so the evaluator still finds the connect
+    refused). The live check used to look at the destination alone, found 'ddpfix's accept to CIDR' and added nothing
+    (changed false, the block stayed). The planned ports must be covered."""
+    import sys
+    old = {"rule": {"family": "inet", "table": "filter", "chain": "out", "handle": 7, "comment": "ddpfix-cluster",
+                    "expr": [
+        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                   "right": {"prefix": {"addr": "192.168.83.0", "len": 24}}}},
+        {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}},
+                   "right": {"set": [29500, {"range": [32768, 60999]}]}}},
+        {"accept": None}]}}
+    ruleset = {"nftables": [*RULESET["nftables"], {"chain": {
+        "family": "inet", "table": "filter", "name": "out", "type": "filter", "hook": "output", "prio": 0,
+        "policy": "drop"}}, old]}
+    monkeypatch.setattr(sys.modules[__name__], "RULESET", ruleset)
+    egress = [{"backend": "nftables", "family": "inet", "table": "filter", "chain": "out", "ports": ""}]
+    for ports, added in (("29500,32768-60999", False), ("29500,40000-50000", False), ("29600,32768-60999", True),
+                         ("29500,32768-61000", True)):
+        egress[0]["ports"] = ports
+        done, ran = run({"backend": "nftables", "cidr": CIDR, "ingress": False, "egress": egress}, monkeypatch)
+        assert not done.failed and bool(ran) == added == done.result["changed"], (ports, ran)
+    fw = collection.module_utils("ddpfix_fw")
+    save = ("*filter\n:OUTPUT DROP [0:0]\n-A OUTPUT -d 192.168.83.0/24 -p tcp -m multiport --dports 29500,32768:60999"
+            " -m comment --comment ddpfix-cluster -j ACCEPT\nCOMMIT\n")
+    assert fw.iptables_has_egress(save, CIDR, [(29500, 29500), (32768, 60999)])
+    assert not fw.iptables_has_egress(save, CIDR, [(29600, 29600), (32768, 60999)])
