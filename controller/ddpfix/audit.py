@@ -54,8 +54,9 @@ class AuditResult:
 def audit_extravars(cluster: Cluster | None, probe: bool, probe_peers: int, probe_timeout: float,
                     forks: int | None = None, probe_port: int | None = None) -> dict[str, object]:
     """The audit play's variables. `forks`: Ansible's forks for the run (None: every node at once); below the
-    number of nodes the probers run detached and a second task collects them. `cluster` None: the play derives the
-    cluster from the inventory itself (its first task, ddpfix_cluster), and the CLI reads it from that task."""
+    number of nodes the probe is rolling (each prober outlives its task for the nodes after it; `ddpfix.rolling`).
+    `cluster` None: the play derives the cluster from the inventory itself (its first task, ddpfix_cluster), and the
+    CLI reads it from that task."""
     out: dict[str, object] = {
         # the probe plan (filter ddpfix_probe_plan) moves it off the master port when the two coincide
         "ddpfix_facts_probe_port": probe_port or random.Random().randint(*PROBE_PORTS),
@@ -98,8 +99,6 @@ def collect(
             extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
             limit=limit,
             forks=nforks,
-            # (the second round's tasks, collecting detached probers, are skipped on every node that left no prober
-            # detached: every node ran at once)
             skip_tags=",".join(CLI_SKIP_TAGS),
             n_hosts=n_hosts,
             verbosity=verbosity,

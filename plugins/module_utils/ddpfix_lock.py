@@ -127,6 +127,8 @@ def present(path, holder, stale_s, required=True):
             if until is None or time.time() >= min(float(until) + 1, waited_until):
                 if failure:
                     failure.pop("prober_until", None)
+                if result and result.get("taken_over"):
+                    _wait_prober_gone(result["taken_over"])
                 return result, failure
             time.sleep(0.2)
     except OSError as exc:
@@ -214,6 +216,17 @@ def give_back(path, run_id, pid):
         os.close(guard)
 
 
+def _wait_prober_gone(old, wait_s=3.0):
+    """A lock taken over from a run whose holder is gone but whose rolling prober still ran: that prober sees the
+    lock is no longer its run's within half a second and ends (its listeners close); wait for it, so that this run
+    does not read its listeners as the node's own (the master port in use)."""
+    if prober_alive(old) is None:
+        return
+    until = time.time() + wait_s
+    while time.time() < until and prober_alive(old) is not None:
+        time.sleep(0.05)
+
+
 def prober_alive(current, this_boot=None):
     """Whether the lock `current` was lent to a rolling prober that still runs on this node, until when (epoch
     seconds), or None when it was not lent or its prober is gone."""
@@ -221,6 +234,12 @@ def prober_alive(current, this_boot=None):
     if not current.get("prober_pid") or (current.get("node_boot_id") and current.get("node_boot_id") != this_boot):
         return None
     if proc_start(current["prober_pid"]) != str(current.get("prober_start")):
+        return None
+    try:  # a zombie (ended, not yet reaped) has closed its listeners
+        with open(f"/proc/{int(current['prober_pid'])}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+    except (OSError, IndexError, ValueError, TypeError):
         return None
     try:
         return float(current.get("prober_until") or 0)

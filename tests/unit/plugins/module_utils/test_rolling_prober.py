@@ -135,6 +135,28 @@ def test_another_run_waits_for_a_lent_lock_and_takes_it_when_the_prober_ends(tmp
     assert failure is None and "rolling prober" in got["taken_over"]["stale"]
 
 
+def test_taking_over_a_stale_lock_waits_for_its_rolling_prober_to_end(tmp_path: Path) -> None:
+    """The holder of a lent lock is gone (a local controller's PID): the lock is taken over at once, and the new
+    holder waits until the old run's prober (which sees the lock is no longer its run's) has ended."""
+    lock = tmp_path / "ddpfix.lock"
+    gone = os.fork()
+    if gone == 0:
+        os._exit(0)
+    os.waitpid(gone, 0)
+    old = {"run_id": "old", "pid": gone, "pid_start": "1", "boot_id": lk.boot_id(), "pidns": lk.pid_namespace()}
+    assert lk.present(str(lock), old, 600)[1] is None
+    prober = os.fork()
+    if prober == 0:
+        while json.loads(lock.read_text()).get("run_id") == "old":
+            time.sleep(0.1)
+        time.sleep(0.3)  # closing its listeners
+        os._exit(0)
+    assert lk.lend(str(lock), "old", prober, lk.proc_start(prober), time.time() + 30)
+    got, failure = lk.present(str(lock), {"run_id": "new", "pid": os.getpid()}, 600)
+    assert failure is None and "is gone" in got["taken_over"]["stale"]
+    assert os.waitpid(prober, os.WNOHANG)[0] == prober  # ended (a zombie until reaped) before present returned
+
+
 def test_a_refresh_by_the_same_run_takes_the_lock_back_from_its_prober(tmp_path: Path) -> None:
     """remediate --apply's plays refresh the lock of their run: the prober, ending later, leaves it."""
     lock = tmp_path / "ddpfix.lock"
