@@ -124,7 +124,8 @@ def present(path, holder, stale_s, required=True):
             result, failure = _present(path, holder, stale_s)
             until = (failure or {}).get("prober_until")
             # another run's lock lent to its rolling prober (that run is done with this node): wait for it to end
-            if until is None or time.time() >= min(float(until) + 1, waited_until):
+            # (its deadline, and the few seconds a prober takes to end at it)
+            if until is None or time.time() >= min(float(until) + 5, waited_until):
                 if failure:
                     failure.pop("prober_until", None)
                 if result and result.get("taken_over"):

@@ -459,6 +459,9 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
     for s, _ in socks:
         s.close()
     stop.set()
+    if early is not None and early.get("release"):  # a rolling prober's listeners are closed: the lock can go
+        with contextlib.suppress(Exception):
+            early["release"]()
     for th in threads:
         th.join(timeout + 0.5)
     connects = []
@@ -738,13 +741,16 @@ def fork_rolling(socks, args, lock_path, run_id):
             with contextlib.suppress(OSError):
                 os.close(wfd)
 
-        early = dict(args.pop("early"), send=send)
+        def release():
+            if lock_path and run_id:
+                give_back(lock_path, run_id, os.getpid())
+
+        early = dict(args.pop("early"), send=send, release=release)
         try:
             prober(socks, stop=stop, parent=None, early=early, **args)
         finally:
-            if lock_path and run_id:
-                with contextlib.suppress(Exception):
-                    give_back(lock_path, run_id, os.getpid())
+            with contextlib.suppress(Exception):
+                release()  # (again: a no-op once it was given back)
     finally:
         os._exit(0)
 
