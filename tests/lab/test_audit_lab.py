@@ -340,7 +340,7 @@ def test_clean_lab_no_finding_at_warning_or_above(clean: Audited) -> None:
 def test_clean_lab_probes_in_one_round(clean: Audited) -> None:
     """Every node runs at once (forks >= nodes): one task per node, every planned connect succeeded."""
     doc = clean.audit.doc
-    assert doc["probe_rounds"] == {"rounds": 1, "detached": []}
+    assert doc["probe_rounds"] == {"rounds": 1, "detached": [], "rolling": [], "observed": 0, "unobserved": 0}
     cells = [c for row in doc["matrix"]["cells"].values() for c in row.values() if c["state"] != "self"]
     assert cells and all(c["state"] == "ok" for c in cells), doc["matrix"]
 

@@ -12,6 +12,7 @@ from unit_helpers import Sim
 from ddpfix.audit import probe_rounds
 from ddpfix.matrix import connectivity_matrix
 from ddpfix.rolling import fold_rolling
+from ddpfix.rules import probes as probes_rules
 
 ADDR = {"node1": "192.168.77.11", "node2": "192.168.77.12", "node3": "192.168.77.13"}
 
@@ -48,7 +49,7 @@ def test_a_dial_seen_by_the_later_listener_is_a_pass_and_one_it_missed_is_the_ti
     assert ok is not None and ok["ok"] and ok["observed"] == "listener" and ok["source"] == ADDR["node1"]
     bad = _connect(ctx, "node1", "node3")
     assert bad is not None and not bad["ok"] and "observed at the listener" in bad["error"]
-    found = [f for f in sim.findings() if f.id == "probe.peer-unreachable"]
+    found = [f for f in sim.findings() if f.id == probes_rules.PEER_UNREACHABLE.id]
     assert [(f.host, "node3" in f.message) for f in found] == [("node1", True)], found
     assert "observed at the listener" in found[0].evidence
     cells = connectivity_matrix(ctx)["cells"]
@@ -94,3 +95,17 @@ def test_hosts_without_deferred_dials_are_left_as_they_are(sim: Sim) -> None:
     hosts = dict(ctx.hosts)
     assert all(fold_rolling(hosts)[n] is hosts[n] for n in hosts)
     assert probe_rounds(ctx) == {"rounds": 1, "detached": [], "rolling": [], "observed": 0, "unobserved": 0}
+
+
+def test_the_reach_probe_of_a_rolling_dialer_counts_a_later_peer_only_where_its_listener_saw_the_address(
+        sim: Sim) -> None:
+    """node1 with two candidate interfaces: its own (eth0) reached node2 and failed node3 as the listeners saw;
+    eth1 (10.9.0.1) reached node2, whose listener saw a connect from 10.9.0.1, and says nothing of node3."""
+    _rolling(sim, {"node2": {"node1": ADDR["node1"]}})
+    sim.probe("node2")["inbound_sources"] = {"peer": [ADDR["node1"], "10.9.0.1"]}
+    sim.probe("node1")["reach"] = {
+        "eth0": {"address": ADDR["node1"], "speed": None, "device": True, "reached": [], "failed": {}},
+        "eth1": {"address": "10.9.0.1", "speed": None, "device": True, "reached": [], "failed": {}}}
+    reach = sim.context().hosts["node1"].probe["reach"]
+    assert reach["eth0"]["reached"] == ["node2"] and list(reach["eth0"]["failed"]) == ["node3"]
+    assert reach["eth1"]["reached"] == ["node2"] and reach["eth1"]["failed"] == {}
