@@ -54,8 +54,9 @@ class AuditResult:
 def audit_extravars(cluster: Cluster | None, probe: bool, probe_peers: int, probe_timeout: float,
                     forks: int | None = None, probe_port: int | None = None) -> dict[str, object]:
     """The audit play's variables. `forks`: Ansible's forks for the run (None: every node at once); below the
-    number of nodes the probers run detached and a second task collects them. `cluster` None: the play derives the
-    cluster from the inventory itself (its first task, ddpfix_cluster), and the CLI reads it from that task."""
+    number of nodes the probe is rolling (each prober outlives its task for the nodes after it; `ddpfix.rolling`).
+    `cluster` None: the play derives the cluster from the inventory itself (its first task, ddpfix_cluster), and the
+    CLI reads it from that task."""
     out: dict[str, object] = {
         # the probe plan (filter ddpfix_probe_plan) moves it off the master port when the two coincide
         "ddpfix_facts_probe_port": probe_port or random.Random().randint(*PROBE_PORTS),
@@ -98,8 +99,6 @@ def collect(
             extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
             limit=limit,
             forks=nforks,
-            # (the second round's tasks, collecting detached probers, are skipped on every node that left no prober
-            # detached: every node ran at once)
             skip_tags=",".join(CLI_SKIP_TAGS),
             n_hosts=n_hosts,
             verbosity=verbosity,
@@ -302,10 +301,19 @@ def hosts_from_vars(cluster: Cluster, hostvars: Mapping[str, Mapping[str, Any]],
 
 
 def probe_rounds(ctx: Context) -> dict[str, Any]:
-    """How the probes ran: `rounds` 1 (every node in one task) or 2 (detached probers collected by a second task,
-    because the nodes did not all run at once), and the nodes whose prober ran detached."""
-    detached = sorted(n for n, f in ctx.facts.items() if f and (f.get("probe") or {}).get("mode") == "detached")
-    return {"rounds": 2 if detached else 1, "detached": detached}
+    """How the probes ran: `rounds` 1 (one task per node) or 2 (detached probers collected by a second task: a plan
+    that asked for them, `probe.rolling` false); `detached`, the nodes whose prober was collected so; `rolling`, the
+    nodes whose prober outlived their task because not every node ran at once (forks below the nodes: their dials
+    to later nodes were seen by those nodes' listeners, `observed`, and `unobserved` of them were not evaluated)."""
+    def mode(f: Any) -> Any:
+        return (f.get("probe") or {}).get("mode") if f else None
+
+    detached = sorted(n for n, f in ctx.facts.items() if mode(f) == "detached")
+    rolling = sorted(n for n, f in ctx.facts.items() if mode(f) == "rolling")
+    probes: list[Any] = [(h.probe or {}) for n, h in ctx.hosts.items() if n in rolling]
+    return {"rounds": 2 if detached else 1, "detached": detached, "rolling": rolling,
+            "observed": sum(1 for p in probes for c in p.get("connects") or [] if c.get("observed")),
+            "unobserved": sum(len(p.get("unobserved") or []) for p in probes)}
 
 
 def _one_line(text: object) -> str:

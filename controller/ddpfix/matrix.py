@@ -7,7 +7,7 @@ resolution result everywhere else.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ddpfix.rules.context import Context
 
@@ -39,6 +39,8 @@ def connectivity_matrix(ctx: Context) -> dict[str, Any]:
         probe = (host.probe if host else None) or {}
         connects = {c.get("name"): c for c in probe.get("connects") or []}
         resolve = probe.get("resolve") or {}
+        unobserved = {u.get("name"): u.get("why") for u in cast(Any, probe).get("unobserved") or []
+                      if isinstance(u, dict)}
         for col in nodes:
             if col == row:
                 cells[row][col] = {"state": "self"}
@@ -62,7 +64,10 @@ def connectivity_matrix(ctx: Context) -> dict[str, Any]:
             elif hn and hn == col and "checked" in probe:  # the node reports deviations only: this one resolved right
                 cell["resolve"] = "ok"
             c = connects.get(col)
-            if c is not None:
+            if c is None and col in unobserved:  # a rolling dial no listener spoke for (ddpfix.rolling)
+                cell["connect"] = "unknown"
+                cell["detail"] = f"not evaluated: {unobserved[col]}"
+            elif c is not None:
                 cell["connect"] = "ok" if c.get("ok") else connect_state(c.get("error"))
                 if not c.get("ok"):
                     cell["detail"] = f"{c.get('address')}:{c.get('port')}: {c.get('error')}"
@@ -72,6 +77,8 @@ def connectivity_matrix(ctx: Context) -> dict[str, Any]:
             cell["state"] = min(states, key=STATES.index) if states else "not-probed"
             if cell["state"] == "not-probed" and cell.get("resolve") == "ok":
                 cell["state"] = "ok"
+            if cell.get("connect") == "unknown" and cell["state"] == "ok":  # a name resolved right proves no connect
+                cell["state"] = "unknown"
             cells[row][col] = cell
     return {"nodes": nodes, "cells": cells}
 

@@ -73,6 +73,9 @@ def render_text(doc: Mapping[str, Any], width: int | None = None, exit_line: str
     if rounds.get("rounds", 1) > 1:
         out.append(f"probes: second round used ({len(rounds.get('detached') or [])} detached probers collected: "
                    "not every node ran at once)")
+    if rounds.get("unobserved"):
+        out.append(f"probes: {rounds['unobserved']} dial(s) to later nodes not evaluated (no listener record spoke "
+                   "for them: see the matrix)")
     groups: dict[str, list[dict[str, Any]]] = {}
     for f in _findings(doc):
         if f.get("caused_by"):

@@ -46,6 +46,8 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
 
     - `play_hosts`: the hosts of this play (ansible_play_hosts_all: --limit applies); `order`: the rank order (the
       ring follows it); `addresses`: {host: ansible_host} (a host missing there is dialled by its name).
+    - `after` (targets and sources): the host comes later than `me` in the play's order (see `ddpfix_node_facts`'s
+      rolling probe, with forks below the play's hosts);
     - targets: the master port on the master, and the probe `port` of the next `peers` hosts of the ring (among the
       play's hosts), so each listener is dialled by `peers` others and the cost is (1 + peers) * N connections
       (`port` + 1 when `port` is the master port); `alt_ports`, the ports a listener takes instead when its node
@@ -61,6 +63,14 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
       it dials (shown as evidence; the hosts block names a node that was not read by its inventory name only).
     """
     addresses = addresses or {}
+    # play order (the linear strategy starts hosts in it): with forks below the hosts, a target later than `me`
+    # starts after it, so its prober's dial to it is observed at that target's listener (`after`), and a planned
+    # dialer later than `me` dials this node after this node's task may have returned
+    pos = {h: i for i, h in enumerate(play_hosts or [])}
+
+    def after(h):  # {"after": True} for such a host, else nothing (the plan stays as small as it was)
+        return {"after": True} if pos.get(h, -1) > pos.get(me, -1) else {}
+
     port = int(port) if int(port) != int(master_port) else int(port) + 1  # the master's listener has the master port
     alt_ports = alternate_ports(port, int(master_port))
     in_play = set(play_hosts or [])
@@ -72,17 +82,19 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     targets = []
     dialers = {"peer": [], "master": []}  # who dials this node's listeners: only their connects count
     if master in in_play:
-        targets.append({"name": master, "address": addr(master), "port": int(master_port), "kind": "master"})
+        targets.append({"name": master, "address": addr(master), "port": int(master_port), "kind": "master",
+                        **after(master)})
     k = min(int(peers), max(0, len(ring) - 1))
     if me in ring:
         i = ring.index(me)
         for step in range(1, k + 1):
             h = ring[(i + step) % len(ring)]
-            targets.append({"name": h, "address": addr(h), "port": int(port), "alt_ports": alt_ports, "kind": "peer"})
+            targets.append({"name": h, "address": addr(h), "port": int(port), "alt_ports": alt_ports, "kind": "peer",
+                            **after(h)})
             back = ring[(i - step) % len(ring)]  # the node `step` places before me dials me
-            dialers["peer"].append({"name": back, "address": addr(back)})
+            dialers["peer"].append({"name": back, "address": addr(back), **after(back)})
     if me == master:
-        dialers["master"] = [{"name": h, "address": addr(h)} for h in ring]
+        dialers["master"] = [{"name": h, "address": addr(h), **after(h)} for h in ring]
     expected = {}
     for h in ring:
         if h != me and _name_ok(h):

@@ -27,6 +27,8 @@ import os
 import time
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+#: The longest a run waits for another run's rolling prober that holds the lock (a prober lives 120 s at most).
+PROBER_WAIT_MAX = 125.0
 
 
 def boot_id():
@@ -117,7 +119,19 @@ def present(path, holder, stale_s, required=True):
     dict for fail_json (msg, holder, lock, locked=True when another live run holds it; unlockable=True when the
     lock cannot be written here and `required`: a node the run will write to is refused)."""
     try:
-        return _present(path, holder, stale_s)
+        waited_until = time.time() + PROBER_WAIT_MAX
+        while True:
+            result, failure = _present(path, holder, stale_s)
+            until = (failure or {}).get("prober_until")
+            # another run's lock lent to its rolling prober (that run is done with this node): wait for it to end
+            # (its deadline, and the few seconds a prober takes to end at it)
+            if until is None or time.time() >= min(float(until) + 5, waited_until):
+                if failure:
+                    failure.pop("prober_until", None)
+                if result and result.get("taken_over"):
+                    _wait_prober_gone(result["taken_over"])
+                return result, failure
+            time.sleep(0.2)
     except OSError as exc:
         if getattr(exc, "errno", None) not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
@@ -141,13 +155,16 @@ def _present(path, holder, stale_s):
         taken_at = now
         if current is not None and current.get("run_id") != holder["run_id"]:
             why = stale_reason(current, mtime, stale_s, now)
+            lent = prober_alive(current) if why is None else None
+            if why is None and lent is None and current.get("prober_pid"):
+                why = "it was lent to a rolling prober of its run that is gone (the run was done with this node)"
             if why is None:
                 return None, dict(
                     msg=f"ddpfix node lock {path} is held by {describe(current)}; wait for it to finish (it is taken "
                         f"over once its holder is gone: its PID on this node, a reboot, or {int(stale_s) // 60} "
                         f"minutes without a refresh by a remote run; or remove {path} once you know that run is "
                         "gone)",
-                    holder=current, lock=path, locked=True)
+                    holder=current, lock=path, locked=True, **({} if lent is None else {"prober_until": lent}))
             taken_over = dict(current, age_seconds=int(now - (mtime or 0)), stale=why)
         elif current:
             taken_at = current.get("taken_at") or now  # the same run: a refresh
@@ -166,3 +183,66 @@ def absent(path, holder):
             os.unlink(path)
         return True
     return False
+
+
+def lend(path, run_id, pid, pid_start, until):
+    """Hand the lock of run `run_id` to a rolling prober (`pid`, started `pid_start`) that outlives the facts task:
+    the lock records it, the prober releases it when it ends (`give_back`), and another run that meets it waits for
+    that prober (`wait_for_prober`) rather than being refused. Returns whether the lock named the run."""
+    guard = os.open(os.path.dirname(path) or "/", os.O_RDONLY)
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        current, _ = read_lock(path)
+        if not current or current.get("run_id") != run_id:
+            return False
+        write_lock(path, dict(current, prober_pid=int(pid), prober_start=pid_start, prober_until=float(until)))
+        return True
+    finally:
+        os.close(guard)
+
+
+def give_back(path, run_id, pid):
+    """The rolling prober `pid` ends: remove the lock if it still names run `run_id` and is still lent to this
+    prober (a later task of the same run that refreshed it took it back: it stays)."""
+    guard = os.open(os.path.dirname(path) or "/", os.O_RDONLY)
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        current, _ = read_lock(path)
+        if current and current.get("run_id") == run_id and current.get("prober_pid") == int(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return True
+        return False
+    finally:
+        os.close(guard)
+
+
+def _wait_prober_gone(old, wait_s=3.0):
+    """A lock taken over from a run whose holder is gone but whose rolling prober still ran: that prober sees the
+    lock is no longer its run's within half a second and ends (its listeners close); wait for it, so that this run
+    does not read its listeners as the node's own (the master port in use)."""
+    if prober_alive(old) is None:
+        return
+    until = time.time() + wait_s
+    while time.time() < until and prober_alive(old) is not None:
+        time.sleep(0.05)
+
+
+def prober_alive(current, this_boot=None):
+    """Whether the lock `current` was lent to a rolling prober that still runs on this node, until when (epoch
+    seconds), or None when it was not lent or its prober is gone."""
+    this_boot = boot_id() if this_boot is None else this_boot
+    if not current.get("prober_pid") or (current.get("node_boot_id") and current.get("node_boot_id") != this_boot):
+        return None
+    if proc_start(current["prober_pid"]) != str(current.get("prober_start")):
+        return None
+    try:  # a zombie (ended, not yet reaped) has closed its listeners
+        with open(f"/proc/{int(current['prober_pid'])}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+    except (OSError, IndexError, ValueError, TypeError):
+        return None
+    try:
+        return float(current.get("prober_until") or 0)
+    except (TypeError, ValueError):
+        return None

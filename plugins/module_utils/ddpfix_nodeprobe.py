@@ -14,6 +14,7 @@ import os
 import socket
 import time
 
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import lend
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
     cluster_interface,
     interface_facts,
@@ -24,10 +25,14 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_probe import
     bind_listeners,
     deviations,
     fork_prober,
+    fork_rolling,
+    later_dialers,
     proc_start,
     reach_candidates,
     reach_extras,
     result_dir,
+    rolling_split,
+    wait_early,
     wait_inline,
 )
 
@@ -100,8 +105,14 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id, ifaces
         "port": next((p for _, p, k in held if k == "peer"), None),  # the probe port, or the alternate taken
         "master_port_listening": any(k == "master" for _, _, k in held),
         "error": error,
-        "mode": "detached" if spec.get("detach") else "inline",
+        "mode": "inline",
     }
+    detach = bool(spec.get("detach"))
+    # forks below the play's hosts: the rolling probe (one task per node, no collection) unless the plan asks for
+    # the detached prober that a second task collects (probe.rolling false)
+    rolling = detach and spec.get("rolling", True) is not False
+    if detach:
+        listener["mode"] = "rolling" if rolling else "detached"
     expect = {}
     if listener["port"]:
         expect["peer"] = int(spec.get("expect_peers") or 0)
@@ -109,7 +120,7 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id, ifaces
         expect["master"] = int(spec.get("expect_master") or 0)
     now = time.time()
     wait = float(spec.get("wait") or 10)
-    detach = bool(spec.get("detach"))
+    timeout = float(spec.get("timeout") or 2.0)
     candidates = reach_candidates(ifaces, cluster.get("cidr"))
     main_speed = next((c["speed"] for c in candidates if c["ifname"] == cluster.get("ifname")), None)
     args = dict(
@@ -129,6 +140,21 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id, ifaces
         # only connects from the planned dialers count toward `expect` (a plan without them: every source)
         sources=spec.get("sources") if isinstance(spec.get("sources"), dict) else None,
     )
+    if rolling:
+        # the task's part: the dials to the targets that started before this node (their listeners are up) and the
+        # connects of the planned dialers that started before it, within the inline probe's window; the prober
+        # goes on for the later ones (seen by their listeners, or by this one after the task returned)
+        early_targets, early_dialers = rolling_split(args["targets"], args["sources"] or {})
+        args["early"] = {"targets": early_targets, "dialers": early_dialers, "sources": args["sources"] or {},
+                         "later": later_dialers(args["sources"] or {}),
+                         "dial_until": now + wait,
+                         "until": now + wait + timeout + 1}
+        pid, fd = fork_rolling(socks, args, lock_path, run_id)
+        start = proc_start(pid)
+        if run_id and lock_path:  # the prober releases the lock when it ends; another run waits for it meanwhile
+            listener["lock_lent"] = lend(lock_path, run_id, pid, start, args["hold_until"])
+        listener.update(pid=pid, start=start)
+        return {"facts": listener, "pid": pid, "fd": fd, "detach": True, "rolling": True}
     result_path = None
     if detach:  # a private directory (mkdtemp, 0700) in /run, else the system's temporary directory
         result_path = result_dir(os.path.dirname(lock_path) or "/run")
@@ -142,7 +168,13 @@ def start_probe(spec, cluster, master_port, listening, lock_path, run_id, ifaces
 def finish_probe(spec, started, cluster):
     """Resolution and route deviations, then (inline) the prober's result."""
     out = deviations(spec.get("expected") or {}, spec.get("me") or "", cluster.get("ifname") or "")
-    if not started["detach"]:
+    if started.get("rolling"):
+        result, error = wait_early(started["pid"], started["fd"])
+        if result is None:
+            out["error"] = error
+        else:
+            out.update(result)
+    elif not started["detach"]:
         result, error = wait_inline(started["pid"], started["fd"])
         if result is None:
             out["error"] = error

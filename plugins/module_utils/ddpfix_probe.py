@@ -303,14 +303,19 @@ def parent_alive(parent):
 
 
 def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_until, hold_until, lock_path, run_id,
-           stop=None, sources=None, parent=None, via=None, main_speed=None):
+           stop=None, sources=None, parent=None, via=None, main_speed=None, early=None):
     """Accept on `socks` and dial every target (retrying until `dial_until`: peers start at slightly different
     times) until every dial is done and `expect` ({kind: count}) inbound connects from the planned `sources`
     arrived, or `hold_until` (at most MAX_HOLD from now), or the node lock no longer names this run, or the
     `parent` process is gone (an inline prober), or `stop` is set. Connects from other addresses are closed and
     listed (`ignored`), never counted. With `via` (`reach_extras`: the node's other candidate interfaces), each
     peer target is also dialled once from each of them (bound to the device and its address, after the main dial
-    to that peer ended), and the result's `reach` says per interface whom it reached. Returns the result dict."""
+    to that peer ended), and the result's `reach` says per interface whom it reached. Returns the result dict.
+
+    `early` (the rolling probe, `rolling_split`): {targets: indices of the targets dialled within the task,
+    dialers: {kind: names of the planned dialers heard within the task}, until: the task's deadline, send: called
+    once with `early_result` when those dials are done and those dialers' connects arrived (or at `until`)}; the
+    prober then goes on (the later targets' dials, the later dialers' connects) until its own end."""
     stop = stop or threading.Event()
     up_at = time.time()
     hold_until = min(float(hold_until), up_at + MAX_HOLD)
@@ -346,6 +351,8 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
 
     def dial(i, t):
         first, attempts, r, last = time.time(), 0, None, None
+        # the rolling probe's task part dials within the task's window, its later targets until the prober's
+        until = min(float(early["dial_until"]), dial_until) if early and i in early["targets"] else dial_until
         # the peer's listener is on its probe port, or on an alternate when its node held that port already
         ports = [int(t["port"]), *(int(p) for p in t.get("alt_ports") or [])]
         rounds, port = 0, ports[0]
@@ -361,7 +368,7 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             # reject, a timeout) comes from the path itself, and repeating it would only meet ICMP rate limits
             # the retry interval grows 25 ms, 50, 100, then 200 ms: a peer that starts a moment later is found at once
             pause = min(0.2, 0.025 * 2 ** (rounds - 1))
-            if (r["ok"] or "ECONNREFUSED" not in (r["error"] or "") or time.time() + pause >= dial_until
+            if (r["ok"] or "ECONNREFUSED" not in (r["error"] or "") or time.time() + pause >= until
                     or stop.is_set()):
                 break
             stop.wait(pause)
@@ -390,11 +397,44 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
         th.daemon = True
         th.start()
     last_check = 0.0
+    heard = {}  # kind -> {planned dialer: the source address its first connect came from}
+
+    def send_early():
+        count()
+        hear()
+        early["sent"] = True
+        got = early_result(targets, results, early, inbound, expect, ignored, heard, seen, up_at, hold_until,
+                           dial_until)
+        if via:
+            idx = list(early["targets"])
+            got["reach"] = reach_result([targets[i] for i in idx], got["connects"], [extra[i] for i in idx], via,
+                                        bind_ifname, bind_address, main_speed, main_bound.get("device", False))
+        early["send"](got)
+
+    def hear():
+        ok = allowed["value"] or {}
+        for kind, srcs in seen.items():
+            for a in srcs:
+                for who in ok.get(kind, {}).get(a, ()):
+                    heard.setdefault(kind, {}).setdefault(who, a)
+
     while not stop.is_set():
         now = time.time()
         dials_done = all(r is not None for r in results)
+        if early is not None and not early.get("sent"):
+            hear()
+            done = all(results[i] is not None for i in early["targets"]) and all(
+                who in heard.get(kind, {}) for kind, names in early["dialers"].items() if kind in expect
+                for who in names)
+            if done or now >= early["until"]:
+                send_early()
         if dials_done and all(inbound[k] >= n for k, n in expect.items()):
             break
+        if early is not None and early.get("sent") and dials_done:
+            hear()
+            if all(who in heard.get(kind, {}) for kind, names in (early.get("later") or {}).items() if kind in expect
+                   for who in names):
+                break  # the rolling prober's later part is done
         if now >= hold_until:
             break
         if now - last_check > 0.5:
@@ -419,6 +459,9 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
     for s, _ in socks:
         s.close()
     stop.set()
+    if early is not None and early.get("release"):  # a rolling prober's listeners are closed: the lock can go
+        with contextlib.suppress(Exception):
+            early["release"]()
     for th in threads:
         th.join(timeout + 0.5)
     connects = []
@@ -428,12 +471,60 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
                            "kind": t.get("kind", "peer"), "attempts": 0, "first_try": None, "last_try": None}
         connects.append(r)
     count()
+    if early is not None and not early.get("sent"):  # stopped before the task's part was done: what it has
+        send_early()
     out = {"connects": connects, "inbound": inbound, "expected_inbound": expect, "ignored_inbound": ignored,
            "up_at": round(up_at, 3), "down_at": round(down_at, 3)}
     if via:
         out["reach"] = reach_result(targets, connects, extra, via, bind_ifname, bind_address, main_speed,
                                     main_bound.get("device", False))
     return out
+
+
+#: Source addresses of a rolling listener's connects reported per kind (the reach probe's other interfaces).
+MAX_SOURCES = 64
+
+
+def rolling_split(targets, sources):
+    """The rolling probe's task part: (indices of the `targets` not marked `after`, {kind: names of the planned
+    `sources` not marked `after`}). The rest is left to the detached prober: its dials to later targets are seen
+    by their listeners, the later dialers' connects by this one after the task returned."""
+    now = [i for i, t in enumerate(targets) if not t.get("after")]
+    dialers = {kind: sorted({d.get("name") or d.get("address") for d in ds or [] if not d.get("after")} - {None})
+               for kind, ds in (sources or {}).items()}
+    return now, dialers
+
+
+def later_dialers(sources):
+    """{kind: names of the planned `sources` marked `after`}: the connects a rolling prober still waits for once
+    its task returned (an earlier dialer's connect that did not come within the task's window is not waited for:
+    its verdict was returned)."""
+    return {kind: sorted({d.get("name") or d.get("address") for d in ds or [] if d.get("after")} - {None})
+            for kind, ds in (sources or {}).items()}
+
+
+def early_result(targets, results, early, inbound, expect, ignored, heard, seen, up_at, hold_until, dial_until):
+    """The rolling prober's result for its task: the connects it made to the earlier targets, the later ones it
+    left to their listeners (`deferred`, dialled until `dial_until`), the planned dialers whose connects this
+    listener saw (`inbound_from`: {kind: {dialer: source address}}) and every source address it saw (`inbound_sources`,
+    at most MAX_SOURCES per kind); `down_at` is the listener's deadline (it stays up for the later dialers)."""
+    connects, deferred = [], []
+    for i, t in enumerate(targets):
+        if i not in early["targets"]:
+            deferred.append({"name": t.get("name"), "address": t["address"], "port": int(t["port"]),
+                             "kind": t.get("kind", "peer")})
+            continue
+        connects.append(dict(results[i]) if results[i] is not None else {
+            "ok": False, "error": "not finished when the task returned", "seconds": None, "name": t.get("name"),
+            "address": t["address"], "port": int(t["port"]), "kind": t.get("kind", "peer"), "attempts": 0,
+            "first_try": None, "last_try": None})
+    return {"connects": connects, "deferred": deferred, "inbound": dict(inbound), "expected_inbound": dict(expect),
+            "ignored_inbound": dict(ignored),
+            "inbound_from": {k: {w: a for w, a in v.items() if w != "\0self"} for k, v in heard.items()},
+            "inbound_sources": {k: sorted(set(v))[:MAX_SOURCES] for k, v in seen.items()},
+            "inbound_planned": {k: sorted({d.get("name") or d.get("address") for d in ds or []} - {None})
+                                for k, ds in (early.get("sources") or {}).items() if k in expect},
+            "up_at": round(up_at, 3), "down_at": round(hold_until, 3), "dial_until": round(dial_until, 3)}
 
 
 def reach_result(targets, connects, extra, via, main_ifname, main_address, main_speed, main_device):
@@ -513,6 +604,35 @@ def write_result(result_path, data):
     os.rename(tmp, result_path)
 
 
+def _prober_child():
+    """In a forked prober: its own session, stdio on /dev/null, SIGTERM stops it (the returned event), SIGINT and
+    SIGHUP (its SSH session ending) do not."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return stop
+
+
+def _read_json(fd):
+    """Everything from pipe `fd` until its writer closes it, as JSON: (value, None) or (None, why)."""
+    chunks = []
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(fd)
+    try:
+        return json.loads(b"".join(chunks).decode()), None
+    except ValueError:
+        return None, "the prober ended without a result"
+
+
 def fork_prober(socks, args, result_path=None):
     """Run `prober` in a forked child (not a new interpreter). With `result_path` (from `result_dir`) the child is
     detached (new session, stdio on /dev/null) and writes its result there (`write_result`) when it ends or gets
@@ -531,14 +651,7 @@ def fork_prober(socks, args, result_path=None):
     try:
         if rfd is not None:
             os.close(rfd)
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        stop = _prober_child()
         result = prober(socks, stop=stop, parent=parent, **args)
         data = json.dumps(result).encode()
         if result_path:
@@ -554,18 +667,9 @@ def fork_prober(socks, args, result_path=None):
 
 def wait_inline(pid, fd):
     """Read the inline prober's result and reap it."""
-    chunks = []
-    while True:
-        b = os.read(fd, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(fd)
+    got = _read_json(fd)
     os.waitpid(pid, 0)
-    try:
-        return json.loads(b"".join(chunks).decode()), None
-    except ValueError:
-        return None, "the prober ended without a result"
+    return got
 
 
 def collect_detached(pid, start, result_path, wait_s):
@@ -608,3 +712,50 @@ def collect_detached(pid, start, result_path, wait_s):
                 os.unlink(os.path.join(d, name))
         with contextlib.suppress(OSError):
             os.rmdir(d)
+
+
+def fork_rolling(socks, args, lock_path, run_id):
+    """Run `prober` in a forked, detached child (new session, stdio on /dev/null) that sends its task part
+    (`early_result`) over a pipe as soon as it is done and then goes on by itself (`args["early"]`: `rolling_split`'s
+    targets and dialers, and the task's deadline `until`); when it ends it releases the node lock if the lock still
+    names its run and was lent to it (`ddpfix_lock.give_back`). Returns (pid, fd): `wait_early` reads the pipe."""
+    from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import give_back
+
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid:
+        for s, _ in socks:
+            s.close()
+        os.close(wfd)
+        return pid, rfd
+    try:
+        os.close(rfd)
+        stop = _prober_child()
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+        def send(result):
+            with contextlib.suppress(OSError):
+                view = memoryview(json.dumps(result).encode())
+                while view:
+                    view = view[os.write(wfd, view):]
+            with contextlib.suppress(OSError):
+                os.close(wfd)
+
+        def release():
+            if lock_path and run_id:
+                give_back(lock_path, run_id, os.getpid())
+
+        early = dict(args.pop("early"), send=send, release=release)
+        try:
+            prober(socks, stop=stop, parent=None, early=early, **args)
+        finally:
+            with contextlib.suppress(Exception):
+                release()  # (again: a no-op once it was given back)
+    finally:
+        os._exit(0)
+
+
+def wait_early(pid, fd):
+    """The rolling prober's task part (`fork_rolling`): read until it closes the pipe. The prober goes on; it is
+    not reaped here (it outlives this process, which is gone before it ends)."""
+    return _read_json(fd)

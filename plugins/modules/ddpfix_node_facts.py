@@ -17,16 +17,23 @@ description:
     sysctls (ephemeral port range, somaxconn, IPv6, rp_filter of all/default/each interface), listening TCP ports and
         an existing ddpfix env file.
   - With I(lock_holder), takes the ddpfix node lock (I(lock_path), as C(ddpfix_run_lock) does) for the duration of the
-    call and releases it before returning (a detached probe keeps it until C(ddpfix_probe) collects the result).
+    call and releases it before returning (a rolling prober releases it when it ends; a collected detached prober
+    keeps it until C(ddpfix_probe) collects the result).
   - "With I(probe), also probes the network in the same call: binds a listener on the probe port the controller chose
     (and the master port on the master when it is free), forks a prober that dials the master port and the ring peers
     in I(probe.targets) with retries until I(probe.wait) seconds and accepts its expected inbound connects, resolves
     the names of I(probe.expected) and routes to their addresses (reporting only deviations), then waits for the
     prober and returns. Only connects from the planned dialers (I(probe.sources)) count toward the expected inbound
     totals; others are closed and listed (C(ignored_inbound)). An inline prober ends when this module's process is
-    gone. With I(probe.detach), the prober outlives the call (until every dial and accept is done, the node lock no
-    longer names this run, or I(probe.hold) seconds, at most 120) and writes its result into a private directory
-    (mkdtemp, mode 0700, in /run) that C(ddpfix_probe) reads and removes when it collects and stops it.
+    gone. With I(probe.detach) (forks below the play's hosts) the probe is rolling: the call returns once the prober
+    dialled the targets that start before this node in the play's order and heard the planned dialers that start
+    before it (I(probe.targets) and I(probe.sources) entries without C(after)), within the inline window; the
+    prober goes on, detached, for the later ones (its dials to later targets are returned as C(deferred) and seen
+    by their listeners, which return C(inbound_from), C(inbound_planned) and C(inbound_sources)) until its later
+    dials and its later dialers' connects are done, the node lock no longer names this run, or I(probe.hold)
+    seconds (at most 120); the node lock is lent to it meanwhile and released by it when it ends. With
+    I(probe.rolling=false) the detached prober instead writes its whole result into a private directory (mkdtemp,
+    mode 0700, in /run) that C(ddpfix_probe) reads and removes when it collects and stops it.
     Nothing else on the node is changed but the cache of the torch reading (I(python)): one small file per
     interpreter in /run/ddpfix/torch (mode 0700, on tmpfs; skipped where it cannot be made private). Runs the same in
     check mode."

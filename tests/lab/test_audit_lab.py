@@ -26,6 +26,7 @@ import importlib
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,22 +340,37 @@ def test_clean_lab_no_finding_at_warning_or_above(clean: Audited) -> None:
 def test_clean_lab_probes_in_one_round(clean: Audited) -> None:
     """Every node runs at once (forks >= nodes): one task per node, every planned connect succeeded."""
     doc = clean.audit.doc
-    assert doc["probe_rounds"] == {"rounds": 1, "detached": []}
+    assert doc["probe_rounds"] == {"rounds": 1, "detached": [], "rolling": [], "observed": 0, "unobserved": 0}
     cells = [c for row in doc["matrix"]["cells"].values() for c in row.values() if c["state"] != "self"]
     assert cells and all(c["state"] == "ok" for c in cells), doc["matrix"]
 
 
 def test_clean_lab_forks_below_nodes_no_false_probe_finding(clean_lab, state: Path) -> None:
-    """--forks 1 (nodes run one after another): detached probers collected by a second round, said in the report;
-    no false probe finding, and no probe listener is left on any node."""
+    """--forks 1 (nodes run one after another): one task per node, the probers rolling (node1's dials to node2 and
+    node3 and node2's to node3 seen by the later nodes' listeners), said in the report; no false probe finding,
+    and no probe listener is left on any node."""
     before = {n.name: listeners(clean_lab, n.name) for n in clean_lab.nodes}
     a = run_audit(clean_lab.inventory, "--forks", "1", state_dir=state)
     assert a.rc == 0, a.explain()
     assert not [f for f in a.findings() if f["id"].startswith("probe.")], a.explain()
-    assert a.doc["probe_rounds"] == {"rounds": 2, "detached": ["node1", "node2", "node3"]}
+    # one round: every node's prober rolling, the dials to later nodes read from their listeners (none missing)
+    assert a.doc["probe_rounds"] == {"rounds": 1, "detached": [], "rolling": ["node1", "node2", "node3"],
+                                     "observed": 3, "unobserved": 0}
     cells = [c for row in a.doc["matrix"]["cells"].values() for c in row.values() if c["state"] != "self"]
     assert cells and all(c["state"] == "ok" for c in cells), a.doc["matrix"]
     assert {n.name: listeners(clean_lab, n.name) for n in clean_lab.nodes} == before
+    assert not locks_held(clean_lab, within=5.0)  # each rolling prober gave its node's lock back
+
+
+def locks_held(info: Any, within: float) -> list[str]:
+    """The nodes whose ddpfix node lock still exists after `within` seconds of waiting for them all to go."""
+    deadline = time.time() + within
+    while True:
+        held = [n.name for n in info.nodes
+                if sh_out(info, n.name, "test -e /run/ddpfix.lock && echo held || true").strip()]
+        if not held or time.time() >= deadline:
+            return held
+        time.sleep(0.5)
 
 
 def test_clean_lab_fail_on_info_is_exit_1(clean: Audited, state: Path) -> None:
@@ -468,6 +484,42 @@ def test_no_probe(lab_a: Audited, state: Path) -> None:
                  (net_rules.SOMAXCONN_LOW.id, "node1"), (netif_rules.MTU_MISMATCH.id, None)]:
         assert want in ids, a.explain()
     assert {n.name: listeners(lab_a.info, n.name) for n in lab_a.info.nodes} == before
+
+
+def test_forks_below_nodes_finds_the_same_probe_faults_in_one_round(lab_a: Audited, tmp_path: Path) -> None:
+    """--forks 1 on lab A: node3's iptables refuses the ephemeral range, so node1's dial to node3 (node1 first in
+    play order: its prober dials node3 after node1's task returned) is seen missing at node3's listener and reported
+    on node1, the dialer, as the default run reports it; every probe finding of the default run, on the same
+    node, and no other. One facts task per node and no collect task (the run's events), and each node's lock is
+    given back by its rolling prober within its hold (node1's waits for connects its firewall drops)."""
+    a = run_audit(lab_a.info.inventory, "--forks", "1", state_dir=tmp_path)
+    assert a.rc == 1, a.explain()
+    probe_ids = {(i, h) for i, h in a.ids() if i.startswith("probe.")}
+    assert probe_ids == {(i, h) for i, h in lab_a.audit.ids() if i.startswith("probe.")}, a.explain()
+    (to3,) = a.findings(probes_rules.PEER_UNREACHABLE.id, "node1")
+    assert f"to node3 {lab_a.addr('node3')}:" in to3["evidence"], to3
+    assert "observed at the listener" in to3["evidence"], to3
+    rounds = a.doc["probe_rounds"]
+    assert rounds["rounds"] == 1 and rounds["rolling"] == ["node1", "node2", "node3"] and rounds["unobserved"] == 0
+    calls: dict[tuple[str, str], int] = {}
+    for ev in tmp_path.glob("runs/*-audit/artifacts/*/job_events/*.json"):
+        e = json.loads(ev.read_text())
+        d = e.get("event_data") or {}
+        action = str(d.get("task_action", "")).rsplit(".", 1)[-1]
+        if e.get("event") == "runner_on_start" and action in ("ddpfix_node_facts", "ddpfix_probe"):
+            calls[(action, d.get("host"))] = calls.get((action, d.get("host")), 0) + 1
+    assert calls == {("ddpfix_node_facts", n.name): 1 for n in lab_a.info.nodes}, calls
+    # node1's and node2's probers still wait, holding their node's lock (lent to them), until their hold (the dial
+    # window, a connect timeout, 3 s and 6 s per batch of forks nodes: 31 s here): node1 for node2's and node3's
+    # connects (its firewalld drops them), node2 redialling node3 (its iptables refuses). The next run (as
+    # remediate --apply's own audit would) is not refused: it waits for them, takes the locks, leaves none behind
+    lent = {n.name: sh_out(lab_a.info, n.name, "cat /run/ddpfix.lock 2>/dev/null || true") for n in lab_a.info.nodes}
+    t0 = time.time()
+    nxt = run_audit(lab_a.info.inventory, "--no-probe", state_dir=tmp_path)
+    print(f"the next run took {time.time() - t0:.1f} s")
+    assert nxt.rc == 1 and all(h["reachable"] for h in nxt.doc["hosts"].values()), nxt.explain()
+    assert "node lock" not in nxt.stderr, nxt.stderr[-2000:]
+    assert not locks_held(lab_a.info, within=5.0), lent
 
 
 # ------------------------------------------------------------------ bad inputs: exit 2, one line, nothing run

@@ -103,15 +103,17 @@ def test_facts_role_halves_run_in_the_role_and_in_the_audit_plays() -> None:
     assert any("ddpfix.cluster.ddpfix_node_facts" in t for t in facts)
     assert not any("ansible.builtin.include_tasks" in t for t in facts)  # no skipped round in the facts play
     plays = yaml.safe_load((ROOT / "playbooks" / "audit.yml").read_text())
-    facts_play, cluster_play, collect_play = plays[0], plays[1], plays[2]
+    facts_play, cluster_play = plays[0], plays[1]
     assert facts_play["tasks"][-1]["ansible.builtin.import_role"]["tasks_from"] == "facts"
-    # each half of the follow-up a play of its own: a fleet (forks below the nodes, one network) pays no round of
-    # skipped second-probe tasks over its nodes before the collect
-    for play, part in ((cluster_play, "probe_cluster"), (collect_play, "collect")):
+    # the second probe round a play of its own: a fleet (forks below the nodes, one network) pays no round of
+    # skipped second-probe tasks over its nodes; no play collects probers (the rolling probe: one round per node)
+    for play, part in ((cluster_play, "probe_cluster"),):
         assert play["tasks"][0]["ansible.builtin.import_role"]["tasks_from"] == part
         assert "ddpfix.cluster.ddpfix_facts_more(" in play["hosts"] and play["vars"] == facts_play["vars"]
         assert play["strategy"] == facts_play["strategy"] == "linear"
-    assert "'cluster') else []" in cluster_play["hosts"] and "'collect') else []" in collect_play["hosts"]
+    assert "'cluster') else []" in cluster_play["hosts"]
+    assert not any((t.get("ansible.builtin.import_role") or {}).get("tasks_from") == "collect"
+                   for p in plays for t in p["tasks"])
 
 
 def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:

@@ -56,6 +56,10 @@ class Context:
         from ddpfix.factguard.facts import guard_facts
         from ddpfix.factguard.reach import guard_reach
         from ddpfix.plan import derive_cidr, effective_cidr, plan_cluster
+        from ddpfix.rolling import fold_rolling
+
+        # a rolling probe's dials to later nodes, from their listeners' records (forks below the nodes)
+        self.hosts = fold_rolling(self.hosts)
 
         raw = {n: (h.node if h.reachable else None) for n, h in self.hosts.items()}
         #: invalid values each read node returned: {host: [(fact, value, why)]}; `facts` has them removed

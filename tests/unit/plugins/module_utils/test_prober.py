@@ -281,7 +281,11 @@ def test_probe_plan_names_the_dialers_of_each_listener() -> None:
     for me in order:  # every planned dial has its dialer among the target's sources
         for t in pp.ddpfix_probe_plan(order, me, order, addrs, "n1", 29500, 2, 45678)["targets"]:
             src = pp.ddpfix_probe_plan(order, t["name"], order, addrs, "n1", 29500, 2, 45678)["sources"][t["kind"]]
-            assert {"name": me, "address": addrs[me]} in src
+            assert {"name": me, "address": addrs[me]} in [{k: d[k] for k in ("name", "address")} for d in src]
+            # play order: a later host is marked on both sides (the rolling probe, forks below the hosts)
+            later = order.index(t["name"]) > order.index(me)
+            assert bool(t.get("after")) == later
+            assert [bool(d.get("after")) for d in src if d["name"] == me] == [not later and t["name"] != me]
 
 
 def test_inline_prober_ends_when_its_parent_is_gone() -> None:
