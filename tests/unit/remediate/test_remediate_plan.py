@@ -271,8 +271,9 @@ def test_dry_run_preview_computes_the_open_file_limit_drop_ins_from_the_facts(si
     assert pam1.startswith("--- /dev/null") and "+*       soft    nofile     65536" in pam1, pam1
     unit2 = next(c.diff for c in changes if c.host == "node2" and "trainer" in c.task)
     assert "-LimitNOFILE=4096" in unit2 and "+LimitNOFILE=65536:" in unit2, unit2
-    # the apply still goes through the play for the drop-ins (only env-only nodes skip its pre-flight)
-    assert remediate_checked(ctx, todo) == []
+    # the apply writes the drop-ins with the env file in the one ddpfix_node_files call: these nodes skip the
+    # per-node play (the facts' pre-flight covered them); node3's facts do not tell its drop-ins
+    assert remediate_checked(ctx, todo) == ["node1", "node2"]
     # a drop-in the facts say cannot be written (or a node lock held): every node to the play, which words it
     sim.node("node1")["limits"]["nofile_dropins"]["unwritable"] = {"/run/ddpfix.lock": "the node lock cannot be taken"}
     ctx = sim.context()
@@ -281,31 +282,42 @@ def test_dry_run_preview_computes_the_open_file_limit_drop_ins_from_the_facts(si
     assert preview(ctx, todo) == ([], {}, todo)
 
 
-def test_nofile_drop_ins_render_as_ansibles_template_module_writes_them(tmp_path: Path) -> None:
-    """The dry run's text of the drop-ins is the apply's: the role's templates through Ansible's own template module
-    (a local ad-hoc run, real Ansible, no hosts) give byte for byte what nofile_files renders."""
+@pytest.mark.parametrize("hard,memlock", [("1048576", "unlimited"), ("0", "65536")])
+def test_limits_drop_ins_render_as_the_roles_templates_through_ansibles_template_module(
+        tmp_path: Path, hard: str, memlock: str) -> None:
+    """The drop-ins' text is rendered once, on the controller (writes.nofile_texts, memlock_texts): the dry run's
+    preview and --apply's ddpfix_node_files call both take it. The role ddpfix_limits (kept for running it on its own)
+    renders the same bytes: its templates through Ansible's own template module (a local ad-hoc run, real Ansible, no
+    hosts); a hard line only for a hard value above 0."""
     import subprocess
     import sys
 
     from ddpfix import paths
     from ddpfix.remediate import nofile_files
+    from ddpfix.remediate.writes import memlock_texts
 
-    nofile = {"soft": "65536", "hard": "1048576", "unit_hard": "infinity"}
+    nofile = {"soft": "65536", "hard": hard, "unit_hard": "infinity"}
     files = nofile_files(nofile, {"pam": {"path": "/p", "exists": False, "text": None},
                                   "units": {"a.service": {"path": "/u", "exists": False, "text": None}}})
     assert files is not None
-    for name, (_, _, text) in zip(("nofile.conf.j2", "unit-nofile.conf.j2"), files, strict=True):
+    texts = [t for _, _, t in files] + list(memlock_texts(memlock))
+    assert ("hard    nofile" in texts[0]) == (hard != "0")
+    names = ("nofile.conf.j2", "unit-nofile.conf.j2", "memlock.conf.j2", "unit-memlock.conf.j2")
+    for name, text in zip(names, texts, strict=True):
         dest = tmp_path / name
         src = paths.roles_dir() / "ddpfix_limits" / "templates" / name
         run = subprocess.run(
             [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
              "-m", "ansible.builtin.template", "-a", f"src={src} dest={dest} mode=0644",
              "-e", f"ansible_python_interpreter={sys.executable}", "-e", "ddpfix_limits_nofile=65536",
-             "-e", "ddpfix_limits_nofile_hard=1048576", "-e", "ddpfix_limits_nofile_unit_hard=infinity"],
+             "-e", f"ddpfix_limits_nofile_hard={hard}", "-e", "ddpfix_limits_nofile_unit_hard=infinity",
+             "-e", f"ddpfix_limits_memlock={memlock}"],
             capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert run.returncode == 0, run.stdout + run.stderr
-        assert dest.read_text() == text
-    assert nofile_files({**nofile, "soft": "99"}, {}) is None  # the role's input check refuses it: the play says so
+        assert dest.read_text() == text, name
+    assert nofile_files({**nofile, "soft": "99"}, {}) is None  # out of range: the plan refuses it
+    with pytest.raises(ValueError):
+        memlock_texts("lots")
 
 
 def _fwdpol(cidr: str, **changes: object) -> dict[str, object]:

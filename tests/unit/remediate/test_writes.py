@@ -54,7 +54,8 @@ def test_the_inventory_overrides_a_roles_path_per_node() -> None:
                 "b": {"ansible_host": "10.0.0.2", "ddpfix_firewall_iptables_rules_paths": ["/srv/rules.v4"]}}}}
     cluster = cluster_from_inventory_data(data)
     a, b = cluster.node("a"), cluster.node("b")
-    plan = HostPlan(firewall="firewalld", hosts=True, env={"A": "1"}, nofile={"soft": "65536"})
+    plan = HostPlan(firewall="firewalld", hosts=True, env={"A": "1"},
+                    nofile={"soft": "65536", "hard": "0", "unit_hard": "infinity"})
     assert write_paths(plan, a, ENV, cluster_file=True) == [
         "/srv/hosts", ENV, "/srv/cluster.json", _default("limits", "ddpfix_limits_nofile_path"),
         f"{UNIT_DIR}/job.service.d/90-ddpfix-nofile.conf", "/etc/firewalld/zones/ddp.xml"]
@@ -71,11 +72,11 @@ def test_the_inventory_overrides_a_roles_path_per_node() -> None:
 
 
 def test_per_node_is_every_fix_of_the_per_node_play() -> None:
-    """HostPlan.per_node: what remediate.yml's per-node play does besides its pre-flight (the hosts block and the env
-    file are the cluster-wide play's)."""
+    """HostPlan.per_node: what remediate.yml's per-node play does besides its pre-flight (the hosts block, the env
+    file and the limits drop-ins are the cluster-wide play's ddpfix_node_files call's)."""
     assert not HostPlan().per_node
-    assert not HostPlan(hosts=True, env={"A": "1"}).per_node
-    for fix in ({"firewall": "iptables"}, {"time": True}, {"limits": True}, {"nofile": {"soft": "1"}},
+    assert not HostPlan(hosts=True, env={"A": "1"}, limits=True, nofile={"soft": "65536"}).per_node
+    for fix in ({"firewall": "iptables"}, {"time": True},
                 {"arp": ["eth0"]}, {"pin_ifname": {"name": "eth0", "mac": "m"}}):
         assert HostPlan(**fix).per_node, fix  # type: ignore[arg-type]
         assert HostPlan(**fix).to_vars()["per_node"]  # type: ignore[arg-type]
