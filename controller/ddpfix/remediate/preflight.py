@@ -61,8 +61,9 @@ def facts_preflight(ctx: Context, plans: dict[str, HostPlan], *,
     read moments before): (the nodes it covers, the failures as failures_of words them). When it finds no failure,
     such nodes skip the per-node play's lock-and-pre-flight call (ddpfix_node_files checks their files again, under
     the lock, before it writes any); with a failure every node goes through the play's pre-flight, which stops the
-    run everywhere before any change and names each node's reason. With `nofile` (the dry run's preview) it also
-    covers the nodes whose fixes include the open-file limit's drop-ins (`limits.nofile_dropins.unwritable`)."""
+    run everywhere before any change and names each node's reason. With `nofile` (the dry run's preview and
+    `remediate_checked`) it also covers the nodes whose fixes include the open-file limit's drop-ins
+    (`limits.nofile_dropins.unwritable`), which ddpfix_node_files writes in the same call as the env file."""
     checked: set[str] = set()
     failed: dict[str, str] = {}
     for host, hp in plans.items():

@@ -362,3 +362,34 @@ def test_plan_refuses_what_firewalld_must_keep(sim: Sim) -> None:
     assert plans["node1"].firewall == "none" and plans["node1"].firewalld == []
     assert len(refusals) == 1 and deny in refusals[0] and "/etc/firewalld/zones/internal.xml" in refusals[0]
     assert "firewall-cmd --permanent --zone=internal --add-rich-rule=" in refusals[0]
+
+
+def test_the_env_body_is_rendered_on_the_controller_with_one_template_compile_per_run(
+        sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The play hands ddpfix_node_files the env block's body the controller rendered (`env_body`: no template lookup,
+    so no template compile per node in the play), the text the dry run previews, and the controller compiles the
+    template once for every node (jinja2's own cache behind one environment per directory)."""
+    import jinja2
+
+    from ddpfix import envtemplate
+    from ddpfix.remediate.writes import limits_files
+
+    compiles: list[str] = []
+    compile_ = jinja2.Environment.compile
+
+    def counted(self: jinja2.Environment, source: str, name: str | None = None, *a: object, **kw: object) -> object:
+        compiles.append(str(name))
+        return compile_(self, source, name, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counted)
+    envtemplate._environment.cache_clear()
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    plans, _ = build_plan(ctx, run_checks(ctx))
+    assert all(p.env for p in plans.values()), plans
+    got = remediate_extravars(ctx, plans)["ddpfix_plan"]
+    for host, hv in got.items():
+        assert hv["env_body"] == envtemplate.render_text(ctx.cluster.env_template, ctx.plan[host])
+        lines, values = envtemplate.render_body(ctx.cluster.env_template, ctx.plan[host])
+        assert values == plans[host].env and all(line in hv["env_body"].splitlines() for line in lines)
+        assert hv["files"] == limits_files(plans[host], ctx.cluster.node(host)) == []  # no limits fix planned
+    assert compiles == ["ddp.env.j2"], compiles
