@@ -38,7 +38,7 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
         )
     for host, hp in plans.items():  # the limits drop-ins' values and launcher units (writes.limits_files)
         try:
-            limits_files(hp, c.node(host))
+            limits_files(hp, c.node(host), c.memlock_kib)
         except ValueError as exc:
             raise DdpfixError(f"{host}: {exc}; nothing was changed on any node", ExitCode.INVALID_INPUT) from exc
     broad = cidr_needs_ack(ctx.cidr)

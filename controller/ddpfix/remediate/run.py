@@ -27,7 +27,7 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
         # each node's fixes, and the files they write (`writes`: the per-node play's pre-flight, the cluster-wide
         # play's hosts block and cluster file)
         # and the env file's body, rendered here (one template compile per run, not one per node in the play)
-        "ddpfix_plan": {h: {**p.to_vars(), **node_writes(p, c.node(h), c.env_path, bool(cluster_file)),
+        "ddpfix_plan": {h: {**p.to_vars(), **node_writes(p, c.node(h), c.env_path, bool(cluster_file), c.memlock_kib),
                             "env_body": render_text(c.env_template, ctx.plan[h]) if p.env else ""}
                         for h, p in plans.items()},
         "ddpfix_cidr": ctx.cidr or "",

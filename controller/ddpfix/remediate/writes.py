@@ -100,10 +100,11 @@ def write_if_present(hp: HostPlan, node: Node) -> list[Any]:
     return []
 
 
-def node_writes(hp: HostPlan, node: Node, env_path: str, cluster_file: bool) -> dict[str, Any]:
+def node_writes(hp: HostPlan, node: Node, env_path: str, cluster_file: bool,
+                memlock_kib: int | None = None) -> dict[str, Any]:
     """What remediate.yml reads of `node`'s files from its plan (`ddpfix_plan[node]`)."""
     return {"write_paths": write_paths(hp, node, env_path, cluster_file),
-            "write_if_present": write_if_present(hp, node), "files": limits_files(hp, node),
+            "write_if_present": write_if_present(hp, node), "files": limits_files(hp, node, memlock_kib),
             "hosts_path": hosts_path(node), "cluster_path": cluster_path(node, env_path)}
 
 
@@ -163,22 +164,25 @@ def memlock_texts(memlock: Any) -> tuple[str, str]:
     return pam, unit
 
 
-def memlock_value(node: Node) -> str:
-    """ddpfix_limits_memlock on `node` (its default: the inventory's ddp_memlock, else unlimited)."""
-    return str(node.role_vars.get("ddpfix_limits_memlock", node.role_vars.get("ddp_memlock", "unlimited")))
+def memlock_value(node: Node, memlock_kib: int | None) -> str:
+    """ddpfix_limits_memlock on `node`: the inventory's, else the cluster's ddp_memlock (`Cluster.memlock_kib`, None:
+    unlimited), as the role's default takes it."""
+    if "ddpfix_limits_memlock" in node.role_vars:
+        return str(node.role_vars["ddpfix_limits_memlock"])
+    return "unlimited" if memlock_kib is None else str(memlock_kib)
 
 
-def limits_files(hp: HostPlan, node: Node) -> list[dict[str, Any]]:
+def limits_files(hp: HostPlan, node: Node, memlock_kib: int | None = None) -> list[dict[str, Any]]:
     """The limits drop-ins `hp` writes on `node`, as ddpfix_node_files takes them (`files`): {key, what, path, content,
-    mode, reload (a unit drop-in: systemd's daemon-reload when it changed)}. ValueError for a value or a launcher unit
-    the drop-ins cannot take (refused before any node is touched)."""
+    mode, reload (a unit drop-in: systemd's daemon-reload when it changed)}; `memlock_kib` the cluster's ddp_memlock.
+    ValueError for a value or a launcher unit the drop-ins cannot take (refused before any node is touched)."""
     units = launcher_units(node)
     bad = [u for u in units if not _UNIT.fullmatch(u)]
     if bad and (hp.nofile or hp.limits):
         raise ValueError(f"ddpfix_limits_units must be unit names ending in .service (got {bad})")
     out: list[dict[str, Any]] = []
     for key, texts, pam_path, dropin, task, unit_task in (
-            ("memlock", memlock_texts(memlock_value(node)) if hp.limits else None, "ddpfix_limits_path",
+            ("memlock", memlock_texts(memlock_value(node, memlock_kib)) if hp.limits else None, "ddpfix_limits_path",
              "__ddpfix_limits_memlock_dropin", MEMLOCK_TASK, UNIT_MEMLOCK_TASK),
             ("nofile", nofile_texts(hp.nofile) if hp.nofile else None, "ddpfix_limits_nofile_path",
              "__ddpfix_limits_nofile_dropin", NOFILE_TASK, UNIT_NOFILE_TASK)):

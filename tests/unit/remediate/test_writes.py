@@ -80,3 +80,35 @@ def test_per_node_is_every_fix_of_the_per_node_play() -> None:
                 {"arp": ["eth0"]}, {"pin_ifname": {"name": "eth0", "mac": "m"}}):
         assert HostPlan(**fix).per_node, fix  # type: ignore[arg-type]
         assert HostPlan(**fix).to_vars()["per_node"]  # type: ignore[arg-type]
+
+
+def test_the_limits_drop_ins_are_rendered_here_with_the_inventorys_values() -> None:
+    """The plan's `files`: every limits drop-in at the path the pre-flight checks, its text rendered on the
+    controller with the cluster's ddp_memlock (a node's ddpfix_limits_memlock first), the units' drop-ins marked for
+    systemd's daemon-reload; values the drop-ins cannot take are refused (ValueError: exit 2 before any node)."""
+    import pytest
+
+    from ddpfix.remediate.writes import MEMLOCK_TASK, UNIT_NOFILE_TASK, limits_files
+
+    both = {"ddp_memlock": 8192, "ddp_launcher_units": ["job.service"]}
+    data = {"all": {"children": ["ddp_nodes"]}, "ddp_nodes": {"hosts": ["a", "b"]},
+            "_meta": {"hostvars": {"a": {"ansible_host": "10.0.0.1", **both},
+                                   "b": {"ansible_host": "10.0.0.2", "ddpfix_limits_memlock": "unlimited", **both}}}}
+    cluster = cluster_from_inventory_data(data)
+    a, b = cluster.node("a"), cluster.node("b")
+    files = node_writes(EVERY, a, ENV, True, cluster.memlock_kib)["files"]
+    assert [f["path"] for f in files] == [p for p in write_paths(EVERY, a, ENV, True) if "limits.d" in p or
+                                          p.startswith(UNIT_DIR)]
+    assert [(f["key"], f["reload"]) for f in files] == [("memlock", False), ("memlock", True), ("nofile", False),
+                                                        ("nofile", True)]
+    assert files[0]["what"] == MEMLOCK_TASK.format(path=files[0]["path"])
+    assert files[3]["what"] == UNIT_NOFILE_TASK.format(unit="job.service")
+    assert "*       soft    memlock    8192\n" in files[0]["content"] and "LimitMEMLOCK=8192K\n" in files[1]["content"]
+    assert "LimitNOFILE=65536:524288\n" in files[3]["content"] and all(f["mode"] == "0644" for f in files)
+    b_files = limits_files(EVERY, b, cluster.memlock_kib)
+    assert "LimitMEMLOCK=infinity\n" in b_files[1]["content"]
+    assert limits_files(HostPlan(hosts=True, env={"A": "1"}), a) == []
+    with pytest.raises(ValueError, match="open-file limit"):
+        limits_files(HostPlan(nofile={"soft": "99", "hard": "0", "unit_hard": "infinity"}), a)
+    with pytest.raises(ValueError, match=r"\.service"):
+        limits_files(HostPlan(limits=True), Node("c", "10.0.0.3", 2, role_vars={"ddp_launcher_units": ["x;rm"]}))
