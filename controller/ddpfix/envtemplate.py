@@ -1,13 +1,15 @@
 """The env file's block body from its jinja2 template: the role's `templates/ddp.env.j2` or `ddp_env_template`.
 
-The role renders the same template on the controller (`lookup('template', ...)`, trim_blocks) and the module
-parses and checks its lines; this renders it here for `ddpfix env` (print, --stdout, --local-dir) and for deciding
-whether a node's block differs, with the same variables and the same line checks, so both agree.
+This renders it on the controller, once per template and process (jinja2 compiles it once), for `ddpfix env` (print,
+--stdout, --local-dir), for deciding whether a node's block differs, for remediate's dry run and for the body
+remediate's play hands the node's module (the plan's `env_body`), which parses and checks its lines: one renderer, so
+all agree. The role ddpfix_env, run on its own, renders the same template (`lookup('template', ...)`, trim_blocks).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,25 +27,40 @@ def template_path(custom: str | None) -> str:
     return str(custom or default_template())
 
 
-def render_body(template: str | None, plan: NodePlan) -> tuple[list[str], dict[str, str]]:
-    """(body lines, their KEY=VALUE values) for `plan`; bad template output -> exit 2 naming ddp_env_template."""
+@functools.lru_cache(maxsize=8)
+def _environment(directory: str) -> Any:
+    """One jinja2 environment per template directory and process: it compiles each template once (its own cache,
+    reloaded when the file changes), not once per node."""
     # CLI start: jinja2 loads only to render a template (the audit renders one only for ddp_env_template): the
     # rule modules import this one before every run, and jinja2 took 14 ms of that start
     import jinja2
 
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(directory), trim_blocks=True, keep_trailing_newline=True,
+                              undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+def render_text(template: str | None, plan: NodePlan) -> str:
+    """The template's text for `plan` (what remediate's play hands ddpfix_node_files as the block's body); bad
+    template -> exit 2 naming ddp_env_template."""
+    import jinja2  # CLI start: for its TemplateError only, loaded by _environment anyway (see there)
+
     path = Path(template_path(template))
     what = f"ddp_env_template {path}" if template else f"the env template {path}"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(path.parent)), trim_blocks=True,
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
     try:
-        text = env.get_template(path.name).render(ddpfix_env_values=dict(plan.env),
-                                                  ddpfix_env_comment=env_comment(plan),
-                                                  ddpfix_env_key_comments=dict(plan.comments),
-                                                  inventory_hostname=plan.name)
+        text: str = _environment(str(path.parent)).get_template(path.name).render(
+            ddpfix_env_values=dict(plan.env), ddpfix_env_comment=env_comment(plan),
+            ddpfix_env_key_comments=dict(plan.comments), inventory_hostname=plan.name)
     except jinja2.TemplateError as exc:
         raise DdpfixError(f"{what}: cannot render for {plan.name}: {exc}", ExitCode.INVALID_INPUT) from exc
+    return text
+
+
+def render_body(template: str | None, plan: NodePlan) -> tuple[list[str], dict[str, str]]:
+    """(body lines, their KEY=VALUE values) for `plan`; bad template output -> exit 2 naming ddp_env_template."""
+    text = render_text(template, plan)
     lines, values, bad = envfile_lib().parse_body(text)
     if bad:
+        what = f"ddp_env_template {template}" if template else f"the env template {template_path(template)}"
         raise DdpfixError(f"{what} on {plan.name}: {bad}", ExitCode.INVALID_INPUT)
     return lines, values
 

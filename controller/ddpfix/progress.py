@@ -33,7 +33,10 @@ class Progress:
             from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(self._table(), console=Console(stderr=True), refresh_per_second=8, transient=True)
+            # the table is drawn at the refresh rate (get_renderable), not rebuilt at every event: an event costs a
+            # row update, whatever the number of hosts (a rebuild per event is quadratic in a fleet's events)
+            self._live = Live(console=Console(stderr=True), refresh_per_second=8, transient=True,
+                              get_renderable=self._table)
             self._live.__enter__()
         return self
 
@@ -62,8 +65,6 @@ class Progress:
                 row.update(state="failed", task=data.get("task", ""))
             elif kind == "runner_on_unreachable":
                 row.update(state="unreachable", task=data.get("task", ""))
-        if self._live is not None:
-            self._live.update(self._table())
 
     def _table(self) -> Table:
         from rich.table import Table  # rich: only when drawing (see __enter__)
@@ -73,7 +74,9 @@ class Progress:
         t.add_column("state")
         t.add_column("tasks", justify="right")
         t.add_column("current task", overflow="ellipsis", max_width=60)
-        for h, row in self.rows.items():
+        with self._lock:  # the refresh thread draws while events update the rows
+            rows = [(h, dict(row)) for h, row in self.rows.items()]
+        for h, row in rows:
             style = _STYLE.get(row["state"], "")
             t.add_row(h, f"[{style}]{row['state']}[/]", str(row["done"]), row["task"])
         return t

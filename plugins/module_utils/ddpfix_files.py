@@ -201,16 +201,21 @@ def env_change(module, path, values=None, body=None, comment="", adopt=False, mo
                 owner=(st.st_uid, st.st_gid) if st else (0, 0), new_dirs=new_dirs, tightened=tightened)
 
 
-def env_write(module, change, backup=True, keep=5):
-    """Write an `env_change` (changed, not in check mode): directories, backup, then the atomic rename."""
-    result, target, fmode = change["result"], change["target"], change["mode"]
-    for d in change["new_dirs"]:
+def make_dirs(module, dirs):
+    """Create `dirs` (missing_dirs' list, outermost first), 0755."""
+    for d in dirs:
         try:
             os.mkdir(d, 0o755)
             os.chmod(d, 0o755)  # the umask would narrow it
         except OSError as exc:
             if exc.errno != errno.EEXIST:
                 module.fail_json(msg=f"cannot create {d}: {exc}")
+
+
+def env_write(module, change, backup=True, keep=5):
+    """Write an `env_change` (changed, not in check mode): directories, backup, then the atomic rename."""
+    result, target, fmode = change["result"], change["target"], change["mode"]
+    make_dirs(module, change["new_dirs"])
     if change["exists"] and backup:
         result["backup_file"], result["backups_removed"] = backup_file(module, target, keep, fmode)
     uid, gid = change["owner"]
@@ -321,8 +326,9 @@ def hosts_write(module, change, backup=True, keep=5):
 # ---------------------------------------------------------------- a whole file (the cluster file)
 
 
-def whole_change(module, path, content, mode="0644"):
-    """The file `path` holding exactly `content` (a new file gets `mode`; an existing one keeps its mode and owner)."""
+def whole_change(module, path, content, mode="0644", make_dirs=False):
+    """The file `path` holding exactly `content` (a new file gets `mode`; an existing one keeps its mode and owner).
+    With `make_dirs`, the missing directories above a new file are created (0755) when it is written."""
     if not os.path.isabs(path):
         module.fail_json(msg=f"{path!r} is not an absolute path")
     target = os.path.realpath(path)
@@ -337,12 +343,19 @@ def whole_change(module, path, content, mode="0644"):
                         "before_header": target if exists else "/dev/null", "after_header": target})
     if changed:
         refuse_immutable(module, target, exists, result)
-    return dict(changed=changed, result=result, target=target, exists=exists, after=content,
+    try:
+        new_dirs = missing_dirs(target) if make_dirs and not exists else []
+    except OSError as exc:
+        module.fail_json(msg=f"cannot create the directory of {path}: {exc.filename} is not a directory")
+    if new_dirs:
+        result["created_dirs"] = new_dirs
+    return dict(changed=changed, result=result, target=target, exists=exists, after=content, new_dirs=new_dirs,
                 mode=(st.st_mode & 0o7777) if st else int(mode, 8), owner=(st.st_uid, st.st_gid) if st else (0, 0))
 
 
 def whole_write(module, change, backup=True, keep=5):
     result, target = change["result"], change["target"]
+    make_dirs(module, change.get("new_dirs") or [])
     d = os.path.dirname(target)
     if not os.path.isdir(d):
         module.fail_json(msg=f"cannot write {target}: its directory {d} does not exist")

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """All the files remediation writes on one node in one call, under the node lock: hosts block, env file, cluster
-file."""
+file, and the limits drop-ins the controller rendered (then systemd's daemon-reload when a unit's drop-in changed)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -9,15 +9,16 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: ddpfix_node_files
-short_description: Write a node's planned files (hosts block, env file block, cluster file) in one call, under its lock
+short_description: Write a node's planned files (hosts block, env file, cluster file, drop-ins) in one call, locked
 description:
   - >-
     Takes (or, for the same run, refreshes) the ddpfix node lock (as C(ddpfix_run_lock state=present)), computes the
     new content of every file given (I(hosts): the C(ddpfix_hosts_file) block; I(env): the C(ddpfix_env_file) block;
-    I(cluster_file): a whole file), fails before writing any of them when one is refused or cannot be written (the
-    pre-flight of C(ddpfix_run_lock state=writable)), then writes the changed ones, each backed up and atomically
-    (a temporary file and a rename; a bind-mounted file is rewritten in place), and releases the lock, also when it
-    fails.
+    I(cluster_file) and each of I(files): a whole file), fails before writing any of them when one is refused or
+    cannot be written (the pre-flight of C(ddpfix_run_lock state=writable)), then writes the changed ones, each backed
+    up and atomically (a temporary file and a rename; a bind-mounted file is rewritten in place), runs
+    C(systemctl daemon-reload) when a changed file of I(files) is a systemd unit's drop-in (I(reload); only where
+    systemd runs), and releases the lock, also when it fails.
   - The env file's content (I(body)) is not logged in the node's journal and is returned redacted; its diff shows
     secret-looking values as C(***), as C(ddpfix_env_file) does.
   - Supports check mode (nothing is written; the lock is taken and released) and diff mode.
@@ -39,6 +40,15 @@ options:
     description: >-
       A whole file: C({path, content, mode}) (the cluster file for C(ddpfix check --local)); null: not written.
     type: dict
+  files:
+    description: >-
+      Whole files rendered on the controller (the limits drop-ins): each C({key, what, path, content, mode, reload}):
+      C(key) the group the file belongs to, C(what) how remediate's report names its change, C(reload) true for a
+      systemd unit's drop-in (systemd re-reads its units when one changed). Missing directories above a new file are
+      created (0755).
+    type: list
+    elements: dict
+    default: []
   backup: {description: Keep a timestamped backup of each file before changing it., type: bool, default: true}
   backup_keep: {description: How many backups of each file to keep., type: int, default: 5}
 """
@@ -53,13 +63,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: "Per file (hosts, env, cluster_file), in that order: C(what), C(changed), C(diff) and the file's own
-    module result (target, backup_file, ...)."
+  description: "Per file (hosts, env, cluster_file, then I(files)), in that order: C(what), C(changed), C(diff)
+    and the file's own module result (target, backup_file, ...)."
   returned: always
   type: list
+daemon_reloaded: {description: Whether systemd re-read its units (a unit drop-in changed)., returned: always,
+                  type: bool}
 held: {description: Whether this run still holds the node lock (always false after the call)., returned: always,
        type: bool}
 """
+
+import os
 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_files import (
     WHAT,
@@ -91,10 +105,28 @@ def changes(module, p):
             content += "\n"  # a text file ends with a newline (the play passes the JSON without one)
         out.append(("cluster_file", whole_change(module, str(c.get("path") or ""), content,
                                                  str(c.get("mode") or "0644"))))
+    for f in p["files"]:
+        c = whole_change(module, str(f.get("path") or ""), str(f.get("content") or ""), str(f.get("mode") or "0644"),
+                         make_dirs=True)
+        c["what"], c["key"], c["reload"] = str(f.get("what") or ""), str(f.get("key") or "file"), bool(f.get("reload"))
+        out.append(("file", c))
     return out
 
 
-WRITE = {"hosts": hosts_write, "env": env_write, "cluster_file": whole_write}
+def daemon_reload(module):
+    """systemd re-reads its units (a launcher unit's drop-in changed): True, or False where systemd does not run."""
+    if not os.path.isdir(SYSTEMD_RUNNING):
+        return False
+    rc, out, err = module.run_command([module.get_bin_path("systemctl", required=True), "daemon-reload"])
+    if rc != 0:
+        module.fail_json(msg=f"the drop-ins were written, but systemctl daemon-reload failed: {(err or out).strip()}",
+                         held=False)
+    return True
+
+
+WRITE = {"hosts": hosts_write, "env": env_write, "cluster_file": whole_write, "file": whole_write}
+#: systemd runs here (sd_booted(3)): only then does a changed unit drop-in need a daemon-reload
+SYSTEMD_RUNNING = "/run/systemd/system"
 
 
 def main():
@@ -109,6 +141,7 @@ def main():
             adopt=dict(type="bool", default=False),
             env_mode=dict(type="str", default="0600"),
             cluster_file=dict(type="dict"),
+            files=dict(type="list", elements="dict", default=[]),
             backup=dict(type="bool", default=True),
             backup_keep=dict(type="int", default=5),
         ),
@@ -134,8 +167,12 @@ def main():
             if c["changed"] and not module.check_mode:
                 WRITE[key](module, c, p["backup"], p["backup_keep"])
             path = c["result"].get("path") or c["target"]
-            files.append(dict(c["result"], what=WHAT[key].format(path=path), key=key))
+            what = c["what"] if key == "file" else WHAT[key].format(path=path)
+            files.append(dict(c["result"], what=what, key=c["key"] if key == "file" else key))
+        reloaded = not module.check_mode and any(c.get("reload") and c["changed"] for _, c in todo) and daemon_reload(
+            module)
         result = dict(changed=any(f["changed"] for f in files), files=files, lock=lock, held=False,
+                      daemon_reloaded=bool(reloaded),
                       diff=[f["diff"] for f in files if f["changed"] and "diff" in f])
         notes = [f["ddpfix_note"] for f in files if f.get("ddpfix_note")]
         if notes:

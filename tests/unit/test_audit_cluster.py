@@ -128,6 +128,35 @@ def test_progress_adds_hosts_as_they_start_when_not_known_before() -> None:
     assert list(known.rows) == ["n1"]
 
 
+def test_progress_draws_at_its_refresh_rate_not_at_every_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event updates its host's row only: the table (every host's row) is built when rich refreshes the screen
+    (get_renderable), so a run's controller work per event does not grow with the number of hosts."""
+    import io
+
+    from rich.console import Console
+
+    built: list[int] = []
+    table = Progress._table
+
+    def counted(self: Progress) -> Any:
+        built.append(len(self.rows))
+        return table(self)
+
+    monkeypatch.setattr(Progress, "_table", counted)
+    monkeypatch.setattr("rich.console.Console", lambda **kw: Console(file=io.StringIO(), force_terminal=True))
+    hosts = [f"n{i}" for i in range(300)]
+    with Progress(hosts, "t", enabled=True) as p:
+        live = p._live
+        assert live is not None and live.auto_refresh
+        live.stop()  # no refresh thread: only the events draw, if anything does
+        built.clear()
+        for h in hosts:
+            for kind in ("runner_on_start", "runner_on_ok"):
+                p.on_event({"event": kind, "event_data": {"host": h, "task": "t", "res": {"changed": True}}})
+        assert built == [] and all(r["state"] == "changed" for r in p.rows.values())
+    assert p._table().row_count == 300
+
+
 def test_closing_the_pty_of_an_exited_child_does_not_sleep() -> None:
     import ptyprocess
 

@@ -493,6 +493,77 @@ def test_node_files_refuses_under_another_runs_lock_and_when_a_file_cannot_be_wr
     assert (scratch / "hosts").read_text() == hosts_before and not (scratch / "ddpfix.lock").exists()
 
 
+def _dropins(tmp: Path, soft: str) -> list[dict[str, Any]]:
+    """The limits drop-ins as the controller renders them for a node (writes.limits_files: the open-file limit's and
+    the locked-memory limit's, a launcher unit each), their paths moved under `tmp`."""
+    from ddpfix.remediate.plan import HostPlan
+    from ddpfix.remediate.writes import UNIT_DIR, limits_files
+
+    node = Node(name="n1", address="10.0.0.1", rank=0,
+                role_vars={"ddp_launcher_units": ["trainer.service"], "ddpfix_limits_path": str(tmp / "memlock.conf"),
+                           "ddpfix_limits_nofile_path": str(tmp / "limits.d" / "90-ddpfix-nofile.conf")})
+    files = limits_files(HostPlan(limits=True, nofile={"soft": soft, "hard": "0", "unit_hard": "infinity"}), node)
+    return [dict(f, path=f["path"].replace(UNIT_DIR, str(tmp / "systemd"))) for f in files]
+
+
+def test_node_files_writes_the_limits_drop_ins_with_the_env_file_in_one_call_and_reloads_systemd_once(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], scratch: Path) -> None:
+    """The limits drop-ins rendered on the controller go in the node's one ddpfix_node_files call with its env file:
+    locked, checked, created with their directories (0755), backed up when they change, idempotent; systemd's
+    daemon-reload runs once when a unit's drop-in changed, never in check mode, never where systemd does not run."""
+    from ansible.module_utils import basic
+
+    from ddpfix.ansible import collection
+
+    mod = collection.module("ddpfix_node_files")
+    running = scratch / "run-systemd"
+    monkeypatch.setattr(mod, "SYSTEMD_RUNNING", str(running))
+    calls: list[list[str]] = []
+    run_command = basic.AnsibleModule.run_command
+
+    def systemctl(self: Any, args: Any, **kw: Any) -> Any:  # systemctl recorded; lsattr (the backups) runs
+        if "systemctl" not in str(args[0]):
+            return run_command(self, args, **kw)
+        calls.append(list(args))
+        return 0, "", ""
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", systemctl)
+    (scratch / "limits.d").mkdir()
+    (scratch / "memlock.conf").write_text("# an old memlock drop-in\n")
+    args = {**_files_args(scratch, "A=1\n", hosts=None, cluster_file=None), "files": _dropins(scratch, "65536")}
+    unit = scratch / "systemd" / "trainer.service.d" / "90-ddpfix-nofile.conf"
+
+    res = _run_module(monkeypatch, capsys, args, check=True, name="ddpfix_node_files")
+    assert res["changed"] and not res["daemon_reloaded"] and not calls and not unit.parent.exists(), res
+    assert [(f["key"], f["changed"]) for f in res["files"]] == [("env", True)] + [
+        (k, True) for k in ("memlock", "memlock", "nofile", "nofile")]
+    assert [f["what"] for f in res["files"][1:]] == [f["what"] for f in args["files"]]
+    assert "+LimitNOFILE=65536:infinity" in render_diff(res["files"][4]["diff"])
+    running.mkdir()
+    res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")
+    assert res["changed"] and res["daemon_reloaded"] and [c[1:] for c in calls] == [["daemon-reload"]], res
+    assert unit.read_text() == args["files"][3]["content"] and not (scratch / "ddpfix.lock").exists()
+    assert stat.S_IMODE(unit.parent.stat().st_mode) == 0o755 and stat.S_IMODE(unit.stat().st_mode) == 0o644
+    assert res["files"][1]["backup_file"] and (scratch / "memlock.conf").read_text() == args["files"][0]["content"]
+    res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")  # idempotent: nothing written, no reload
+    assert not res["changed"] and not res["daemon_reloaded"] and len(calls) == 1, res
+    # a new value: only the open-file limit's drop-ins change (backed up); no systemd here: written, not reloaded
+    running.rmdir()
+    args["files"] = _dropins(scratch, "131072")
+    res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")
+    assert [f["key"] for f in res["files"] if f["changed"]] == ["nofile", "nofile"] and not res["daemon_reloaded"]
+    assert "LimitNOFILE=131072:infinity" in unit.read_text() and len(calls) == 1
+    assert all(f["backup_file"] for f in res["files"] if f["changed"])
+    # a drop-in that cannot be written (a file where its directory would be): nothing is written on the node, the
+    # lock is released
+    (scratch / "afile").write_text("not a directory\n")
+    args["files"] = _dropins(scratch, "262144")
+    args["files"][0]["path"] = str(scratch / "afile" / "memlock.conf")
+    res = _run_module(monkeypatch, capsys, args, name="ddpfix_node_files")
+    assert res.get("failed") and "not a directory" in res["msg"], res
+    assert "131072" in unit.read_text() and not (scratch / "ddpfix.lock").exists()
+
+
 def collection_lock() -> Any:
     from ddpfix.ansible import collection
 

@@ -211,12 +211,14 @@ def role_var_specs() -> dict[str, dict[str, Any]]:
     return out
 
 
-#: The role inputs (and ddp_ variables) that say where a fix writes: the remediation's plan reads them from the
-#: inventory (`Node.role_vars`, `ddpfix.remediate.writes`), the roles' defaults where the inventory does not set them.
+#: The role inputs (and ddp_ variables) that say where a fix writes (and what of the limits drop-ins, which the
+#: controller renders): the remediation's plan reads them from the inventory (`Node.role_vars`,
+#: `ddpfix.remediate.writes`), the roles' defaults where the inventory does not set them.
 WRITE_VARS = frozenset({
     "ddpfix_hosts_path", "ddpfix_env_cluster_path", "ddpfix_ifname_link_file", "ddpfix_limits_path",
     "ddpfix_limits_units", "ddpfix_limits_nofile_path", "ddpfix_sysctl_arp_path", "ddpfix_firewall_zone",
     "ddpfix_firewall_nft_layouts", "ddpfix_firewall_iptables_rules_paths", "ddp_launcher_units",
+    "ddpfix_limits_memlock",
 })
 
 

@@ -34,7 +34,7 @@ from ddpfix.remediate.plan import (
     pin_target,
 )
 from ddpfix.remediate.preflight import PREFLIGHT_STEP, facts_preflight, preflight, remediate_checked
-from ddpfix.remediate.preview import NOFILE_TASK, UNIT_NOFILE_TASK, nofile_files, preview
+from ddpfix.remediate.preview import nofile_files, preview
 from ddpfix.remediate.run import (
     cluster_files_refusal,
     failures_of,
@@ -43,6 +43,7 @@ from ddpfix.remediate.run import (
     remediate_extravars,
     run_remediation,
 )
+from ddpfix.remediate.writes import NOFILE_TASK, UNIT_NOFILE_TASK
 
 __all__ = [
     "ARP_IDS", "EGRESS_IDS", "ENV_IDS", "FILE_RULES", "FIREWALL_IDS", "HOSTS_IDS", "LIMITS_IDS", "NOFILE_IDS",

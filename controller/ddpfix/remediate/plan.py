@@ -28,7 +28,8 @@ NOFILE_IDS = fixed_by("nofile")
 ARP_IDS = fixed_by("arp")
 ENV_IDS = fixed_by("env")
 #: The findings each file of ddpfix_node_files fixes (its result's `key`): the hosts block's and the env file's.
-FILE_RULES = {"hosts": tuple(sorted(HOSTS_IDS)), "env": tuple(sorted(ENV_IDS)), "cluster_file": tuple(sorted(ENV_IDS))}
+FILE_RULES = {"hosts": tuple(sorted(HOSTS_IDS)), "env": tuple(sorted(ENV_IDS)), "cluster_file": tuple(sorted(ENV_IDS)),
+              "nofile": tuple(sorted(NOFILE_IDS)), "memlock": tuple(sorted(LIMITS_IDS))}
 
 
 @dataclass
@@ -73,9 +74,9 @@ class HostPlan:
 
     @property
     def per_node(self) -> bool:
-        """It has a fix of remediate.yml's per-node play (else the node's pre-flight is all that play does there)."""
-        return (self.firewall != "none" or self.time or self.limits or bool(self.nofile) or bool(self.arp)
-                or self.pin_ifname is not None)
+        """It has a fix of remediate.yml's per-node play (else the node's pre-flight is all that play does there).
+        The limits drop-ins are not: ddpfix_node_files writes them in the cluster-wide play's call (`files`)."""
+        return self.firewall != "none" or self.time or bool(self.arp) or self.pin_ifname is not None
 
     def to_vars(self) -> dict[str, Any]:
         return {"firewall": self.firewall, "hosts": self.hosts, "time": self.time, "env": self.env,

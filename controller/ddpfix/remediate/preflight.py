@@ -9,13 +9,15 @@ from typing import Any
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.contract import ACK_BROAD, cidr_needs_ack
 from ddpfix.remediate.plan import HostPlan
+from ddpfix.remediate.writes import limits_files
 from ddpfix.rules.context import Context
 from ddpfix.rules.reachability import INVALID
 
 
 def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
     """Refuse (exit 2, nothing touched) what must never reach a node: bad facts, an unknown, IPv6 or unacknowledged
-    broad cluster CIDR. Runs after the read-only audit, before the remediation play."""
+    broad cluster CIDR, a limits drop-in's value or launcher unit the drop-ins cannot take. Runs after the read-only
+    audit, before the remediation play."""
     c = ctx.cluster
     for host, problems in ctx.invalid.items():
         fact, value, why = problems[0]
@@ -34,6 +36,11 @@ def preflight(ctx: Context, plans: dict[str, HostPlan], *, apply: bool) -> None:
             "IPv4 only (set ddp_cluster_cidr to the cluster's IPv4 network)",
             ExitCode.INVALID_INPUT,
         )
+    for host, hp in plans.items():  # the limits drop-ins' values and launcher units (writes.limits_files)
+        try:
+            limits_files(hp, c.node(host), c.memlock_kib)
+        except ValueError as exc:
+            raise DdpfixError(f"{host}: {exc}; nothing was changed on any node", ExitCode.INVALID_INPUT) from exc
     broad = cidr_needs_ack(ctx.cidr)
     if apply and broad and not c.cidr_ack_broad and any(p.firewall != "none" for p in plans.values()):
         raise DdpfixError(
@@ -54,8 +61,9 @@ def facts_preflight(ctx: Context, plans: dict[str, HostPlan], *,
     read moments before): (the nodes it covers, the failures as failures_of words them). When it finds no failure,
     such nodes skip the per-node play's lock-and-pre-flight call (ddpfix_node_files checks their files again, under
     the lock, before it writes any); with a failure every node goes through the play's pre-flight, which stops the
-    run everywhere before any change and names each node's reason. With `nofile` (the dry run's preview) it also
-    covers the nodes whose fixes include the open-file limit's drop-ins (`limits.nofile_dropins.unwritable`)."""
+    run everywhere before any change and names each node's reason. With `nofile` (the dry run's preview and
+    `remediate_checked`) it also covers the nodes whose fixes include the open-file limit's drop-ins
+    (`limits.nofile_dropins.unwritable`), which ddpfix_node_files writes in the same call as the env file."""
     checked: set[str] = set()
     failed: dict[str, str] = {}
     for host, hp in plans.items():
@@ -74,6 +82,8 @@ def facts_preflight(ctx: Context, plans: dict[str, HostPlan], *,
 
 
 def remediate_checked(ctx: Context, plans: dict[str, HostPlan]) -> list[str]:
-    """The nodes that skip the per-node play: facts_preflight's, when it found no failure anywhere."""
-    checked, failed = facts_preflight(ctx, plans)
+    """The nodes that skip the per-node play: facts_preflight's (their fixes are the env file and the open-file
+    limit's drop-ins, or one of them, all written in the cluster-wide play's one ddpfix_node_files call), when it found
+    no failure anywhere."""
+    checked, failed = facts_preflight(ctx, plans, nofile=True)
     return [] if failed else sorted(checked)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from ddpfix import clusterfile, paths
+from ddpfix import clusterfile
 from ddpfix.ansible.collection import module_utils
 from ddpfix.envtemplate import render_body
 from ddpfix.plan import envfile_lib
 from ddpfix.remediate.changes import Change, render_diff
 from ddpfix.remediate.plan import FILE_RULES, HostPlan
 from ddpfix.remediate.preflight import facts_preflight
+from ddpfix.remediate.writes import NOFILE_TASK, UNIT_NOFILE_TASK, nofile_texts
 from ddpfix.rules.context import Context
 from ddpfix.rules.host import NOFILE_LOW
 
@@ -22,9 +21,9 @@ def preview(ctx: Context, plans: dict[str, HostPlan]) -> tuple[list[Change], dic
     """The dry run's changes computed here, from what the audit read, where that is enough: a node whose fixes are
     its env file (and the cluster file next to it) and the open-file limit's drop-ins, or one of them, whose facts
     carry the files' text (the env file redacted) and what of them cannot be written. The env file's new text comes
-    from the same merge the node's module runs (module_utils ddpfix_envfile), the drop-ins' from the role's own
-    templates (`nofile_files`). Returns (changes, failures as failures_of words them, the plans left for the
-    check-mode play)."""
+    from the same merge the node's module runs (module_utils ddpfix_envfile), the drop-ins' from the renderer whose
+    text --apply hands the node (`nofile_files`). Returns (changes, failures as failures_of words them, the plans left
+    for the check-mode play)."""
     checked, failed = facts_preflight(ctx, plans, nofile=True)
     if failed:  # the play's pre-flight words it, on every node, as --apply would meet it
         return [], {}, plans
@@ -88,39 +87,15 @@ def _nofile_preview(ctx: Context, host: str, hp: HostPlan) -> list[Change] | Non
             for task, f, text in files if not f["exists"] or f.get("text") != text]
 
 
-#: the open-file limit's fix (role ddpfix_limits, tasks_from nofile): its task names, as the check-mode play names them
-NOFILE_TASK = f"Fix {NOFILE_LOW.id} | Write {{path}}"
-UNIT_NOFILE_TASK = f"Fix {NOFILE_LOW.id} | LimitNOFILE drop-in for launcher units ({{unit}})"
-#: the values the role's input check accepts (its first task): soft, hard (0: no hard line), the units' hard
-_NOFILE_VALUES = {"soft": re.compile(r"[0-9]+"), "hard": re.compile(r"[0-9]+"),
-                  "unit_hard": re.compile(r"[0-9]+|infinity")}
-
-
-@functools.cache
-def _limits_templates() -> Any:
-    """The role ddpfix_limits' templates as its template tasks render them (trim_blocks, the trailing newline kept):
-    one jinja2 environment per process, its templates compiled once for every node of a dry run."""
-    # CLI start: jinja2 loads only where a dry run renders a drop-in
-    import jinja2
-
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.roles_dir() / "ddpfix_limits" / "templates")),
-                              trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-                              autoescape=False)
-
-
 def nofile_files(nofile: Mapping[str, str],
                  dropins: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], str]] | None:
-    """What the open-file limit's fix writes on a node, rendered from the role's own templates as its template tasks
-    render them (trim_blocks, the trailing newline kept; their first line is fixed, not ansible_managed): (task, the
-    file as the audit read it (`limits.nofile_dropins`), its new text) for the pam_limits drop-in and each launcher
-    unit's. None for values the role's input check refuses (the play then says so)."""
-    if not all(rx.fullmatch(str(nofile.get(k, ""))) for k, rx in _NOFILE_VALUES.items()) or not (
-            1024 <= int(nofile["soft"]) <= 1048576):
+    """What the open-file limit's fix writes on a node, rendered as --apply writes it (`writes.nofile_texts`, the one
+    renderer): (what it is, the file as the audit read it (`limits.nofile_dropins`), its new text) for the pam_limits
+    drop-in and each launcher unit's. None for values the drop-ins cannot take (the plan refuses them)."""
+    try:
+        pam_text, unit_text = nofile_texts(nofile)
+    except ValueError:
         return None
-    env = _limits_templates()
-    values = {"ddpfix_limits_nofile": str(nofile["soft"]), "ddpfix_limits_nofile_hard": str(nofile["hard"]),
-              "ddpfix_limits_nofile_unit_hard": str(nofile["unit_hard"])}
     pam = dropins["pam"]
-    unit_text = env.get_template("unit-nofile.conf.j2").render(values)
-    return [(NOFILE_TASK.format(path=pam["path"]), pam, env.get_template("nofile.conf.j2").render(values))] + [
+    return [(NOFILE_TASK.format(path=pam["path"]), pam, pam_text)] + [
         (UNIT_NOFILE_TASK.format(unit=u), f, unit_text) for u, f in sorted(dropins["units"].items())]

@@ -9,7 +9,7 @@ from ddpfix import clusterfile
 from ddpfix.ansible.results import RunResult, is_node_lock_task, module_failure
 from ddpfix.ansible.run import run_playbook
 from ddpfix.audit import AuditResult
-from ddpfix.envtemplate import template_path
+from ddpfix.envtemplate import render_text, template_path
 from ddpfix.model.finding import Finding
 from ddpfix.plan import hosts_entries
 from ddpfix.progress import Progress
@@ -26,7 +26,9 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
     return {
         # each node's fixes, and the files they write (`writes`: the per-node play's pre-flight, the cluster-wide
         # play's hosts block and cluster file)
-        "ddpfix_plan": {h: {**p.to_vars(), **node_writes(p, c.node(h), c.env_path, bool(cluster_file))}
+        # and the env file's body, rendered here (one template compile per run, not one per node in the play)
+        "ddpfix_plan": {h: {**p.to_vars(), **node_writes(p, c.node(h), c.env_path, bool(cluster_file), c.memlock_kib),
+                            "env_body": render_text(c.env_template, ctx.plan[h]) if p.env else ""}
                         for h, p in plans.items()},
         "ddpfix_cidr": ctx.cidr or "",
         "ddpfix_hosts": hosts_entries(ctx.plan),

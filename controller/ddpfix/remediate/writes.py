@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ddpfix import clusterfile, paths
 from ddpfix.model.cluster import Node
 from ddpfix.remediate.plan import HostPlan, firewalld_files
+from ddpfix.rules.fabric import MEMLOCK_LOW
+from ddpfix.rules.host import NOFILE_LOW
 
 #: ufw's own rules files (IPv4, IPv6): `ufw allow` rewrites them where ufw manages iptables.
 UFW_RULES = ("/etc/ufw/user.rules", "/etc/ufw/user6.rules")
@@ -97,8 +100,98 @@ def write_if_present(hp: HostPlan, node: Node) -> list[Any]:
     return []
 
 
-def node_writes(hp: HostPlan, node: Node, env_path: str, cluster_file: bool) -> dict[str, Any]:
+def node_writes(hp: HostPlan, node: Node, env_path: str, cluster_file: bool,
+                memlock_kib: int | None = None) -> dict[str, Any]:
     """What remediate.yml reads of `node`'s files from its plan (`ddpfix_plan[node]`)."""
     return {"write_paths": write_paths(hp, node, env_path, cluster_file),
-            "write_if_present": write_if_present(hp, node),
+            "write_if_present": write_if_present(hp, node), "files": limits_files(hp, node, memlock_kib),
             "hosts_path": hosts_path(node), "cluster_path": cluster_path(node, env_path)}
+
+
+# ---------------------------------------------------------------- the limits drop-ins, rendered here
+# The open-file limit's and the locked-memory limit's drop-ins are rendered on the controller, here, once: the dry
+# run's preview diffs them against the node's copies (`ddpfix.remediate.preview`), and --apply hands the same text to
+# ddpfix_node_files (`limits_files`, the plan's `files`), which writes them in the node's one call. The role
+# ddpfix_limits' templates (kept for running the role on its own) render the same text (a unit test compares them).
+
+#: the first line of every drop-in: fixed (not ansible_managed), so the dry run's text is the apply's
+FIRST_LINE = "# Written by ddpfix remediate: edits here are replaced by its next --apply."
+#: what each drop-in is, as remediate's report names its change (the names the role's tasks gave them)
+NOFILE_TASK = f"Fix {NOFILE_LOW.id} | Write {{path}}"
+UNIT_NOFILE_TASK = f"Fix {NOFILE_LOW.id} | LimitNOFILE drop-in for launcher units ({{unit}})"
+MEMLOCK_TASK = f"Fix {MEMLOCK_LOW.id} | Write {{path}}"
+UNIT_MEMLOCK_TASK = f"Fix {MEMLOCK_LOW.id} | LimitMEMLOCK drop-in for launcher units ({{unit}})"
+#: the values the drop-ins take (the role's input check): soft, hard (0: no hard line), the units' hard
+_NOFILE_VALUES = {"soft": re.compile(r"[0-9]+"), "hard": re.compile(r"[0-9]+"),
+                  "unit_hard": re.compile(r"[0-9]+|infinity")}
+_MEMLOCK = re.compile(r"unlimited|[0-9]+")
+_UNIT = re.compile(r"[A-Za-z0-9@_.:-]+\.service")
+
+
+def nofile_texts(nofile: Mapping[str, Any]) -> tuple[str, str]:
+    """The open-file limit's pam_limits drop-in and a launcher unit's drop-in for `nofile` ({soft, hard, unit_hard}:
+    the values the audit reported). ValueError for values out of range."""
+    v = {k: str(nofile.get(k, "")) for k in _NOFILE_VALUES}
+    if not all(rx.fullmatch(v[k]) for k, rx in _NOFILE_VALUES.items()) or not 1024 <= int(v["soft"]) <= 1048576:
+        raise ValueError(f"the open-file limit must be a count between 1024 and 1048576, its hard value a count or 0 "
+                         f"and the units' hard value a count or infinity (got {v})")
+    hard = (f"*       hard    nofile     {v['hard']}\nroot    hard    nofile     {v['hard']}\n"
+            if int(v["hard"]) > 0 else "")
+    pam = (f"{FIRST_LINE}\n"
+           "# ddpfix: the open-file limit -- NCCL and Gloo open sockets per peer (512 + 192 per peer node: see the "
+           "README).\n"
+           "# pam_limits applies this to new logins; `*` does not cover root, so root has its own lines. A hard line "
+           "only where\n"
+           "# the session's hard limit was below the value (ddpfix never lowers it).\n"
+           f"*       soft    nofile     {v['soft']}\nroot    soft    nofile     {v['soft']}\n{hard}")
+    unit = (f"{FIRST_LINE}\n# ddpfix: the launcher unit's open-file limit (soft:hard; NCCL/Gloo sockets per peer)\n"
+            f"[Service]\nLimitNOFILE={v['soft']}:{v['unit_hard']}\n")
+    return pam, unit
+
+
+def memlock_texts(memlock: Any) -> tuple[str, str]:
+    """The locked-memory limit's pam_limits drop-in and a launcher unit's drop-in for `memlock` (unlimited or KiB).
+    ValueError for another value."""
+    m = str(memlock)
+    if not _MEMLOCK.fullmatch(m):
+        raise ValueError(f"ddpfix_limits_memlock must be 'unlimited' or a number of KiB (got {m!r})")
+    pam = (f"{FIRST_LINE}\n"
+           "# ddpfix: the locked-memory limit for RDMA (NCCL over InfiniBand/RoCE/EFA) registers GPU and host memory.\n"
+           "# pam_limits applies this to new logins; `*` does not cover root, so root has its own lines.\n"
+           + "".join(f"{who:<8}{kind:<8}memlock    {m}\n" for who in ("*", "root") for kind in ("soft", "hard")))
+    unit = (f"{FIRST_LINE}\n# ddpfix: the launcher unit's locked-memory limit (RDMA)\n[Service]\n"
+            f"LimitMEMLOCK={'infinity' if m == 'unlimited' else m + 'K'}\n")
+    return pam, unit
+
+
+def memlock_value(node: Node, memlock_kib: int | None) -> str:
+    """ddpfix_limits_memlock on `node`: the inventory's, else the cluster's ddp_memlock (`Cluster.memlock_kib`, None:
+    unlimited), as the role's default takes it."""
+    if "ddpfix_limits_memlock" in node.role_vars:
+        return str(node.role_vars["ddpfix_limits_memlock"])
+    return "unlimited" if memlock_kib is None else str(memlock_kib)
+
+
+def limits_files(hp: HostPlan, node: Node, memlock_kib: int | None = None) -> list[dict[str, Any]]:
+    """The limits drop-ins `hp` writes on `node`, as ddpfix_node_files takes them (`files`): {key, what, path, content,
+    mode, reload (a unit drop-in: systemd's daemon-reload when it changed)}; `memlock_kib` the cluster's ddp_memlock.
+    ValueError for a value or a launcher unit the drop-ins cannot take (refused before any node is touched)."""
+    units = launcher_units(node)
+    bad = [u for u in units if not _UNIT.fullmatch(u)]
+    if bad and (hp.nofile or hp.limits):
+        raise ValueError(f"ddpfix_limits_units must be unit names ending in .service (got {bad})")
+    out: list[dict[str, Any]] = []
+    for key, texts, pam_path, dropin, task, unit_task in (
+            ("memlock", memlock_texts(memlock_value(node, memlock_kib)) if hp.limits else None, "ddpfix_limits_path",
+             "__ddpfix_limits_memlock_dropin", MEMLOCK_TASK, UNIT_MEMLOCK_TASK),
+            ("nofile", nofile_texts(hp.nofile) if hp.nofile else None, "ddpfix_limits_nofile_path",
+             "__ddpfix_limits_nofile_dropin", NOFILE_TASK, UNIT_NOFILE_TASK)):
+        if texts is None:
+            continue
+        pam, unit = texts
+        path = str(role_value(node, "limits", pam_path))
+        out.append({"key": key, "what": task.format(path=path), "path": path, "content": pam, "mode": "0644",
+                    "reload": False})
+        out += [{"key": key, "what": unit_task.format(unit=u), "path": p, "content": unit, "mode": "0644",
+                 "reload": True} for u, p in zip(units, unit_dropins(node, dropin), strict=True)]
+    return out

@@ -271,8 +271,9 @@ def test_dry_run_preview_computes_the_open_file_limit_drop_ins_from_the_facts(si
     assert pam1.startswith("--- /dev/null") and "+*       soft    nofile     65536" in pam1, pam1
     unit2 = next(c.diff for c in changes if c.host == "node2" and "trainer" in c.task)
     assert "-LimitNOFILE=4096" in unit2 and "+LimitNOFILE=65536:" in unit2, unit2
-    # the apply still goes through the play for the drop-ins (only env-only nodes skip its pre-flight)
-    assert remediate_checked(ctx, todo) == []
+    # the apply writes the drop-ins with the env file in the one ddpfix_node_files call: these nodes skip the
+    # per-node play (the facts' pre-flight covered them); node3's facts do not tell its drop-ins
+    assert remediate_checked(ctx, todo) == ["node1", "node2"]
     # a drop-in the facts say cannot be written (or a node lock held): every node to the play, which words it
     sim.node("node1")["limits"]["nofile_dropins"]["unwritable"] = {"/run/ddpfix.lock": "the node lock cannot be taken"}
     ctx = sim.context()
@@ -281,31 +282,42 @@ def test_dry_run_preview_computes_the_open_file_limit_drop_ins_from_the_facts(si
     assert preview(ctx, todo) == ([], {}, todo)
 
 
-def test_nofile_drop_ins_render_as_ansibles_template_module_writes_them(tmp_path: Path) -> None:
-    """The dry run's text of the drop-ins is the apply's: the role's templates through Ansible's own template module
-    (a local ad-hoc run, real Ansible, no hosts) give byte for byte what nofile_files renders."""
+@pytest.mark.parametrize("hard,memlock", [("1048576", "unlimited"), ("0", "65536")])
+def test_limits_drop_ins_render_as_the_roles_templates_through_ansibles_template_module(
+        tmp_path: Path, hard: str, memlock: str) -> None:
+    """The drop-ins' text is rendered once, on the controller (writes.nofile_texts, memlock_texts): the dry run's
+    preview and --apply's ddpfix_node_files call both take it. The role ddpfix_limits (kept for running it on its own)
+    renders the same bytes: its templates through Ansible's own template module (a local ad-hoc run, real Ansible, no
+    hosts); a hard line only for a hard value above 0."""
     import subprocess
     import sys
 
     from ddpfix import paths
     from ddpfix.remediate import nofile_files
+    from ddpfix.remediate.writes import memlock_texts
 
-    nofile = {"soft": "65536", "hard": "1048576", "unit_hard": "infinity"}
+    nofile = {"soft": "65536", "hard": hard, "unit_hard": "infinity"}
     files = nofile_files(nofile, {"pam": {"path": "/p", "exists": False, "text": None},
                                   "units": {"a.service": {"path": "/u", "exists": False, "text": None}}})
     assert files is not None
-    for name, (_, _, text) in zip(("nofile.conf.j2", "unit-nofile.conf.j2"), files, strict=True):
+    texts = [t for _, _, t in files] + list(memlock_texts(memlock))
+    assert ("hard    nofile" in texts[0]) == (hard != "0")
+    names = ("nofile.conf.j2", "unit-nofile.conf.j2", "memlock.conf.j2", "unit-memlock.conf.j2")
+    for name, text in zip(names, texts, strict=True):
         dest = tmp_path / name
         src = paths.roles_dir() / "ddpfix_limits" / "templates" / name
         run = subprocess.run(
             [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
              "-m", "ansible.builtin.template", "-a", f"src={src} dest={dest} mode=0644",
              "-e", f"ansible_python_interpreter={sys.executable}", "-e", "ddpfix_limits_nofile=65536",
-             "-e", "ddpfix_limits_nofile_hard=1048576", "-e", "ddpfix_limits_nofile_unit_hard=infinity"],
+             "-e", f"ddpfix_limits_nofile_hard={hard}", "-e", "ddpfix_limits_nofile_unit_hard=infinity",
+             "-e", f"ddpfix_limits_memlock={memlock}"],
             capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert run.returncode == 0, run.stdout + run.stderr
-        assert dest.read_text() == text
-    assert nofile_files({**nofile, "soft": "99"}, {}) is None  # the role's input check refuses it: the play says so
+        assert dest.read_text() == text, name
+    assert nofile_files({**nofile, "soft": "99"}, {}) is None  # out of range: the plan refuses it
+    with pytest.raises(ValueError):
+        memlock_texts("lots")
 
 
 def _fwdpol(cidr: str, **changes: object) -> dict[str, object]:
@@ -350,3 +362,34 @@ def test_plan_refuses_what_firewalld_must_keep(sim: Sim) -> None:
     assert plans["node1"].firewall == "none" and plans["node1"].firewalld == []
     assert len(refusals) == 1 and deny in refusals[0] and "/etc/firewalld/zones/internal.xml" in refusals[0]
     assert "firewall-cmd --permanent --zone=internal --add-rich-rule=" in refusals[0]
+
+
+def test_the_env_body_is_rendered_on_the_controller_with_one_template_compile_per_run(
+        sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The play hands ddpfix_node_files the env block's body the controller rendered (`env_body`: no template lookup,
+    so no template compile per node in the play), the text the dry run previews, and the controller compiles the
+    template once for every node (jinja2's own cache behind one environment per directory)."""
+    import jinja2
+
+    from ddpfix import envtemplate
+    from ddpfix.remediate.writes import limits_files
+
+    compiles: list[str] = []
+    compile_ = jinja2.Environment.compile
+
+    def counted(self: jinja2.Environment, source: str, name: str | None = None, *a: object, **kw: object) -> object:
+        compiles.append(str(name))
+        return compile_(self, source, name, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counted)
+    envtemplate._environment.cache_clear()
+    ctx = _ctx(sim, ["node1", "node2", "node3"])
+    plans, _ = build_plan(ctx, run_checks(ctx))
+    assert all(p.env for p in plans.values()), plans
+    got = remediate_extravars(ctx, plans)["ddpfix_plan"]
+    for host, hv in got.items():
+        assert hv["env_body"] == envtemplate.render_text(ctx.cluster.env_template, ctx.plan[host])
+        lines, values = envtemplate.render_body(ctx.cluster.env_template, ctx.plan[host])
+        assert values == plans[host].env and all(line in hv["env_body"].splitlines() for line in lines)
+        assert hv["files"] == limits_files(plans[host], ctx.cluster.node(host)) == []  # no limits fix planned
+    assert compiles == ["ddp.env.j2"], compiles

@@ -54,7 +54,8 @@ def test_the_inventory_overrides_a_roles_path_per_node() -> None:
                 "b": {"ansible_host": "10.0.0.2", "ddpfix_firewall_iptables_rules_paths": ["/srv/rules.v4"]}}}}
     cluster = cluster_from_inventory_data(data)
     a, b = cluster.node("a"), cluster.node("b")
-    plan = HostPlan(firewall="firewalld", hosts=True, env={"A": "1"}, nofile={"soft": "65536"})
+    plan = HostPlan(firewall="firewalld", hosts=True, env={"A": "1"},
+                    nofile={"soft": "65536", "hard": "0", "unit_hard": "infinity"})
     assert write_paths(plan, a, ENV, cluster_file=True) == [
         "/srv/hosts", ENV, "/srv/cluster.json", _default("limits", "ddpfix_limits_nofile_path"),
         f"{UNIT_DIR}/job.service.d/90-ddpfix-nofile.conf", "/etc/firewalld/zones/ddp.xml"]
@@ -71,11 +72,43 @@ def test_the_inventory_overrides_a_roles_path_per_node() -> None:
 
 
 def test_per_node_is_every_fix_of_the_per_node_play() -> None:
-    """HostPlan.per_node: what remediate.yml's per-node play does besides its pre-flight (the hosts block and the env
-    file are the cluster-wide play's)."""
+    """HostPlan.per_node: what remediate.yml's per-node play does besides its pre-flight (the hosts block, the env
+    file and the limits drop-ins are the cluster-wide play's ddpfix_node_files call's)."""
     assert not HostPlan().per_node
-    assert not HostPlan(hosts=True, env={"A": "1"}).per_node
-    for fix in ({"firewall": "iptables"}, {"time": True}, {"limits": True}, {"nofile": {"soft": "1"}},
+    assert not HostPlan(hosts=True, env={"A": "1"}, limits=True, nofile={"soft": "65536"}).per_node
+    for fix in ({"firewall": "iptables"}, {"time": True},
                 {"arp": ["eth0"]}, {"pin_ifname": {"name": "eth0", "mac": "m"}}):
         assert HostPlan(**fix).per_node, fix  # type: ignore[arg-type]
         assert HostPlan(**fix).to_vars()["per_node"]  # type: ignore[arg-type]
+
+
+def test_the_limits_drop_ins_are_rendered_here_with_the_inventorys_values() -> None:
+    """The plan's `files`: every limits drop-in at the path the pre-flight checks, its text rendered on the
+    controller with the cluster's ddp_memlock (a node's ddpfix_limits_memlock first), the units' drop-ins marked for
+    systemd's daemon-reload; values the drop-ins cannot take are refused (ValueError: exit 2 before any node)."""
+    import pytest
+
+    from ddpfix.remediate.writes import MEMLOCK_TASK, UNIT_NOFILE_TASK, limits_files
+
+    both = {"ddp_memlock": 8192, "ddp_launcher_units": ["job.service"]}
+    data = {"all": {"children": ["ddp_nodes"]}, "ddp_nodes": {"hosts": ["a", "b"]},
+            "_meta": {"hostvars": {"a": {"ansible_host": "10.0.0.1", **both},
+                                   "b": {"ansible_host": "10.0.0.2", "ddpfix_limits_memlock": "unlimited", **both}}}}
+    cluster = cluster_from_inventory_data(data)
+    a, b = cluster.node("a"), cluster.node("b")
+    files = node_writes(EVERY, a, ENV, True, cluster.memlock_kib)["files"]
+    assert [f["path"] for f in files] == [p for p in write_paths(EVERY, a, ENV, True) if "limits.d" in p or
+                                          p.startswith(UNIT_DIR)]
+    assert [(f["key"], f["reload"]) for f in files] == [("memlock", False), ("memlock", True), ("nofile", False),
+                                                        ("nofile", True)]
+    assert files[0]["what"] == MEMLOCK_TASK.format(path=files[0]["path"])
+    assert files[3]["what"] == UNIT_NOFILE_TASK.format(unit="job.service")
+    assert "*       soft    memlock    8192\n" in files[0]["content"] and "LimitMEMLOCK=8192K\n" in files[1]["content"]
+    assert "LimitNOFILE=65536:524288\n" in files[3]["content"] and all(f["mode"] == "0644" for f in files)
+    b_files = limits_files(EVERY, b, cluster.memlock_kib)
+    assert "LimitMEMLOCK=infinity\n" in b_files[1]["content"]
+    assert limits_files(HostPlan(hosts=True, env={"A": "1"}), a) == []
+    with pytest.raises(ValueError, match="open-file limit"):
+        limits_files(HostPlan(nofile={"soft": "99", "hard": "0", "unit_hard": "infinity"}), a)
+    with pytest.raises(ValueError, match=r"\.service"):
+        limits_files(HostPlan(limits=True), Node("c", "10.0.0.3", 2, role_vars={"ddp_launcher_units": ["x;rm"]}))

@@ -66,8 +66,8 @@ def test_no_task_carries_an_id_tag_that_is_not_a_fixable_rule_of_its_role() -> N
 
 def test_remediate_playbook_reaches_each_role_with_every_id_it_fixes() -> None:
     """`ansible-playbook playbooks/remediate.yml --tags ID` runs the include of ID's role (include_role passes the
-    tag filter on to the role's tasks, which carry the id too), or, for the hosts and env roles, the one task that
-    writes their files (ddpfix_node_files, tagged with both roles' ids)."""
+    tag filter on to the role's tasks, which carry the id too), or, for the hosts, env and limits roles, the one task
+    that writes their files (ddpfix_node_files, tagged with the three roles' ids)."""
     plays = yaml.safe_load((ROOT / "playbooks" / "remediate.yml").read_text())
     included: dict[str, set[str]] = {}
     for play in plays:
@@ -80,8 +80,8 @@ def test_remediate_playbook_reaches_each_role_with_every_id_it_fixes() -> None:
             role = str((inc or {}).get("name", "")).split(".")[-1]  # ddpfix.cluster.ddpfix_hosts -> ddpfix_hosts
             if inc and role != "ddpfix_run":
                 included.setdefault(role, set()).update(t.get("tags") or [])
-            if "ddpfix.cluster.ddpfix_node_files" in t:  # the hosts and env roles' files, written in one task
-                for role in ("ddpfix_hosts", "ddpfix_env"):
+            if "ddpfix.cluster.ddpfix_node_files" in t:  # the hosts, env and limits roles' files, in one task
+                for role in ("ddpfix_hosts", "ddpfix_env", "ddpfix_limits"):
                     included.setdefault(role, set()).update(set(t.get("tags") or []) & (rules.role_ids(role)
                                                                                           | {role[7:]}))
     for role in {m.role for r in RULES.values() for m in r.remedies}:
