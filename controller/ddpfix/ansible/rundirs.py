@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
 import stat
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +185,7 @@ def redact_extravars(run_dir: Path) -> None:
 def scrub(obj: Any) -> Any:
     """`obj` (JSON data) with secret-looking values (`plan.is_secret`, by key name or URL userinfo) replaced by ***,
     and KEY=value lines of secret keys in strings redacted (`plan.redact_env`)."""
-    lib = collection.module_utils("ddpfix_envfile")  # the env file's managed-block functions (plan.envfile_lib)
+    string = _string_scrubber()
 
     def walk(o: Any, key: str = "") -> Any:
         if isinstance(o, dict):
@@ -196,12 +197,30 @@ def scrub(obj: Any) -> Any:
                 return [[p[0], walk(p[1], p[0])] for p in o]  # (key, value) pairs: a Node's env_extra, asdict'ed
             return [walk(v) for v in o]
         if isinstance(o, str):
-            if key and lib.is_secret(key, o):
-                return lib.REDACTED
-            return lib.redact(o) if ("=" in o or "@" in o) else o
+            return string(key, o)
         return o
 
     return walk(obj)
+
+
+@functools.lru_cache(maxsize=1)
+def _string_scrubber() -> Callable[[str, str], str]:
+    """One string under its key, scrubbed: `is_secret(key, value)` and `redact` of the env file's library, each
+    answer kept for the strings seen again (every event of a run repeats its names, addresses and flags: a
+    320-node audit scrubs some 200,000 strings, most of them seen before)."""
+    lib = collection.module_utils("ddpfix_envfile")  # the env file's managed-block functions (plan.envfile_lib)
+
+    @functools.lru_cache(maxsize=4096)
+    def key_secret(key: str) -> bool:
+        return bool(lib.is_secret(key))
+
+    @functools.lru_cache(maxsize=65536)
+    def string(key: str, o: str) -> str:
+        if key and (key_secret(key) or lib.is_secret("", o)):
+            return str(lib.REDACTED)
+        return str(lib.redact(o)) if ("=" in o or "@" in o) else o
+
+    return string
 
 
 def _removed(orig: Any, scrubbed: Any) -> set[str]:
