@@ -32,7 +32,10 @@ FACTS_MODULE = "ddpfix_node_facts"
 #: Tasks the CLI leaves out (it has their information from its own events): the play's run marker, the facts'
 #: controller clock window, which the standalone analysis (action plugin) needs, and the set_fact that folds a
 #: detached prober's collected result into the facts (`fold_collected` does it from the collect task's event).
-CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark", "ddpfix_facts_fold")
+CLI_SKIP_TAGS = ("ddpfix_facts_window", "ddpfix_audit_mark", "ddpfix_facts_fold", "ddpfix_facts_registered")
+#: ...and the facts task it runs instead of the registered one (roles/ddpfix_facts/tasks/facts.yml: the same task,
+#: its result read from the CLI's events, not registered; tagged `never`, so every other task it runs is `always`).
+CLI_TAGS = ("ddpfix_facts_events",)
 #: What a Context of the facts loads (the fact guards, the plan), and what an audit's analysis loads besides (the
 #: checks, causes, matrix, report): imported inside the functions that use them, so that the CLI reaches
 #: ansible-playbook without them; the run's preload thread imports them while ansible-playbook starts (about
@@ -99,6 +102,7 @@ def collect(
             extravars=audit_extravars(cluster, probe, probe_peers, probe_timeout, nforks),
             limit=limit,
             forks=nforks,
+            tags=",".join(CLI_TAGS),
             skip_tags=",".join(CLI_SKIP_TAGS),
             n_hosts=n_hosts,
             verbosity=verbosity,

@@ -207,3 +207,38 @@ def test_cli_folds_the_collected_probe_as_the_roles_set_fact_does() -> None:
     assert audit.fold_collected(HostResult("n1"), None) is None
 
 
+
+
+def _cli_runs(tags: list[str]) -> bool:
+    """Whether ansible-playbook runs a task so tagged with the CLI's --tags and --skip-tags (Ansible's rules: a
+    skipped tag wins, `always` runs unless skipped, `never` only when another of its tags is asked for)."""
+    if set(tags) & set(audit.CLI_SKIP_TAGS):
+        return False
+    return bool(set(tags) & set(audit.CLI_TAGS)) or "always" in tags
+
+
+def test_cli_runs_the_unregistered_facts_task_and_every_other_task_it_needs() -> None:
+    """The facts task twice, the same call: registered for runs without the CLI (the analysis task reads the
+    results from it), unregistered for the CLI (it reads them from its events: a registered result is templated once
+    more in the worker). Exactly one runs in each; every other task the CLI's audit needs stays selected under its
+    --tags (it is `always`)."""
+    tasks = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "facts.yml").read_text())
+    calls = [t for t in tasks if "ddpfix.cluster.ddpfix_node_facts" in t]
+    registered, events = calls
+    assert registered["register"] == "ddpfix_facts_result" and "register" not in events
+    for key in ("ddpfix.cluster.ddpfix_node_facts", "vars", "check_mode", "changed_when", "name"):
+        assert registered[key] == events[key], key
+    assert _cli_runs(events["tags"]) and not _cli_runs(registered["tags"])
+    # without the CLI (no --tags): `never` leaves the twin out, the registered task runs
+    assert "never" in events["tags"] and "never" not in registered["tags"]
+    # the CLI's audit: the cluster task, the probe round at cluster addresses, and nothing it reads from a fact
+    # cache or a set_fact of its own
+    plays = yaml.safe_load((ROOT / "playbooks" / "audit.yml").read_text())
+    cluster = [t for t in plays[0]["tasks"] if "ddpfix.cluster.ddpfix_cluster" in t]
+    assert [_cli_runs(t["tags"]) for t in cluster] == [True]
+    probe = yaml.safe_load((ROOT / "roles" / "ddpfix_facts" / "tasks" / "probe_cluster.yml").read_text())
+    assert all(_cli_runs(t["tags"]) for t in probe)
+    assert [t["name"] for t in tasks if not _cli_runs(t.get("tags") or [])] == [
+        "Facts | Controller clock before the facts (the start of the window the node reads its clock in)",
+        registered["name"],
+        "Facts | Controller clock window of the facts (kept with them in a fact cache, for the clock-skew check)"]
