@@ -40,6 +40,9 @@ def remediate_extravars(ctx: Context, plans: dict[str, HostPlan]) -> dict[str, A
         "ddpfix_env_adopt": c.env_adopt,
         "ddpfix_env_template": template_path(c.env_template),
         "ddpfix_env_cluster": cluster_file,
+        # the cluster file as written (the same text on every node, rendered once here: to_nice_json of the whole
+        # cluster in the play was one O(N) template per node, O(N^2) per run)
+        "ddpfix_env_cluster_text": clusterfile.text(cluster_file) if cluster_file else "",
     }
 
 

@@ -198,7 +198,15 @@ def test_apply_preflight_from_the_facts_covers_env_only_nodes_with_new_facts(sim
     checked, failed = facts_preflight(ctx, {h: p for h, p in plans.items() if not p.empty})
     assert checked == {"node1", "node2"} and set(failed) == {"node2"}  # node3: facts of an older ddpfix
     assert "cannot write: /etc/ddpfix/ddp.env (immutable (chattr +i))" in failed["node2"]
-    assert remediate_extravars(ctx, plans)["ddpfix_env_cluster"]["schema"] == clusterfile.SCHEMA
+    extra = remediate_extravars(ctx, plans)
+    assert extra["ddpfix_env_cluster"]["schema"] == clusterfile.SCHEMA
+    # the cluster file's text, rendered once for every node: Ansible's to_nice_json(sort_keys=true) of the same
+    # content (what the play rendered per node before), as the dry run's preview compares it
+    from ansible.plugins.filter.core import to_nice_json
+
+    text = extra["ddpfix_env_cluster_text"]
+    assert text == clusterfile.text(extra["ddpfix_env_cluster"])
+    assert text == to_nice_json(extra["ddpfix_env_cluster"], sort_keys=True) + "\n"
 
 
 def test_changes_of_one_change_per_file_only_for_node_files_other_tasks_one_each(tmp_path: Path) -> None:
