@@ -709,7 +709,8 @@ def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> 
     every run)."""
     from ddpfix import lab
 
-    n, nodes, forks = (int(x) for x in spec.split(":"))
+    n, nodes, forks, *more = (int(x) for x in spec.split(":"))
+    rounds = more[0] if more else args.alias_rounds  # N:NODES:FORKS:ROUNDS: this spec's own number of rounds
     t0 = time.monotonic()
     info, notes = lab_up(name, nodes, tmp / f"alias-lab{nodes}", tmp)
     inv = tmp / f"aliases{n}" / "hosts.yml"
@@ -719,7 +720,7 @@ def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> 
         aliases = alias_inventory(info, n, inv)
         alias_names_resolve(name, info, aliases)
         r = Runner(tmp / f"aliases{n}", inv, n, forks)
-        for i in range(args.alias_rounds):
+        for i in range(rounds):
             a = r.ddpfix("audit", ["audit", "--format", "json"], forks=forks)
             audit_ok(a, n)
             alias_findings(a)
@@ -733,6 +734,8 @@ def bench_aliases(spec: str, args: argparse.Namespace, tmp: Path, name: str) -> 
                     x = r.ddpfix(kind, ["remediate", *extra, "--format", "json"], forks=forks)
                     audit_ok(x, n)
                     more.append(x)
+            if more and more[-1]["kind"] == "remediate-apply" and i + 1 < rounds:
+                remove_env_files(name, info)  # every round starts from the same nodes (env files missing)
             for x in (a, b, c, *sliced, *more):
                 x["pair"], x["warmup"], x["load1"] = i, False, os.getloadavg()[0]
                 cleanup_state(x)
@@ -780,8 +783,9 @@ def main() -> int:
                     help="N:FORKS:RUNS consecutive clean audits with --forks FORKS at size N "
                          "(default 16:4:20; 0 runs: skip)")
     ap.add_argument("--aliases", default="",
-                    help="instead: N:NODES:FORKS, the fleet-size stand-in (N inventory aliases of a NODES-node lab, "
-                         "audit / setup / ping with --forks FORKS); several separated by commas")
+                    help="instead: N:NODES:FORKS[:ROUNDS], the fleet-size stand-in (N inventory aliases of a "
+                         "NODES-node lab, audit / setup / ping with --forks FORKS, ROUNDS rounds, default "
+                         "--alias-rounds); several separated by commas")
     ap.add_argument("--alias-rounds", type=int, default=1, help="rounds per --aliases spec (default 1)")
     ap.add_argument("--alias-remediate", default="",
                     help="with --aliases: also `remediate` after each round's ping: dry, apply or dry,apply "
