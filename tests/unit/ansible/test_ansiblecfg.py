@@ -59,26 +59,59 @@ def test_config_search_order(home: Path, tmp_path: Path, monkeypatch: pytest.Mon
 def test_the_search_is_ansible_cores_own(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What ansible-core's find_ini_config_file answers is used, except that an inventory's ansible.cfg comes before
     the user-wide ~/.ansible.cfg and /etc/ansible/ansible.cfg."""
-    from ansible.config import manager
-
     invdir = tmp_path / "inv"
     nxt = cfg_file(invdir, "")
     elsewhere = cfg_file(tmp_path / "elsewhere", "")
-    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: str(elsewhere))
+    monkeypatch.setattr(ansiblecfg, "core_config_file", lambda: str(elsewhere))
     assert ansiblecfg.find_config([str(invdir)]) == elsewhere.resolve()
-    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: "/etc/ansible/ansible.cfg")
+    monkeypatch.setattr(ansiblecfg, "core_config_file", lambda: "/etc/ansible/ansible.cfg")
     assert ansiblecfg.find_config([str(invdir)]) == nxt.resolve()
     assert ansiblecfg.find_config([]) == Path("/etc/ansible/ansible.cfg")
-    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: None)
+    monkeypatch.setattr(ansiblecfg, "core_config_file", lambda: None)
     assert ansiblecfg.find_config([str(invdir)]) == nxt.resolve()
     assert ansiblecfg.find_config([]) is None
     # ANSIBLE_CONFIG naming ~/.ansible.cfg itself: the user's choice stands
     user = home / ".ansible.cfg"
     user.write_text("")
-    monkeypatch.setattr(manager, "find_ini_config_file", lambda warnings=None: str(user))
+    monkeypatch.setattr(ansiblecfg, "core_config_file", lambda: str(user))
     assert ansiblecfg.find_config([str(invdir)]) == nxt.resolve()
     monkeypatch.setenv("ANSIBLE_CONFIG", str(user))
     assert ansiblecfg.find_config([str(invdir)]) == user.resolve()
+
+
+def test_core_search_answers_as_ansible_core(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ddpfix's copy of ansible-core's search (it spares every command the import of Ansible's config manager) finds
+    the file ansible-core's own find_ini_config_file finds, case by case."""
+    from ansible.config.manager import find_ini_config_file
+
+    def same() -> str | None:
+        mine = ansiblecfg.core_config_file()
+        assert mine == find_ini_config_file()
+        return mine
+
+    cwd, envdir = tmp_path / "work", tmp_path / "envcfg"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    none = same()
+    assert none in (None, "/etc/ansible/ansible.cfg")
+    user = cfg_file(home, "")
+    user = user.rename(home / ".ansible.cfg")
+    assert same() == str(user)
+    here = cfg_file(cwd, "")
+    assert same() == str(here)
+    cwd.chmod(0o777)  # world-writable: skipped
+    assert same() == str(user)
+    cwd.chmod(0o755)
+    env = cfg_file(envdir, "")
+    for named in (str(envdir), str(env), "$HOME/../envcfg", "../envcfg/ansible.cfg", "~/../envcfg/./ansible.cfg"):
+        monkeypatch.setenv("ANSIBLE_CONFIG", named)
+        assert same() == str(env), named
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "missing.cfg"))  # named but absent: the next place
+    assert same() == str(here)
+    env.chmod(0o000)
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(env))
+    if not os.access(env, os.R_OK):  # unreadable (not as root): the next place
+        assert same() == str(here)
 
 
 def test_world_writable_cwd_is_skipped_like_ansible(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
