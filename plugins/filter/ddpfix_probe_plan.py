@@ -131,10 +131,8 @@ def ddpfix_facts_args(plan, me):
     for the facts: the second round at the cluster addresses, probe_cluster.yml)."""
     probe = None
     if plan["probe"] and not plan["probe_from_facts"]:
-        # plain copies, read once: ansible-core 2.19+ hands a filter variables as lazy containers, whose every
-        # element access goes through its templating checks (the plan walks these lists several times)
-        probe = ddpfix_probe_plan(list(plan["hosts"]), me, list(plan["order"]), dict(plan["addresses"]),
-                                  plan["master"], int(plan["master_port"]), int(plan["peers"]), int(plan["port"]))
+        probe = ddpfix_probe_plan(plan["hosts"], me, plan["order"], plan["addresses"], plan["master"],
+                                  int(plan["master_port"]), int(plan["peers"]), int(plan["port"]))
         probe.update(timeout=float(plan["timeout"]), wait=float(plan["wait"]), hold=float(plan["hold"]),
                      detach=len(plan["hosts"]) > int(plan["forks"]))
     return {
