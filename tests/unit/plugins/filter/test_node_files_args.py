@@ -24,7 +24,7 @@ def _run(**over: Any) -> dict[str, Any]:
 
 
 def _plan(**over: Any) -> dict[str, Any]:
-    plan: dict[str, Any] = {"hosts": True, "hosts_path": "/etc/hosts", "env": ["env.missing"], "env_body": "A=1\n",
+    plan: dict[str, Any] = {"hosts": True, "hosts_path": "/etc/hosts", "env": ["netif"], "env_body": "A=1\n",
                             "cluster_path": "/etc/ddpfix/cluster.json", "files": DROPINS}
     plan.update(over)
     return plan
@@ -47,11 +47,11 @@ def test_a_failed_node_keeps_the_cluster_wide_files_off_every_node_but_not_the_d
 
 
 def test_tags_and_skip_tags_select_the_groups() -> None:
-    env_only = fa.ddpfix_node_files_args(_run(tags=["env.missing"], env_tagged=True), _plan())
+    env_only = fa.ddpfix_node_files_args(_run(tags=["env"], env_tagged=True), _plan())
     assert env_only is not None and env_only["files"] == [] and "hosts" not in env_only and "body" in env_only
     hosts_only = fa.ddpfix_node_files_args(_run(tags=["hosts"], hosts_tagged=True), _plan())
     assert hosts_only is not None and "hosts" in hosts_only and "env_path" not in hosts_only
-    nofile = fa.ddpfix_node_files_args(_run(tags=["limits.nofile-low"], nofile_tagged=True), _plan())
+    nofile = fa.ddpfix_node_files_args(_run(tags=["nofile"], nofile_tagged=True), _plan())
     assert nofile is not None and [f["key"] for f in nofile["files"]] == ["nofile"]
     skipped = fa.ddpfix_node_files_args(_run(skip_tags=["env", "memlock"]), _plan())
     assert skipped is not None and "env_path" not in skipped and "hosts" in skipped
