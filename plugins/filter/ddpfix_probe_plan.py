@@ -47,7 +47,10 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     - `play_hosts`: the hosts of this play (ansible_play_hosts_all: --limit applies); `order`: the rank order (the
       ring follows it); `addresses`: {host: ansible_host} (a host missing there is dialled by its name).
     - `after` (targets and sources): the host comes later than `me` in the play's order (see `ddpfix_node_facts`'s
-      rolling probe, with forks below the play's hosts);
+      rolling probe, with forks below the play's hosts); `closes` (targets): `me` is the last host in play order
+      whose probe meets that target's after it started (dialled by it or dialling it), so the target's rolling
+      prober ends with `me`'s dial: `me`'s task waits (briefly) until that listener is closed, and a run never
+      returns while a prober of it still holds a port (the master port a launch started next binds);
     - targets: the master port on the master, and the probe `port` of the next `peers` hosts of the ring (among the
       play's hosts), so each listener is dialled by `peers` others and the cost is (1 + peers) * N connections
       (`port` + 1 when `port` is the master port); `alt_ports`, the ports a listener takes instead when its node
@@ -81,16 +84,33 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
 
     targets = []
     dialers = {"peer": [], "master": []}  # who dials this node's listeners: only their connects count
+    k = min(int(peers), max(0, len(ring) - 1))
+    at = {h: i for i, h in enumerate(ring)}
+
+    def last_to_meet(h):
+        """The host latest in play order among those whose probe meets h's after h started (h dials it, or it
+        dials h): a rolling prober's listeners close once that host's part is done."""
+        j = at.get(h)
+        if j is None:
+            return None
+        near = {ring[(j + s) % len(ring)] for s in range(1, k + 1)}
+        near |= {ring[(j - s) % len(ring)] for s in range(1, k + 1)}
+        near |= set(ring) if h == master else ({master} & in_play)
+        later = [x for x in near - {h} if pos.get(x, -1) > pos.get(h, -1)]
+        return max(later, key=lambda x: pos[x]) if later else None
+
+    def closes(h):  # {"closes": True}: `me` is that host for h (the rolling dial waits for h's listeners to close)
+        return {"closes": True} if h != me and last_to_meet(h) == me else {}
+
     if master in in_play:
         targets.append({"name": master, "address": addr(master), "port": int(master_port), "kind": "master",
-                        **after(master)})
-    k = min(int(peers), max(0, len(ring) - 1))
+                        **after(master), **closes(master)})
     if me in ring:
         i = ring.index(me)
         for step in range(1, k + 1):
             h = ring[(i + step) % len(ring)]
             targets.append({"name": h, "address": addr(h), "port": int(port), "alt_ports": alt_ports, "kind": "peer",
-                            **after(h)})
+                            **after(h), **closes(h)})
             back = ring[(i - step) % len(ring)]  # the node `step` places before me dials me
             dialers["peer"].append({"name": back, "address": addr(back), **after(back)})
     if me == master:

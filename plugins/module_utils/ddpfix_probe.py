@@ -297,6 +297,25 @@ def reached(r):
     return bool(r.get("ok")) or "ECONNREFUSED" in (r.get("error") or "")
 
 
+#: How long a rolling dial that is the last its target's prober waits for (the plan's `closes`) waits for that
+#: prober's listener to close, seconds (it closes at once, unless a dial or connect it waits for never comes).
+CLOSE_WAIT = 1.0
+
+
+def wait_closed(address, port, bind_address, bind_ifname, until, stop):
+    """Connect to `address`:`port` until it refuses (the listener is closed) or `until`: True once refused."""
+    pause = 0.005
+    while not stop.is_set():
+        r = tcp_connect(address, port, bind_address, bind_ifname, max(0.05, min(1.0, until - time.time())))
+        if not r["ok"]:
+            return "ECONNREFUSED" in (r["error"] or "")
+        if time.time() + pause >= until:
+            return False
+        stop.wait(pause)
+        pause = min(0.05, pause * 2)
+    return False
+
+
 def parent_alive(parent):
     """The process that forked an inline prober still runs (the prober's parent is still it)."""
     return parent is None or os.getppid() == parent
@@ -377,7 +396,13 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
                  kind=t.get("kind", "peer"), attempts=attempts, first_try=round(first, 3), last_try=round(last, 3))
         if via and t.get("kind", "peer") == "peer" and not stop.is_set():
             dial_via(i, t, r["port"])  # where the main dial reached the peer's listener
+        if r["ok"] and t.get("closes") and early is not None and i in early["targets"]:
+            # this node's dial is the last the earlier node's rolling prober waits for (the plan's `closes`): the
+            # task returns once that prober's listener is closed, so that no port of the run is held after it
+            wait_closed(t["address"], r["port"], bind_address, bind_ifname, min(time.time() + CLOSE_WAIT,
+                                                                             float(early["until"])), stop)
         results[i] = r
+        poke()  # the main loop sees the dial done at once (not at its next select timeout)
 
     def dial_via(i, t, port):  # once from each other candidate, all at once: at most one connect timeout more
         def one(j, c):
@@ -391,6 +416,16 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             th.start()
         for th in ths:
             th.join(timeout + 0.5)
+
+    wake_r, wake_w = os.pipe()  # a dial thread's end wakes the main loop's select
+    os.set_blocking(wake_w, False)
+    wake_lock = threading.Lock()
+    wake = {"w": wake_w}
+
+    def poke():
+        with wake_lock, contextlib.suppress(OSError):  # (a full pipe: the loop is awake already)
+            if wake["w"] is not None:
+                os.write(wake["w"], b"x")
 
     threads = [threading.Thread(target=dial, args=(i, t)) for i, t in enumerate(targets)]
     for th in threads:
@@ -418,6 +453,11 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
                 for who in ok.get(kind, {}).get(a, ()):
                     heard.setdefault(kind, {}).setdefault(who, a)
 
+    def later_done():
+        hear()
+        return all(who in heard.get(kind, {}) for kind, names in (early.get("later") or {}).items() if kind in expect
+                   for who in names)
+
     while not stop.is_set():
         now = time.time()
         dials_done = all(r is not None for r in results)
@@ -426,15 +466,14 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             done = all(results[i] is not None for i in early["targets"]) and all(
                 who in heard.get(kind, {}) for kind, names in early["dialers"].items() if kind in expect
                 for who in names)
+            if done and dials_done and later_done():
+                break  # nothing after the task's part (the last node): listeners closed before the task returns
             if done or now >= early["until"]:
                 send_early()
         if dials_done and all(inbound[k] >= n for k, n in expect.items()):
             break
-        if early is not None and early.get("sent") and dials_done:
-            hear()
-            if all(who in heard.get(kind, {}) for kind, names in (early.get("later") or {}).items() if kind in expect
-                   for who in names):
-                break  # the rolling prober's later part is done
+        if early is not None and early.get("sent") and dials_done and later_done():
+            break  # the rolling prober's later part is done
         if now >= hold_until:
             break
         if now - last_check > 0.5:
@@ -442,10 +481,10 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             if not _ours(lock_path, run_id) or not parent_alive(parent):
                 break
             count()  # names resolved meanwhile
-        if not socks:
-            stop.wait(0.1)
-            continue
-        ready, _, _ = select.select([s for s, _ in socks], [], [], 0.1)
+        ready, _, _ = select.select([wake_r, *(s for s, _ in socks)], [], [], 0.1)
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            ready.remove(wake_r)
         for s in ready:
             try:
                 c, peer = s.accept()
@@ -464,6 +503,11 @@ def prober(socks, targets, expect, bind_address, bind_ifname, timeout, dial_unti
             early["release"]()
     for th in threads:
         th.join(timeout + 0.5)
+    with wake_lock:  # a dial thread still running past its join writes nowhere (the descriptor may be reused)
+        wake["w"] = None
+        for fd in (wake_r, wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
     connects = []
     for i, t in enumerate(targets):
         r = results[i] or {"ok": False, "error": "not finished when the prober stopped", "seconds": None,

@@ -63,8 +63,10 @@ options:
     description:
       - "The probe, as the controller planned it: port (the listener port), alt_ports (the ports the listener takes
         instead, in order, when this node holds the port already), self_address (the address peers dial here),
-        targets (list of {name, address, port, alt_ports, kind}: a peer's alternates are dialled where its port
-        refuses), expect_peers and expect_master (inbound connects),
+        targets (list of {name, address, port, alt_ports, kind, after, closes}: a peer's alternates are dialled
+        where its port refuses; after, the target starts later in play order; closes, this node is the last whose
+        probe meets the target's rolling prober, so its dial waits until that prober's listeners are closed),
+        expect_peers and expect_master (inbound connects),
         expected ({name: address} of every node), me (this node's name), timeout (one connect), wait (the dial and
         accept deadline, seconds), detach (bool), hold (a detached prober's hard limit, seconds, at most 120) and
         sources ({peer: [{name, address}], master: [...]}, the planned dialers of this node's listeners)."

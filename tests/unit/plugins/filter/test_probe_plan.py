@@ -147,3 +147,30 @@ def test_facts_follow_up_play_only_for_clusters_that_can_need_it() -> None:
     mgmt = {**one_net, "probe_from_facts": True}
     assert more(mgmt, 50, True, (), None, "cluster") and not more(mgmt, 50, True, (), None, "collect")
     assert more(mgmt, 3, True, (), None, "cluster") and more(mgmt, 3, True, (), None, "collect")
+
+
+@pytest.mark.parametrize("n,k,play_order", [(2, 1, None), (3, 2, None), (5, 2, None), (8, 3, None),
+                                              (6, 2, [3, 1, 6, 2, 5, 4])])
+def test_the_last_host_to_meet_a_rolling_listener_is_marked_closes(n: int, k: int,
+                                                                   play_order: list[int] | None) -> None:
+    """`closes` on a target: this host is the latest in play order of those whose probe meets the target's after the
+    target started (the target dials it, or it dials the target), so that target's rolling prober ends with this
+    host's dial (its task waits for the listener to close). Checked against every plan of the cluster; a target
+    whose last meeting host does not dial it (only dialled by it) has no such mark anywhere."""
+    order = [f"node{i}" for i in range(1, n + 1)]
+    play = [f"node{i}" for i in play_order] if play_order else order
+    addrs = {h: f"192.168.77.{10 + i}" for i, h in enumerate(order, 1)}
+    plans = {h: pp.ddpfix_probe_plan(play, h, order, addrs, "node1", 29500, k, 45678) for h in play}
+    pos = {h: i for i, h in enumerate(play)}
+    for h in play:
+        meets = {t["name"] for t in plans[h]["targets"]} | {x for x in play if any(
+            t["name"] == h for t in plans[x]["targets"])}
+        later = [x for x in meets - {h} if pos[x] > pos[h]]
+        last = max(later, key=pos.__getitem__) if later else None
+        marked = {x for x in play for t in plans[x]["targets"] if t["name"] == h and t.get("closes")}
+        dials_h = last is not None and any(t["name"] == h for t in plans[last]["targets"])
+        assert marked == ({last} if dials_h else set()), (h, last, marked)
+        if dials_h:  # every target entry of that host for h (master and peer port) is marked
+            assert all(t.get("closes") for t in plans[last]["targets"] if t["name"] == h)
+    # the master's listener is met by every host: its last one in play order closes it
+    assert any(t.get("closes") for t in plans[play[-1]]["targets"] if t["name"] == "node1") or play[-1] == "node1"

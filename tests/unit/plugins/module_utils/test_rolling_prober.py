@@ -88,6 +88,10 @@ def test_rolling_probers_one_task_each_and_the_early_dial_is_read_from_the_late_
     (c,) = early2["connects"]
     assert c["ok"] and c["name"] == "n1" and early2["deferred"] == []
     assert early2["inbound_from"] == {"peer": {"n1": "127.0.0.1"}}  # n1's prober's dial, seen by n2's listener
+    # n2 is the last to meet n1's prober (the plan's `closes`) and the last node: when its task has returned, no
+    # listener of the run is up (a launch started next finds its ports free)
+    for addr in ("127.0.0.1", "127.0.0.2"):
+        assert "ECONNREFUSED" in (pr.tcp_connect(addr, port, "", "", 1.0)["error"] or ""), addr
     # both probers end by themselves (every dial and connect done) and give their node's lock back
     assert _gone(pid1, time.time() + 5) and _gone(pid2, time.time() + 5)
     assert not lock1.exists() and not lock2.exists()
