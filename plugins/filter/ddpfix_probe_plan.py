@@ -138,6 +138,40 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     }
 
 
+def ddpfix_facts_args(plan, me):
+    """The arguments of node `me`'s facts task (module ddpfix_node_facts) that are decided for the whole play.
+
+    `plan` is the role's settings, templated once per play (roles/ddpfix_facts/tasks/facts.yml, a run_once
+    set_fact): hosts (the play's, ansible_play_hosts_all), order, addresses, master, master_address, master_port,
+    cluster_cidr, env_path, lock_path, lock_holder, lock_stale_minutes, nofile_path, profile, probe (on/off),
+    probe_from_facts, peers, port, timeout, wait, hold, forks. Each node's task is then this one filter call, not one
+    template per argument and per role default (about forty per node, each compiled anew by ansible-core 2.19+).
+    The node's own values (python, socket interface, launcher units, sysfs and dev roots, fi_info: per-host
+    variables) stay arguments of the task itself. `probe` None: no probe in this task (probe off, or the probes wait
+    for the facts: the second round at the cluster addresses, probe_cluster.yml)."""
+    probe = None
+    if plan["probe"] and not plan["probe_from_facts"]:
+        # plain copies, read once: ansible-core 2.19+ hands a filter variables as lazy containers, whose every
+        # element access goes through its templating checks (the plan walks these lists several times)
+        probe = ddpfix_probe_plan(list(plan["hosts"]), me, list(plan["order"]), dict(plan["addresses"]),
+                                  plan["master"], int(plan["master_port"]), int(plan["peers"]), int(plan["port"]))
+        probe.update(timeout=float(plan["timeout"]), wait=float(plan["wait"]), hold=float(plan["hold"]),
+                     detach=len(plan["hosts"]) > int(plan["forks"]))
+    return {
+        "master_address": plan["master_address"],
+        "master_port": int(plan["master_port"]),
+        "is_master": me == plan["master"],
+        "cluster_cidr": plan["cluster_cidr"],
+        "env_path": plan["env_path"],
+        "lock_path": plan["lock_path"],
+        "lock_holder": plan["lock_holder"],
+        "lock_stale_minutes": int(plan["lock_stale_minutes"]),
+        "nofile_path": plan["nofile_path"],
+        "profile": plan["profile"],
+        "probe": probe,
+    }
+
+
 def ddpfix_probe_needs_facts(addresses, cidr):
     """Whether the probes must wait for the facts: a cluster network `cidr` is set and some node's inventory address
     (`addresses`: {host: ansible_host}) is not an IP inside it (a management network for SSH, a name), so the address
@@ -210,6 +244,7 @@ class FilterModule:
     def filters(self):
         return {
             "ddpfix_probe_plan": ddpfix_probe_plan,
+            "ddpfix_facts_args": ddpfix_facts_args,
             "ddpfix_probe_needs_facts": ddpfix_probe_needs_facts,
             "ddpfix_cluster_addresses": ddpfix_cluster_addresses,
             "ddpfix_facts_more": ddpfix_facts_more,

@@ -226,7 +226,7 @@ def test_cli_runs_the_unregistered_facts_task_and_every_other_task_it_needs() ->
     calls = [t for t in tasks if "ddpfix.cluster.ddpfix_node_facts" in t]
     registered, events = calls
     assert registered["register"] == "ddpfix_facts_result" and "register" not in events
-    for key in ("ddpfix.cluster.ddpfix_node_facts", "vars", "check_mode", "changed_when", "name"):
+    for key in ("ddpfix.cluster.ddpfix_node_facts", "args", "check_mode", "changed_when", "name"):
         assert registered[key] == events[key], key
     assert _cli_runs(events["tags"]) and not _cli_runs(registered["tags"])
     # without the CLI (no --tags): `never` leaves the twin out, the registered task runs

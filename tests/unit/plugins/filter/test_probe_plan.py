@@ -174,3 +174,36 @@ def test_the_last_host_to_meet_a_rolling_listener_is_marked_closes(n: int, k: in
             assert all(t.get("closes") for t in plans[last]["targets"] if t["name"] == h)
     # the master's listener is met by every host: its last one in play order closes it
     assert any(t.get("closes") for t in plans[play[-1]]["targets"] if t["name"] == "node1") or play[-1] == "node1"
+
+
+def _facts_plan(**over: Any) -> dict[str, Any]:
+    order = ["node1", "node2", "node3", "node4"]
+    plan: dict[str, Any] = {
+        "hosts": order, "order": order, "addresses": {h: f"192.168.77.{10 + i}" for i, h in enumerate(order, 1)},
+        "master": "node1", "master_address": "192.168.77.11", "master_port": 29500, "cluster_cidr": "192.168.77.0/24",
+        "env_path": "/etc/ddpfix/ddp.env", "lock_path": "/run/ddpfix.lock", "lock_holder": {"run_id": "r1"},
+        "lock_stale_minutes": 20, "nofile_path": "", "profile": False, "probe": True, "probe_from_facts": False,
+        "peers": 2, "port": 45678, "timeout": 2.0, "wait": 8.0, "hold": 19.0, "forks": 4}
+    plan.update(over)
+    return plan
+
+
+def test_facts_args_are_the_plays_decisions_with_each_nodes_probe_plan() -> None:
+    """The facts task's play-wide arguments, decided once for the play: each node's is one filter call, with its own
+    probe plan (as the per-argument templates gave it) and no per-node variable (those stay task arguments)."""
+    plan = _facts_plan()
+    assert pp.FilterModule().filters()["ddpfix_facts_args"] is pp.ddpfix_facts_args
+    args = pp.ddpfix_facts_args(plan, "node3")
+    probe = pp.ddpfix_probe_plan(plan["hosts"], "node3", plan["order"], plan["addresses"], "node1", 29500, 2, 45678)
+    assert args == {
+        "master_address": "192.168.77.11", "master_port": 29500, "is_master": False, "cluster_cidr": "192.168.77.0/24",
+        "env_path": "/etc/ddpfix/ddp.env", "lock_path": "/run/ddpfix.lock", "lock_holder": {"run_id": "r1"},
+        "lock_stale_minutes": 20, "nofile_path": "", "profile": False,
+        "probe": {**probe, "timeout": 2.0, "wait": 8.0, "hold": 19.0, "detach": False}}
+    assert pp.ddpfix_facts_args(plan, "node1")["is_master"] is True
+    assert not {"python", "socket_ifname", "launcher_units", "sysfs_root", "dev_root", "fi_info"} & set(args)
+    # forks below the play's hosts: the probers outlive their tasks (rolling)
+    assert pp.ddpfix_facts_args(_facts_plan(forks=2), "node3")["probe"]["detach"] is True
+    # no probe in this task: probes off, or they wait for the facts (second round at the cluster addresses)
+    assert pp.ddpfix_facts_args(_facts_plan(probe=False), "node3")["probe"] is None
+    assert pp.ddpfix_facts_args(_facts_plan(probe_from_facts=True), "node3")["probe"] is None
