@@ -14,9 +14,9 @@ description:
   - "Runs on the controller (an action plugin; run it with C(run_once: true) and C(register)); it contacts no node.
     It returns its C(data) as it received it (templated once, on the first host), and the registered result is every
     host's."
-  - "The safe form of a C(run_once) C(ansible.builtin.set_fact): on ansible-core 2.19 to 2.21 every host of a
-    C(run_once) set_fact gets the same object as its cacheable facts when it has none cached yet, so the next module
-    that returns facts on one host writes them for all such hosts. This action sets no facts."
+  - "The safe form of a C(run_once) C(ansible.builtin.set_fact): on ansible-core 2.21 every host of a C(run_once)
+    set_fact gets the same object as its cacheable facts when it has none cached yet, so the next module that returns
+    facts on one host writes them for all such hosts (ansible/ansible#87148). This action sets no facts."
 options:
   data:
     description: The values, a mapping (templated once).

@@ -1,9 +1,9 @@
 """Action ddpfix_play_values (plugins/action/ddpfix_play_values.py), run by the real ansible-playbook on three
 controller-only aliases: a value templated once and registered on every host, and each host's facts kept its own.
 
-The contrast is ansible-core's own behaviour (2.19 to 2.21 at least): a `run_once` set_fact run before any host has
-facts cached leaves every host sharing one facts object, so one host's cacheable fact becomes every host's (the facts
-role's `ddpfix_node` did: every node read as the last one). The test asserts what ddpfix relies on (the action keeps
+The contrast is ansible-core's own behaviour (2.21, ansible/ansible#87148): a `run_once` set_fact run before any host
+has facts cached leaves every host sharing one facts object, so one host's cacheable fact becomes every host's (the
+facts role's `ddpfix_node` did: every node read as the last one). The test asserts what ddpfix relies on (the action keeps
 hosts apart) and records which way ansible-core goes for the set_fact form, without depending on it."""
 
 from __future__ import annotations
