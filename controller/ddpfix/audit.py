@@ -128,7 +128,27 @@ def collect(
     # The cluster stays whole under --limit: ranks, NNODES, WORLD_SIZE, MASTER_ADDR and the hosts block come from
     # the whole inventory; nodes outside the limit are simply not in `hosts` (not read, not a finding).
     ctx = Context(cluster, hosts, thresholds or Thresholds())
+    if probe:
+        for name, why in unprobed(ctx).items():
+            ctx.unanalysed.setdefault(name, {})["probe"] = why
     return ctx, run
+
+
+def unprobed(ctx: Context) -> dict[str, str]:
+    """{node: why} for each audited node with a cluster address on which no probe ran although the run asked for
+    probes (no probe result, `HostFacts.probe`, and no listener error): the probe checks are then not evaluated
+    there, never passed (a skipped probe task, a playbook that lost the probe plan). A run of one node has no
+    peer to probe."""
+    audited = ctx.audited()
+    if len(audited) < 2:
+        return {}
+    out: dict[str, str] = {}
+    for name, f in audited:
+        listener: Mapping[str, Any] = f.get("probe") or {}
+        cluster: Mapping[str, Any] = f.get("cluster") or {}
+        if cluster.get("address") and ctx.hosts[name].probe is None and not listener.get("error"):
+            out[name] = "no probe ran on this node (its facts task returned no prober result)"
+    return out
 
 
 def host_facts_of(hr: HostResult) -> HostFacts:

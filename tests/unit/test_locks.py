@@ -468,9 +468,10 @@ def test_every_remediate_step_checks_the_stop_file_before_it_starts_and_the_lock
         assert "DDPFIX_STOP_FILE" in play["vars"]["__ddpfix_go"] and "exists" in play["vars"]["__ddpfix_go"]
         steps = [t for task in play["tasks"] if "block" in task and "always" in task for t in task["block"]]
         # and the play-level tasks outside blocks (the cluster-wide files are one ddpfix_node_files task per node)
-        # (a set_fact decides on the controller, it starts nothing on a node)
+        # (a set_fact or ddpfix_play_values decides on the controller, it starts nothing on a node)
         steps += [t for t in play["tasks"]
-                  if "block" not in t and "ansible.builtin.meta" not in t and "ansible.builtin.set_fact" not in t]
+                  if "block" not in t and not {"ansible.builtin.meta", "ansible.builtin.set_fact",
+                                               "ddpfix.cluster.ddpfix_play_values"} & set(t)]
         assert steps
         for t in steps:
             when = t.get("when") or []

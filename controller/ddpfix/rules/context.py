@@ -171,3 +171,6 @@ def not_read(ctx: Context, names: Iterable[str]) -> str:
 #: fact sources (`unread[].source` of the node's facts) the rules read
 SRC_HOSTS, SRC_IFACES, SRC_ENV = frozenset({"hosts_file"}), frozenset({"interfaces"}), frozenset({"env_file"})
 SRC_FABRIC = frozenset({"fabric"})
+#: the node's probe (its connects to the master port and its peers): unread when the audit asked for probes and
+#: none ran on a node that has a cluster address (ddpfix.audit.unprobed)
+SRC_PROBE = frozenset({"probe"})

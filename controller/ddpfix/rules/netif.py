@@ -19,7 +19,7 @@ from ddpfix.ifselect import (
 from ddpfix.model.finding import Explains, Finding, Severity
 from ddpfix.model.net import is_loopback
 from ddpfix.plan import cluster_nic
-from ddpfix.rules.context import SRC_ENV, SRC_IFACES, Context, cluster_if, hosts_lines, iface_named
+from ddpfix.rules.context import SRC_ENV, SRC_IFACES, SRC_PROBE, Context, cluster_if, hosts_lines, iface_named
 from ddpfix.rules.registry import Rule, finding, rules
 from ddpfix.rules.remedies import ENV_FILE, PIN_IFNAME
 
@@ -270,7 +270,7 @@ def in_force_ifnames(ctx: Context, name: str, f: Mapping[str, Any]) -> dict[str,
         "Use {good} ({good_address}) on {node}, the interface that reached every probed peer: {how}. Then find why "
         "{bad} reaches no peer (cabling, switch port or VLAN, its address in the cluster network on an isolated link).",
         remedies=(ENV_FILE,),
-        reads=SRC_IFACES | SRC_ENV,
+        reads=SRC_IFACES | SRC_ENV | SRC_PROBE,
         still_open="ddp_socket_ifname in the inventory names the failing interface: ddpfix keeps the inventory's "
                    "interface; change it, or find why that interface reaches no peer",
     ),

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ddpfix.model.finding import Finding, Severity
-from ddpfix.rules.context import Context
+from ddpfix.rules.context import SRC_PROBE, Context
 from ddpfix.rules.registry import Rule, finding, rules
 from ddpfix.rules.remedies import VIA_FIREWALL
 
@@ -23,6 +23,7 @@ E = Severity.ERROR
         "TCP connect from this node to MASTER_ADDR:MASTER_PORT fails (refused / timed out / no route)",
         "Fix the firewall/route on the path to the master {target}; re-run audit to confirm the connect succeeds.",
         remedies=(VIA_FIREWALL,),
+        reads=SRC_PROBE,
         unseen_if_unexplained=True,
     ),
     PEER_UNREACHABLE := Rule(
@@ -31,6 +32,7 @@ E = Severity.ERROR
         "TCP from this node to a peer's probe port (in its ephemeral range) fails",
         "Open the peer's ephemeral range to {cidr} and check the route between the two nodes.",
         remedies=(VIA_FIREWALL,),
+        reads=SRC_PROBE,
         unseen_if_unexplained=True,
     ),
     PORT_IN_USE := Rule(

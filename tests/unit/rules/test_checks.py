@@ -994,6 +994,26 @@ def test_a_block_found_in_a_readable_layer_is_still_reported(sim: Sim) -> None:
     assert set(_ne(sim)["node2"]) == {firewall_rules.WORLD_OPEN.id, firewall_rules.EGRESS_BLOCKED.id}
 
 
+def test_a_node_whose_probe_did_not_run_reads_not_evaluated_never_passed(sim: Sim) -> None:
+    """The run asked for probes and node2's facts hold no prober result (a probe task skipped): its probe checks
+    are not evaluated (the incomplete-facts finding names them), never a silent pass; a prober's error or a run
+    without a second node is no such case."""
+    from ddpfix.audit import unprobed
+
+    sim.docs["node2"]["probe"] = None
+    ctx = sim.context()
+    assert unprobed(ctx) == {"node2": "no probe ran on this node (its facts task returned no prober result)"}
+    ctx.unanalysed.setdefault("node2", {})["probe"] = unprobed(ctx)["node2"]
+    findings = run_checks(ctx)
+    (inc,) = [f for f in findings if f.id == reachability_rules.INCOMPLETE.id]
+    assert inc.host == "node2" and "could not read probe on node2" in inc.message, inc
+    ne = {h: {x["id"] for x in v} for h, v in not_evaluated(ctx, findings).items()}
+    assert {probes_rules.MASTER_PORT_UNREACHABLE.id, probes_rules.PEER_UNREACHABLE.id,
+            netif_rules.CANNOT_REACH_PEERS.id} <= ne["node2"], ne
+    sim.node("node2")["probe"]["error"] = "cannot listen on 192.168.77.12:41000: Address already in use"
+    assert unprobed(sim.context()) == {}  # the prober ran and failed: its own finding says so
+
+
 def test_unread_interfaces_withdraw_netif_findings(sim: Sim) -> None:
     CASES[f"{reachability_rules.INCOMPLETE.id}:interfaces"](sim)
     found = {(f.id, f.host) for f in sim.findings()}

@@ -72,3 +72,34 @@ def test_the_run_once_set_fact_form_is_what_the_action_avoids(tmp_path: Path) ->
     seen = _run(tmp_path, SET_FACT)
     owns = {own for own, _ in seen.values()}
     assert set(seen) == {"h1", "h2", "h3"} and (owns == {"h1", "h2", "h3"} or len(owns) == 1), seen
+
+
+def _tasks(node: object) -> list[dict[str, object]]:
+    """Every task of a playbook or task file, blocks and their rescue/always included."""
+    out: list[dict[str, object]] = []
+    for item in node if isinstance(node, list) else []:
+        if not isinstance(item, dict):
+            continue
+        for key in ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always"):
+            out += _tasks(item.get(key))
+        if "hosts" not in item and not {"block", "rescue", "always"} & set(item):
+            out.append(item)
+    return out
+
+
+def test_no_run_once_set_fact_in_a_playbook_or_role() -> None:
+    """Values a play decides once are registered from ddpfix_play_values, never set by a run_once set_fact: on
+    ansible-core 2.21 that leaves the hosts with no facts cached sharing one facts object (ansible/ansible#87148),
+    so a fact a module returns on one node (its discovered Python, the facts module's ddpfix_node) reads as every
+    node's. The test above shows the mechanism through ansible-playbook."""
+    import yaml
+
+    files = [*sorted((ROOT / "playbooks").glob("*.yml")), *sorted((ROOT / "roles").glob("*/tasks/*.yml"))]
+    assert len(files) > 10
+    offenders = []
+    for f in files:
+        for task in _tasks(yaml.safe_load(f.read_text())):
+            set_fact = {"ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact"} & set(task)
+            if set_fact and str(task.get("run_once", "")).lower() in ("true", "yes", "1"):
+                offenders.append(f"{f.relative_to(ROOT)}: {task.get('name')}")
+    assert not offenders, offenders
