@@ -266,6 +266,16 @@ def test_cli_facts_in_refuses_a_limit_and_facts_out(tmp_path: Path, inventory: P
     assert r.exit_code == 2 and "not a directory" in r.output
 
 
+def test_cli_facts_in_refuses_probe_settings_it_would_ignore(tmp_path: Path, inventory: Path) -> None:
+    """--probe-peers / --probe-timeout set the run's probes; --facts-in runs none: one line, exit 2, not a silent
+    default. --no-probe still means what it means there (the saved probes' findings are left out)."""
+    for extra, line in ((["--probe-peers", "3"], "--probe-peers 3: --facts-in runs no probe"),
+                        (["--probe-timeout", "5"], "--probe-timeout 5.0: --facts-in runs no probe")):
+        r = CliRunner().invoke(cli, ["-i", str(inventory), "audit", "--facts-in", str(tmp_path), *extra])
+        assert r.exit_code == 2 and line in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1
+
+
 def test_cli_facts_out_is_refused_before_anything_runs(tmp_path: Path, inventory: Path) -> None:
     (tmp_path / "file").write_text("")
     r = CliRunner().invoke(cli, ["-i", str(inventory), "audit", "--facts-out", str(tmp_path / "file")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from ddpfix import factsdir, pipeline
 from ddpfix.app import Application
@@ -59,6 +60,12 @@ def command(app: Application, fmt: str, output: str | None, skip: str | None, fa
     if facts_in:
         if facts_out or app.limit:
             app.abort("--facts-in reads saved batches and runs nothing: without --facts-out and --limit")
+        ctx = click.get_current_context()
+        for name, flag, value in (("probe_peers", "--probe-peers", probe_peers),
+                                  ("probe_timeout", "--probe-timeout", probe_timeout)):
+            if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:  # it would be silently ignored
+                app.abort(f"{flag} {value}: --facts-in runs no probe (it reads the probes the batches ran); "
+                          f"give {flag} to the batches' audits")
         _merged(app, facts_in, facts_max_age, fmt=fmt, output=output, skip=skip, fail_on=fail_on, probe=probe,
                 max_skew=max_skew, matrix=matrix)
         return
