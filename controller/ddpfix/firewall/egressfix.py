@@ -68,16 +68,6 @@ def port_spec(master_port: int, ranges: Iterable[tuple[int, int]]) -> str | None
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in merged)
 
 
-def _base_chain(v: Verdict) -> tuple[str, str, str] | None:
-    """(family, table, base chain) of an nftables refusal: the chain named in its evidence ('nft FAM TABLE CHAIN:
-    rule (via BASE #n, ...)', 'nft FAM TABLE BASE policy drop'), the first hop when it was reached by a jump."""
-    m = re.match(r"nft (\S+) (\S+) (\S+?)(?::\s| policy )", v.evidence)
-    if m is None:
-        return None
-    via = re.search(r" \(via (\S+) #\d+", v.evidence)
-    return m.group(1), m.group(2), via.group(1) if via else m.group(3)
-
-
 def _nft_rule(c: EgressChange, cidr: str, ports: Sequence[tuple[int, int]]) -> dict[str, Any]:
     """The planned nft rule as `nft -j` lists it (to ask the evaluator about it)."""
     net = ipaddress.ip_network(cidr, strict=False)
@@ -157,9 +147,9 @@ def _change_for(v: Verdict, state: Mapping[str, Any], owned: set[tuple[str, str]
                 ports: str) -> tuple[EgressChange | None, str]:
     """The accept that would let the refused connect `v` out, or (None, why ddpfix does not change that chain)."""
     if v.layer == "nftables":
-        where = _base_chain(v)
+        where = v.chain  # the evaluator's (family, table, base chain): the first hop when a jump refused it
         if where is None:
-            return None, "the refusing chain cannot be told from the evidence"
+            return None, "the evaluator named no refusing nftables chain"
         fam, table, chain = where
         if fam not in ("ip", "inet"):
             return None, f"table {fam} {table} is not an IPv4 table ddpfix changes"

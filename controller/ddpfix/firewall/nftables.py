@@ -418,11 +418,12 @@ def _settle_layer(chains: list[ChainVerdict], notes: list[str]) -> LayerResult |
         return None
     explicit: str | None = None
     last: str | None = None
-    denied: list[tuple[Action, str, tuple[str, ...]]] = []  # (verdict, evidence, undecided) of each refusing chain
+    # (verdict, evidence, undecided, (family, table, base chain)) of each refusing chain
+    denied: list[tuple[Action, str, tuple[str, ...], tuple[str, str, str]]] = []
     may_deny: list[str] = []  # undecided rules of accepting chains
-    for _key, _base, verdict, ref, by_rule, undecided in chains:
+    for key, base, verdict, ref, by_rule, undecided in chains:
         if verdict != "accept":
-            denied.append((verdict, ref, undecided))
+            denied.append((verdict, ref, undecided, (key[0], key[1], base)))
         elif by_rule:
             explicit = explicit or ref
             may_deny.extend(undecided)
@@ -430,15 +431,15 @@ def _settle_layer(chains: list[ChainVerdict], notes: list[str]) -> LayerResult |
             last = last or ref
             may_deny.extend(undecided)
     if denied:
-        d_verdict, ref, _ = denied[0]
-        if all(u for _, _, u in denied):  # every refusing chain could accept after all: undecided
-            flip = tuple(dict.fromkeys(r for _, _, u in denied for r in u))
+        d_verdict, ref, _, where = denied[0]
+        if all(u for _, _, u, _ in denied):  # every refusing chain could accept after all: undecided
+            flip = tuple(dict.fromkeys(r for _, _, u, _ in denied for r in u))
         else:
             flip = ()
-            notes.extend(f"not evaluated (cannot change this verdict): {r}" for _, _, u in denied for r in u)
+            notes.extend(f"not evaluated (cannot change this verdict): {r}" for _, _, u, _ in denied for r in u)
         notes.extend(f"not evaluated (cannot change this verdict): {r}" for r in may_deny)
         d: Action = "reject" if d_verdict == "reject" else "drop"
-        return LayerResult("nftables", d, True, ref, tuple(dict.fromkeys(notes)), flip)
+        return LayerResult("nftables", d, True, ref, tuple(dict.fromkeys(notes)), flip, where)
     return LayerResult("nftables", "accept", bool(explicit), explicit or last or "", tuple(dict.fromkeys(notes)),
                        tuple(dict.fromkeys(may_deny)))
 

@@ -144,7 +144,8 @@ class Ruleset:
         if notes:
             ev += " [{} rule(s) not evaluated, cannot change this verdict: {}]".format(
                 len(notes), "; ".join(notes[:3]) + ("; ..." if len(notes) > 3 else ""))
-        return Verdict(not deny, pick.layer, pick.verdict, pick.explicit, ev, tuple(notes), tuple(layers), undecided)
+        return Verdict(not deny, pick.layer, pick.verdict, pick.explicit, ev, tuple(notes), tuple(layers), undecided,
+                       pick.chain)
 
 
 State = Ruleset | Mapping[str, Any]

@@ -60,6 +60,9 @@ class LayerResult:
     evidence: str  # the deciding rule, as the tool prints it
     notes: tuple[str, ...] = ()  # rules that could not be evaluated but cannot change the verdict
     undecided: tuple[str, ...] = ()  # rules that could not be evaluated and could change the verdict
+    #: nftables: (family, table, base chain) of the first base chain that refuses the packet (a rule of a chain it
+    #: jumped to counts for that base chain); None when the layer accepts, and for the other layers
+    chain: tuple[str, str, str] | None = None
 
     @property
     def decided(self) -> bool:
@@ -84,6 +87,7 @@ class Verdict:
     notes: tuple[str, ...] = ()
     layers: tuple[LayerResult, ...] = field(default=())
     undecided: tuple[str, ...] = ()
+    chain: tuple[str, str, str] | None = None  # the deciding layer's (LayerResult.chain): where a fix would go
 
     @property
     def decided(self) -> bool:

@@ -102,6 +102,30 @@ def test_plan_inserts_one_accept_in_the_refusing_chain_and_keeps_the_rest() -> N
                     'accept comment "ddpfix-cluster"')
 
 
+def test_a_drop_in_a_jumped_to_chain_is_fixed_in_its_base_chain_named_by_the_evaluator() -> None:
+    """The refusing base chain comes from the evaluator (Verdict.chain), never from parsing its evidence text: a
+    drop in a regular chain the output chain jumps to puts the accept at the top of that base chain."""
+    def rule(chain: str, *expr: dict[str, Any]) -> dict[str, Any]:
+        return {"rule": {"family": "inet", "table": "guard", "chain": chain, "handle": 9, "expr": list(expr)}}
+    daddr = {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                       "right": {"prefix": {"addr": "192.168.77.0", "len": 24}}}}
+    st = {"nft": {"nftables": [
+        {"table": {"family": "inet", "name": "guard", "handle": 1}},
+        {"chain": {"family": "inet", "table": "guard", "name": "out_policy", "handle": 2, "type": "filter",
+                   "hook": "output", "prio": 0, "policy": "accept"}},
+        {"chain": {"family": "inet", "table": "guard", "name": "to_lan", "handle": 3}},
+        rule("out_policy", {"jump": {"target": "to_lan"}}),
+        rule("to_lan", daddr, {"drop": None})]}}
+    v = Ruleset(st).evaluate(out("192.168.77.12", "192.168.77.11", 29500))
+    assert not v.allowed and v.layer == "nftables" and v.chain == ("inet", "guard", "out_policy"), v
+    plan = egressfix.plan_egress(st, CIDR, node="node2", own="192.168.77.12", peers=["192.168.77.11"],
+                                 master_port=29500, ranges=[(32768, 60999)], iface="eth0", backend="nftables")
+    assert plan.refusals == [] and [(c.table, c.chain) for c in plan.changes] == [("guard", "out_policy")]
+    assert Ruleset(egressfix.with_changes(st, plan.changes, CIDR)).evaluate(
+        out("192.168.77.12", "192.168.77.11", 29500)).allowed
+    assert Ruleset(st).evaluate(out("192.168.77.12", "198.51.100.7", 29500)).chain is None  # accepted: no chain
+
+
 def test_plan_refuses_ufw_and_foreign_backends_naming_the_rule_and_command() -> None:
     st = nixos("192.168.0.0/16")
     plan = egressfix.plan_egress(st, CIDR, node="node2", own="192.168.77.12", peers=["192.168.77.11"],
