@@ -7,6 +7,8 @@ __metaclass__ = type
 import ipaddress
 import re
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
 
@@ -214,8 +216,14 @@ def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None, part="an
     either the cluster network is not the inventory's (`probe_from_facts`, or its addresses and CIDR say so) or the
     cluster has more nodes than `forks` (its probers run detached). An upper bound: each node's own condition still
     decides in the follow-up (under --limit fewer nodes may run than the cluster has). No view at all (the first task
-    did not run): True, the follow-up decides per node."""
-    if not probe:
+    did not run): True, the follow-up decides per node. `probe` or `forks` None (the role's defaults are not the
+    play's: a user's ansible.cfg sets private_role_vars): the facts task's plan of the first of `hosts` that holds
+    one (its registered `__ddpfix_facts_plan`) says what the facts play used."""
+    if probe is None or forks is None:
+        plan = _facts_plan(hosts, hostvars)
+        probe = plan.get("probe", True) if probe is None else probe
+        forks = plan.get("forks") if forks is None else forks
+    if not boolean(probe, strict=False):  # as `| bool` reads it: -e ddpfix_facts_probe=false is a string
         return False
     if not isinstance(view, dict):
         view = None
@@ -238,6 +246,19 @@ def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None, part="an
         return len(view.get("order") or []) > int(forks)
     except (TypeError, ValueError):
         return True
+
+
+def _facts_plan(hosts, hostvars):
+    """The facts task's play-wide values (roles/ddpfix_facts/tasks/facts.yml registers them on every host of the
+    facts play) as the first of `hosts` that has them holds them; {} when none does."""
+    for h in hosts or []:
+        try:
+            data = ((hostvars or {})[h].get("__ddpfix_facts_plan") or {}).get("data")
+        except (KeyError, TypeError, AttributeError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
 
 
 class FilterModule:

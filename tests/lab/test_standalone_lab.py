@@ -69,9 +69,15 @@ def cli_doc(lab_info, work: Path) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
+#: settings of a user's ansible.cfg that change what a play sees: the roles' defaults private to their roles
+#: (private_role_vars), facts only under ansible_facts (inject_facts_as_vars off)
+USER_CFG = {"ANSIBLE_PRIVATE_ROLE_VARS": "True", "ANSIBLE_INJECT_FACT_VARS": "False"}
+
+
 def test_audit_playbook_reports_what_the_cli_reports(lab_info, work: Path, cli_doc: dict[str, Any]) -> None:
     report = work / "audit.json"
-    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", tmp=work)
+    r = ansible_playbook(PLAYBOOKS / "audit.yml", lab_info.inventory, "-e", f"ddpfix_report={report}", tmp=work,
+                         **USER_CFG)
     assert r.returncode == 2, r.stdout[-4000:]  # the play fails: errors reach the default threshold (warning)
     assert "findings at or above warning" in r.stdout
     doc = json.loads(report.read_text())
@@ -169,7 +175,8 @@ def test_remediate_playbook_plans_and_fixes_without_the_cli(lab_info, work: Path
     r = cli(lab_info.inventory, "remediate", "--only", ONLY, "--format", "json", tmp=work)
     assert r.returncode == 1, r.stderr[-3000:]
     cli_changed = {h for h, n in json.loads(r.stdout)["changed"].items() if n}
-    r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--check", "--diff", "-e", f"ddpfix_only={ONLY}", tmp=work)
+    r = ansible_playbook(PLAYBOOKS / "remediate.yml", lab_info.inventory, "--check", "--diff", "-e", f"ddpfix_only={ONLY}", tmp=work,
+                         **USER_CFG)
     assert r.returncode == 0, r.stdout[-4000:]
     assert "node3" in recap_changed(r.stdout) and recap_changed(r.stdout) == cli_changed, r.stdout[-2000:]
     assert "127.0.1.1" in r.stdout  # the diff of /etc/hosts

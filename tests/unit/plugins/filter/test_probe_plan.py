@@ -147,6 +147,13 @@ def test_facts_follow_up_play_only_for_clusters_that_can_need_it() -> None:
     mgmt = {**one_net, "probe_from_facts": True}
     assert more(mgmt, 50, True, (), None, "cluster") and not more(mgmt, 50, True, (), None, "collect")
     assert more(mgmt, 3, True, (), None, "cluster") and more(mgmt, 3, True, (), None, "collect")
+    # the role's defaults hidden from the play (a user's ansible.cfg: private_role_vars = True): probe and forks
+    # undefined at the play, read from the facts task's plan registered on the hosts; a string as `| bool` reads it
+    planned = {"n1": {"__ddpfix_facts_plan": {"data": {"probe": False, "forks": 50}}}}
+    assert not more(mgmt, None, None, ["other", "n1"], planned, "cluster")
+    assert more(mgmt, None, None, ["n1"], {"n1": {"__ddpfix_facts_plan": {"data": {"probe": True}}}}, "cluster")
+    assert more(mgmt, None, None, [], {}, "cluster")  # no plan anywhere: probes on, as the role's default
+    assert not more(mgmt, 50, "false", (), None, "cluster") and more(mgmt, 50, "yes", (), None, "cluster")
 
 
 @pytest.mark.parametrize("n,k,play_order", [(2, 1, None), (3, 2, None), (5, 2, None), (8, 3, None),
