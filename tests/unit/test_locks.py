@@ -464,7 +464,7 @@ def test_every_remediate_step_checks_the_stop_file_before_it_starts_and_the_lock
     node_plays = [p for p in plays if "hosts" in p and "__ddpfix_plan" in (p.get("vars") or {})]
     assert len(node_plays) == 2
     for play in node_plays:
-        assert play["strategy"] == "linear"
+        assert play["strategy"] == "linear" and play["any_errors_fatal"] is False
         assert "DDPFIX_STOP_FILE" in play["vars"]["__ddpfix_go"] and "exists" in play["vars"]["__ddpfix_go"]
         steps = [t for task in play["tasks"] if "block" in task and "always" in task for t in task["block"]]
         # and the play-level tasks outside blocks (the cluster-wide files are one ddpfix_node_files task per node)
