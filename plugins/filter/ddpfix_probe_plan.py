@@ -220,21 +220,13 @@ def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None, part="an
     play's: a user's ansible.cfg sets private_role_vars): the facts task's plan of the first of `hosts` that holds
     one (its registered `__ddpfix_facts_plan`) says what the facts play used."""
     if probe is None or forks is None:
-        plan = _facts_plan(hosts, hostvars)
+        plan = _first_held(hosts, hostvars, lambda hv: (hv.get("__ddpfix_facts_plan") or {}).get("data")) or {}
         probe = plan.get("probe", True) if probe is None else probe
         forks = plan.get("forks") if forks is None else forks
     if not boolean(probe, strict=False):  # as `| bool` reads it: -e ddpfix_facts_probe=false is a string
         return False
     if not isinstance(view, dict):
-        view = None
-        for h in hosts or []:
-            try:
-                found = (hostvars or {})[h].get("ddpfix_audit_cluster")
-            except (KeyError, TypeError, AttributeError):
-                continue
-            if isinstance(found, dict) and "order" in found:
-                view = found
-                break
+        view = _first_held(hosts, hostvars, lambda hv: hv.get("ddpfix_audit_cluster"), lambda v: "order" in v)
     if view is None:
         return True
     if part != "collect" and view.get(
@@ -248,17 +240,17 @@ def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None, part="an
         return True
 
 
-def _facts_plan(hosts, hostvars):
-    """The facts task's play-wide values (roles/ddpfix_facts/tasks/facts.yml registers them on every host of the
-    facts play) as the first of `hosts` that has them holds them; {} when none does."""
+def _first_held(hosts, hostvars, get, ok=lambda v: True):
+    """The first of `hosts` whose variables (`hostvars`) hold a dict `get` finds there (and `ok` accepts): a value a
+    task of the play registered on every host; None when none does."""
     for h in hosts or []:
         try:
-            data = ((hostvars or {})[h].get("__ddpfix_facts_plan") or {}).get("data")
+            found = get((hostvars or {})[h])
         except (KeyError, TypeError, AttributeError):
             continue
-        if isinstance(data, dict):
-            return data
-    return {}
+        if isinstance(found, dict) and ok(found):
+            return found
+    return None
 
 
 class FilterModule:
