@@ -11,6 +11,13 @@ import torch
 import torch.distributed as dist
 
 
+def emit(result: dict) -> None:
+    """The result line in one write: torchrun starts its workers with `python -u`, where print() writes the text and
+    its newline apart, so the ranks of one node sharing its stdout could join their lines into one."""
+    sys.stdout.write("DDPFIX_RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
 def main() -> int:
     started = time.time()
     timeout = float(os.environ.get("DDPFIX_PG_TIMEOUT", "20"))
@@ -22,9 +29,8 @@ def main() -> int:
     ok = abs(t.item() - want) < 1e-6
     dist.barrier()
     dist.destroy_process_group()
-    print("DDPFIX_RESULT " + json.dumps({"rank": rank, "world_size": world, "sum": t.item(), "expected": want, "ok": ok,
-                                         "hostname": socket.gethostname(), "seconds": round(time.time() - started, 2)}),
-          flush=True)
+    emit({"rank": rank, "world_size": world, "sum": t.item(), "expected": want, "ok": ok,
+          "hostname": socket.gethostname(), "seconds": round(time.time() - started, 2)})
     return 0 if ok else 1
 
 

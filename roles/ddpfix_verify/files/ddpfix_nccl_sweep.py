@@ -18,11 +18,18 @@ import torch.distributed as dist
 PREFIX = "DDPFIX_NCCL_RESULT "
 
 
+def emit(result: dict) -> None:
+    """The result line in one write: torchrun starts its workers with `python -u`, where print() writes the text and
+    its newline apart, so lines of processes sharing the node's stdout could join."""
+    sys.stdout.write(PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
 def main() -> int:
     host = socket.gethostname()
     if not torch.cuda.is_available():
         error = f"torch.cuda.is_available() is False on {host}: no GPU for NCCL"
-        print(PREFIX + json.dumps({"ok": False, "hostname": host, "skipped": True, "error": error}), flush=True)
+        emit({"ok": False, "hostname": host, "skipped": True, "error": error})
         return 3
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -54,10 +61,9 @@ def main() -> int:
     dist.barrier()
     dist.destroy_process_group()
     if local == 0:
-        print(PREFIX + json.dumps({"ok": ok, "rank": rank, "world_size": world, "hostname": host,
-                                   "gpus": torch.cuda.device_count(), "sweep": sweep,
-                                   "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-                                   "seconds": round(time.time() - started, 2)}), flush=True)
+        emit({"ok": ok, "rank": rank, "world_size": world, "hostname": host, "gpus": torch.cuda.device_count(),
+              "sweep": sweep, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+              "seconds": round(time.time() - started, 2)})
     return 0 if ok else 1
 
 

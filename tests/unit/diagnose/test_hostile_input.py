@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 from click.testing import CliRunner
+from unit_helpers import ROOT
 
 from ddpfix.cli import cli
 from ddpfix.cli.explain import read_logs
@@ -202,3 +206,28 @@ def test_every_job_failure_line_holds_a_job_anchor() -> None:
              "SyntaxError: invalid syntax", "json.decoder.JSONDecodeError: Expecting value"]
     for line in lines:
         assert is_job_failure(line) and any(a in line for a in JOB_ANCHORS), line
+
+
+@pytest.mark.parametrize("script,prefix", [("ddpfix_allreduce.py", "DDPFIX_RESULT "),
+                                           ("ddpfix_nccl_sweep.py", "DDPFIX_NCCL_RESULT ")])
+def test_ranks_sharing_a_nodes_stdout_under_python_u_keep_their_result_lines_whole(tmp_path, script: str,
+                                                                                   prefix: str) -> None:
+    """torchrun starts its workers with `python -u`: two ranks of one node writing result lines to the same pipe at
+    once must never join them (print() there writes the text and its newline apart; the CI run of 5b8c42a read
+    `{...}DDPFIX_RESULT {...}` as one line)."""
+    for mod in ("torch/__init__.py", "torch/distributed/__init__.py"):  # the scripts import torch at the top
+        (tmp_path / mod).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / mod).write_text("")
+    path = ROOT / "roles" / "ddpfix_verify" / "files" / script
+    code = ("import importlib.util, sys; sys.path.insert(0, sys.argv[1]);"
+            "s = importlib.util.spec_from_file_location('s', sys.argv[2]); m = importlib.util.module_from_spec(s);"
+            "s.loader.exec_module(m); [m.emit({'rank': int(sys.argv[3]), 'i': i, 'pad': 'x' * 200}) for i in range(3000)]")
+    read, write = os.pipe()
+    procs = [subprocess.Popen([sys.executable, "-u", "-c", code, str(tmp_path), str(path), str(rank)], stdout=write)
+             for rank in (0, 1)]
+    os.close(write)
+    with os.fdopen(read) as out:
+        lines = out.read().splitlines()
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    results = [json.loads(ln.removeprefix(prefix)) for ln in lines if ln.startswith(prefix) and ln.count(prefix) == 1]
+    assert len(results) == len(lines) == 6000, [ln for ln in lines if ln.count(prefix) != 1][:2]
