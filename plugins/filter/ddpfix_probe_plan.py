@@ -89,14 +89,17 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     k = min(int(peers), max(0, len(ring) - 1))
     at = {h: i for i, h in enumerate(ring)}
 
+    def ring_peers(j, direction):
+        """The `k` hosts after (direction 1: the ones it dials) or before (-1: the ones that dial it) ring place j."""
+        return [ring[(j + direction * step) % len(ring)] for step in range(1, k + 1)]
+
     def last_to_meet(h):
         """The host latest in play order among those whose probe meets h's after h started (h dials it, or it
         dials h): a rolling prober's listeners close once that host's part is done."""
         j = at.get(h)
         if j is None:
             return None
-        near = {ring[(j + s) % len(ring)] for s in range(1, k + 1)}
-        near |= {ring[(j - s) % len(ring)] for s in range(1, k + 1)}
+        near = set(ring_peers(j, 1)) | set(ring_peers(j, -1))
         near |= set(ring) if h == master else ({master} & in_play)
         later = [x for x in near - {h} if pos.get(x, -1) > pos.get(h, -1)]
         return max(later, key=lambda x: pos[x]) if later else None
@@ -107,13 +110,11 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     if master in in_play:
         targets.append({"name": master, "address": addr(master), "port": int(master_port), "kind": "master",
                         **after(master), **closes(master)})
-    if me in ring:
-        i = ring.index(me)
-        for step in range(1, k + 1):
-            h = ring[(i + step) % len(ring)]
+    if me in at:
+        for h in ring_peers(at[me], 1):
             targets.append({"name": h, "address": addr(h), "port": int(port), "alt_ports": alt_ports, "kind": "peer",
                             **after(h), **closes(h)})
-            back = ring[(i - step) % len(ring)]  # the node `step` places before me dials me
+        for back in ring_peers(at[me], -1):  # the `k` nodes before me in the ring dial me
             dialers["peer"].append({"name": back, "address": addr(back), **after(back)})
     if me == master:
         dialers["master"] = [{"name": h, "address": addr(h), **after(h)} for h in ring]

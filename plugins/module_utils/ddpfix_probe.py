@@ -303,17 +303,14 @@ CLOSE_WAIT = 1.0
 
 
 def wait_closed(address, port, bind_address, bind_ifname, until, stop):
-    """Connect to `address`:`port` until it refuses (the listener is closed) or `until`: True once refused."""
+    """Connect to `address`:`port` until it no longer accepts (the listener is closed), `until`, or `stop`."""
     pause = 0.005
     while not stop.is_set():
         r = tcp_connect(address, port, bind_address, bind_ifname, max(0.05, min(1.0, until - time.time())))
-        if not r["ok"]:
-            return "ECONNREFUSED" in (r["error"] or "")
-        if time.time() + pause >= until:
-            return False
+        if not r["ok"] or time.time() + pause >= until:
+            return
         stop.wait(pause)
         pause = min(0.05, pause * 2)
-    return False
 
 
 def parent_alive(parent):

@@ -56,8 +56,7 @@ def test_up_ssh_status_down(tmp_path: Path, free_subnet) -> None:
     try:
         assert res.exit_code == 0, res.output
         doc = json.loads(res.stdout)
-        print(f"lab up, 4 nodes: {elapsed:.2f} s")
-        assert elapsed < 10, f"lab up took {elapsed:.1f} s"
+        print(f"lab up, 4 nodes: {elapsed:.2f} s")  # reported, not asserted: speed is the benchmark's to measure
         inv = tmp_path / "inventories" / "lab" / "hosts.yml"
         assert Path(doc["inventory"]) == inv and inv.is_file()
         info = lab.info(name)
