@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,11 @@ def _pid_start(pid: int | str = "self") -> str:
     stat = _read(f"/proc/{pid}/stat")
     fields = stat.rsplit(")", 1)[-1].split()
     return fields[19] if len(fields) > 19 else ""
+
+
+def _ppid_of(pid: int) -> int | None:
+    fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[-1].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
 def _pidns() -> str:
@@ -89,6 +94,11 @@ def describe_holder(h: dict[str, Any]) -> str:
 #: Environment variable naming the cluster key whose controller lock this process (the CLI) holds: its own
 #: ansible-playbook runs (action ddpfix_cluster) do not try to take it again.
 HELD_ENV = "DDPFIX_CLUSTER_LOCK"
+#: Environment variable by which the ddpfix CLI names itself (its PID) to the ansible-playbook it starts: the
+#: lock that playbook's first task takes (`hold_for_playbook`) is then kept until that CLI ends, not only until the
+#: playbook ends, so a command's later runs (remediate's apply and re-audit after its audit) stay under the lock
+#: its first run took, without the CLI reading the inventory before that run.
+OWNER_ENV = "DDPFIX_LOCK_OWNER"
 #: Words of the message of a controller lock held by another run.
 HELD_TEXT = "holds the lock for this cluster"
 
@@ -183,7 +193,7 @@ _KEEPER_POLL = ("import os, sys, time\n"
                 "    time.sleep(1)\n")
 
 
-def hold_for_playbook(addresses: Sequence[str]) -> str | None:
+def hold_for_playbook(addresses: Sequence[str], cli_holder: Mapping[str, Any] | None = None) -> str | None:
     """Called in an ansible-playbook worker (action ddpfix_cluster): take the controller lock of these nodes for the
     ansible-playbook process that forked this worker (the parent), until it exits. Nothing when the ddpfix CLI
     that started it holds the lock (``DDPFIX_CLUSTER_LOCK``) or when that ansible-playbook holds it already (an
@@ -192,13 +202,20 @@ def hold_for_playbook(addresses: Sequence[str]) -> str | None:
     lock could be taken at all (no writable state directory: the node locks still apply).
 
     The flock is taken here and handed, with the descriptor, to a keeper process that waits for ansible-playbook to
-    exit: the worker's own descriptor dies with the worker, the keeper's with ansible-playbook's end, crash or kill."""
+    exit: the worker's own descriptor dies with the worker, the keeper's with ansible-playbook's end, crash or kill.
+    When the ddpfix CLI started that ansible-playbook and names itself (``DDPFIX_LOCK_OWNER``, its PID, checked to
+    be the playbook's parent), the keeper waits for the CLI's end instead and the lock file names the CLI
+    (`cli_holder`: its `holder_info`, the play's ``ddpfix_run_holder``): the command's later runs stay under it."""
 
     key = cluster_key(addresses)
     if os.environ.get(HELD_ENV) == key:
         return None
     playbook = os.getppid()
-    started = _pid_start(playbook)
+    owner = os.environ.get(OWNER_ENV, "")
+    # the ddpfix CLI that started this ansible-playbook (its parent, named by OWNER_ENV), else the playbook itself
+    cli = int(owner) if owner.isdigit() and _ppid_of(playbook) == int(owner) else None
+    holder_pid = cli or playbook
+    started = _pid_start(holder_pid)
     path = paths.state_dir() / "locks" / f"cluster-{key}.lock"
     try:  # a locks directory that is not private (or cannot be made): the playbook's run goes on without it
         paths.private_dir(path.parent, "locks directory")
@@ -208,12 +225,15 @@ def hold_for_playbook(addresses: Sequence[str]) -> str | None:
         holder = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         holder = {}
-    if isinstance(holder, dict) and holder.get("pid") == playbook and holder.get("pid_start") == started:
-        return None  # this ansible-playbook's keeper holds it (an earlier play of the run)
+    if isinstance(holder, dict) and holder.get("pid") == holder_pid and holder.get("pid_start") == started:
+        return None  # this ansible-playbook's keeper holds it (an earlier play of the run, or the CLI's earlier run)
     shown = ", ".join(sorted({str(a) for a in addresses})[:3]) + (", ..." if len(set(addresses)) > 3 else "")
     lock = ControllerLock(path, what=f"{len(set(addresses))} nodes: {shown}")
-    me = {**holder_info(), "pid": playbook, "pid_start": started,
+    me = {**holder_info(), "pid": holder_pid, "pid_start": started,
           "command": " ".join([os.path.basename(sys.argv[0]) or "ansible-playbook", *sys.argv[1:]])[:300]}
+    if cli and isinstance(cli_holder, Mapping) and str(cli_holder.get("pid")) == str(cli):
+        # the CLI's own words (its run id, command and start), as its ansible-playbook received them
+        me.update({k: str(cli_holder[k])[:300] for k in ("run_id", "command", "started") if cli_holder.get(k)})
     try:
         lock.acquire(me)
     except OSError as exc:
@@ -228,10 +248,10 @@ def hold_for_playbook(addresses: Sequence[str]) -> str | None:
     assert lock.fd is not None
     fds: tuple[int, ...]
     try:
-        watch = os.pidfd_open(playbook)
+        watch = os.pidfd_open(holder_pid)
         code, arg, fds = _KEEPER, str(watch), (lock.fd, watch)
     except (AttributeError, OSError):  # no pidfd (Linux < 5.3): the keeper polls
-        watch, code, arg, fds = -1, _KEEPER_POLL, str(playbook), (lock.fd,)
+        watch, code, arg, fds = -1, _KEEPER_POLL, str(holder_pid), (lock.fd,)
     try:
         subprocess.Popen([sys.executable, "-I", "-S", "-c", code, arg], pass_fds=fds, start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -296,13 +296,17 @@ def not_effective_text(f: Finding) -> str:
             f"effect): {f.message}; {f.evidence}" + (f"; {why}" if why else ""))
 
 
-def remediate(cluster: Cluster, *, apply: bool, only: set[str] | None = None, skip: str | None = None,
+def remediate(cluster: Cluster | None, *, apply: bool, only: set[str] | None = None, skip: str | None = None,
               allow_partial: bool = False, pin_ifnames: bool = False, limit: str | None = None,
-              forks: int | None = None, verbosity: int = 0, progress: bool | None = None) -> Remediation:
-    """audit -> plan -> apply (or dry run) -> re-audit (after an apply that changed or failed something)."""
+              forks: int | None = None, verbosity: int = 0, progress: bool | None = None,
+              inventories: Sequence[str] = ()) -> Remediation:
+    """audit -> plan -> apply (or dry run) -> re-audit (after an apply that changed or failed something).
+    `cluster` None: the audit's play derives it from `inventories` (the one read of them; its first task takes the
+    controller lock for the rest of this command) and the later steps take it from the audit."""
     run_opts: dict[str, Any] = {"limit": limit, "forks": forks, "verbosity": verbosity}
-    with Progress(cluster.names, "ddpfix remediate: audit", enabled=progress) as prog:
-        before = audit(cluster, progress=prog, preload=PLAN_MODULES, **run_opts)
+    with Progress(cluster.names if cluster else None, "ddpfix remediate: audit", enabled=progress) as prog:
+        before = audit(cluster, progress=prog, preload=PLAN_MODULES, inventories=inventories, **run_opts)
+    cluster = before.cluster
     fixes = plan(before, only=only, skip=skip, allow_partial=allow_partial, pin_ifnames=pin_ifnames, apply=apply)
     before.findings = fixes.findings
     applied = _apply(before, fixes, apply=apply, progress=progress, **run_opts)

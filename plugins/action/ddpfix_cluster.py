@@ -42,7 +42,7 @@ class ActionModule(ActionBase):
         lock = ddpfix("ddpfix.lock")
         addresses = lock.cluster_addresses(view)
         try:
-            warning = lock.hold_for_playbook(addresses) if addresses else None
+            warning = lock.hold_for_playbook(addresses, task_vars.get("ddpfix_run_holder")) if addresses else None
         except ddpfix("ddpfix.errors").DdpfixError as exc:  # another run holds the cluster: no node is contacted
             result.update(failed=True, msg=f"ddpfix: {exc}", ddpfix_exit_code=int(exc.code))
             return result

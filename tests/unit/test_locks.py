@@ -484,3 +484,59 @@ def test_every_remediate_step_checks_the_stop_file_before_it_starts_and_the_lock
     for name in ("audit.yml", "remediate.yml", "verify_torch.yml"):
         for play in yaml.safe_load((ROOT / "playbooks" / name).read_text()):
             assert play.get("strategy", "linear") in ("linear", "free"), (name, play.get("name"))
+
+
+#: A ddpfix CLI stand-in: it names itself (DDPFIX_LOCK_OWNER) to the ansible-playbook stand-in above, which it starts
+#: and lets end, then lives until its stdin closes.
+_CLI = """
+import os, subprocess, sys
+from ddpfix import lock
+env = {**os.environ, lock.OWNER_ENV: str(os.getpid())}
+playbook = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+lines = [playbook.stdout.readline().strip() for _ in range(3)]
+playbook.stdin.close()
+playbook.wait(timeout=60)
+print(" ".join(lines), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_playbook_the_cli_started_keeps_the_lock_for_that_cli_until_it_ends() -> None:
+    """remediate's audit takes the lock in its play's first task (the CLI reads no inventory before it): the lock
+    then stays with the CLI (its PID, named as the holder) after that ansible-playbook ended, for its apply and its
+    re-audit, and goes with the CLI's end. A DDPFIX_LOCK_OWNER that is not the playbook's parent is ignored."""
+    env = {k: v for k, v in os.environ.items() if k not in (ddlock.HELD_ENV, ddlock.OWNER_ENV)}
+    env["PYTHONPATH"] = str(Path(ddlock.__file__).resolve().parents[1])
+    cli = subprocess.Popen([sys.executable, "-c", _CLI, _PLAYBOOK, "10.7.0.1", "10.7.0.2"], env=env, text=True,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert cli.stdout is not None
+        assert cli.stdout.readline().strip() == "None None ready"  # the playbook took it and has ended since
+        with pytest.raises(DdpfixError, match=rf"pid {cli.pid}\b") as exc:  # held for the CLI, named as the holder
+            ddlock.controller_lock(["10.7.0.2", "10.7.0.1"])
+        assert exc.value.code == ExitCode.LOCKED
+    finally:
+        assert cli.stdin is not None
+        cli.stdin.close()
+        cli.wait(timeout=60)
+    deadline = time.monotonic() + 60  # the keeper sees the CLI's end and drops the lock
+    while True:
+        try:
+            ddlock.controller_lock(["10.7.0.1", "10.7.0.2"]).release()
+            break
+        except DdpfixError:
+            assert time.monotonic() < deadline, "the lock outlived the CLI"
+            time.sleep(0.2)
+    # an owner that did not start the playbook (here: this test process, the playbook's grandparent) is not taken
+    playbook = subprocess.Popen([sys.executable, "-c", _PLAYBOOK, "10.7.0.3"], text=True, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env={**env, ddlock.OWNER_ENV: str(os.getppid())})
+    try:
+        assert playbook.stdout is not None
+        assert [playbook.stdout.readline().strip() for _ in range(3)] == ["None", "None", "ready"]
+        with pytest.raises(DdpfixError, match=rf"pid {playbook.pid}\b"):
+            ddlock.controller_lock(["10.7.0.3"])
+    finally:
+        assert playbook.stdin is not None
+        playbook.stdin.close()
+        playbook.wait(timeout=60)

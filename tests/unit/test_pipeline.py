@@ -101,7 +101,7 @@ def test_only_refused_alike_by_the_cli_and_the_playbook(only: str, sim: Any, ana
     the same words (each naming its own option), before anything is read; so does an unknown id."""
     import ddpfix.cli.remediate as remediate_cli
 
-    monkeypatch.setattr(remediate_cli, "cluster_of", lambda app: pytest.fail("read the inventory"))
+    monkeypatch.setattr(remediate_cli, "inventory_of", lambda app: pytest.fail("read the inventory"))
     r = CliRunner().invoke(cli, ["remediate", "-i", "x.yml", "--only", only])
     assert r.exit_code == 2 and r.stdout == "", r.output
     with pytest.raises(DdpfixError) as exc:
@@ -186,7 +186,7 @@ def test_cli_dry_run_reports_the_pipelines_plan(sim: Any, monkeypatch: pytest.Mo
                         run_dir=tmp_path, seconds=0.0)
         return run, [Change(h, f"Fix {hosts_rules.HOSTNAME_LOOPBACK.id} | /etc/hosts", "") for h in sorted(plans)]
 
-    monkeypatch.setattr(remediate_cli, "cluster_of", lambda app: sim.cluster())
+    monkeypatch.setattr(remediate_cli, "inventory_of", lambda app: ("x.yml",))  # the audit's play reads it
     monkeypatch.setattr(pipeline, "run_audit", lambda cluster, **_: audited)
     monkeypatch.setattr(remediate_mod, "run_remediation", play)  # pipeline.apply imports it when it runs
     r = CliRunner().invoke(cli, ["remediate", "-i", "x.yml", "--only", FIXABLE, "--format", "json"])
@@ -214,7 +214,7 @@ def test_interrupted_remediate_says_whether_anything_was_changed(sim: Any, monke
         run = RunResult(status="failed", rc=1, stats={}, hosts={}, run_dir=tmp_path, seconds=0.0, interrupted=True)
         return run, [Change(h, f"Fix {FIXABLE} | /etc/hosts", "") for h in sorted(plans)]
 
-    monkeypatch.setattr(remediate_cli, "cluster_of", lambda app: sim.cluster())
+    monkeypatch.setattr(remediate_cli, "inventory_of", lambda app: ("x.yml",))  # the audit's play reads it
     monkeypatch.setattr(pipeline, "run_audit", lambda cluster, **_: audited)
     monkeypatch.setattr(remediate_mod, "run_remediation", play)
     r = CliRunner().invoke(cli, ["remediate", "-i", "x.yml", "--only", FIXABLE, "--format", "json",

@@ -29,7 +29,7 @@ from ddpfix.ansible.rundirs import (
     write_extravars,
 )
 from ddpfix.errors import DdpfixError, ExitCode
-from ddpfix.lock import HELD_ENV, holder_info
+from ddpfix.lock import HELD_ENV, OWNER_ENV, holder_info
 
 
 class _Interrupt:
@@ -164,6 +164,7 @@ def run_playbook(
                 verbosity=min(verbosity, 4) or None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
                          "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
+                         OWNER_ENV: str(os.getpid()),  # a lock its first task takes is this command's, to its end
                          "DDPFIX_LOCKED_FILE": str(locked_file)},
                 # ansible-runner would otherwise force its jsonfile fact cache over ANSIBLE_CACHE_PLUGIN (ddpfix's
                 # memory cache, or the user's own setting, which then stays in force)

@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from ddpfix import pipeline
 from ddpfix.app import Application
-from ddpfix.cli.common import cluster_of, emit, global_options, output_options, output_target
+from ddpfix.cli.common import emit, global_options, inventory_of, output_options, output_target
 from ddpfix.errors import ExitCode
 from ddpfix.model.finding import Finding
 from ddpfix.remediate import (
@@ -39,12 +39,12 @@ def command(app: Application, apply: bool, only: str | None, allow_partial: bool
     """
     output_target(fmt, output)  # a contradicting -o is refused before anything runs
     only_ids = pipeline.parse_only(only, "--only")
-    cluster = cluster_of(app)
+    inventories = inventory_of(app)  # read once, by the audit's ansible-playbook (its first task derives the cluster)
     quiet = fmt not in ("text", "table")
     err = Console(stderr=True, soft_wrap=True)
-    r = pipeline.remediate(cluster, apply=apply, only=only_ids, skip=skip, allow_partial=allow_partial,
-                           pin_ifnames=pin_ifnames, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
-                           progress=None if not quiet else False)
+    r = pipeline.remediate(None, inventories=inventories, apply=apply, only=only_ids, skip=skip,
+                           allow_partial=allow_partial, pin_ifnames=pin_ifnames, limit=app.limit, forks=app.forks,
+                           verbosity=app.verbosity, progress=None if not quiet else False)
     fixes, applied = r.fixes, r.applied
     changes, failed, refusals, plans = applied.changes, applied.failed, fixes.refusals, fixes.plans
     remaining, stuck = r.remaining, r.not_effective
