@@ -133,6 +133,18 @@ def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_pat
     assert ddlock.HELD_TEXT in r.output and f"pid {os.getpid()}" in r.output
 
 
+def _wait_free(addresses: list[str], what: str) -> None:
+    """Until the controller lock of `addresses` can be taken (and is let go again): a keeper dropped it."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            ddlock.controller_lock(addresses).release()
+            return
+        except DdpfixError:
+            assert time.monotonic() < deadline, what
+            time.sleep(0.2)
+
+
 #: An ansible-playbook stand-in: it forks a worker that runs what action ddpfix_cluster runs (twice: a second play of
 #: the same run), then lives until its stdin closes.
 _PLAYBOOK = """
@@ -184,14 +196,7 @@ def test_a_playbook_holds_the_cluster_lock_until_it_exits_unless_the_cli_holds_i
         assert playbook.stdin is not None
         playbook.stdin.close()
         playbook.wait(timeout=60)
-    deadline = time.monotonic() + 60  # the keeper sees ansible-playbook's end and drops the lock
-    while True:
-        try:
-            ddlock.controller_lock(["10.8.0.1", "10.8.0.2"]).release()
-            break
-        except DdpfixError:
-            assert time.monotonic() < deadline, "the lock outlived its ansible-playbook"
-            time.sleep(0.2)
+    _wait_free(["10.8.0.1", "10.8.0.2"], "the lock outlived its ansible-playbook")  # the keeper sees its end
     # no writable state directory (a read-only home on an execution node): a warning, the play goes on
     monkeypatch.setenv("DDPFIX_STATE_DIR", "/proc/ddpfix-no-such-dir")
     warned = ddlock.hold_for_playbook(["10.8.0.3"])
@@ -520,14 +525,7 @@ def test_a_playbook_the_cli_started_keeps_the_lock_for_that_cli_until_it_ends() 
         assert cli.stdin is not None
         cli.stdin.close()
         cli.wait(timeout=60)
-    deadline = time.monotonic() + 60  # the keeper sees the CLI's end and drops the lock
-    while True:
-        try:
-            ddlock.controller_lock(["10.7.0.1", "10.7.0.2"]).release()
-            break
-        except DdpfixError:
-            assert time.monotonic() < deadline, "the lock outlived the CLI"
-            time.sleep(0.2)
+    _wait_free(["10.7.0.1", "10.7.0.2"], "the lock outlived the CLI")  # the keeper sees the CLI's end
     # an owner that did not start the playbook (here: this test process, the playbook's grandparent) is not taken
     playbook = subprocess.Popen([sys.executable, "-c", _PLAYBOOK, "10.7.0.3"], text=True, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env={**env, ddlock.OWNER_ENV: str(os.getppid())})
