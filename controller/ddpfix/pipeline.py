@@ -352,12 +352,13 @@ class Verification:
         return verify_document(self.cluster, self.ok, self.checks, self.torch, self.nccl)
 
 
-def verify(cluster: Cluster, *, checks: bool = True, backend: str = "gloo", torch: bool = False,
+def verify(cluster: Cluster | None, *, checks: bool = True, backend: str = "gloo", torch: bool = False,
            sizes: Sequence[int] = (), iters: int = 20, min_busbw: float | None = None, pairs: bool = False,
            limit: str | None = None, forks: int | None = None, verbosity: int = 0,
-           progress: bool | None = None) -> Verification:
+           progress: bool | None = None, inventories: Sequence[str] = ()) -> Verification:
     """audit (facts, live probes) -> the end-state checks from its findings -> the collective (`backend` nccl: the
-    NCCL sweep; `torch`: a Gloo all-reduce)."""
+    NCCL sweep; `torch`: a Gloo all-reduce). `cluster` None: the audit's play derives it from `inventories`, as
+    for `remediate`."""
     # CLI start: see the note at the top
     from ddpfix.rules.reachability import NOT_AUDITED, UNREACHABLE
     from ddpfix.verify.endstate import Check, testinfra_checks
@@ -365,8 +366,9 @@ def verify(cluster: Cluster, *, checks: bool = True, backend: str = "gloo", torc
     from ddpfix.verify.torch import run_torch
 
     run_opts: dict[str, Any] = {"limit": limit, "forks": forks, "verbosity": verbosity}
-    with Progress(cluster.names, "ddpfix verify: probes", enabled=progress) as prog:
-        result = audit(cluster, progress=prog, preload=VERIFY_MODULES, **run_opts)
+    with Progress(cluster.names if cluster else None, "ddpfix verify: probes", enabled=progress) as prog:
+        result = audit(cluster, progress=prog, preload=VERIFY_MODULES, inventories=inventories, **run_opts)
+    cluster = result.cluster
     out = Verification(cluster, testinfra_checks(result.context, result.findings) if checks else [])
     for f in result.findings:
         if f.id in NOT_AUDITED:

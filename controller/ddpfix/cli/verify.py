@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ddpfix import pipeline
 from ddpfix.app import Application
-from ddpfix.cli.common import cluster_of, global_options
+from ddpfix.cli.common import global_options, inventory_of
 from ddpfix.errors import ExitCode
 from ddpfix.report import to_json
 from ddpfix.verify.nccl import DEFAULT_SIZES, format_size, nccl_skip_line, parse_sizes
@@ -45,11 +45,11 @@ def command(app: Application, torch_: bool, no_checks: bool, backend: str, sizes
         size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     except ValueError as exc:
         app.abort(f"--sizes: {exc}")
-    cluster = cluster_of(app)
+    inventories = inventory_of(app)  # read once, by the audit's ansible-playbook (its first task derives the cluster)
     quiet = fmt == "json"
-    v = pipeline.verify(cluster, checks=not no_checks, backend=backend, torch=torch_, sizes=size_list, iters=iters,
-                        min_busbw=min_busbw, pairs=pairs, limit=app.limit, forks=app.forks, verbosity=app.verbosity,
-                        progress=None if not quiet else False)
+    v = pipeline.verify(None, inventories=inventories, checks=not no_checks, backend=backend, torch=torch_,
+                        sizes=size_list, iters=iters, min_busbw=min_busbw, pairs=pairs, limit=app.limit,
+                        forks=app.forks, verbosity=app.verbosity, progress=None if not quiet else False)
     checks, torch_results, nccl_doc, ok = v.checks, v.torch, v.nccl, v.ok
     nccl_skipped = nccl_skip_line(nccl_doc) if nccl_doc else None
     torch_missing = torch_missing_line(torch_results or [])

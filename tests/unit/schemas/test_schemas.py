@@ -82,8 +82,9 @@ def test_verify_json_validates(sim: Any, monkeypatch: pytest.MonkeyPatch) -> Non
     from ddpfix.rules.engine import run_checks
 
     ctx = sim.context()
-    monkeypatch.setattr(verify_cli, "cluster_of", lambda app: sim.cluster())
-    monkeypatch.setattr(verify_cli.pipeline, "run_audit", lambda cluster, **_: AuditResult(cluster, ctx, run_checks(ctx), None))
+    monkeypatch.setattr(verify_cli, "inventory_of", lambda app: ("x.yml",))  # the audit's play reads it
+    monkeypatch.setattr(verify_cli.pipeline, "run_audit",
+                        lambda cluster, **_: AuditResult(sim.cluster(), ctx, run_checks(ctx), None))
     monkeypatch.setattr(endstate, "testinfra_checks", lambda c, f: [  # pipeline.verify imports it when it runs
         endstate.chrony_check(n, facts, c.thresholds.max_offset_s) for n, facts in c.audited()])
     r = CliRunner().invoke(cli, ["verify", "-i", "x.yml", "--format", "json"])

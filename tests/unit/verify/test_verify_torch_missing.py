@@ -61,8 +61,9 @@ def test_cli_prints_one_line(sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddpfix.cli import cli
 
     results = _results(sim, monkeypatch, dict.fromkeys(sim.docs, NO_TORCH))
-    monkeypatch.setattr(verify_cli, "cluster_of", lambda app: sim.cluster())
-    monkeypatch.setattr(verify_cli.pipeline, "run_audit", lambda *a, **k: SimpleNamespace(context=sim.context(), findings=[]))
+    monkeypatch.setattr(verify_cli, "inventory_of", lambda app: ("x.yml",))  # the audit's play reads it
+    monkeypatch.setattr(verify_cli.pipeline, "run_audit",
+                        lambda *a, **k: SimpleNamespace(cluster=sim.cluster(), context=sim.context(), findings=[]))
     monkeypatch.setattr(verify, "run_torch", lambda *a, **k: results)  # pipeline.verify imports it when it runs
     r = CliRunner().invoke(cli, ["verify", "-i", "x.yml", "--torch", "--no-checks"])
     assert r.exit_code == 1
