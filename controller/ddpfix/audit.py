@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from ddpfix.clock import parse_event_time
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.contract import parse_skip
 from ddpfix.inventory.derive import cluster_from_inventory_data, load_cluster
-from ddpfix.lock import HELD_ENV, cluster_addresses, cluster_key
+from ddpfix.lock import cluster_addresses, note_held
 from ddpfix.model.cluster import Cluster, Node
 from ddpfix.model.facts import NodeFacts, ProbeResult
 from ddpfix.model.finding import Finding, Severity
@@ -121,8 +120,8 @@ def collect(
         # the run's first task took the cluster's controller lock for this command (lock.OWNER_ENV): the command's
         # later runs (remediate's apply and re-audit) hold it already
         addresses = cluster_addresses(cluster.play_view())
-        if addresses and not os.environ.get(HELD_ENV):
-            os.environ[HELD_ENV] = cluster_key(addresses)
+        if addresses:
+            note_held(addresses)
     hosts: dict[str, HostFacts] = {}
     for node in cluster.nodes:
         hr = run.hosts.get(node.name)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,11 +94,44 @@ def describe_holder(h: dict[str, Any]) -> str:
 #: Environment variable naming the cluster key whose controller lock this process (the CLI) holds: its own
 #: ansible-playbook runs (action ddpfix_cluster) do not try to take it again.
 HELD_ENV = "DDPFIX_CLUSTER_LOCK"
-#: Environment variable by which the ddpfix CLI names itself (its PID) to the ansible-playbook it starts: the
-#: lock that playbook's first task takes (`hold_for_playbook`) is then kept until that CLI ends, not only until the
-#: playbook ends, so a command's later runs (remediate's apply and re-audit after its audit) stay under the lock
-#: its first run took, without the CLI reading the inventory before that run.
+#: Environment variable by which a ddpfix CLI command names itself to the ansible-playbook it starts: `PID:FD`, its
+#: process and the read end of a pipe it keeps open until the command ends (`command_owner`). The lock that
+#: playbook's first task takes (`hold_for_playbook`) is then kept until that command ends (or its process dies),
+#: not only until the playbook ends, so the command's later runs (remediate's apply and re-audit, verify's
+#: all-reduce) stay under the lock its first run took, without the CLI reading the inventory before that run.
 OWNER_ENV = "DDPFIX_LOCK_OWNER"
+#: The cluster key a command's first run took the lock of (`note_held`), for `command_owner`'s close.
+_owned: list[str] = []
+
+
+def command_owner() -> Callable[[], None]:
+    """Start a command that lets its first ansible-playbook take the controller lock for it: sets OWNER_ENV (this
+    process, a pipe held open) and returns the command's close, which lets the lock go (the keeper sees the pipe's
+    end) and forgets it (HELD_ENV, OWNER_ENV): in the console script the command's end is the process's; a command
+    run in another program's process (click's runner) ends before that process does."""
+    r, w = os.pipe()  # close-on-exec (PEP 446): no program this process starts holds the pipe open
+    os.environ[OWNER_ENV] = f"{os.getpid()}:{r}"
+
+    def close() -> None:
+        for fd in (w, r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if os.environ.get(OWNER_ENV) == f"{os.getpid()}:{r}":
+            del os.environ[OWNER_ENV]
+        while _owned:
+            if os.environ.get(HELD_ENV) == _owned.pop():
+                del os.environ[HELD_ENV]
+
+    return close
+
+
+def note_held(addresses: Sequence[str]) -> None:
+    """The command's first run took the lock of these nodes for the command (OWNER_ENV was set): its later runs
+    hold it (HELD_ENV), until the command's close."""
+    if os.environ.get(OWNER_ENV) and not os.environ.get(HELD_ENV):
+        key = cluster_key(addresses)
+        os.environ[HELD_ENV] = key
+        _owned.append(key)
 #: Words of the message of a controller lock held by another run.
 HELD_TEXT = "holds the lock for this cluster"
 
@@ -183,8 +216,9 @@ def cluster_addresses(view: Any) -> list[str] | None:
 
 
 #: The keeper of a playbook's controller lock: a small process that holds the locked descriptor (inherited) until
-#: ansible-playbook exits (its pidfd turns readable), then exits, which drops the flock.
-_KEEPER = "import select, sys; select.select([int(sys.argv[1])], [], [])"
+#: ansible-playbook exits (its pidfd turns readable), or, for a CLI command (OWNER_ENV), until that process exits or
+#: the command's pipe reaches its end, then exits, which drops the flock.
+_KEEPER = "import select, sys; select.select([int(a) for a in sys.argv[1:]], [], [])"
 _KEEPER_POLL = ("import os, sys, time\n"
                 "while True:\n"
                 "    try: os.kill(int(sys.argv[1]), 0)\n"
@@ -211,9 +245,9 @@ def hold_for_playbook(addresses: Sequence[str], cli_holder: Mapping[str, Any] | 
     if os.environ.get(HELD_ENV) == key:
         return None
     playbook = os.getppid()
-    owner = os.environ.get(OWNER_ENV, "")
-    # the ddpfix CLI that started this ansible-playbook (its parent, named by OWNER_ENV), else the playbook itself
-    cli = int(owner) if owner.isdigit() and _ppid_of(playbook) == int(owner) else None
+    owner, _, pipe = os.environ.get(OWNER_ENV, "").partition(":")
+    # the ddpfix CLI command that started this ansible-playbook (its parent, named by OWNER_ENV), else the playbook
+    cli = int(owner) if owner.isdigit() and pipe.isdigit() and _ppid_of(playbook) == int(owner) else None
     holder_pid = cli or playbook
     started = _pid_start(holder_pid)
     path = paths.state_dir() / "locks" / f"cluster-{key}.lock"
@@ -246,17 +280,21 @@ def hold_for_playbook(addresses: Sequence[str], cli_holder: Mapping[str, Any] | 
                 f.write(msg + "\n")
         raise DdpfixError(msg, ExitCode.LOCKED) from None
     assert lock.fd is not None
-    fds: tuple[int, ...]
+    watch: list[int] = []  # what the keeper waits for: the holder's end, and the CLI command's pipe closing
     try:
-        watch = os.pidfd_open(holder_pid)
-        code, arg, fds = _KEEPER, str(watch), (lock.fd, watch)
+        watch.append(os.pidfd_open(holder_pid))
+        if cli:
+            with contextlib.suppress(OSError):  # the command's pipe, opened anew through the CLI's descriptor
+                watch.append(os.open(f"/proc/{cli}/fd/{pipe}", os.O_RDONLY | os.O_CLOEXEC))
+        code, args = _KEEPER, [str(fd) for fd in watch]
     except (AttributeError, OSError):  # no pidfd (Linux < 5.3): the keeper polls
-        watch, code, arg, fds = -1, _KEEPER_POLL, str(holder_pid), (lock.fd,)
+        code, args = _KEEPER_POLL, [str(holder_pid)]
     try:
-        subprocess.Popen([sys.executable, "-I", "-S", "-c", code, arg], pass_fds=fds, start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", code, *args], pass_fds=(lock.fd, *watch),
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
     finally:
-        if watch >= 0:
-            os.close(watch)
+        for fd in watch:
+            os.close(fd)
         os.close(lock.fd)  # the keeper holds the lock now
     return None

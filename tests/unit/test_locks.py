@@ -491,36 +491,49 @@ def test_every_remediate_step_checks_the_stop_file_before_it_starts_and_the_lock
             assert play.get("strategy", "linear") in ("linear", "free"), (name, play.get("name"))
 
 
-#: A ddpfix CLI stand-in: it names itself (DDPFIX_LOCK_OWNER) to the ansible-playbook stand-in above, which it starts
-#: and lets end, then lives until its stdin closes.
+#: A ddpfix CLI command stand-in: it names itself (lock.command_owner) to the ansible-playbook stand-in above, which
+#: it starts and lets end; at a line on stdin the command ends (its close) and the process lives on, until stdin
+#: closes; with "die" as its first argument it never ends the command and the process just exits.
 _CLI = """
-import os, subprocess, sys
+import subprocess, sys
 from ddpfix import lock
-env = {**os.environ, lock.OWNER_ENV: str(os.getpid())}
-playbook = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]], env=env, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+close = lock.command_owner()
+playbook = subprocess.Popen([sys.executable, "-c", sys.argv[2], *sys.argv[3:]], text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
 lines = [playbook.stdout.readline().strip() for _ in range(3)]
 playbook.stdin.close()
 playbook.wait(timeout=60)
 print(" ".join(lines), flush=True)
-sys.stdin.read()
+sys.stdin.readline()
+if sys.argv[1] != "die":
+    close()
+    print("closed", flush=True)
+    sys.stdin.read()
 """
 
 
-def test_a_playbook_the_cli_started_keeps_the_lock_for_that_cli_until_it_ends() -> None:
+@pytest.mark.parametrize("end", ["close", "die"])
+def test_a_playbook_a_cli_command_started_keeps_the_lock_for_that_command_until_it_ends(end: str) -> None:
     """remediate's audit takes the lock in its play's first task (the CLI reads no inventory before it): the lock
-    then stays with the CLI (its PID, named as the holder) after that ansible-playbook ended, for its apply and its
-    re-audit, and goes with the CLI's end. A DDPFIX_LOCK_OWNER that is not the playbook's parent is ignored."""
+    then stays with the command (its PID, named as the holder) after that ansible-playbook ended, for its apply and
+    its re-audit, and goes when the command ends: its close (the process may live on: click's runner in another
+    program), or its process's end. A DDPFIX_LOCK_OWNER that is not the playbook's parent is ignored."""
     env = {k: v for k, v in os.environ.items() if k not in (ddlock.HELD_ENV, ddlock.OWNER_ENV)}
     env["PYTHONPATH"] = str(Path(ddlock.__file__).resolve().parents[1])
-    cli = subprocess.Popen([sys.executable, "-c", _CLI, _PLAYBOOK, "10.7.0.1", "10.7.0.2"], env=env, text=True,
+    cli = subprocess.Popen([sys.executable, "-c", _CLI, end, _PLAYBOOK, "10.7.0.1", "10.7.0.2"], env=env, text=True,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        assert cli.stdout is not None
+        assert cli.stdout is not None and cli.stdin is not None
         assert cli.stdout.readline().strip() == "None None ready"  # the playbook took it and has ended since
         with pytest.raises(DdpfixError, match=rf"pid {cli.pid}\b") as exc:  # held for the CLI, named as the holder
             ddlock.controller_lock(["10.7.0.2", "10.7.0.1"])
         assert exc.value.code == ExitCode.LOCKED
+        cli.stdin.write("end\n")
+        cli.stdin.flush()
+        if end == "close":
+            assert cli.stdout.readline().strip() == "closed"
+            _wait_free(["10.7.0.1", "10.7.0.2"], "the lock outlived the command")  # the CLI process still runs
+            assert cli.poll() is None
     finally:
         assert cli.stdin is not None
         cli.stdin.close()
@@ -528,7 +541,7 @@ def test_a_playbook_the_cli_started_keeps_the_lock_for_that_cli_until_it_ends() 
     _wait_free(["10.7.0.1", "10.7.0.2"], "the lock outlived the CLI")  # the keeper sees the CLI's end
     # an owner that did not start the playbook (here: this test process, the playbook's grandparent) is not taken
     playbook = subprocess.Popen([sys.executable, "-c", _PLAYBOOK, "10.7.0.3"], text=True, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env={**env, ddlock.OWNER_ENV: str(os.getppid())})
+                                stdout=subprocess.PIPE, env={**env, ddlock.OWNER_ENV: f"{os.getppid()}:0"})
     try:
         assert playbook.stdout is not None
         assert [playbook.stdout.readline().strip() for _ in range(3)] == ["None", "None", "ready"]
@@ -538,3 +551,17 @@ def test_a_playbook_the_cli_started_keeps_the_lock_for_that_cli_until_it_ends() 
         assert playbook.stdin is not None
         playbook.stdin.close()
         playbook.wait(timeout=60)
+    _wait_free(["10.7.0.3"], "the lock outlived its ansible-playbook")
+
+
+def test_a_commands_close_forgets_the_lock_it_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a process that runs several commands (click's runner), one command's lock is not the next one's."""
+    monkeypatch.delenv(ddlock.HELD_ENV, raising=False)
+    close = ddlock.command_owner()
+    ddlock.note_held(["10.6.0.1", "10.6.0.2"])
+    assert os.environ[ddlock.HELD_ENV] == ddlock.cluster_key(["10.6.0.2", "10.6.0.1"])
+    assert os.environ[ddlock.OWNER_ENV] == f"{os.getpid()}:{os.environ[ddlock.OWNER_ENV].split(':')[1]}"
+    close()
+    assert ddlock.HELD_ENV not in os.environ and ddlock.OWNER_ENV not in os.environ
+    ddlock.note_held(["10.6.0.1"])  # outside a command: nothing is noted
+    assert ddlock.HELD_ENV not in os.environ

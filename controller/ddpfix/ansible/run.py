@@ -164,7 +164,8 @@ def run_playbook(
                 verbosity=min(verbosity, 4) or None,
                 envvars={**ansible_env(run_dir, nforks, inventories, cfg), **STRICT_INVENTORY,
                          "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
-                         OWNER_ENV: str(os.getpid()),  # a lock its first task takes is this command's, to its end
+                         # a lock its first task takes is this command's, until the command ends (lock.command_owner)
+                         OWNER_ENV: os.environ.get(OWNER_ENV, ""),
                          "DDPFIX_LOCKED_FILE": str(locked_file)},
                 # ansible-runner would otherwise force its jsonfile fact cache over ANSIBLE_CACHE_PLUGIN (ddpfix's
                 # memory cache, or the user's own setting, which then stays in force)

@@ -197,13 +197,25 @@ def cluster_of(app: Application) -> Cluster:
 def inventory_of(app: Application) -> tuple[str, ...]:
     """The inventory's paths, checked to exist, without reading them (the audit's ansible-playbook reads the
     inventory, once, and the cluster comes from its first task; that process takes the cluster's controller lock
-    then, before any node is contacted: action ddpfix_cluster)."""
+    then, before any node is contacted, for this command until it ends: action ddpfix_cluster)."""
     # CLI start: ansible listing loads only for a command that reads the inventory
     from ddpfix.ansible.listing import check_inventory_paths
 
     inventories = app.require_inventory()
     check_inventory_paths(inventories)
+    _command_owns_the_lock()
     return inventories
+
+
+def _command_owns_the_lock() -> None:
+    """The controller lock the command's first ansible-playbook takes is kept for the command, until it ends."""
+    # CLI start: loaded only by a command that runs Ansible
+    from ddpfix.lock import command_owner
+
+    close = command_owner()
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(close)
 
 
 def _hold_controller_lock(addresses: tuple[str, ...]) -> None:
