@@ -255,12 +255,6 @@ def hold_for_playbook(addresses: Sequence[str], cli_holder: Mapping[str, Any] | 
         paths.private_dir(path.parent, "locks directory")
     except DdpfixError as exc:
         return f"ddpfix: controller lock not taken: {exc}; only the node locks keep runs apart"
-    try:
-        holder = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
-        holder = {}
-    if isinstance(holder, dict) and holder.get("pid") == holder_pid and holder.get("pid_start") == started:
-        return None  # this ansible-playbook's keeper holds it (an earlier play of the run, or the CLI's earlier run)
     shown = ", ".join(sorted({str(a) for a in addresses})[:3]) + (", ..." if len(set(addresses)) > 3 else "")
     lock = ControllerLock(path, what=f"{len(set(addresses))} nodes: {shown}")
     me = {**holder_info(), "pid": holder_pid, "pid_start": started,
@@ -273,6 +267,12 @@ def hold_for_playbook(addresses: Sequence[str], cli_holder: Mapping[str, Any] | 
     except OSError as exc:
         return f"ddpfix: controller lock not taken: {exc}; only the node locks keep runs apart"
     except DdpfixError as exc:
+        try:
+            holder = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):
+            holder = {}
+        if isinstance(holder, dict) and holder.get("pid") == holder_pid and holder.get("pid_start") == started:
+            return None  # held by this playbook's or this command's keeper (an earlier play, or an earlier run)
         msg = f"{exc} (no node was contacted)"
         report = os.environ.get("DDPFIX_LOCKED_FILE")  # the ddpfix CLI reads it: exit 5 with this line
         if report:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -133,11 +134,20 @@ def test_cli_exits_with_the_lock_code_for_any_inventory_naming_the_nodes(tmp_pat
     assert ddlock.HELD_TEXT in r.output and f"pid {os.getpid()}" in r.output
 
 
-def _wait_free(addresses: list[str], what: str) -> None:
-    """Until the controller lock of `addresses` can be taken (and is let go again): a keeper dropped it."""
+def _wait_free(addresses: list[str], what: str, keep_holder: bool = False) -> None:
+    """Until the controller lock of `addresses` can be taken (and is let go again): a keeper dropped it.
+    `keep_holder`: the flock only, the file still naming its last holder."""
     deadline = time.monotonic() + 60
     while True:
         try:
+            if keep_holder:
+                path = ddlock.paths.state_dir() / "locks" / f"cluster-{ddlock.cluster_key(addresses)}.lock"
+                with open(path) as f:
+                    try:
+                        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        return
+                    except BlockingIOError:
+                        raise DdpfixError("held", ExitCode.LOCKED) from None
             ddlock.controller_lock(addresses).release()
             return
         except DdpfixError:
@@ -508,6 +518,14 @@ sys.stdin.readline()
 if sys.argv[1] != "die":
     close()
     print("closed", flush=True)
+    sys.stdin.readline()
+    close = lock.command_owner()  # a second command in the same process: its own lock (the file names this PID)
+    playbook = subprocess.Popen([sys.executable, "-c", sys.argv[2], *sys.argv[3:]], text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    lines = [playbook.stdout.readline().strip() for _ in range(3)]
+    playbook.stdin.close()
+    playbook.wait(timeout=60)
+    print(" ".join(lines), flush=True)
     sys.stdin.read()
 """
 
@@ -532,8 +550,13 @@ def test_a_playbook_a_cli_command_started_keeps_the_lock_for_that_command_until_
         cli.stdin.flush()
         if end == "close":
             assert cli.stdout.readline().strip() == "closed"
-            _wait_free(["10.7.0.1", "10.7.0.2"], "the lock outlived the command")  # the CLI process still runs
-            assert cli.poll() is None
+            _wait_free(["10.7.0.1", "10.7.0.2"], "the lock outlived the command", keep_holder=True)
+            assert cli.poll() is None  # the CLI process still runs; the lock file still names it
+            cli.stdin.write("again\n")  # the next command of that process takes it anew, though the file names it
+            cli.stdin.flush()
+            assert cli.stdout.readline().strip() == "None None ready"
+            with pytest.raises(DdpfixError, match=rf"pid {cli.pid}\b"):
+                ddlock.controller_lock(["10.7.0.2", "10.7.0.1"])
     finally:
         assert cli.stdin is not None
         cli.stdin.close()
