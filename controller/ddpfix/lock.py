@@ -4,10 +4,12 @@ The controller lock is an ``fcntl.flock`` on ``<state dir>/locks/cluster-<hash o
 keyed on the cluster, not on the inventory's path, so an ad-hoc host list (``-i a,b,``, a new file per run), a
 ``--slurm`` allocation and an inventory file naming the same nodes exclude each other. It dies with the process (no
 stale lock after a crash or ``kill -9``). The holder (PID, command line, start time, run id) is written into the file
-so that a second run can name it. The CLI takes it once it has read the cluster; a plain ansible-playbook run of
-the audit (or remediate) playbook takes it in the play's first task, which derives the cluster before any node is
-contacted (action ``ddpfix_cluster``, `hold_for_playbook`), for as long as that ansible-playbook runs. The CLI
-names the key it holds in ``DDPFIX_CLUSTER_LOCK`` for its own ansible-playbook runs.
+so that a second run can name it. The audit play's first task, which derives the cluster before any node is
+contacted (action ``ddpfix_cluster``, `hold_for_playbook`), takes it: for as long as that ansible-playbook runs
+when it runs on its own, for the rest of the command when a ddpfix command started it (``DDPFIX_LOCK_OWNER``:
+``audit``, ``remediate``, ``verify``). A command that reads the inventory itself first (``env``, ``explain``) takes
+it once it has read the cluster. The CLI names the key it holds in ``DDPFIX_CLUSTER_LOCK`` for its own
+ansible-playbook runs.
 
 The node-side lock (``/run/ddpfix.lock``, role ``ddpfix_run``) carries the same run id (`RUN_ID`).
 """
