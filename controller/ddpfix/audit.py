@@ -110,6 +110,7 @@ def collect(
             on_event=progress.on_event if progress else None,
             name="audit",
             preload=(*CONTEXT_MODULES, *preload),
+            payloads=(FACTS_MODULE,),
         )
     except DdpfixError as exc:
         if cluster is None and exc.code in (ExitCode.RUN_FAILED, ExitCode.INVALID_INPUT):

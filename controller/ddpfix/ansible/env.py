@@ -18,6 +18,9 @@ from ddpfix.errors import DdpfixError, ExitCode
 MAX_DEFAULT_FORKS = 50
 #: The callback every run enables, after the user's own (plugins/callback/ddpfix_exit.py).
 EXIT_CALLBACK = "{}.{}.ddpfix_exit".format(*paths.COLLECTION)
+#: The callback that builds the payloads of the modules a run names (DDPFIX_PAYLOADS) while the playbook starts
+#: (plugins/callback/ddpfix_payloads.py).
+PAYLOADS_CALLBACK = "{}.{}.ddpfix_payloads".format(*paths.COLLECTION)
 #: An inventory source Ansible cannot parse is an error, never a warning with fewer hosts (the audit's ansible-playbook
 #: is the one reader of the inventory: it must fail where the CLI's own read would).
 STRICT_INVENTORY = {"ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
@@ -111,8 +114,9 @@ def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
         # decode them again at each task of each node, on the controller's one busy process (issue 21 item 6)
         "ANSIBLE_CACHE_PLUGIN": "memory",
         # ansible-playbook exits without the interpreter's final garbage collection over everything it loaded
-        # (plugins/callback/ddpfix_exit.py): 0.2-0.3 s of every run on a 2-core controller
-        "ANSIBLE_CALLBACKS_ENABLED": EXIT_CALLBACK,
+        # (plugins/callback/ddpfix_exit.py): 0.2-0.3 s of every run on a 2-core controller; the payloads of the
+        # modules the run names are built while the playbook starts (plugins/callback/ddpfix_payloads.py)
+        "ANSIBLE_CALLBACKS_ENABLED": f"{EXIT_CALLBACK},{PAYLOADS_CALLBACK}",
     }
 
 

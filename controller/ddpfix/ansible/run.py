@@ -86,11 +86,14 @@ def run_playbook(
     name: str | None = None,
     interruptible: bool = False,
     preload: Sequence[str] = (),
+    payloads: Sequence[str] = (),
 ) -> RunResult:
     """Run one of our playbooks; return per-host results. Raises DdpfixError on run failure, on a node lock
     held by another run (LOCKED) and, unless `interruptible` (the caller reports what changed), on Ctrl-C or
     SIGTERM (INTERRUPTED). `preload`: modules the caller needs after the run, imported in a background thread
-    while ansible-playbook starts (this process only waits then), off the path of the user's wait."""
+    while ansible-playbook starts (this process only waits then), off the path of the user's wait. `payloads`: ddpfix's
+    modules whose payloads ansible-playbook builds while the playbook starts, before the task that
+    sends them (plugins/callback/ddpfix_payloads.py)."""
     import ansible_runner  # slow import: only when a run happens
 
     _no_close_delay_after_exit()
@@ -166,7 +169,8 @@ def run_playbook(
                          "DDPFIX_STOP_FILE": str(stop_file), HELD_ENV: os.environ.get(HELD_ENV, ""),
                          # a lock its first task takes is this command's, until the command ends (lock.command_owner)
                          OWNER_ENV: os.environ.get(OWNER_ENV, ""),
-                         "DDPFIX_LOCKED_FILE": str(locked_file)},
+                         "DDPFIX_LOCKED_FILE": str(locked_file),
+                         "DDPFIX_PAYLOADS": ",".join("{}.{}.{}".format(*paths.COLLECTION, m) for m in payloads)},
                 # ansible-runner would otherwise force its jsonfile fact cache over ANSIBLE_CACHE_PLUGIN (ddpfix's
                 # memory cache, or the user's own setting, which then stays in force)
                 fact_cache_type="memory",

@@ -75,6 +75,7 @@ def run_remediation(
         on_event=progress.on_event if progress else None,
         name="remediate" if apply else "remediate-check",
         interruptible=interruptible,
+        payloads=("ddpfix_node_files",),
     )
     for host, hr in run.hosts.items():  # e.g. "runtime only: ..." from the firewall role
         for t in hr.tasks:

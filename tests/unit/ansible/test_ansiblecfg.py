@@ -243,11 +243,11 @@ def test_cli_without_i_uses_ansible_cfg_inventory_or_stops(home: Path, tmp_path:
 
 
 @pytest.mark.parametrize(("user_env", "user_file", "want"), [
-    (None, None, "ddpfix.cluster.ddpfix_exit"),
+    (None, None, "ddpfix.cluster.ddpfix_exit,ddpfix.cluster.ddpfix_payloads"),
     (None, "callbacks_enabled = ansible.builtin.tree, profile_tasks\n",
-     "ansible.builtin.tree,profile_tasks,ddpfix.cluster.ddpfix_exit"),
+     "ansible.builtin.tree,profile_tasks,ddpfix.cluster.ddpfix_exit,ddpfix.cluster.ddpfix_payloads"),
     ("timer,ddpfix.cluster.ddpfix_exit", "callbacks_enabled = ansible.builtin.tree\n",
-     "timer,ddpfix.cluster.ddpfix_exit"),  # the environment beats the file, as in Ansible; no duplicate
+     "timer,ddpfix.cluster.ddpfix_exit,ddpfix.cluster.ddpfix_payloads"),  # the environment beats the file; no duplicate
 ])
 def test_the_users_callbacks_stay_enabled_and_ddpfix_adds_its_exit_callback(
         home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_env: str | None, user_file: str | None,
