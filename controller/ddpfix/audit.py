@@ -104,7 +104,8 @@ def collect(
             limit=limit,
             forks=nforks,
             tags=",".join(CLI_TAGS),
-            skip_tags=",".join(CLI_SKIP_TAGS),
+            # the facts role's plan task is the first task's (ddpfix_cluster) when that task runs (no cluster given)
+            skip_tags=",".join((*CLI_SKIP_TAGS, *(("ddpfix_facts_plan",) if cluster is None else ()))),
             n_hosts=n_hosts,
             verbosity=verbosity,
             on_event=progress.on_event if progress else None,

@@ -28,7 +28,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        self.validate_argument_spec(argument_spec={})
+        _, args = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
         inventory = ddpfix("ddpfix.inventory.derive")
         hostvars = task_vars.get("hostvars") or {}
         try:
@@ -51,5 +51,26 @@ class ActionModule(ActionBase):
         # decided once for the play (the facts role's ddpfix_facts_probe_from_facts), not templated per node from the
         # addresses of every node (O(N) each)
         view["probe_from_facts"] = ddpfix_probe_needs_facts(view["addresses"], view["cluster_cidr"])
+        if args.get("facts") is not None:
+            view["facts_plan"] = facts_plan(view, args["facts"], task_vars.get("ansible_play_hosts_all") or [])
         result.update(changed=False, inventory=data, cluster=dataclasses.asdict(cluster), **view)
         return result
+
+
+#: The facts role's settings the facts task of every node shares (roles/ddpfix_facts/tasks/facts.yml's plan task
+#: takes the same, with the same conversions), as Ansible's argument validation converts them.
+_FACTS_SETTINGS = {
+    "lock_path": "str", "lock_holder": "raw", "lock_stale_minutes": "int", "nofile_path": "str", "profile": "bool",
+    "probe": "bool", "peers": "int", "port": "int", "timeout": "float", "wait": "float", "hold": "float",
+    "forks": "int",
+}
+_ARGUMENT_SPEC = {"facts": {"type": "dict", "required": False, "default": None,
+                            "options": {k: {"type": t, "required": True} for k, t in _FACTS_SETTINGS.items()}}}
+
+
+def facts_plan(view: dict[str, Any], facts: dict[str, Any], play_hosts: Any) -> dict[str, Any]:
+    """What the facts role's plan task returns as its `data` (the input of filter ddpfix_facts_args), from the
+    cluster view and the role's settings: the cluster's part is the view's own (the filter reads it from the view)."""
+    master = view["master"]
+    return {**{k: facts[k] for k in _FACTS_SETTINGS}, "hosts": [str(h) for h in play_hosts],
+            "master_address": (view["addresses"] or {}).get(master) or master}

@@ -144,33 +144,41 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
 def ddpfix_facts_args(plan, me):
     """The arguments of node `me`'s facts task (module ddpfix_node_facts) that are decided for the whole play.
 
-    `plan` is the role's settings, templated once per play (roles/ddpfix_facts/tasks/facts.yml, a run_once
-    set_fact): hosts (the play's, ansible_play_hosts_all), order, addresses, master, master_address, master_port,
-    cluster_cidr, env_path, lock_path, lock_holder, lock_stale_minutes, nofile_path, profile, probe (on/off),
-    probe_from_facts, peers, port, timeout, wait, hold, forks. Each node's task is then this one filter call, not one
+    `plan` is the role's settings, templated once per play: either the facts role's plan task's `data`
+    (roles/ddpfix_facts/tasks/facts.yml) with hosts (the play's, ansible_play_hosts_all), order, addresses, master,
+    master_address, master_port, cluster_cidr, env_path, lock_path, lock_holder, lock_stale_minutes, nofile_path,
+    profile, probe (on/off), probe_from_facts, peers, port, timeout, wait, hold, forks; or the audit play's cluster
+    view (action ddpfix_cluster's result: order, addresses, master, master_port, cluster_cidr, env_path,
+    probe_from_facts) whose `facts_plan` holds the rest. Each node's task is then this one filter call, not one
     template per argument and per role default (about forty per node, each compiled anew by ansible-core 2.19+).
     The node's own values (python, socket interface, launcher units, sysfs and dev roots, fi_info: per-host
     variables) stay arguments of the task itself. `probe` None: no probe in this task (probe off, or the probes wait
     for the facts: the second round at the cluster addresses, probe_cluster.yml)."""
+    settings = plan.get("facts_plan", plan)
+
+    def get(key):  # one key at a time: ansible-core 2.19+ hands a filter lazy containers (the view holds more)
+        return settings[key] if key in settings else plan[key]
+
     probe = None
-    if plan["probe"] and not plan["probe_from_facts"]:
+    if get("probe") and not get("probe_from_facts"):
         # plain copies, read once: ansible-core 2.19+ hands a filter variables as lazy containers, whose every
         # element access goes through its templating checks (the plan walks these lists several times)
-        probe = ddpfix_probe_plan(list(plan["hosts"]), me, list(plan["order"]), dict(plan["addresses"]),
-                                  plan["master"], int(plan["master_port"]), int(plan["peers"]), int(plan["port"]))
-        probe.update(timeout=float(plan["timeout"]), wait=float(plan["wait"]), hold=float(plan["hold"]),
-                     detach=len(plan["hosts"]) > int(plan["forks"]))
+        hosts = list(get("hosts"))
+        probe = ddpfix_probe_plan(hosts, me, list(get("order")), dict(get("addresses")), get("master"),
+                                  int(get("master_port")), int(get("peers")), int(get("port")))
+        probe.update(timeout=float(get("timeout")), wait=float(get("wait")), hold=float(get("hold")),
+                     detach=len(hosts) > int(get("forks")))
     return {
-        "master_address": plan["master_address"],
-        "master_port": int(plan["master_port"]),
-        "is_master": me == plan["master"],
-        "cluster_cidr": plan["cluster_cidr"],
-        "env_path": plan["env_path"],
-        "lock_path": plan["lock_path"],
-        "lock_holder": plan["lock_holder"],
-        "lock_stale_minutes": int(plan["lock_stale_minutes"]),
-        "nofile_path": plan["nofile_path"],
-        "profile": plan["profile"],
+        "master_address": get("master_address"),
+        "master_port": int(get("master_port")),
+        "is_master": me == get("master"),
+        "cluster_cidr": get("cluster_cidr"),
+        "env_path": get("env_path"),
+        "lock_path": get("lock_path"),
+        "lock_holder": get("lock_holder"),
+        "lock_stale_minutes": int(get("lock_stale_minutes")),
+        "nofile_path": get("nofile_path"),
+        "profile": get("profile"),
         "probe": probe,
     }
 

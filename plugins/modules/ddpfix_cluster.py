@@ -23,7 +23,16 @@ description:
     its later runs (the apply and the re-audit of C(ddpfix remediate)) stay under it."
   - The audit play runs it first and hands the result to the facts role; the C(ddpfix) CLI builds its own view of
     the cluster from the returned C(inventory), so the inventory is read once per run, by C(ansible-playbook).
-options: {}
+  - "With O(facts) (the facts role's settings), it also returns what the facts task of every node shares
+    (C(facts_plan)): the audit play then needs no second controller-side task before the facts."
+options:
+  facts:
+    description:
+      - "The facts role's settings the facts task of every node shares: C(lock_path), C(lock_holder),
+        C(lock_stale_minutes), C(nofile_path), C(profile), C(probe), C(peers), C(port), C(timeout), C(wait),
+        C(hold), C(forks) (the role's C(ddpfix_facts_*) variables of those names, as the audit play passes them)."
+    type: dict
+    required: false
 author: ddpfix
 """
 
@@ -65,6 +74,15 @@ inventory:
     shape.
   type: dict
   returned: success
+probe_from_facts:
+  description: Whether the probes wait for the nodes' facts (a cluster network that some inventory address is not in).
+  type: bool
+  returned: success
+facts_plan:
+  description: "With O(facts): those settings, converted, with C(hosts) (the play's) and C(master_address): the input of
+    filter C(ddpfix.cluster.ddpfix_facts_args) together with this result."
+  type: dict
+  returned: when O(facts) is given
 ddpfix_exit_code:
   description: The exit code C(ddpfix) gives this error (2, invalid input).
   type: int
