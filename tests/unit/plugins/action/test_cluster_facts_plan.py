@@ -32,21 +32,23 @@ def _playbook() -> list[dict[str, Any]]:
     compare = {"name": "Both plans' arguments", "ansible.builtin.debug": {
         "msg": f"ARGS={{{{ {{'first': (ddpfix_audit_cluster | {args}), 'role': (__ddpfix_facts_plan.data | {args})}}"
                " | to_json }}"}}
-    # the role imported (not run) after them: its defaults are the play's, as in the audit play
-    role = {"ansible.builtin.import_role": {"name": "ddpfix.cluster.ddpfix_facts", "tasks_from": "facts",
-                                            "rolespec_validate": False}, "when": False}
+    # the audit play's import of the role, not run here: its defaults are the play's, as in the audit play
+    (role,) = [t for t in audit_play["tasks"] if "ansible.builtin.import_role" in t]
+    role = {**role, "when": False}
     return [{"hosts": "ddp_nodes", "gather_facts": False, "vars": audit_play["vars"],
              "tasks": [cluster_task, plan_task, compare, role]}]
 
 
+@pytest.mark.parametrize("private_role_vars", ["False", "True"])
 @pytest.mark.parametrize("extra", [
     {},  # the role's defaults
     {"ddpfix_facts_forks": 2, "ddpfix_facts_probe_port": 47001, "ddpfix_facts_probe": True,
      "ddpfix_facts_probe_peers": 1, "ddpfix_facts_probe_timeout": 1.5, "ddpfix_run_stale_minutes": 7,
      "ddpfix_run_holder": {"run_id": "r9", "command": "ddpfix audit"}, "ddpfix_limits_nofile_path": "/etc/x.conf"},
 ])
-def test_the_first_tasks_facts_plan_gives_every_node_the_role_plans_arguments(tmp_path: Path,
-                                                                              extra: dict[str, Any]) -> None:
+def test_the_first_tasks_facts_plan_gives_every_node_the_role_plans_arguments(
+        tmp_path: Path, extra: dict[str, Any], private_role_vars: str) -> None:
+    """A user's ansible.cfg with private_role_vars too: the audit play's import_role is public."""
     (tmp_path / "inv.yml").write_text(yaml.safe_dump({"ddp_nodes": {
         "hosts": {f"n{i}": {"ansible_host": f"127.0.0.{10 + i}", "ansible_connection": "local"} for i in (1, 2, 3)},
         "vars": {"ddp_master": "n2", "ddp_master_port": 29511, "ddp_cluster_cidr": "127.0.0.0/8"}}}))
@@ -55,7 +57,7 @@ def test_the_first_tasks_facts_plan_gives_every_node_the_role_plans_arguments(tm
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "DDPFIX_"))}
     env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections"),
                 "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_STDOUT_CALLBACK": "default",
-                "DDPFIX_STATE_DIR": str(tmp_path / "state")})
+                "DDPFIX_STATE_DIR": str(tmp_path / "state"), "ANSIBLE_PRIVATE_ROLE_VARS": private_role_vars})
     exe = Path(sys.executable).parent / "ansible-playbook"
     p = subprocess.run([str(exe), "-i", "inv.yml", "-e", "@extra.json", "pb.yml"], capture_output=True, text=True,
                        timeout=300, env=env, cwd=str(tmp_path), check=False)
