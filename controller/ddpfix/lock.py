@@ -239,8 +239,9 @@ def hold_for_playbook(addresses: Sequence[str], cli_holder: Mapping[str, Any] | 
 
     The flock is taken here and handed, with the descriptor, to a keeper process that waits for ansible-playbook to
     exit: the worker's own descriptor dies with the worker, the keeper's with ansible-playbook's end, crash or kill.
-    When the ddpfix CLI started that ansible-playbook and names itself (``DDPFIX_LOCK_OWNER``, its PID, checked to
-    be the playbook's parent), the keeper waits for the CLI's end instead and the lock file names the CLI
+    When the ddpfix CLI started that ansible-playbook and names itself (``DDPFIX_LOCK_OWNER``, ``PID:FD``: its PID,
+    checked to be the playbook's parent, and the read end of a pipe its command holds open), the keeper waits for
+    the CLI's process or that command's end, whichever comes first, instead, and the lock file names the CLI
     (`cli_holder`: its `holder_info`, the play's ``ddpfix_run_holder``): the command's later runs stay under it."""
 
     key = cluster_key(addresses)

@@ -19,7 +19,8 @@ description:
     it, until that process exits: a second run on the same nodes, from the CLI or from C(ansible-playbook), fails
     this task (C(ddpfix_exit_code) 5, naming the holder) before any node is contacted. Not taken when the
     environment variable C(DDPFIX_CLUSTER_LOCK) names that cluster (the C(ddpfix) CLI holds it). When the C(ddpfix)
-    CLI started the C(ansible-playbook) (C(DDPFIX_LOCK_OWNER), its PID), the lock is kept until that command ends, so
+    CLI started the C(ansible-playbook) (C(DDPFIX_LOCK_OWNER): its PID and a pipe its command holds open), the lock
+    is kept until that command ends, so
     its later runs (the apply and the re-audit of C(ddpfix remediate)) stay under it."
   - The audit play runs it first and hands the result to the facts role; the C(ddpfix) CLI builds its own view of
     the cluster from the returned C(inventory), so the inventory is read once per run, by C(ansible-playbook).
