@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ddpfix.ansible.rundirs import (
     private_umask,
     redact_extravars,
     scrub,
+    write_event,
     write_extravars,
 )
 from ddpfix.errors import DdpfixError, ExitCode
@@ -125,6 +127,8 @@ def run_playbook(
     write_extravars(run_dir, {**user_args.extra_vars, "ddpfix_run_holder": holder_info(), **dict(extravars or {})})
     hosts: dict[str, HostResult] = {}
     lock = threading.Lock()
+    ident = uuid.uuid4().hex  # ansible-runner's artifacts/<ident>/: where the handler writes the events
+    events_dir = run_dir / "artifacts" / ident / "job_events"
     live = LiveOutput()
 
     def handler(event: dict[str, Any]) -> bool:
@@ -144,13 +148,15 @@ def run_playbook(
                 sys.stderr.flush()
         if scrubbed is not None and scrubbed != res:
             data["res"] = scrubbed
-        return True
+        # written here, in one piece (rundirs.write_event); False: ansible-runner does not write it again
+        return not write_event(events_dir, event)
 
     started = time.monotonic()
     try:
         with _Interrupt(stop_file) as interrupt, private_umask():
             r = ansible_runner.run(
                 private_data_dir=str(run_dir),
+                ident=ident,
                 # ansible-playbook runs in the user's directory, as if they had typed it there: relative paths in
                 # their config, inventory variables and ssh arguments mean what they mean to them.
                 project_dir=working_dir(pb_path.parent),
