@@ -13,7 +13,10 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.ddpfix.cluster.plugins.filter.ddpfix_probe_plan import ddpfix_probe_needs_facts
+from ansible_collections.ddpfix.cluster.plugins.filter.ddpfix_probe_plan import (
+    ddpfix_probe_needs_facts,
+    pack_probe_inputs,
+)
 from ansible_collections.ddpfix.cluster.plugins.plugin_utils.ddpfix_controller import (
     ddpfix,
     inventory_tree,
@@ -72,5 +75,7 @@ def facts_plan(view: dict[str, Any], facts: dict[str, Any], play_hosts: Any) -> 
     """What the facts role's plan task returns as its `data` (the input of filter ddpfix_facts_args), from the
     cluster view and the role's settings: the cluster's part is the view's own (the filter reads it from the view)."""
     master = view["master"]
-    return {**{k: facts[k] for k in _FACTS_SETTINGS}, "hosts": [str(h) for h in play_hosts],
-            "master_address": (view["addresses"] or {}).get(master) or master}
+    hosts = [str(h) for h in play_hosts]
+    return {**{k: facts[k] for k in _FACTS_SETTINGS}, "hosts": hosts,
+            "master_address": (view["addresses"] or {}).get(master) or master,
+            "probe_inputs": pack_probe_inputs(hosts, view["order"], view["addresses"])}

@@ -5,6 +5,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import json
 import re
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -161,10 +162,14 @@ def ddpfix_facts_args(plan, me):
 
     probe = None
     if get("probe") and not get("probe_from_facts"):
-        # plain copies, read once: ansible-core 2.19+ hands a filter variables as lazy containers, whose every
-        # element access goes through its templating checks (the plan walks these lists several times)
-        hosts = list(get("hosts"))
-        probe = ddpfix_probe_plan(hosts, me, list(get("order")), dict(get("addresses")), get("master"),
+        packed = settings.get("probe_inputs")
+        if isinstance(packed, str):  # the cluster task's facts_plan: one string, parsed here (pack_probe_inputs)
+            hosts, order, addresses = unpack_probe_inputs(packed)
+        else:
+            # plain copies, read once: ansible-core 2.19+ hands a filter variables as lazy containers, whose every
+            # element access goes through its templating checks (the plan walks these lists several times)
+            hosts, order, addresses = list(get("hosts")), list(get("order")), dict(get("addresses"))
+        probe = ddpfix_probe_plan(hosts, me, order, addresses, get("master"),
                                   int(get("master_port")), int(get("peers")), int(get("port")))
         probe.update(timeout=float(get("timeout")), wait=float(get("wait")), hold=float(get("hold")),
                      detach=len(hosts) > int(get("forks")))
@@ -181,6 +186,22 @@ def ddpfix_facts_args(plan, me):
         "profile": get("profile"),
         "probe": probe,
     }
+
+
+def pack_probe_inputs(hosts, order, addresses):
+    """The lists every node's probe plan reads (the play's hosts, the rank order, {host: address}) as one JSON
+    string, for the cluster task's `facts_plan`: ansible-core 2.19+ hands a filter a registered list as a lazy
+    container whose every element goes through its templating checks (on 320 nodes, each node's facts task spent
+    more time copying these three than planning its probes); one string is one value. Data, never a template:
+    a registered result is not templated again."""
+    return json.dumps({"hosts": [str(h) for h in hosts], "order": [str(h) for h in order],
+                       "addresses": {str(k): v for k, v in (addresses or {}).items()}}, separators=(",", ":"))
+
+
+def unpack_probe_inputs(packed):
+    """(hosts, order, addresses) of `pack_probe_inputs`."""
+    data = json.loads(packed)
+    return list(data["hosts"]), list(data["order"]), dict(data["addresses"])
 
 
 def ddpfix_probe_needs_facts(addresses, cidr):

@@ -214,3 +214,22 @@ def test_facts_args_are_the_plays_decisions_with_each_nodes_probe_plan() -> None
     # no probe in this task: probes off, or they wait for the facts (second round at the cluster addresses)
     assert pp.ddpfix_facts_args(_facts_plan(probe=False), "node3")["probe"] is None
     assert pp.ddpfix_facts_args(_facts_plan(probe_from_facts=True), "node3")["probe"] is None
+
+
+def test_the_cluster_tasks_packed_lists_give_the_same_arguments() -> None:
+    """The cluster task hands the hosts, rank order and addresses along as one string (`probe_inputs`,
+    `pack_probe_inputs`): every node's arguments are those the lists themselves give, on the view-and-plan layout
+    the audit play uses (the plan under `facts_plan`), with the view's lists still there."""
+    plan = _facts_plan(forks=2)
+    view = {k: plan[k] for k in ("order", "addresses", "master", "master_port", "cluster_cidr", "env_path",
+                                 "probe_from_facts")}
+    settings = {k: v for k, v in plan.items() if k not in view}
+    packed = pp.pack_probe_inputs(plan["hosts"], plan["order"], plan["addresses"])
+    assert isinstance(packed, str) and pp.unpack_probe_inputs(packed) == (plan["hosts"], plan["order"],
+                                                                            plan["addresses"])
+    for me in plan["hosts"]:
+        want = pp.ddpfix_facts_args(plan, me)
+        assert pp.ddpfix_facts_args({**view, "facts_plan": {**settings, "probe_inputs": packed}}, me) == want
+    # the packed lists are the ones read: a view whose own lists differ does not change the plan
+    other = {**view, "order": list(reversed(plan["order"])), "facts_plan": {**settings, "probe_inputs": packed}}
+    assert pp.ddpfix_facts_args(other, "node3") == pp.ddpfix_facts_args(plan, "node3")
