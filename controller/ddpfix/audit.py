@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from ddpfix.ansible import collection
 from ddpfix.ansible import config as ansiblecfg
 from ddpfix.ansible.env import MAX_DEFAULT_FORKS, default_forks
 from ddpfix.ansible.results import HostResult, RunResult, TaskResult, module_failure
@@ -252,6 +253,16 @@ NOT_RUN = "host did not run (not matched by the play)"
 PROBED_VAR = "__ddpfix_facts_probed"
 
 
+def node_from_wire(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the facts as the facts module sent them, with its one packed field read back: `hosts_lines` (one
+    string, `ddpfix_nodeinfo.pack_hosts_entries`) becomes the `hosts_file` entries the checks read, parsed here by
+    the node's own line parser (`unpack_hosts_lines`). Facts without it (recorded or saved in that form) as they are."""
+    out = dict(node)
+    if "hosts_lines" in out:
+        out["hosts_file"] = collection.module_utils("ddpfix_nodeinfo").unpack_hosts_lines(out.pop("hosts_lines"))
+    return out
+
+
 def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str, Any] | None = None,
                error: str = "", unreachable: bool = False, failed: bool = False, collected_at: float | None = None,
                window: tuple[float, float] | None = None) -> HostFacts:
@@ -276,7 +287,7 @@ def host_facts(name: str, node: Mapping[str, Any] | None, *, probe: Mapping[str,
         reachable=not unreachable and node is not None,
         error=error,
         failed=failed and not unreachable,
-        node=cast(NodeFacts, dict(node)) if node is not None else None,
+        node=cast(NodeFacts, node_from_wire(node)) if node is not None else None,
         probe=cast(ProbeResult, dict(probe)) if probe is not None else None,
         collected_at=collected_at,
         window=window,

@@ -115,16 +115,42 @@ def run_command(argv, timeout=5):
 
 
 def parse_hosts_file(text):
-    """/etc/hosts as a list of {line, addr, names} (comments and blanks dropped)."""
+    """/etc/hosts as a list of {line, addr, names, text} (comments and blanks dropped)."""
     entries = []
     for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
+        entry = _hosts_entry(n, raw)
+        if entry is not None:
+            entries.append(entry)
+    return entries
+
+
+def _hosts_entry(n, raw):
+    line = raw.split("#", 1)[0].strip()
+    parts = line.split()
+    if len(parts) < 2:
+        return None
+    return {"line": n, "addr": parts[0], "names": parts[1:], "text": raw.rstrip()}
+
+
+def pack_hosts_entries(entries):
+    """`parse_hosts_file`'s entries as the facts module returns them: one string, a line `<number>\t<text>` per
+    entry. One value instead of six per line: ansible-core copies and tags every value of a result, in the worker,
+    in ansible-playbook and again for each callback, and a fleet's /etc/hosts has a line per node on every node."""
+    return "\n".join("{}\t{}".format(int(e["line"]), e["text"]) for e in entries)
+
+
+def unpack_hosts_lines(packed):
+    """The entries of `pack_hosts_entries`' string, parsed as `parse_hosts_file` parses a line (the controller's
+    side: what a node sent is text, read here, never trusted to be parsed already); a row that is not
+    `<number>\t<text>` is left out."""
+    entries = []
+    for row in packed.split("\n") if isinstance(packed, str) else ():
+        number, sep, raw = row.partition("\t")
+        if not sep or not 0 < len(number) < 10 or number.strip("0123456789"):
             continue
-        parts = line.split()
-        if len(parts) < 2:
-            continue
-        entries.append({"line": n, "addr": parts[0], "names": parts[1:], "text": raw.rstrip()})
+        entry = _hosts_entry(int(number), raw)
+        if entry is not None:
+            entries.append(entry)
     return entries
 
 

@@ -123,7 +123,9 @@ probe:
   type: dict
 ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self,
-      hosts_file (with a probe, only the lines naming the node or a name that resolved other than expected, or mapping
+      hosts_lines (the /etc/hosts lines, comments and blanks left out, as one string with a line per entry, its
+      line number, a tab and its text, which the controller parses into C(hosts_file) entries {line, addr, names,
+      text}; with a probe, only the lines naming the node or a name that resolved other than expected, or mapping
       an address it dials or one of I(probe.hosts_addresses), and C(hosts_file_scope) is relevant; else the whole
       file), hosts_file_scope, hosts_block_sha256 (SHA-256 of ddpfix's managed block in /etc/hosts, null without
       one, so that nodes compare blocks without returning them),
@@ -160,7 +162,10 @@ from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import 
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_lock import present as take_lock
 
 # resolve, block_digest: the controller (`ddpfix check --local`, its tests) takes them from here, as the node runs them
-from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import resolve  # noqa: F401
+from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeinfo import (
+    pack_hosts_entries,
+    resolve,  # noqa: F401
+)
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_nodeprobe import probe_only
 from ansible_collections.ddpfix.cluster.plugins.module_utils.ddpfix_readers import (  # noqa: F401
     READERS,
@@ -212,6 +217,8 @@ def main():
         out = {"probe": probe_only(p)} if p["probe_only"] else {
             "ansible_facts": {"ddpfix_node": collect(p, profile)}}
         node = out.get("ansible_facts", {}).get("ddpfix_node", {})
+        if isinstance(node.get("hosts_file"), list):  # sent as one string (the controller parses it back)
+            node["hosts_lines"] = pack_hosts_entries(node.pop("hosts_file"))
         for files in (node.get("env_file"), (node.get("limits") or {}).get("nofile_dropins")):
             if lock is not None and lock.get("unlocked") and isinstance(files, dict):  # remediate's pre-flight: refused
                 files["unwritable"] = dict(files.get("unwritable") or {}, **{

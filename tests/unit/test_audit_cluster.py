@@ -242,3 +242,18 @@ def test_cli_runs_the_unregistered_facts_task_and_every_other_task_it_needs() ->
         "Facts | Controller clock before the facts (the start of the window the node reads its clock in)",
         registered["name"],
         "Facts | Controller clock window of the facts (kept with them in a fact cache, for the clock-skew check)"]
+
+
+def test_a_nodes_packed_hosts_lines_become_its_hosts_file_entries() -> None:
+    """The facts module sends /etc/hosts as one string (`hosts_lines`); the one conversion (`host_facts`, for the
+    CLI's events and the analyze action's hostvars alike) gives the checks the entries, parsed on the controller,
+    and no `hosts_lines`. Facts recorded or saved in the entries' form stay as they are."""
+    entries = [{"line": 2, "addr": "10.0.0.2", "names": ["node2", "n2"], "text": "10.0.0.2\tnode2 n2  # x"}]
+    wire = {"hostname": "node1", "hosts_lines": "2\t10.0.0.2\tnode2 n2  # x\nbad row", "hosts_file_scope": "whole"}
+    got = audit.host_facts("node1", wire)
+    assert got.node is not None and got.node.get("hosts_file") == entries and "hosts_lines" not in got.node
+    assert wire["hosts_lines"].startswith("2\t")  # the module's result itself is not changed
+    old = audit.host_facts("node1", {"hostname": "node1", "hosts_file": entries})
+    assert old.node is not None and old.node.get("hosts_file") == entries
+    hostile = audit.host_facts("node1", {"hostname": "node1", "hosts_lines": {"2": "10.0.0.2 node2"}})
+    assert hostile.node is not None and hostile.node.get("hosts_file") == []

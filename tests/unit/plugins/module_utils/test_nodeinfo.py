@@ -249,3 +249,29 @@ def test_cluster_interface_skips_a_dead_or_host_only_interface_ordered_first() -
     assert ni.cluster_interface([dead], "10.1.0.0/24", "")["ifname"] == "ens1"
     # the override is reported as it is, whatever its state
     assert ni.cluster_interface([iso, data], "10.1.0.0/24", "", override="iso0")["address"] == "10.1.0.203"
+
+
+def test_packed_hosts_lines_read_back_as_the_file_parses() -> None:
+    """The facts module sends its /etc/hosts entries as one string (`pack_hosts_entries`); the controller's
+    `unpack_hosts_lines` gives back exactly the entries `parse_hosts_file` gives: line numbers, addresses, names and
+    each line's text as it was (tabs, runs of spaces, a trailing comment, non-ASCII names)."""
+    tricky = ("127.0.0.1\tlocalhost\n\n# c\n10.0.0.7  n\u00f6de7\tn7   # \u00e9 added\t\n  10.0.0.8\tn8\n"
+              "fe80::1%eth0 ll\n10.0.0.9 n9#glued\nonlyone\n")
+    for text in (recorded("etc-hosts.txt"), tricky, ""):
+        entries = ni.parse_hosts_file(text)
+        packed = ni.pack_hosts_entries(entries)
+        assert isinstance(packed, str) and ni.unpack_hosts_lines(packed) == entries
+    assert [e["line"] for e in ni.unpack_hosts_lines(ni.pack_hosts_entries(ni.parse_hosts_file(tricky)))] == [
+        1, 4, 5, 6, 7]
+
+
+def test_unpacking_takes_only_numbered_host_lines() -> None:
+    """What a node sent is text: a row that is not `<number>\\t<line>` (no tab, a number that is not plain ASCII
+    digits or is too long), or whose line names no host, is left out; anything but a string gives no entries."""
+    rows = ["3\t10.0.0.1 a", "x\t10.0.0.2 b", "10.0.0.3 c", "\u0661\t10.0.0.4 d", "-1\t10.0.0.5 e",
+            "1234567890\t10.0.0.6 f", "7\t# 10.0.0.7 g", "8\t10.0.0.8", "9\t10.0.0.9 h\ti"]
+    assert ni.unpack_hosts_lines("\n".join(rows)) == [
+        {"line": 3, "addr": "10.0.0.1", "names": ["a"], "text": "10.0.0.1 a"},
+        {"line": 9, "addr": "10.0.0.9", "names": ["h", "i"], "text": "10.0.0.9 h\ti"}]
+    for bad in (None, 5, ["3\t10.0.0.1 a"], {"3": "10.0.0.1 a"}):
+        assert ni.unpack_hosts_lines(bad) == []
