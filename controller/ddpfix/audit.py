@@ -254,12 +254,15 @@ PROBED_VAR = "__ddpfix_facts_probed"
 
 
 def node_from_wire(node: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the facts as the facts module sent them, with its one packed field read back: `hosts_lines` (one
-    string, `ddpfix_nodeinfo.pack_hosts_entries`) becomes the `hosts_file` entries the checks read, parsed here by
-    the node's own line parser (`unpack_hosts_lines`). Facts without it (recorded or saved in that form) as they are."""
+    """A copy of the facts as the facts module sent them (`schema` 2), with its one packed field read back:
+    `hosts_lines` (one string, `ddpfix_nodeinfo.pack_hosts_entries`) becomes the `hosts_file` entries the checks
+    read (schema 1's form), parsed here by the node's own line parser (`unpack_hosts_lines`). Facts without it
+    (recorded or saved in schema 1's form) as they are."""
     out = dict(node)
     if "hosts_lines" in out:
         out["hosts_file"] = collection.module_utils("ddpfix_nodeinfo").unpack_hosts_lines(out.pop("hosts_lines"))
+        if out.get("schema") == 2:
+            out["schema"] = 1
     return out
 
 

@@ -125,10 +125,11 @@ ansible_facts:
   description: C(ddpfix_node), a dict with keys hostname, fqdn, machine_id, interfaces, cluster, resolve_self,
       hosts_lines (the /etc/hosts lines, comments and blanks left out, as one string with a line per entry, its
       line number, a tab and its text, which the controller parses into C(hosts_file) entries {line, addr, names,
-      text}; with a probe, only the lines naming the node or a name that resolved other than expected, or mapping
-      an address it dials or one of I(probe.hosts_addresses), and C(hosts_file_scope) is relevant; else the whole
-      file), hosts_file_scope, hosts_block_sha256 (SHA-256 of ddpfix's managed block in /etc/hosts, null without
-      one, so that nodes compare blocks without returning them),
+      text}; C(schema) 2, where schema 1 returned those entries as C(hosts_file); with a probe, only the lines
+      naming the node or a name that resolved other than expected, or mapping an address it dials or one of
+      I(probe.hosts_addresses), and C(hosts_file_scope) is relevant; else the whole file), hosts_file_scope,
+      hosts_block_sha256 (SHA-256 of ddpfix's managed block in /etc/hosts, null without one, so that nodes compare
+      blocks without returning them),
     sysctl, listening, time, firewall, env_file, fabric, probe, now, errors, unread.
     C(limits) holds the open-file limit (RLIMIT_NOFILE) of the SSH session and of each launcher unit, and
     (nofile_dropins) the drop-ins remediate writes for it, as they are, and which of them cannot be written;
@@ -219,6 +220,7 @@ def main():
         node = out.get("ansible_facts", {}).get("ddpfix_node", {})
         if isinstance(node.get("hosts_file"), list):  # sent as one string (the controller parses it back)
             node["hosts_lines"] = pack_hosts_entries(node.pop("hosts_file"))
+            node["schema"] = 2  # schema 2: hosts_file travels as hosts_lines
         for files in (node.get("env_file"), (node.get("limits") or {}).get("nofile_dropins")):
             if lock is not None and lock.get("unlocked") and isinstance(files, dict):  # remediate's pre-flight: refused
                 files["unwritable"] = dict(files.get("unwritable") or {}, **{

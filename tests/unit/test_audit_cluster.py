@@ -249,9 +249,11 @@ def test_a_nodes_packed_hosts_lines_become_its_hosts_file_entries() -> None:
     CLI's events and the analyze action's hostvars alike) gives the checks the entries, parsed on the controller,
     and no `hosts_lines`. Facts recorded or saved in the entries' form stay as they are."""
     entries = [{"line": 2, "addr": "10.0.0.2", "names": ["node2", "n2"], "text": "10.0.0.2\tnode2 n2  # x"}]
-    wire = {"hostname": "node1", "hosts_lines": "2\t10.0.0.2\tnode2 n2  # x\nbad row", "hosts_file_scope": "whole"}
+    wire = {"schema": 2, "hostname": "node1", "hosts_lines": "2\t10.0.0.2\tnode2 n2  # x\nbad row",
+            "hosts_file_scope": "whole"}
     got = audit.host_facts("node1", wire)
     assert got.node is not None and got.node.get("hosts_file") == entries and "hosts_lines" not in got.node
+    assert got.node.get("schema") == 1  # the form the checks read
     assert wire["hosts_lines"].startswith("2\t")  # the module's result itself is not changed
     old = audit.host_facts("node1", {"hostname": "node1", "hosts_file": entries})
     assert old.node is not None and old.node.get("hosts_file") == entries

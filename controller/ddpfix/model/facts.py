@@ -5,7 +5,9 @@ stdlib-only Python for the nodes; the controller's checks, plan and verify read 
 
 Values from nodes are validated before anything is written from them (`factguard.facts.validate_facts`): the types
 say what a well-behaved node returns, not what the controller may assume unchecked. Keys are only ever added
-(`schema: 1`).
+(`schema: 1`). The module's result is `schema: 2`, the same facts but for `hosts_file`, which travels packed as
+`hosts_lines` (one string); the controller's one conversion (`audit.host_facts`) reads it back into `hosts_file`,
+so what the checks read stays schema 1's.
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired[...] from evaluated annotations.
