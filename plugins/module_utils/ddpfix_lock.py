@@ -156,7 +156,7 @@ def _present(path, holder, stale_s):
         if current is not None and current.get("run_id") != holder["run_id"]:
             why = stale_reason(current, mtime, stale_s, now)
             lent = prober_alive(current) if why is None else None
-            if why is None and lent is None and current.get("prober_pid"):
+            if why is None and lent is None and is_lent(current):
                 why = "it was lent to a rolling prober of its run that is gone (the run was done with this node)"
             if why is None:
                 return None, dict(
@@ -166,11 +166,17 @@ def _present(path, holder, stale_s):
                         "gone)",
                     holder=current, lock=path, locked=True, **({} if lent is None else {"prober_until": lent}))
             taken_over = dict(current, age_seconds=int(now - (mtime or 0)), stale=why)
-        elif current:
+        kept = {}
+        if current and taken_over is None:
             taken_at = current.get("taken_at") or now  # the same run: a refresh
+            # its probers lent earlier (other inventory names of this node: the same run) are still running;
+            # the lock is held by this task now (not only lent) and stays when they end
+            probers = live_probers(current)
+            if probers:
+                kept = dict(probers=probers, lent=False)
         me = os.getpid()
         write_lock(path, dict(holder, node_boot_id=boot_id(), node_pid=me, node_pid_start=proc_start(me),
-                              taken_at=taken_at, refreshed_at=now, lease_s=int(stale_s)))
+                              taken_at=taken_at, refreshed_at=now, lease_s=int(stale_s), **kept))
         return dict(holder=holder, taken_over=taken_over, refreshed=bool(current) and taken_over is None), None
     finally:
         os.close(guard)
@@ -187,62 +193,104 @@ def absent(path, holder):
 
 def lend(path, run_id, pid, pid_start, until):
     """Hand the lock of run `run_id` to a rolling prober (`pid`, started `pid_start`) that outlives the facts task:
-    the lock records it, the prober releases it when it ends (`give_back`), and another run that meets it waits for
-    that prober (`wait_for_prober`) rather than being refused. Returns whether the lock named the run."""
+    the lock records it (beside the run's other probers still running on this node: one machine under several
+    inventory names), the last of them releases it when it ends (`give_back`), and another run that meets it waits
+    for them (`present` waits) rather than being refused. Returns whether the lock named the run."""
     guard = os.open(os.path.dirname(path) or "/", os.O_RDONLY)
     try:
         fcntl.flock(guard, fcntl.LOCK_EX)
         current, _ = read_lock(path)
         if not current or current.get("run_id") != run_id:
             return False
-        write_lock(path, dict(current, prober_pid=int(pid), prober_start=pid_start, prober_until=float(until)))
+        probers = [p for p in live_probers(current) if p[0] != int(pid)] + [[int(pid), pid_start, float(until)]]
+        # prober_pid/_start/_until: the latest prober, as a ddpfix before the list read it
+        write_lock(path, dict(current, probers=probers, lent=True, prober_pid=int(pid), prober_start=pid_start,
+                              prober_until=float(until)))
         return True
     finally:
         os.close(guard)
 
 
 def give_back(path, run_id, pid):
-    """The rolling prober `pid` ends: remove the lock if it still names run `run_id` and is still lent to this
-    prober (a later task of the same run that refreshed it took it back: it stays)."""
+    """The rolling prober `pid` ends: it leaves the lock's probers; the lock is removed when it still names run
+    `run_id`, is only lent (a later task of the same run that refreshed it took it back: it stays) and no other
+    prober of the run still runs. Returns whether the lock was removed."""
     guard = os.open(os.path.dirname(path) or "/", os.O_RDONLY)
     try:
         fcntl.flock(guard, fcntl.LOCK_EX)
         current, _ = read_lock(path)
-        if current and current.get("run_id") == run_id and current.get("prober_pid") == int(pid):
+        if not current or current.get("run_id") != run_id:
+            return False
+        mine = [p for p in _probers(current) if p[0] == int(pid)]
+        if not mine:
+            return False
+        others = [p for p in live_probers(current) if p[0] != int(pid)]
+        if not others and is_lent(current):
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return True
+        latest = others[-1] if others else [None, None, None]
+        write_lock(path, dict(current, probers=others, prober_pid=latest[0], prober_start=latest[1],
+                              prober_until=latest[2]))
         return False
     finally:
         os.close(guard)
+
+
+def is_lent(current):
+    """Whether the lock was handed to rolling probers and no task of its run took it back since."""
+    return bool(current.get("lent", bool(current.get("prober_pid"))))
+
+
+def _probers(current):
+    """[pid, start, until] of each prober the lock was lent to (a lock before the list: its one prober_pid)."""
+    raw = current.get("probers")
+    if not isinstance(raw, list):
+        raw = [[current.get("prober_pid"), current.get("prober_start"), current.get("prober_until")]]
+    out = []
+    for p in raw[:64]:
+        if isinstance(p, list) and len(p) == 3 and isinstance(p[0], int) and not isinstance(p[0], bool) and p[0] > 0:
+            out.append(p)
+    return out
+
+
+def _prober_runs(pid, start):
+    """Whether `pid` runs with start time `start` and is not a zombie (an ended prober has closed its listeners)."""
+    if proc_start(pid) != str(start):
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError, ValueError, TypeError):
+        return False
+
+
+def live_probers(current, this_boot=None):
+    """The lock's probers that still run on this node."""
+    this_boot = boot_id() if this_boot is None else this_boot
+    if current.get("node_boot_id") and current.get("node_boot_id") != this_boot:
+        return []
+    return [p for p in _probers(current) if _prober_runs(p[0], p[1])]
 
 
 def _wait_prober_gone(old, wait_s=3.0):
     """A lock taken over from a run whose holder is gone but whose rolling prober still ran: that prober sees the
     lock is no longer its run's within half a second and ends (its listeners close); wait for it, so that this run
     does not read its listeners as the node's own (the master port in use)."""
-    if prober_alive(old) is None:
-        return
     until = time.time() + wait_s
-    while time.time() < until and prober_alive(old) is not None:
+    while live_probers(old) and time.time() < until:
         time.sleep(0.05)
 
 
 def prober_alive(current, this_boot=None):
-    """Whether the lock `current` was lent to a rolling prober that still runs on this node, until when (epoch
-    seconds), or None when it was not lent or its prober is gone."""
-    this_boot = boot_id() if this_boot is None else this_boot
-    if not current.get("prober_pid") or (current.get("node_boot_id") and current.get("node_boot_id") != this_boot):
+    """Whether the lock `current` was lent to rolling probers of which one still runs on this node, until when
+    (epoch seconds: the latest of theirs), or None when it was not lent or its probers are gone."""
+    if not is_lent(current):
         return None
-    if proc_start(current["prober_pid"]) != str(current.get("prober_start")):
-        return None
-    try:  # a zombie (ended, not yet reaped) has closed its listeners
-        with open(f"/proc/{int(current['prober_pid'])}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
-    except (OSError, IndexError, ValueError, TypeError):
-        return None
-    try:
-        return float(current.get("prober_until") or 0)
-    except (TypeError, ValueError):
-        return None
+    until = None
+    for _, _, u in live_probers(current, this_boot):
+        try:
+            until = max(float(u or 0), until or 0.0)
+        except (TypeError, ValueError):
+            until = max(0.0, until or 0.0)
+    return until

@@ -169,3 +169,62 @@ def test_a_refresh_by_the_same_run_takes_the_lock_back_from_its_prober(tmp_path:
     assert lk.lend(str(lock), "r", os.getpid(), lk.proc_start(os.getpid()), time.time() + 30)
     assert lk.present(str(lock), holder, 600)[1] is None  # the next play's lock task
     assert not lk.give_back(str(lock), "r", os.getpid()) and lock.exists()
+
+
+def _sleeper(seconds: float) -> int:
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(seconds)
+        os._exit(0)
+    return pid
+
+
+def test_one_machine_under_two_inventory_names_keeps_the_lock_until_its_last_prober_ends(tmp_path: Path) -> None:
+    """One machine listed twice (two inventory names, one node lock): each name's facts task refreshes the run's lock
+    and lends it to its own prober. The later prober ending first leaves the lock to the earlier one, which still
+    reads the lock as its run's (it would stop its listeners otherwise); the last one to end removes it. Another
+    run waits until the later of their deadlines."""
+    lock = tmp_path / "ddpfix.lock"
+    holder = {"run_id": "r", "pid": os.getpid()}
+    first, second = _sleeper(30), _sleeper(30)
+    try:
+        now = time.time()
+        assert lk.present(str(lock), holder, 600)[1] is None  # the first name's facts task
+        assert lk.lend(str(lock), "r", first, lk.proc_start(first), now + 20)
+        assert lk.present(str(lock), holder, 600)[1] is None  # the second name's facts task
+        assert lk.lend(str(lock), "r", second, lk.proc_start(second), now + 10)
+        assert lk.prober_alive(json.loads(lock.read_text())) == now + 20
+        assert not lk.give_back(str(lock), "r", second)
+        assert pr._ours(str(lock), "r") and [p[0] for p in json.loads(lock.read_text())["probers"]] == [first]
+        assert not lk.give_back(str(lock), "r", 999999)  # not one of its probers: nothing changes
+        assert lk.give_back(str(lock), "r", first) and not lock.exists()
+        # a prober that ended without giving back does not keep the lock: the last live one removes it
+        assert lk.present(str(lock), holder, 600)[1] is None
+        assert lk.lend(str(lock), "r", first, lk.proc_start(first), now + 20)
+        assert lk.lend(str(lock), "r", second, "1", now + 20)  # its start time is not second's: not running
+        assert lk.give_back(str(lock), "r", first) and not lock.exists()
+    finally:
+        for pid in (first, second):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+
+
+def test_a_refresh_between_two_probers_keeps_the_lock_after_both(tmp_path: Path) -> None:
+    """A later task of the run (remediate's lock task) takes the lock back while two probers run: it stays when both
+    end, and still records them meanwhile (another run that takes it over waits for them)."""
+    lock = tmp_path / "ddpfix.lock"
+    holder = {"run_id": "r", "pid": os.getpid()}
+    first, second = _sleeper(30), _sleeper(30)
+    try:
+        assert lk.present(str(lock), holder, 600)[1] is None
+        assert lk.lend(str(lock), "r", first, lk.proc_start(first), time.time() + 20)
+        assert lk.lend(str(lock), "r", second, lk.proc_start(second), time.time() + 20)
+        assert lk.present(str(lock), holder, 600)[1] is None  # the write play's lock task
+        doc = json.loads(lock.read_text())
+        assert not doc["lent"] and lk.prober_alive(doc) is None and len(lk.live_probers(doc)) == 2
+        assert not lk.give_back(str(lock), "r", first) and not lk.give_back(str(lock), "r", second)
+        assert json.loads(lock.read_text())["run_id"] == "r"
+    finally:
+        for pid in (first, second):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
