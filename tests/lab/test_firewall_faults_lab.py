@@ -407,13 +407,14 @@ def test_twelve_blocking_nodes_forks_1_converge_within_a_10s_revert(temp_lab: An
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 21, item 2: the play is far longer than the revert deadline (12 nodes one after another), but each node's
     arm, change, confirmation and cancel are one task of its own, so none is reverted. Kept cheap: the torch run and
-    the second apply (idempotence, not lockout) use --forks 12."""
+    the second apply (idempotence, not lockout) use --forks 12, and the probe window is 3 s (the apply's audit: with
+    every node's ports blocked, each node's facts task waits the window out, one node after another)."""
     need_node_torch()
     info = temp_lab(nodes=12, scenario="clean")
     block_every_node(info)
     doc = yaml.safe_load(info.inventory.read_text())
     doc["all"]["children"]["ddp_nodes"]["vars"].update(
-        {"ddpfix_firewall_revert_timeout": 10,
+        {"ddpfix_firewall_revert_timeout": 10, "ddpfix_facts_probe_wait": 3,
          "ddpfix_verify_pg_timeout": 30, "ddpfix_verify_rdzv_timeout": 45, "ddpfix_verify_deadline": 120})
     info.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     # forks = 1 as the user's own ansible.cfg says (in the directory ddpfix runs in)
