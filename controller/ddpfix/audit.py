@@ -260,7 +260,13 @@ def node_from_wire(node: Mapping[str, Any]) -> dict[str, Any]:
     (recorded or saved in schema 1's form) as they are."""
     out = dict(node)
     if "hosts_lines" in out:
-        out["hosts_file"] = collection.module_utils("ddpfix_nodeinfo").unpack_hosts_lines(out.pop("hosts_lines"))
+        packed = out.pop("hosts_lines")
+        out["hosts_file"] = collection.module_utils("ddpfix_nodeinfo").unpack_hosts_lines(packed)
+        if not isinstance(packed, str):  # not what the module sends: /etc/hosts was not read, never an empty file
+            unread = out.get("unread")
+            out["unread"] = [*(unread if isinstance(unread, list) else []), {
+                "source": "hosts_file", "reason": f"the node sent its /etc/hosts entries as {type(packed).__name__}, "
+                                                  "not the facts module's text: not read"}]
         if out.get("schema") == 2:
             out["schema"] = 1
     return out

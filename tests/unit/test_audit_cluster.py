@@ -15,6 +15,7 @@ from ddpfix.ansible.results import HostResult, RunResult, TaskResult
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.derive import cluster_from_hostvars, cluster_from_inventory_data, inventory_data_from_hostvars
 from ddpfix.progress import Progress
+from ddpfix.rules.context import unread_of
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = {"ddp_nodes": {"hosts": ["n1", "n2", "n3"]}, "all": {"children": ["ddp_nodes"]}}
@@ -259,3 +260,6 @@ def test_a_nodes_packed_hosts_lines_become_its_hosts_file_entries() -> None:
     assert old.node is not None and old.node.get("hosts_file") == entries
     hostile = audit.host_facts("node1", {"hostname": "node1", "hosts_lines": {"2": "10.0.0.2 node2"}})
     assert hostile.node is not None and hostile.node.get("hosts_file") == []
+    # ... and /etc/hosts reads as not read (its checks are not evaluated), never as an empty file that passes
+    assert "hosts_file" in unread_of(hostile.node) and "dict" in unread_of(hostile.node)["hosts_file"]
+    assert "hosts_file" not in unread_of(got.node)
