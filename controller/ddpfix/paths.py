@@ -64,6 +64,22 @@ def collections_base() -> Path:
     return state_dir() / "collections" / hashlib.sha256(str(ansible_root()).encode()).hexdigest()[:16]
 
 
+#: A Unix socket's path: at most 107 bytes (sockaddr_un.sun_path is 108, with the closing NUL).
+SOCKET_PATH_MAX = 107
+#: ssh binds a new master's socket at ControlPath plus "." and 16 random characters, then renames it.
+SSH_MASTER_SUFFIX = 17
+
+
+def control_dir(name_length: int) -> Path:
+    """A private directory for ssh control sockets whose names are `name_length` characters long: the state
+    directory's cp/, or, where that path is too long for a Unix socket (a deep DDPFIX_STATE_DIR or home: ssh fails
+    with "too long for Unix domain socket" and every node would read as unreachable), /tmp/ddpfix-cp-<uid>."""
+    cp = state_dir() / "cp"
+    if len(os.fsencode(str(cp))) + 1 + name_length + SSH_MASTER_SUFFIX > SOCKET_PATH_MAX:
+        cp = Path("/tmp") / f"ddpfix-cp-{os.getuid()}"
+    return private_dir(cp, "SSH control path directory")
+
+
 def state_dir() -> Path:
     """Per-user state (run directories). Honours DDPFIX_STATE_DIR and XDG_STATE_HOME."""
     env = os.environ.get("DDPFIX_STATE_DIR")

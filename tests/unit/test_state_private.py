@@ -6,6 +6,7 @@ sticky one only above the caller's own). Run as root (the unit suite is): other 
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -145,3 +146,34 @@ def test_as_root_does_not_carry_the_callers_state_path() -> None:
     text = (ROOT / "scripts" / "as-root.sh").read_text()
     assert "DDPFIX_STATE_DIR" not in text.split("--preserve-env=", 1)[1].split()[0]
     assert "XDG_STATE_HOME" not in text and " -E " not in text
+
+
+def test_control_sockets_fit_a_unix_socket_path_under_a_deep_state_dir(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deep DDPFIX_STATE_DIR (or home) made every node unreachable: ssh cannot bind a control socket whose path is
+    longer than a Unix socket address ("too long for Unix domain socket"). The control sockets then go to a private
+    directory under /tmp; a short state directory keeps its own cp/."""
+    short = tmp_path / "s"
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(short))
+    if len(str(short / "cp")) + 1 + 10 + paths.SSH_MASTER_SUFFIX <= paths.SOCKET_PATH_MAX:
+        assert paths.control_dir(10) == short / "cp"
+    deep = tmp_path / ("d" * 60) / "state"
+    monkeypatch.setenv("DDPFIX_STATE_DIR", str(deep))
+    fallback = Path("/tmp") / f"ddpfix-cp-{os.getuid()}"
+    existed = fallback.exists()
+    try:
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        cp = Path(ddpfix_defaults(run_dir, 5)["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+        assert cp == fallback == paths.control_dir(len("ti-") + 40)
+        assert stat.S_IMODE(cp.stat().st_mode) == 0o700 and cp.stat().st_uid == os.getuid()
+        # the kernel takes the longest socket ssh binds there: ansible-core's 10-character name and ssh's suffix
+        for name in ("a" * 10, "ti-" + "c" * 40):
+            with socket.socket(socket.AF_UNIX) as s:
+                s.bind(str(cp / f"{name}.{'x' * 16}"))
+            (cp / f"{name}.{'x' * 16}").unlink()
+        with socket.socket(socket.AF_UNIX) as s, pytest.raises(OSError):
+            s.bind(str(deep / "cp" / f"{'a' * 10}.{'x' * 16}"))  # where it went before
+    finally:
+        if not existed:
+            fallback.rmdir()

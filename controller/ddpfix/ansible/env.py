@@ -16,6 +16,8 @@ from ddpfix.errors import DdpfixError, ExitCode
 
 #: Default upper bound on forks when the user does not pass --forks.
 MAX_DEFAULT_FORKS = 50
+#: The length of the name ansible-core's ssh connection gives a control socket (the first 10 hex digits of a sha1).
+ANSIBLE_CONTROL_NAME = 10
 #: The callback every run enables, after the user's own (plugins/callback/ddpfix_exit.py).
 EXIT_CALLBACK = "{}.{}.ddpfix_exit".format(*paths.COLLECTION)
 #: The callback that builds the payloads of the modules a run names (DDPFIX_PAYLOADS) while the playbook starts
@@ -87,7 +89,7 @@ def ansible_env(run_dir: Path, forks: int, inventories: Sequence[str] = (),
 def ddpfix_defaults(run_dir: Path, forks: int) -> dict[str, str]:
     """ddpfix's own Ansible settings, before the user's configuration is applied."""
     state = paths.state_dir()
-    cp_dir = paths.private_dir(state / "cp", "SSH control path directory")
+    cp_dir = paths.control_dir(ANSIBLE_CONTROL_NAME)
     ansible_bin = _ensure_ansible_on_path()
     return {
         "PATH": f"{ansible_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",

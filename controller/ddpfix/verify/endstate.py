@@ -72,15 +72,6 @@ def testinfra_checks(ctx: Context, findings: Iterable[Finding]) -> list[Check]:
         return _testinfra_checks(ctx, findings, kwargs)
 
 
-def _control_dir() -> Path:
-    """A directory for ssh control sockets whose paths fit a Unix socket address (108 bytes, with ssh's 40-character
-    %C and its temporary suffix): the state dir's cp/, else a private directory under /tmp."""
-    cp = paths.state_dir() / "cp"
-    if len(str(cp)) > 40:
-        cp = Path("/tmp") / f"ddpfix-cp-{os.getuid()}"
-    return paths.private_dir(cp, "SSH control path directory")
-
-
 @contextlib.contextmanager
 def _cli_connection(hostvars: Mapping[str, Any]) -> Iterator[None]:
     """-u/-b for testinfra's host as ansible-playbook applies them: below the host's own ansible_user/ansible_become
@@ -112,7 +103,8 @@ def _testinfra_host(name: str, inv: str, host_kwargs: dict[str, Any]) -> Any:
         return testinfra.get_host(f"ansible://{name}?ansible_inventory={inv}", **host_kwargs)
     backend = host.backend
     if getattr(backend, "controlpersist", 0) and getattr(backend, "controlpath", "") is None:
-        backend.controlpath = f"{_control_dir()}/ti-%%C"  # testinfra %-formats the command line: %% is ssh's %
+        # ssh's %C is 40 characters; testinfra %-formats the command line: %% is ssh's %
+        backend.controlpath = f"{paths.control_dir(len('ti-') + 40)}/ti-%%C"
     return host
 
 
