@@ -133,6 +133,18 @@ def _check_inventory_free(path: Path, name: str) -> None:
         )
 
 
+#: The machine-wide lock under which a lab's subnet is checked free and its network made ('_' starts no lab name).
+SUBNETS_LOCK = "_subnets"
+
+
+def _claim_network(plan: LabPlan) -> None:
+    """The lab's network, its subnet checked free again under `SUBNETS_LOCK`: two labs coming up at once (parallel
+    tests, benchmarks) never both take a subnet that was free when each looked."""
+    with _locked(SUBNETS_LOCK):
+        _check_subnet_free(plan)
+        _create_network(plan)
+
+
 def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float) -> LabInfo:
     t0 = time.monotonic()
     name = plan.name
@@ -174,7 +186,7 @@ def _build(plan: LabPlan, inv_dir: Path, *, wait_sync: bool, sync_timeout: float
     with ThreadPoolExecutor(max_workers=8) as pool:
         key_job = pool.submit(keygen, sdir / "id_ed25519", f"ddpfix-lab-{name}")
         file_jobs = [pool.submit(prepare_node_files, rt, n) for n in plan.nodes]
-        _create_network(plan)
+        _claim_network(plan)
         key_job.result()
         for j in file_jobs:
             j.result()
