@@ -159,21 +159,17 @@ def test_control_sockets_fit_a_unix_socket_path_under_a_deep_state_dir(tmp_path:
         assert paths.control_dir(10) == short / "cp"
     deep = tmp_path / ("d" * 60) / "state"
     monkeypatch.setenv("DDPFIX_STATE_DIR", str(deep))
-    fallback = Path("/tmp") / f"ddpfix-cp-{os.getuid()}"
-    existed = fallback.exists()
-    try:
-        run_dir = tmp_path / "run"
-        run_dir.mkdir()
-        cp = Path(ddpfix_defaults(run_dir, 5)["ANSIBLE_SSH_CONTROL_PATH_DIR"])
-        assert cp == fallback == paths.control_dir(len("ti-") + 40)
-        assert stat.S_IMODE(cp.stat().st_mode) == 0o700 and cp.stat().st_uid == os.getuid()
-        # the kernel takes the longest socket ssh binds there: ansible-core's 10-character name and ssh's suffix
-        for name in ("a" * 10, "ti-" + "c" * 40):
-            with socket.socket(socket.AF_UNIX) as s:
-                s.bind(str(cp / f"{name}.{'x' * 16}"))
-            (cp / f"{name}.{'x' * 16}").unlink()
-        with socket.socket(socket.AF_UNIX) as s, pytest.raises(OSError):
-            s.bind(str(deep / "cp" / f"{'a' * 10}.{'x' * 16}"))  # where it went before
-    finally:
-        if not existed:
-            fallback.rmdir()
+    fallback = Path("/tmp") / f"ddpfix-cp-{os.getuid()}"  # made as any run makes it, and kept (runs may share it)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cp = Path(ddpfix_defaults(run_dir, 5)["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+    assert cp == fallback == paths.control_dir(len("ti-") + 40)
+    assert stat.S_IMODE(cp.stat().st_mode) == 0o700 and cp.stat().st_uid == os.getuid()
+    # the kernel takes the longest socket ssh binds there: ansible-core's 10-character name and ssh's suffix
+    suffix = f"{os.getpid():x}".rjust(16, "x")  # this test's own names
+    for name in ("a" * 10, "ti-" + "c" * 40):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(cp / f"{name}.{suffix}"))
+        (cp / f"{name}.{suffix}").unlink()
+    with socket.socket(socket.AF_UNIX) as s, pytest.raises(OSError):
+        s.bind(str(deep / "cp" / f"{'a' * 10}.{'x' * 16}"))  # where it went before
