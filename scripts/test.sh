@@ -5,6 +5,9 @@
 # the unit tests and the version smoke lab test) runs alongside it, in the background; its output follows the main
 # suite's, each line prefixed with "[oldest] ", and the run fails when either fails. DDPFIX_TEST_OLDEST=0 leaves it
 # out, DDPFIX_TEST_OLDEST=1 adds it to a run with arguments.
+# The whole suite runs in DDPFIX_TEST_WORKERS (default 2) pytest-xdist workers, one test module at a time each
+# (--dist loadfile: a module's lab stays with its worker; labs of several workers coexist, each on its own names and
+# subnet); 0 or 1 runs it in one process, as a run with arguments does unless it sets DDPFIX_TEST_WORKERS.
 set -uo pipefail
 . "$(dirname "$0")/as-root.sh" "$@"  # as root as it is; else again through sudo
 cd "$(dirname "$0")/.."
@@ -17,7 +20,12 @@ if [ "${DDPFIX_TEST_OLDEST:-$([ "$#" -eq 0 ] && echo 1 || echo 0)}" = 1 ]; then
   DDPFIX_SETUP_DONE=1 ./scripts/test-oldest.sh >"$oldest_log" 2>&1 </dev/null &
   oldest_pid=$!
 fi
-.venv/bin/python -m pytest -q -ra --durations=25 "$@"
+workers=${DDPFIX_TEST_WORKERS:-$([ "$#" -eq 0 ] && echo 2 || echo 0)}
+parallel=()
+if [ "$workers" -gt 1 ] 2>/dev/null; then
+  parallel=(-n "$workers" --dist loadfile)
+fi
+.venv/bin/python -m pytest -q -ra --durations=25 "${parallel[@]}" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "no tests were collected" >&2

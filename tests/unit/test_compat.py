@@ -144,7 +144,7 @@ def test_no_private_method_of_an_ansible_class_is_overridden() -> None:
 def test_test_sh_runs_the_oldest_alongside_prefixes_its_output_and_fails_with_it(tmp_path: Path) -> None:
     """scripts/test.sh (CI's test command) with stand-ins for setup.sh and test-oldest.sh: without arguments the
     oldest run's output follows, each line prefixed `[oldest] `, and its failure fails the run; DDPFIX_TEST_OLDEST=0
-    leaves it out."""
+    leaves it out. The suite runs in two xdist workers; DDPFIX_TEST_WORKERS=1 in one process."""
     if os.geteuid() != 0:
         pytest.skip("scripts/test.sh re-runs itself through sudo when not root")
     (tmp_path / "scripts").mkdir()
@@ -157,13 +157,16 @@ def test_test_sh_runs_the_oldest_alongside_prefixes_its_output_and_fails_with_it
     (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
     for f in (*(tmp_path / "scripts").iterdir(), tmp_path / ".venv" / "bin" / "python"):
         f.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k != "DDPFIX_TEST_OLDEST"}
-    for rc, extra, expect_rc in ((3, {}, 1), (0, {}, 0), (3, {"DDPFIX_TEST_OLDEST": "0"}, 0)):
+    env = {k: v for k, v in os.environ.items() if k not in ("DDPFIX_TEST_OLDEST", "DDPFIX_TEST_WORKERS")}
+    for rc, extra, expect_rc in ((3, {}, 1), (0, {}, 0), (3, {"DDPFIX_TEST_OLDEST": "0", "DDPFIX_TEST_WORKERS": "1"}, 0)):
         oldest.write_text(f'#!/bin/sh\necho "old out"\necho "old err" >&2\nexit {rc}\n')
         oldest.chmod(0o755)
         p = subprocess.run([str(tmp_path / "scripts" / "test.sh")], env={**env, **extra}, cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == expect_rc, (rc, extra, p.stdout[-2000:], p.stderr[-2000:])
+        # the whole suite runs in two pytest-xdist workers; DDPFIX_TEST_WORKERS=1 runs it in one process
+        assert ("bringing up nodes" in p.stdout) is not bool(extra), p.stdout[-2000:]  # xdist starting its workers
+        assert "1 passed" in p.stdout, p.stdout[-2000:]
         if extra:
             assert "[oldest]" not in p.stdout
         else:
