@@ -25,13 +25,11 @@ from ddpfix.audit import (
     run_audit,
     split_skipped,
 )
-from ddpfix.causes import attribute_causes
 from ddpfix.errors import DdpfixError, ExitCode
 from ddpfix.inventory.derive import cluster_from_hostvars
 from ddpfix.model.cluster import Cluster
 from ddpfix.model.finding import Finding
 from ddpfix.progress import Progress
-from ddpfix.report import document
 from ddpfix.rules.context import Context, Thresholds
 from ddpfix.rules.registry import RULES, fixable_ids
 
@@ -256,7 +254,10 @@ class Remediation:
     def doc(self) -> dict[str, Any]:
         """The `ddpfix.report/v1` document of the remediation (its findings and hosts: the re-audit's, else the
         audit's)."""
-        from ddpfix.rules.engine import not_evaluated  # CLI start: see the note at the top
+        # CLI start: see the note at the top
+        from ddpfix.causes import attribute_causes
+        from ddpfix.report import document
+        from ddpfix.rules.engine import not_evaluated
 
         final, fixes, a, cluster = self.final, self.fixes, self.applied, self.before.cluster
         ctx = final.context

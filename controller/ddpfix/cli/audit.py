@@ -21,7 +21,6 @@ from ddpfix.cli.common import (
 )
 from ddpfix.factsdir import DEFAULT_MAX_AGE_S
 from ddpfix.inventory.derive import load_cluster
-from ddpfix.matrix import render_matrix_text
 from ddpfix.progress import Progress
 from ddpfix.rules.context import Thresholds
 from ddpfix.rules.time import SKEW
@@ -104,6 +103,9 @@ def _report(v: pipeline.Verdict, fmt: str, output: str | None, matrix: bool, ext
     doc.update(extra or {})
     exit_line = f"exit {int(code)}: {v.line}"
     if matrix and fmt in ("text", "table"):
+        # CLI start: loaded in the run's preload thread meanwhile (ddpfix.audit.ANALYSIS_MODULES)
+        from ddpfix.matrix import render_matrix_text
+
         click.echo(render_matrix_text(doc["matrix"]) + "\n")
     emit(doc, fmt, output, exit_line, code)
     if code:

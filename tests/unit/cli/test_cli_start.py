@@ -16,7 +16,7 @@ import sys
 #: Loaded only after a run has started (prefixes of module names).
 AFTER_SPAWN = ("ddpfix.rules.engine", "ddpfix.rules.firewall", "ddpfix.rules.reachability", "ddpfix.firewall",
                "ddpfix.diagnose", "ddpfix.remediate", "ddpfix.verify", "ddpfix.render", "ddpfix.plan",
-               "ddpfix.factguard.facts", "rich")
+               "ddpfix.factguard.facts", "ddpfix.causes", "ddpfix.matrix", "ddpfix.report", "rich")
 
 
 def _loaded(code: str) -> list[str]:
