@@ -142,8 +142,9 @@ def ddpfix_probe_plan(play_hosts, me, order, addresses, master, master_port, pee
     }
 
 
-def ddpfix_facts_args(plan, me):
-    """The arguments of node `me`'s facts task (module ddpfix_node_facts) that are decided for the whole play.
+def ddpfix_facts_args(plan, me, node=None):
+    """The arguments of node `me`'s facts task (module ddpfix_node_facts): those decided for the whole play, and the
+    node's own (`node`, a dict of them, added as they are).
 
     `plan` is the role's settings, templated once per play: either the facts role's plan task's `data`
     (roles/ddpfix_facts/tasks/facts.yml) with hosts (the play's, ansible_play_hosts_all), order, addresses, master,
@@ -153,8 +154,9 @@ def ddpfix_facts_args(plan, me):
     probe_from_facts) whose `facts_plan` holds the rest. Each node's task is then this one filter call, not one
     template per argument and per role default (about forty per node, each compiled anew by ansible-core 2.19+).
     The node's own values (python, socket interface, launcher units, sysfs and dev roots, fi_info: per-host
-    variables) stay arguments of the task itself. `probe` None: no probe in this task (probe off, or the probes wait
-    for the facts: the second round at the cluster addresses, probe_cluster.yml)."""
+    variables) come in `node`, from the same template as this call: one template per node. `probe` None: no probe
+    in this task (probe off, or the probes wait for the facts: the second round at the cluster addresses,
+    probe_cluster.yml)."""
     settings = plan.get("facts_plan", plan)
 
     def get(key):  # one key at a time: ansible-core 2.19+ hands a filter lazy containers (the view holds more)
@@ -185,6 +187,7 @@ def ddpfix_facts_args(plan, me):
         "nofile_path": get("nofile_path"),
         "profile": get("profile"),
         "probe": probe,
+        **dict(node or {}),
     }
 
 
@@ -246,17 +249,22 @@ def ddpfix_facts_more(view, forks, probe=True, hosts=(), hostvars=None, part="an
     either the cluster network is not the inventory's (`probe_from_facts`, or its addresses and CIDR say so) or the
     cluster has more nodes than `forks` (its probers run detached). An upper bound: each node's own condition still
     decides in the follow-up (under --limit fewer nodes may run than the cluster has). No view at all (the first task
-    did not run): True, the follow-up decides per node. `probe` or `forks` None (the role's defaults are not the
-    play's: a user's ansible.cfg sets private_role_vars): the facts task's plan of the first of `hosts` that holds
-    one (its registered `__ddpfix_facts_plan`) says what the facts play used."""
-    if probe is None or forks is None:
+    did not run): True, the follow-up decides per node. `probe` or `forks` None (undefined where the play's hosts are
+    templated: the audit playbook's follow-up includes the role rather than importing it, or a user's ansible.cfg sets
+    private_role_vars): what the facts play used, from the view's `facts_plan` (the cluster task decided it) or else
+    the facts task's plan of the first of `hosts` that holds one (its registered `__ddpfix_facts_plan`)."""
+    if not isinstance(view, dict):
+        view = _first_held(hosts, hostvars, lambda hv: hv.get("ddpfix_audit_cluster"), lambda v: "order" in v)
+    settings = (view or {}).get("facts_plan")
+    if isinstance(settings, dict) and "probe" in settings and "forks" in settings:
+        probe = settings["probe"] if probe is None else probe
+        forks = settings["forks"] if forks is None else forks
+    if probe is None or (forks is None and part != "cluster"):  # (the second probe round does not depend on forks)
         plan = _first_held(hosts, hostvars, lambda hv: (hv.get("__ddpfix_facts_plan") or {}).get("data")) or {}
         probe = plan.get("probe", True) if probe is None else probe
         forks = plan.get("forks") if forks is None else forks
     if not boolean(probe, strict=False):  # as `| bool` reads it: -e ddpfix_facts_probe=false is a string
         return False
-    if not isinstance(view, dict):
-        view = _first_held(hosts, hostvars, lambda hv: hv.get("ddpfix_audit_cluster"), lambda v: "order" in v)
     if view is None:
         return True
     if part != "collect" and view.get(

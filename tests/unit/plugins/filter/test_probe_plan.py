@@ -154,6 +154,13 @@ def test_facts_follow_up_play_only_for_clusters_that_can_need_it() -> None:
     assert more(mgmt, None, None, ["n1"], {"n1": {"__ddpfix_facts_plan": {"data": {"probe": True}}}}, "cluster")
     assert more(mgmt, None, None, [], {}, "cluster")  # no plan anywhere: probes on, as the role's default
     assert not more(mgmt, 50, "false", (), None, "cluster") and more(mgmt, 50, "yes", (), None, "cluster")
+    # the audit playbook includes the role in its follow-up (its defaults undefined where the hosts are templated):
+    # the view's own facts_plan (the cluster task's) says what the facts play used; no host's variables are read
+    no_hosts: dict[str, Any] = {}
+    assert more({**mgmt, "facts_plan": {"probe": True, "forks": 50}}, None, None, ["n1"], no_hosts, "cluster")
+    assert not more({**mgmt, "facts_plan": {"probe": False, "forks": 50}}, None, None, ["n1"], planned, "cluster")
+    assert more({**one_net, "facts_plan": {"probe": True, "forks": 3}}, None, None, [], {}, "collect")
+    assert not more({**one_net, "facts_plan": {"probe": True, "forks": 50}}, None, None, [], {}, "collect")
 
 
 @pytest.mark.parametrize("n,k,play_order", [(2, 1, None), (3, 2, None), (5, 2, None), (8, 3, None),
@@ -197,7 +204,7 @@ def _facts_plan(**over: Any) -> dict[str, Any]:
 
 def test_facts_args_are_the_plays_decisions_with_each_nodes_probe_plan() -> None:
     """The facts task's play-wide arguments, decided once for the play: each node's is one filter call, with its own
-    probe plan (as the per-argument templates gave it) and no per-node variable (those stay task arguments)."""
+    probe plan (as the per-argument templates gave it); the node's own variables are added as the task hands them."""
     plan = _facts_plan()
     assert pp.FilterModule().filters()["ddpfix_facts_args"] is pp.ddpfix_facts_args
     args = pp.ddpfix_facts_args(plan, "node3")
@@ -209,6 +216,10 @@ def test_facts_args_are_the_plays_decisions_with_each_nodes_probe_plan() -> None
         "probe": {**probe, "timeout": 2.0, "wait": 8.0, "hold": 19.0, "detach": False}}
     assert pp.ddpfix_facts_args(plan, "node1")["is_master"] is True
     assert not {"python", "socket_ifname", "launcher_units", "sysfs_root", "dev_root", "fi_info"} & set(args)
+    # the node's own values, from the same template (the facts task's one template per node), come along as they are
+    own = {"python": "/opt/py/bin/python", "socket_ifname": "ens5", "launcher_units": ["train.service"],
+           "sysfs_root": "/sys", "dev_root": "/dev", "fi_info": ""}
+    assert pp.ddpfix_facts_args(plan, "node3", own) == {**args, **own}
     # forks below the play's hosts: the probers outlive their tasks (rolling)
     assert pp.ddpfix_facts_args(_facts_plan(forks=2), "node3")["probe"]["detach"] is True
     # no probe in this task: probes off, or they wait for the facts (second round at the cluster addresses)
