@@ -86,16 +86,17 @@ def parse_cidr(value: Any, what: str = "ddp_cluster_cidr") -> str:
 
 def parse_skip(value: Any, what: str) -> tuple[str, ...]:
     """Accepted findings: a list (or comma-separated text) of `ID` or `ID@HOST`; unknown ids are refused."""
-    from ddpfix.rules.registry import RULES  # CLI start: the rule registry loads only when ddp_skip_findings is read
-
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
         raise refused(f"{what} must be a list of finding ids, got {value!r}")
+    texts = [text for text in (str(item).strip() for item in items) if text]
+    if not texts:
+        return ()
+    # the rule registry loads only when there is a finding id to check (the CLI's start; the cluster task's worker)
+    from ddpfix.rules.registry import RULES
+
     out: list[str] = []
-    for item in items:
-        text = str(item).strip()
-        if not text:
-            continue
+    for text in texts:
         rid = text.split("@", 1)[0]
         if rid not in RULES:
             raise refused(f"{what}: unknown finding id {rid!r} (in {text!r})")

@@ -31,6 +31,15 @@ def test_audit_reaches_its_run_without_the_analysis_modules() -> None:
     assert not early, f"imported before the run starts: {early}"
 
 
+def test_no_skipped_finding_loads_no_rule_registry() -> None:
+    """The cluster task's worker reads ddp_skip_findings on the path to the first node: with none set, the rule
+    registry (and the findings model under it) is not imported; a finding id to check loads it."""
+    loaded = _loaded("from ddpfix.inventory.contract import parse_skip\nassert parse_skip(' , ', 'x') == ()")
+    assert "ddpfix.rules.registry" not in loaded and "ddpfix.model.finding" not in loaded
+    assert "ddpfix.rules.registry" in _loaded("from ddpfix.inventory.contract import parse_skip\n"
+                                              "assert parse_skip('env.missing', 'x') == ('env.missing',)")
+
+
 def test_the_preload_lists_name_modules_that_exist_and_cover_the_analysis() -> None:
     from ddpfix import pipeline
     from ddpfix.audit import ANALYSIS_MODULES
