@@ -36,8 +36,11 @@ def test_no_skipped_finding_loads_no_rule_registry() -> None:
     registry (and the findings model under it) is not imported; a finding id to check loads it."""
     loaded = _loaded("from ddpfix.inventory.contract import parse_skip\nassert parse_skip(' , ', 'x') == ()")
     assert "ddpfix.rules.registry" not in loaded and "ddpfix.model.finding" not in loaded
+    from ddpfix.rules import env as env_rules
+
+    rid = env_rules.MISSING.id
     assert "ddpfix.rules.registry" in _loaded("from ddpfix.inventory.contract import parse_skip\n"
-                                              "assert parse_skip('env.missing', 'x') == ('env.missing',)")
+                                              f"assert parse_skip({rid!r}, 'x') == ({rid!r},)")
 
 
 def test_the_preload_lists_name_modules_that_exist_and_cover_the_analysis() -> None:
